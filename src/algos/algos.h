@@ -1,0 +1,34 @@
+/*
+ * All-to-all algorithms are schedule generators: given the call's byte counts
+ * they append this rank's ops to a schedule and never touch a transport.  Each
+ * is one row of moeccl_a2a_algos[]; the tuner (tuner.c) picks a row per call.
+ * Generators must cost O(nranks) time and memory per call.
+ */
+#ifndef MOECCL_ALGOS_H_
+#define MOECCL_ALGOS_H_
+
+#include "schedule.h"
+
+typedef moecclResult_t (*moeccl_a2a_schedule_fn)(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+
+typedef enum { MOECCL_A2A_DIRECT = 0, MOECCL_A2A_PAIRWISE = 1, MOECCL_A2A_NALGOS } moeccl_a2a_algo_id_t;
+
+typedef struct {
+  moeccl_a2a_algo_id_t id;
+  const char* name;
+  const char* description;
+  moeccl_a2a_schedule_fn schedule;
+} moeccl_a2a_algo_t;
+
+extern const moeccl_a2a_algo_t moeccl_a2a_algos[MOECCL_A2A_NALGOS];
+
+/* Returns the algorithm called name, or NULL. */
+const moeccl_a2a_algo_t* moeccl_a2a_algo_by_name(const char* name);
+
+moecclResult_t moeccl_a2a_direct(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+moecclResult_t moeccl_a2a_pairwise(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+
+/* The local block (rank to itself) as a copy op, shared by all generators. */
+moecclResult_t moeccl_a2a_add_self_copy(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+
+#endif

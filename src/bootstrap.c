@@ -1,0 +1,264 @@
+/* Bootstrap: rendezvous at the root, then a TCP ring for setup collectives. */
+#include "bootstrap.h"
+#include "param.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define ID_MAGIC 0x4d4f4549u /* "MOEI" */
+#define HELLO_MAGIC 0x4d4f4548u
+
+typedef struct {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t nonce;
+  moeccl_sockaddr_t root;
+} id_layout_t;
+_Static_assert(sizeof(id_layout_t) <= MOECCL_UNIQUE_ID_BYTES, "unique id layout too large");
+
+typedef struct {
+  uint32_t magic;
+  int32_t rank;
+  int32_t nranks;
+  uint32_t pad;
+  uint64_t nonce;
+} hello_t;
+
+typedef struct {
+  int listen_fd;
+  uint64_t nonce;
+  double timeout;
+} root_args_t;
+
+/* Reads a hello from a connecting rank and checks it belongs to this root. */
+static int root_read_hello(int fd, const root_args_t* a, double deadline, hello_t* h,
+                           moeccl_peer_info_t* info) {
+  if (moeccl_socket_recv(fd, h, sizeof(*h), deadline) != moecclSuccess) return -1;
+  if (h->magic != HELLO_MAGIC || h->nonce != a->nonce || h->nranks <= 0 || h->rank < 0 ||
+      h->rank >= h->nranks)
+    return -1;
+  return moeccl_socket_recv(fd, info, sizeof(*info), deadline) == moecclSuccess ? 0 : -1;
+}
+
+/* Sends the whole table to every rank; a rank told nranks=-1 knows the job was
+ * inconsistent (two ranks claimed the same rank, or nranks differed). */
+static void root_reply(int* fds, int n, moeccl_peer_info_t* infos, int ok, double deadline) {
+  int32_t status = ok ? n : -1;
+  for (int i = 0; i < n; i++) {
+    if (fds[i] < 0) continue;
+    if (moeccl_socket_send(fds[i], &status, sizeof(status), deadline) == moecclSuccess && ok)
+      moeccl_socket_send(fds[i], infos, sizeof(*infos) * (size_t)n, deadline);
+  }
+}
+
+static void* root_thread(void* arg) {
+  root_args_t a = *(root_args_t*)arg;
+  free(arg);
+  double deadline = moeccl_now() + a.timeout;
+  int n = -1, joined = 0, ok = 1;
+  int* fds = NULL;
+  moeccl_peer_info_t* infos = NULL;
+  while (n < 0 || joined < n) {
+    int fd;
+    if (moeccl_socket_accept(a.listen_fd, deadline, &fd) != moecclSuccess) break;
+    hello_t h;
+    moeccl_peer_info_t info;
+    if (root_read_hello(fd, &a, deadline, &h, &info) != 0) {
+      close(fd); /* a stray connection: not one of ours */
+      continue;
+    }
+    if (n < 0) {
+      n = h.nranks;
+      fds = malloc(sizeof(int) * (size_t)n);
+      infos = calloc((size_t)n, sizeof(*infos));
+      if (!fds || !infos) break;
+      for (int i = 0; i < n; i++) fds[i] = -1;
+    }
+    if (h.nranks != n || fds[h.rank] >= 0) {
+      WARN(BOOT, "rendezvous: rank %d says nranks=%d (expected %d%s)", h.rank, h.nranks, n,
+           h.nranks == n ? ", rank joined twice" : "");
+      ok = 0;
+      close(fd);
+      continue;
+    }
+    fds[h.rank] = fd;
+    infos[h.rank] = info;
+    joined++;
+  }
+  if (n > 0 && fds && infos && joined == n) root_reply(fds, n, infos, ok, deadline);
+  else if (n > 0) WARN(BOOT, "rendezvous: %d of %d ranks joined before the deadline", joined, n);
+  for (int i = 0; fds && i < n; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  free(fds);
+  free(infos);
+  close(a.listen_fd);
+  return NULL;
+}
+
+moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
+  id_layout_t l;
+  memset(&l, 0, sizeof(l));
+  l.magic = ID_MAGIC;
+  l.version = MOECCL_VERSION_CODE;
+  if (getrandom(&l.nonce, sizeof(l.nonce), 0) != sizeof(l.nonce)) l.nonce = (uint64_t)getpid() ^ (uint64_t)moeccl_now();
+  const char* fixed = moeccl_param_str("MOECCL_COMM_ID");
+  if (fixed && *fixed) {
+    if (moeccl_sockaddr_parse(fixed, &l.root) != moecclSuccess)
+      return moeccl_error(NULL, moecclInvalidArgument, "MOECCL_COMM_ID=%s is not host:port", fixed);
+  } else {
+    MOECCL_CHECK(moeccl_socket_pick_addr(&l.root));
+  }
+  int fd;
+  if (moeccl_socket_listen(&l.root, &fd) != moecclSuccess)
+    return moeccl_error(NULL, moecclSystemError, "cannot open the bootstrap root socket");
+  root_args_t* a = malloc(sizeof(*a));
+  if (!a) return close(fd), moecclSystemError;
+  a->listen_fd = fd;
+  a->nonce = l.nonce;
+  a->timeout = (double)moeccl_param_int("MOECCL_TIMEOUT");
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &attr, root_thread, a);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    free(a);
+    close(fd);
+    return moeccl_error(NULL, moecclSystemError, "cannot start the bootstrap root thread");
+  }
+  char s[64];
+  INFO(BOOT, "bootstrap root listening on %s", moeccl_sockaddr_str(&l.root, s, sizeof(s)));
+  memset(id, 0, sizeof(*id));
+  memcpy(id->internal, &l, sizeof(l));
+  return moecclSuccess;
+}
+
+moecclResult_t moeccl_bootstrap_id_nonce(const moecclUniqueId* id, uint64_t* nonce) {
+  id_layout_t l;
+  memcpy(&l, id->internal, sizeof(l));
+  if (l.magic != ID_MAGIC) return moecclInvalidArgument;
+  *nonce = l.nonce;
+  return moecclSuccess;
+}
+
+moecclResult_t moeccl_bootstrap_listen(moeccl_sockaddr_t* addr, int* fd) {
+  return moeccl_socket_listen(addr, fd);
+}
+
+/* Connects to the root, sends our info, receives the table.  Our listening
+ * socket is bound to the local address that reaches the root. */
+static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, double deadline,
+                                moeccl_peer_info_t* self, moeccl_peer_info_t* peers, int* listen_fd) {
+  int fd;
+  MOECCL_CHECK(moeccl_socket_connect(&l->root, deadline, &fd));
+  moeccl_sockaddr_t local;
+  socklen_t len = sizeof(local);
+  moecclResult_t rc = getsockname(fd, &local.sa, &len) == 0 ? moecclSuccess : moecclSystemError;
+  if (rc == moecclSuccess) {
+    if (local.sa.sa_family == AF_INET6) local.sin6.sin6_port = 0;
+    else local.sin.sin_port = 0;
+    rc = moeccl_socket_listen(&local, listen_fd);
+  }
+  self->listen_addr = local;
+  hello_t h = {HELLO_MAGIC, rank, nranks, 0, l->nonce};
+  if (rc == moecclSuccess) rc = moeccl_socket_send(fd, &h, sizeof(h), deadline);
+  if (rc == moecclSuccess) rc = moeccl_socket_send(fd, self, sizeof(*self), deadline);
+  int32_t status = 0;
+  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, &status, sizeof(status), deadline);
+  if (rc == moecclSuccess && status != nranks) rc = moecclInvalidUsage;
+  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, peers, sizeof(*peers) * (size_t)nranks, deadline);
+  close(fd);
+  if (rc != moecclSuccess && *listen_fd >= 0) close(*listen_fd), *listen_fd = -1;
+  return rc;
+}
+
+moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nranks, double timeout,
+                                     moeccl_peer_info_t* self, moeccl_peer_info_t* peers,
+                                     moeccl_bootstrap_t** out) {
+  id_layout_t l;
+  memcpy(&l, id->internal, sizeof(l));
+  double deadline = moeccl_now() + timeout;
+  int listen_fd = -1;
+  moecclResult_t rc = join_root(&l, rank, nranks, deadline, self, peers, &listen_fd);
+  if (rc == moecclInvalidUsage)
+    return moeccl_error(NULL, rc, "bootstrap: ranks disagree on nranks or two ranks share a rank");
+  if (rc != moecclSuccess)
+    return moeccl_error(NULL, rc, "bootstrap: could not join the rendezvous within %.0f s", timeout);
+  return moeccl_bootstrap_ring(l.nonce, rank, nranks, timeout, listen_fd, peers, out);
+}
+
+typedef struct {
+  uint32_t magic;
+  int32_t rank;
+  uint64_t nonce;
+} ring_hello_t;
+
+moecclResult_t moeccl_bootstrap_ring(uint64_t nonce, int rank, int nranks, double timeout, int listen_fd,
+                                     const moeccl_peer_info_t* peers, moeccl_bootstrap_t** out) {
+  moeccl_bootstrap_t* b = calloc(1, sizeof(*b));
+  if (!b) return close(listen_fd), moecclSystemError;
+  *b = (moeccl_bootstrap_t){rank, nranks, nonce, listen_fd, -1, -1, timeout};
+  moecclResult_t rc = moecclSuccess;
+  double deadline = moeccl_now() + timeout;
+  if (nranks > 1) {
+    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
+    ring_hello_t h = {HELLO_MAGIC, rank, nonce}, got;
+    rc = moeccl_socket_connect(&peers[next].listen_addr, deadline, &b->next_fd);
+    if (rc == moecclSuccess) rc = moeccl_socket_send(b->next_fd, &h, sizeof(h), deadline);
+    while (rc == moecclSuccess && b->prev_fd < 0) {
+      int fd;
+      rc = moeccl_socket_accept(listen_fd, deadline, &fd);
+      if (rc != moecclSuccess) break;
+      if (moeccl_socket_recv(fd, &got, sizeof(got), deadline) == moecclSuccess && got.magic == HELLO_MAGIC &&
+          got.nonce == nonce && got.rank == prev)
+        b->prev_fd = fd;
+      else
+        close(fd);
+    }
+  }
+  if (rc != moecclSuccess) {
+    moeccl_bootstrap_close(b);
+    return moeccl_error(NULL, rc, "bootstrap: ring setup failed on rank %d", rank);
+  }
+  *out = b;
+  return moecclSuccess;
+}
+
+moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, size_t bytes) {
+  int n = b->nranks;
+  double deadline = moeccl_now() + b->timeout;
+  char* d = data;
+  /* Step s: pass along the block that originated s ranks behind us. */
+  for (int s = 0; s < n - 1; s++) {
+    int send_block = (b->rank - s + n) % n, recv_block = (b->rank - s - 1 + n) % n;
+    moecclResult_t rc = moeccl_socket_send(b->next_fd, d + (size_t)send_block * bytes, bytes, deadline);
+    if (rc == moecclSuccess) rc = moeccl_socket_recv(b->prev_fd, d + (size_t)recv_block * bytes, bytes, deadline);
+    if (rc != moecclSuccess) {
+      int prev = (b->rank - 1 + n) % n;
+      return moeccl_error(NULL, rc, "bootstrap allgather: lost rank %d or rank %d", prev, (b->rank + 1) % n);
+    }
+  }
+  return moecclSuccess;
+}
+
+moecclResult_t moeccl_bootstrap_barrier(moeccl_bootstrap_t* b) {
+  char* flags = calloc((size_t)b->nranks, 1);
+  if (!flags) return moecclSystemError;
+  moecclResult_t rc = moeccl_bootstrap_allgather(b, flags, 1);
+  free(flags);
+  return rc;
+}
+
+void moeccl_bootstrap_close(moeccl_bootstrap_t* b) {
+  if (!b) return;
+  if (b->next_fd >= 0) close(b->next_fd);
+  if (b->prev_fd >= 0) close(b->prev_fd);
+  if (b->listen_fd >= 0) close(b->listen_fd);
+  free(b);
+}

@@ -1,0 +1,41 @@
+/*
+ * Bootstrap: how ranks find each other.  The unique id carries the root's
+ * socket address; the process that made the id runs a rendezvous thread there
+ * that gathers every rank's moeccl_peer_info_t and sends back the table.  Then
+ * the ranks form a TCP ring (each connects to rank+1) used for the small
+ * collectives of setup: allgather and barrier.  Every wait has a deadline.
+ */
+#ifndef MOECCL_BOOTSTRAP_H_
+#define MOECCL_BOOTSTRAP_H_
+
+#include "core.h"
+
+typedef struct moeccl_bootstrap {
+  int rank, nranks;
+  uint64_t nonce;
+  int listen_fd, next_fd, prev_fd;
+  double timeout;
+} moeccl_bootstrap_t;
+
+/* Fills id with a fresh nonce and the root address and starts the rendezvous
+ * thread (MOECCL_COMM_ID fixes the address). */
+moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id);
+/* Decodes the nonce of a valid id; moecclInvalidArgument if it is not one. */
+moecclResult_t moeccl_bootstrap_id_nonce(const moecclUniqueId* id, uint64_t* nonce);
+/* Joins the rendezvous of id; fills peers[nranks] (self's entry filled by the
+ * caller except listen_addr) and returns the connected ring. */
+moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nranks, double timeout,
+                                     moeccl_peer_info_t* self, moeccl_peer_info_t* peers,
+                                     moeccl_bootstrap_t** out);
+/* Opens the listening socket a rank will use in a new (split) communicator;
+ * its address goes into the parent's allgather. */
+moecclResult_t moeccl_bootstrap_listen(moeccl_sockaddr_t* addr, int* fd);
+/* Forms the ring of a communicator whose table is already known. */
+moecclResult_t moeccl_bootstrap_ring(uint64_t nonce, int rank, int nranks, double timeout, int listen_fd,
+                                     const moeccl_peer_info_t* peers, moeccl_bootstrap_t** out);
+/* Every rank contributes bytes at data + rank*bytes; afterwards all hold all. */
+moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, size_t bytes);
+moecclResult_t moeccl_bootstrap_barrier(moeccl_bootstrap_t* b);
+void moeccl_bootstrap_close(moeccl_bootstrap_t* b);
+
+#endif

@@ -1,0 +1,257 @@
+/* Communicators: init from a unique id, split, destroy, abort, queries. */
+#include "bootstrap.h"
+#include "core.h"
+#include "param.h"
+#include "algos/algos.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* CMA probe target: peers read this word from our address space at init. */
+static const uint64_t cma_probe_word = 0x6d6f6563636c2121ULL;
+const uint64_t* moeccl_cma_probe_word(void) { return &cma_probe_word; }
+
+MOECCL_EXPORT moecclResult_t moecclGetVersion(int* version) {
+  if (!version) return moeccl_error(NULL, moecclInvalidArgument, "moecclGetVersion: version is NULL");
+  *version = MOECCL_VERSION_CODE;
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclGetUniqueId(moecclUniqueId* uniqueId) {
+  moeccl_debug_init();
+  if (!uniqueId) return moeccl_error(NULL, moecclInvalidArgument, "moecclGetUniqueId: uniqueId is NULL");
+  return moeccl_bootstrap_unique_id(uniqueId);
+}
+
+static void comm_free(moeccl_comm_t* comm) {
+  if (!comm) return;
+  moeccl_transports_fini(comm);
+  moeccl_bootstrap_close(comm->boot);
+  moeccl_sched_free(&comm->sched);
+  free(comm->reqs);
+  free(comm->scratch);
+  free(comm->peers);
+  free(comm->local_ranks);
+  free(comm->peer_local_index);
+  free(comm->peer_transport);
+  pthread_mutex_destroy(&comm->lock);
+  comm->magic = 0;
+  free(comm);
+}
+
+static void fill_self_info(moeccl_peer_info_t* self, int rank) {
+  memset(self, 0, sizeof(*self));
+  self->rank = rank;
+  self->pid = (int32_t)getpid();
+  self->pid_start = moeccl_pid_start_time(getpid());
+  self->host_hash = moeccl_host_hash(self->hostname, sizeof(self->hostname));
+  self->cma_probe_addr = (uint64_t)(uintptr_t)moeccl_cma_probe_word();
+}
+
+static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_comm_t** out) {
+  moeccl_comm_t* c = calloc(1, sizeof(*c));
+  if (!c) return moecclSystemError;
+  c->magic = MOECCL_COMM_MAGIC;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->nonce = nonce;
+  c->timeout = (double)moeccl_param_int("MOECCL_TIMEOUT");
+  if (c->timeout <= 0) c->timeout = 300;
+  c->forced_algo = -1;
+  pthread_mutex_init(&c->lock, NULL);
+  c->peers = calloc((size_t)nranks, sizeof(*c->peers));
+  if (!c->peers) return comm_free(c), moecclSystemError;
+  *out = c;
+  return moecclSuccess;
+}
+
+static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
+  if (config && config->commName) snprintf(c->name, sizeof(c->name), "%s", config->commName);
+  const char* algo = moeccl_param_str("MOECCL_ALGO");
+  if (algo && *algo) {
+    const moeccl_a2a_algo_t* a = moeccl_a2a_algo_by_name(algo);
+    if (a) c->forced_algo = (int)a->id;
+    else if (c->rank == 0) WARN(ALGO, "MOECCL_ALGO=%s is not an algorithm; the tuner decides", algo);
+  }
+}
+
+/* Everything after the peer table is known: node layout and transports. */
+static moecclResult_t comm_finish_init(moeccl_comm_t* c, const moecclConfig_t* config) {
+  apply_config(c, config);
+  MOECCL_CHECK(moeccl_comm_setup_node(c));
+  MOECCL_CHECK(moeccl_transports_init(c));
+  INFO(INIT, "comm %p %s rank %d nranks %d nonce %016llx local rank %d of %d - init done", (void*)c,
+       c->name, c->rank, c->nranks, (unsigned long long)c->nonce, c->local_rank, c->nlocal);
+  return moecclSuccess;
+}
+
+static moecclResult_t check_config(moeccl_comm_t* comm, const moecclConfig_t* config) {
+  if (!config) return moecclSuccess;
+  if (config->magic != MOECCL_CONFIG_MAGIC || config->size < offsetof(moecclConfig_t, cgaClusterSize))
+    return moeccl_error(comm, moecclInvalidArgument,
+                        "config: not initialised with MOECCL_CONFIG_INITIALIZER (bad magic or size)");
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nranks, moecclUniqueId commId,
+                                                      int rank, moecclConfig_t* config) {
+  moeccl_debug_init();
+  if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: comm is NULL");
+  if (nranks <= 0)
+    return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: nranks %d must be > 0", nranks);
+  if (rank < 0 || rank >= nranks)
+    return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: rank %d out of range [0,%d)",
+                        rank, nranks);
+  MOECCL_CHECK(check_config(NULL, config));
+  uint64_t nonce;
+  if (moeccl_bootstrap_id_nonce(&commId, &nonce) != moecclSuccess)
+    return moeccl_error(NULL, moecclInvalidArgument,
+                        "moecclCommInitRank: commId is not an id from moecclGetUniqueId");
+  moeccl_comm_t* c;
+  MOECCL_CHECK(comm_alloc(rank, nranks, nonce, &c));
+  moeccl_peer_info_t self;
+  fill_self_info(&self, rank);
+  moecclResult_t rc = moeccl_bootstrap_init(&commId, rank, nranks, c->timeout, &self, c->peers, &c->boot);
+  if (rc == moecclSuccess) rc = comm_finish_init(c, config);
+  if (rc != moecclSuccess) {
+    comm_free(c);
+    return rc;
+  }
+  *comm = c;
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclCommInitRank(moecclComm_t* comm, int nranks, moecclUniqueId commId,
+                                                int rank) {
+  return moecclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+typedef struct {
+  int32_t color, key, old_rank, pad;
+  moeccl_sockaddr_t listen_addr;
+} split_entry_t;
+
+static int split_cmp(const void* a, const void* b) {
+  const split_entry_t *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->old_rank - y->old_rank;
+}
+
+/* Members of color in new-rank order; returns their count. */
+static int split_members(const split_entry_t* all, int n, int color, split_entry_t* out) {
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (all[i].color == color) out[m++] = all[i];
+  qsort(out, (size_t)m, sizeof(*out), split_cmp);
+  return m;
+}
+
+static moecclResult_t split_build(moeccl_comm_t* parent, const split_entry_t* members, int m, int listen_fd,
+                                  const moecclConfig_t* config, moeccl_comm_t** out) {
+  int me = 0;
+  while (members[me].old_rank != parent->rank) me++;
+  uint64_t nonce = parent->nonce * 0x9e3779b97f4a7c15ULL + (uint64_t)parent->split_count * 0x100000001b3ULL +
+                   (uint64_t)(uint32_t)members[0].color + 1;
+  moeccl_comm_t* c;
+  MOECCL_CHECK(comm_alloc(me, m, nonce, &c));
+  for (int i = 0; i < m; i++) {
+    c->peers[i] = parent->peers[members[i].old_rank];
+    c->peers[i].rank = i;
+    c->peers[i].listen_addr = members[i].listen_addr;
+  }
+  moecclResult_t rc = moeccl_bootstrap_ring(nonce, me, m, c->timeout, listen_fd, c->peers, &c->boot);
+  if (rc == moecclSuccess) rc = comm_finish_init(c, config);
+  if (rc != moecclSuccess) return comm_free(c), rc;
+  *out = c;
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclCommSplit(moecclComm_t comm, int color, int key, moecclComm_t* newcomm,
+                                             moecclConfig_t* config) {
+  MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  if (!newcomm) return moeccl_error(comm, moecclInvalidArgument, "moecclCommSplit: newcomm is NULL");
+  if (color < 0 && color != MOECCL_SPLIT_NOCOLOR)
+    return moeccl_error(comm, moecclInvalidArgument, "moecclCommSplit: color %d must be >= 0 or MOECCL_SPLIT_NOCOLOR", color);
+  MOECCL_CHECK(check_config(comm, config));
+  int n = comm->nranks;
+  split_entry_t* all = calloc((size_t)n, sizeof(*all));
+  split_entry_t* members = calloc((size_t)n, sizeof(*members));
+  int listen_fd = -1;
+  moecclResult_t rc = all && members ? moecclSuccess : moecclSystemError;
+  moeccl_sockaddr_t addr = comm->peers[comm->rank].listen_addr;
+  addr.sin.sin_port = 0; /* same family field position for v4 and v6 */
+  if (rc == moecclSuccess && color != MOECCL_SPLIT_NOCOLOR) rc = moeccl_bootstrap_listen(&addr, &listen_fd);
+  if (rc == moecclSuccess) {
+    all[comm->rank] = (split_entry_t){color, key, comm->rank, 0, addr};
+    pthread_mutex_lock(&comm->lock);
+    rc = moeccl_bootstrap_allgather(comm->boot, all, sizeof(*all));
+    comm->split_count++;
+    pthread_mutex_unlock(&comm->lock);
+  }
+  *newcomm = NULL;
+  if (rc == moecclSuccess && color != MOECCL_SPLIT_NOCOLOR) {
+    int m = split_members(all, n, color, members);
+    rc = split_build(comm, members, m, listen_fd, config, newcomm);
+    listen_fd = -1; /* owned by the new bootstrap now */
+  }
+  if (listen_fd >= 0) close(listen_fd);
+  free(all);
+  free(members);
+  if (rc != moecclSuccess) return moeccl_error(comm, rc, "moecclCommSplit failed: %s", moecclGetErrorString(rc));
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclCommDestroy(moecclComm_t comm) {
+  if (!comm) return moecclSuccess; /* as NCCL: destroying NULL is a no-op */
+  MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  pthread_mutex_lock(&comm->lock); /* waits for an operation in flight */
+  pthread_mutex_unlock(&comm->lock);
+  comm_free(comm);
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclCommAbort(moecclComm_t comm) {
+  if (!comm) return moecclSuccess;
+  MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  comm_free(comm);
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclCommCount(const moecclComm_t comm, int* count) {
+  MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  if (!count) return moeccl_error(comm, moecclInvalidArgument, "moecclCommCount: count is NULL");
+  *count = comm->nranks;
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclCommUserRank(const moecclComm_t comm, int* rank) {
+  MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  if (!rank) return moeccl_error(comm, moecclInvalidArgument, "moecclCommUserRank: rank is NULL");
+  *rank = comm->rank;
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclCommGetAsyncError(moecclComm_t comm, moecclResult_t* asyncError) {
+  MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  if (!asyncError) return moeccl_error(comm, moecclInvalidArgument, "moecclCommGetAsyncError: asyncError is NULL");
+  *asyncError = comm->async_error;
+  return moecclSuccess;
+}
+
+moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* c) {
+  c->local_ranks = malloc(sizeof(int) * (size_t)c->nranks);
+  c->peer_local_index = malloc(sizeof(int) * (size_t)c->nranks);
+  if (!c->local_ranks || !c->peer_local_index) return moecclSystemError;
+  uint64_t me = c->peers[c->rank].host_hash;
+  c->nlocal = 0;
+  for (int r = 0; r < c->nranks; r++) {
+    c->peer_local_index[r] = -1;
+    if (c->peers[r].host_hash != me) continue;
+    if (r == c->rank) c->local_rank = c->nlocal;
+    c->peer_local_index[r] = c->nlocal;
+    c->local_ranks[c->nlocal++] = r;
+  }
+  return moecclSuccess;
+}

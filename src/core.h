@@ -1,0 +1,106 @@
+/* The communicator and the internal helpers every layer uses. */
+#ifndef MOECCL_CORE_H_
+#define MOECCL_CORE_H_
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "debug.h"
+#include "moeccl.h"
+#include "schedule.h"
+#include "socket.h"
+
+#define MOECCL_EXPORT __attribute__((visibility("default")))
+#define MOECCL_COMM_MAGIC 0x6d6f6563636c436dULL /* "moecclCm" */
+#define MOECCL_HOSTNAME_MAX 64
+
+/* What every rank tells every other at init. */
+typedef struct {
+  int32_t rank;
+  int32_t pid;
+  uint64_t pid_start; /* process start time, guards against pid reuse */
+  uint64_t host_hash; /* node identity (MOECCL_HOSTID or hostname + boot id) */
+  char hostname[MOECCL_HOSTNAME_MAX];
+  moeccl_sockaddr_t listen_addr; /* bootstrap ring socket */
+  uint64_t cma_probe_addr;       /* address of a known word, to test CMA */
+} moeccl_peer_info_t;
+
+struct moeccl_bootstrap;
+struct moeccl_transport_ops;
+struct moeccl_req;
+
+struct moecclComm {
+  uint64_t magic;
+  int rank, nranks;
+  uint64_t nonce; /* unique per communicator; names its shared-memory segment */
+  char name[64];
+  moeccl_peer_info_t* peers;
+  int local_rank, nlocal;
+  int* local_ranks;      /* comm ranks on this node, ascending */
+  int* peer_local_index; /* comm rank -> local index or -1 */
+  struct moeccl_bootstrap* boot;
+  double timeout; /* seconds; MOECCL_TIMEOUT */
+  int split_count;
+
+  /* Transports: per peer, which one reaches it (index into ops/state). */
+  const struct moeccl_transport_ops* transport_ops[4];
+  void* transport_state[4];
+  int ntransports;
+  uint8_t* peer_transport;
+
+  int forced_algo; /* -1: tuner decides */
+
+  pthread_mutex_t lock; /* one operation at a time per communicator */
+  moeccl_sched_t sched; /* reused across calls */
+  struct moeccl_req* reqs;
+  int reqs_cap;
+  void* scratch;
+  size_t scratch_bytes;
+
+  volatile moecclResult_t async_error; /* sticky: set when the comm broke */
+  char last_error[512];
+};
+typedef struct moecclComm moeccl_comm_t;
+
+/* Records err's text as comm's (or this thread's, comm NULL) last error and
+ * logs it at WARN; returns err so callers can `return moeccl_error(...)`. */
+moecclResult_t moeccl_error(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Marks comm broken with err (first one wins) and records the text. */
+moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* moecclSuccess, or an argument error with text, for a NULL/freed comm. */
+moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname);
+size_t moeccl_type_size(moecclDataType_t type);
+
+/* Node identity. */
+uint64_t moeccl_host_hash(char* hostname, size_t len);
+uint64_t moeccl_pid_start_time(pid_t pid); /* 0 if the process is gone */
+/* 1 if the process (pid, start) still runs (not a zombie). */
+int moeccl_process_alive(pid_t pid, uint64_t start);
+
+/* Builds local_ranks etc. from peers[]. */
+moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* comm);
+/* Chooses and initialises transports for every peer (collective). */
+moecclResult_t moeccl_transports_init(moeccl_comm_t* comm);
+void moeccl_transports_fini(moeccl_comm_t* comm);
+
+#define MOECCL_CHECK(call)                                                     \
+  do {                                                                         \
+    moecclResult_t rc_ = (call);                                               \
+    if (rc_ != moecclSuccess) {                                                \
+      TRACE(ALL, "%s failed: %d", #call, (int)rc_);                            \
+      return rc_;                                                              \
+    }                                                                          \
+  } while (0)
+#define MOECCL_CHECK_GOTO(call, res, label)                                    \
+  do {                                                                         \
+    (res) = (call);                                                            \
+    if ((res) != moecclSuccess) {                                              \
+      TRACE(ALL, "%s failed: %d", #call, (int)(res));                          \
+      goto label;                                                              \
+    }                                                                          \
+  } while (0)
+
+#endif

@@ -1,0 +1,231 @@
+/* Groups, point-to-point calls, and running captured tasks. */
+#include "enqueue.h"
+#include "executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static __thread int group_depth;
+static __thread moeccl_task_list_t group_tasks;
+static __thread moecclStream_t group_stream;
+static __thread int group_has_stream;
+
+int moeccl_group_active(void) { return group_depth > 0; }
+
+void moeccl_tasks_free(moeccl_task_list_t* list) {
+  moeccl_task_t* t = list->head;
+  while (t) {
+    moeccl_task_t* next = t->next;
+    free(t->counts);
+    free(t->ops);
+    free(t);
+    t = next;
+  }
+  list->head = list->tail = NULL;
+}
+
+/* Sends to self must pair with receives from self in the same step; checked
+ * before anything is posted so the communicator stays usable. */
+static moecclResult_t p2p_check_self(const moeccl_task_t* t) {
+  int sends = 0, recvs = 0;
+  for (int i = 0; i < t->nops; i++) {
+    if (t->ops[i].peer != t->comm->rank) continue;
+    if (t->ops[i].type == MOECCL_OP_SEND) sends++;
+    else recvs++;
+  }
+  if (sends == recvs) return moecclSuccess;
+  return moeccl_error(t->comm, moecclInvalidUsage,
+                      "%d send(s) to self but %d receive(s) from self (rank %d) in one group", sends, recvs,
+                      t->comm->rank);
+}
+
+static moecclResult_t p2p_plan(const moeccl_task_t* t, moeccl_sched_t* s) {
+  MOECCL_CHECK(p2p_check_self(t));
+  moeccl_sched_reset(s);
+  MOECCL_CHECK(moeccl_sched_reserve(s, t->nops, 1));
+  for (int i = 0; i < t->nops; i++) {
+    const moeccl_p2p_op_t* op = &t->ops[i];
+    uint32_t b;
+    MOECCL_CHECK(moeccl_sched_add_buf(s, op->buf, &b));
+    if (op->type == MOECCL_OP_SEND) MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, op->peer, b, 0, 0, 0, op->bytes));
+    else MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, op->peer, 0, 0, b, 0, op->bytes));
+  }
+  return moeccl_sched_end_step(s);
+}
+
+static moecclResult_t task_plan(moeccl_task_t* t) {
+  if (t->kind == MOECCL_TASK_P2P) return p2p_plan(t, &t->comm->sched);
+  return moeccl_a2a_plan(t->comm, &t->desc, t->sendbuf, t->recvbuf, &t->comm->sched);
+}
+
+static int cmp_ptr(const void* a, const void* b) {
+  uintptr_t x = (uintptr_t) * (void* const*)a, y = (uintptr_t) * (void* const*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Distinct communicators of the list, sorted (lock order). */
+static int list_comms(const moeccl_task_list_t* list, moeccl_comm_t*** out) {
+  int n = 0, cap = 0;
+  moeccl_comm_t** comms = NULL;
+  for (moeccl_task_t* t = list->head; t; t = t->next) {
+    int seen = 0;
+    for (int i = 0; i < n && !seen; i++) seen = comms[i] == t->comm;
+    if (seen) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 4;
+      moeccl_comm_t** p = realloc(comms, sizeof(*p) * (size_t)cap);
+      if (!p) return free(comms), -1;
+      comms = p;
+    }
+    comms[n++] = t->comm;
+  }
+  qsort(comms, (size_t)n, sizeof(*comms), cmp_ptr);
+  *out = comms;
+  return n;
+}
+
+/* Round k runs the k-th task of every communicator together. */
+static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms, int ncomms) {
+  moeccl_job_t* jobs = calloc((size_t)ncomms, sizeof(*jobs));
+  moeccl_task_t** cursor = calloc((size_t)ncomms, sizeof(*cursor));
+  moecclResult_t rc = jobs && cursor ? moecclSuccess : moecclSystemError;
+  for (int i = 0; i < ncomms; i++)
+    for (cursor[i] = list->head; cursor[i] && cursor[i]->comm != comms[i];) cursor[i] = cursor[i]->next;
+  while (rc == moecclSuccess) {
+    int njobs = 0;
+    for (int i = 0; i < ncomms && rc == moecclSuccess; i++) {
+      moeccl_task_t* t = cursor[i];
+      if (!t) continue;
+      rc = task_plan(t);
+      jobs[njobs++] = (moeccl_job_t){.comm = t->comm, .sched = &t->comm->sched};
+      do cursor[i] = cursor[i]->next;
+      while (cursor[i] && cursor[i]->comm != comms[i]);
+    }
+    if (njobs == 0 || rc != moecclSuccess) break;
+    rc = moeccl_executor_run(jobs, njobs);
+  }
+  free(jobs);
+  free(cursor);
+  return rc;
+}
+
+moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list) {
+  if (!list->head) return moecclSuccess;
+  moeccl_comm_t** comms = NULL;
+  int n = list_comms(list, &comms);
+  if (n < 0) return moeccl_tasks_free(list), moecclSystemError;
+  for (int i = 0; i < n; i++) pthread_mutex_lock(&comms[i]->lock);
+  moecclResult_t rc = run_rounds(list, comms, n);
+  for (int i = n - 1; i >= 0; i--) pthread_mutex_unlock(&comms[i]->lock);
+  free(comms);
+  moeccl_tasks_free(list);
+  return rc;
+}
+
+static void list_append(moeccl_task_list_t* list, moeccl_task_t* t) {
+  t->next = NULL;
+  if (list->tail) list->tail->next = t;
+  else list->head = t;
+  list->tail = t;
+}
+
+moecclResult_t moeccl_task_submit(moeccl_task_t* t, moecclStream_t stream) {
+  if (group_depth > 0) {
+    if (group_has_stream && group_stream != stream) {
+      moeccl_task_list_t one = {t, t};
+      moeccl_tasks_free(&one);
+      return moeccl_error(t->comm, moecclInvalidUsage, "all operations of a group must use the same stream");
+    }
+    group_stream = stream;
+    group_has_stream = 1;
+    list_append(&group_tasks, t);
+    return moecclSuccess;
+  }
+  moeccl_task_list_t list = {NULL, NULL};
+  list_append(&list, t);
+  if (stream) return moeccl_host_stream_enqueue(stream, &list);
+  return moeccl_tasks_run(&list);
+}
+
+MOECCL_EXPORT moecclResult_t moecclGroupStart(void) {
+  group_depth++;
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclGroupEnd(void) {
+  if (group_depth == 0)
+    return moeccl_error(NULL, moecclInvalidUsage, "moecclGroupEnd without moecclGroupStart");
+  if (--group_depth > 0) return moecclSuccess;
+  moeccl_task_list_t list = group_tasks;
+  group_tasks.head = group_tasks.tail = NULL;
+  moecclStream_t stream = group_stream;
+  group_has_stream = 0;
+  group_stream = NULL;
+  if (stream) return moeccl_host_stream_enqueue(stream, &list);
+  return moeccl_tasks_run(&list);
+}
+
+/* Appends to the group's newest task on comm if it is a P2P task, so all the
+ * group's sends and receives on a communicator run as one step. */
+static moeccl_task_t* p2p_task(moeccl_comm_t* comm, int* is_new) {
+  moeccl_task_t* last = NULL;
+  for (moeccl_task_t* t = group_tasks.head; group_depth > 0 && t; t = t->next)
+    if (t->comm == comm) last = t;
+  *is_new = !(last && last->kind == MOECCL_TASK_P2P);
+  if (!*is_new) return last;
+  moeccl_task_t* t = calloc(1, sizeof(*t));
+  if (t) {
+    t->comm = comm;
+    t->kind = MOECCL_TASK_P2P;
+  }
+  return t;
+}
+
+static moecclResult_t p2p_check(moeccl_comm_t* comm, const void* buf, const char* bufname, size_t count,
+                                moecclDataType_t type, int peer, moecclStream_t stream, const char* fn) {
+  MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  size_t size = moeccl_type_size(type);
+  if (size == 0) return moeccl_error(comm, moecclInvalidArgument, "%s: datatype %d is invalid", fn, (int)type);
+  if (peer < 0 || peer >= comm->nranks)
+    return moeccl_error(comm, moecclInvalidArgument, "%s: peer %d out of range [0,%d)", fn, peer, comm->nranks);
+  if (count > SIZE_MAX / size)
+    return moeccl_error(comm, moecclInvalidArgument, "%s: count %zu times datatype size overflows", fn, count);
+  if (!buf && count > 0)
+    return moeccl_error(comm, moecclInvalidArgument, "%s: %s is NULL with count %zu", fn, bufname, count);
+  return moeccl_stream_check(comm, stream);
+}
+
+static moecclResult_t p2p_issue(moeccl_comm_t* comm, int type, void* buf, size_t bytes, int peer,
+                                moecclStream_t stream) {
+  if (bytes == 0) return moecclSuccess; /* nothing to match: the peer skips it too */
+  int is_new;
+  moeccl_task_t* t = p2p_task(comm, &is_new);
+  if (!t) return moeccl_error(comm, moecclSystemError, "out of memory");
+  if (t->nops == t->ops_cap) {
+    int cap = t->ops_cap ? 2 * t->ops_cap : 8;
+    moeccl_p2p_op_t* ops = realloc(t->ops, sizeof(*ops) * (size_t)cap);
+    if (!ops) {
+      if (is_new) free(t);
+      return moeccl_error(comm, moecclSystemError, "out of memory");
+    }
+    t->ops = ops;
+    t->ops_cap = cap;
+  }
+  t->ops[t->nops++] = (moeccl_p2p_op_t){type, peer, buf, bytes};
+  return is_new ? moeccl_task_submit(t, stream) : moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclSend(const void* sendbuff, size_t count, moecclDataType_t datatype, int peer,
+                                        moecclComm_t comm, moecclStream_t stream) {
+  moecclResult_t rc = p2p_check(comm, sendbuff, "sendbuff", count, datatype, peer, stream, "moecclSend");
+  if (rc == moecclSuccess)
+    rc = p2p_issue(comm, MOECCL_OP_SEND, (void*)sendbuff, count * moeccl_type_size(datatype), peer, stream);
+  return rc;
+}
+
+MOECCL_EXPORT moecclResult_t moecclRecv(void* recvbuff, size_t count, moecclDataType_t datatype, int peer,
+                                        moecclComm_t comm, moecclStream_t stream) {
+  moecclResult_t rc = p2p_check(comm, recvbuff, "recvbuff", count, datatype, peer, stream, "moecclRecv");
+  if (rc == moecclSuccess) rc = p2p_issue(comm, MOECCL_OP_RECV, recvbuff, count * moeccl_type_size(datatype), peer, stream);
+  return rc;
+}

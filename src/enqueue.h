@@ -1,0 +1,54 @@
+/* Tasks: operations captured for later (inside a group or on a host stream),
+ * and the one place that turns tasks into schedules and runs them. */
+#ifndef MOECCL_ENQUEUE_H_
+#define MOECCL_ENQUEUE_H_
+
+#include "core.h"
+
+typedef enum { MOECCL_TASK_A2A = 0, MOECCL_TASK_P2P = 1 } moeccl_task_kind_t;
+
+typedef struct {
+  int type; /* MOECCL_OP_SEND or MOECCL_OP_RECV */
+  int peer;
+  void* buf;
+  size_t bytes;
+} moeccl_p2p_op_t;
+
+typedef struct moeccl_task {
+  moeccl_comm_t* comm;
+  int kind;
+  /* A2A: the call's description; count arrays owned by the task (v) */
+  const void* sendbuf;
+  void* recvbuf;
+  moeccl_a2a_desc_t desc;
+  size_t* counts; /* 4*nranks: send counts, send displs, recv counts, recv displs */
+  /* P2P: the group's sends and receives on this comm, in issue order */
+  moeccl_p2p_op_t* ops;
+  int nops, ops_cap;
+  struct moeccl_task* next;
+} moeccl_task_t;
+
+typedef struct {
+  moeccl_task_t *head, *tail;
+} moeccl_task_list_t;
+
+/* Runs the tasks (in order per communicator; communicators concurrently),
+ * then frees them.  Locks each communicator while it runs. */
+moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list);
+void moeccl_tasks_free(moeccl_task_list_t* list);
+
+/* Hands a task to the current group, to a host stream, or runs it now. */
+moecclResult_t moeccl_task_submit(moeccl_task_t* task, moecclStream_t stream);
+/* Whether a group is open on this thread. */
+int moeccl_group_active(void);
+
+/* Plans one all-to-all into sched (the tuner picks the algorithm). */
+moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc, const void* sendbuf,
+                               void* recvbuf, moeccl_sched_t* sched);
+
+/* Checks a stream argument: NULL or a live host stream. */
+moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream);
+int moeccl_host_stream_valid(moecclStream_t stream);
+moecclResult_t moeccl_host_stream_enqueue(moecclStream_t stream, moeccl_task_list_t* list);
+
+#endif

@@ -1,0 +1,69 @@
+/* Result strings, last-error texts, argument helpers. */
+#include "core.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static __thread char thread_last_error[512];
+
+MOECCL_EXPORT const char* moecclGetErrorString(moecclResult_t result) {
+  switch (result) {
+    case moecclSuccess: return "no error";
+    case moecclUnhandledCudaError: return "unhandled cuda error (run with MOECCL_DEBUG=INFO for details)";
+    case moecclSystemError: return "unhandled system error (run with MOECCL_DEBUG=INFO for details)";
+    case moecclInternalError: return "internal error - please report this issue to the moeccl developers";
+    case moecclInvalidArgument: return "invalid argument (see moecclGetLastError for details)";
+    case moecclInvalidUsage: return "invalid usage (see moecclGetLastError for details)";
+    case moecclRemoteError: return "remote process exited or there was a network error";
+    case moecclInProgress: return "operation in progress";
+    case moecclTimeout: return "operation timed out (see MOECCL_TIMEOUT)";
+    default: return "unknown result code";
+  }
+}
+
+MOECCL_EXPORT const char* moecclGetLastError(moecclComm_t comm) {
+  if (comm && comm->magic == MOECCL_COMM_MAGIC) return comm->last_error;
+  return thread_last_error;
+}
+
+/* Argument errors are the caller's to report (they get the code and this
+ * text); everything else is logged as a warning where it is detected. */
+static void record(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, va_list ap) {
+  char* dst = (comm && comm->magic == MOECCL_COMM_MAGIC) ? comm->last_error : thread_last_error;
+  size_t len = comm ? sizeof(comm->last_error) : sizeof(thread_last_error);
+  vsnprintf(dst, len, fmt, ap);
+  if (dst != thread_last_error) snprintf(thread_last_error, sizeof(thread_last_error), "%s", dst);
+  if (err == moecclInvalidArgument) INFO(ALL, "%s", dst);
+  else WARN(ALL, "%s", dst);
+}
+
+moecclResult_t moeccl_error(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, err, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {
+  if (comm->async_error != moecclSuccess) return comm->async_error; /* the first cause stays */
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, err, fmt, ap);
+  va_end(ap);
+  __atomic_store_n(&comm->async_error, err, __ATOMIC_RELEASE);
+  return err;
+}
+
+moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname) {
+  if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "%s is NULL", argname);
+  if (comm->magic != MOECCL_COMM_MAGIC)
+    return moeccl_error(NULL, moecclInvalidArgument, "%s is not a valid communicator (destroyed?)", argname);
+  return moecclSuccess;
+}
+
+size_t moeccl_type_size(moecclDataType_t type) {
+  static const size_t sizes[moecclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return ((int)type >= 0 && type < moecclNumTypes) ? sizes[type] : 0;
+}

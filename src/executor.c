@@ -1,0 +1,227 @@
+/*
+ * The executor runs schedules.  For each step it posts every SEND and RECV to
+ * the transport of its peer, performs the step's local copies while the peers
+ * start pulling, then progresses the transports until the step is done.  It
+ * owns waiting: spin, then yield, then sleep in the transport, with a
+ * liveness check of the peers and a deadline (MOECCL_TIMEOUT without progress).
+ */
+#include "executor.h"
+#include "param.h"
+#include "transport/transport.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LIVENESS_PERIOD 0.1 /* seconds between peer checks while waiting */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+static void* buf_at(const moeccl_sched_t* s, uint32_t buf, uint64_t off) {
+  return (char*)s->bufs[buf] + off;
+}
+
+static moecclResult_t reserve_reqs(moeccl_comm_t* comm, int n) {
+  if (n <= comm->reqs_cap) return moecclSuccess;
+  moeccl_req_t* r = realloc(comm->reqs, sizeof(*r) * (size_t)n);
+  if (!r) return moeccl_error(comm, moecclSystemError, "out of memory for %d requests", n);
+  comm->reqs = r;
+  comm->reqs_cap = n;
+  return moecclSuccess;
+}
+
+/* Matches the step's sends to self with its receives from self, in order. */
+static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end) {
+  const moeccl_sched_t* s = j->sched;
+  int me = j->comm->rank, si = begin, ri = begin;
+  for (;;) {
+    while (si < end && !(s->ops[si].type == MOECCL_OP_SEND && s->ops[si].peer == me)) si++;
+    while (ri < end && !(s->ops[ri].type == MOECCL_OP_RECV && s->ops[ri].peer == me)) ri++;
+    if (si == end && ri == end) return moecclSuccess;
+    if (si == end || ri == end)
+      return moeccl_error(j->comm, moecclInvalidUsage,
+                          "a send to self (rank %d) needs a matching receive in the same group", me);
+    const moeccl_sched_op_t *so = &s->ops[si], *ro = &s->ops[ri];
+    if (so->bytes > ro->bytes)
+      return moeccl_error(j->comm, moecclInvalidUsage, "send to self of %llu bytes, receive of %llu bytes",
+                          (unsigned long long)so->bytes, (unsigned long long)ro->bytes);
+    memcpy(buf_at(s, ro->dst_buf, ro->dst_off), buf_at(s, so->src_buf, so->src_off), so->bytes);
+    si++, ri++;
+  }
+}
+
+/* Posts the network ops of job's current step and does its local copies. */
+static moecclResult_t start_step(moeccl_job_t* j) {
+  moeccl_comm_t* c = j->comm;
+  const moeccl_sched_t* s = j->sched;
+  int begin = j->step ? s->step_end[j->step - 1] : 0, end = s->step_end[j->step];
+  j->pending = 0;
+  for (int i = begin; i < end; i++) {
+    const moeccl_sched_op_t* op = &s->ops[i];
+    if (op->type == MOECCL_OP_COPY || op->peer == c->rank) continue;
+    moeccl_req_t* r = &c->reqs[j->nreqs++];
+    memset(r, 0, sizeof(*r));
+    r->type = op->type == MOECCL_OP_SEND ? MOECCL_REQ_SEND : MOECCL_REQ_RECV;
+    r->peer = op->peer;
+    r->buf = op->type == MOECCL_OP_SEND ? buf_at(s, op->src_buf, op->src_off) : buf_at(s, op->dst_buf, op->dst_off);
+    r->bytes = op->bytes;
+    int t = c->peer_transport[op->peer];
+    MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
+    j->pending++;
+  }
+  for (int i = begin; i < end; i++) {
+    const moeccl_sched_op_t* op = &s->ops[i];
+    if (op->type == MOECCL_OP_COPY)
+      memcpy(buf_at(s, op->dst_buf, op->dst_off), buf_at(s, op->src_buf, op->src_off), op->bytes);
+  }
+  return run_self_ops(j, begin, end);
+}
+
+/* Starts steps until one has network ops pending or the schedule is done. */
+static moecclResult_t advance(moeccl_job_t* j) {
+  while (j->pending == 0 && j->step < j->sched->nsteps) {
+    j->first_req = j->nreqs = 0;
+    MOECCL_CHECK(start_step(j));
+    j->step++;
+  }
+  return moecclSuccess;
+}
+
+static int count_pending(moeccl_job_t* j) {
+  int pending = 0;
+  for (int i = j->first_req; i < j->nreqs; i++) {
+    if (j->comm->reqs[i].done && i == j->first_req) j->first_req++;
+    else if (!j->comm->reqs[i].done) pending++;
+  }
+  return j->pending = pending;
+}
+
+static const moeccl_req_t* first_pending(const moeccl_job_t* j) {
+  for (int i = j->first_req; i < j->nreqs; i++)
+    if (!j->comm->reqs[i].done) return &j->comm->reqs[i];
+  return NULL;
+}
+
+static moecclResult_t progress_all(moeccl_job_t* jobs, int njobs, int* progressed, int arm) {
+  for (int k = 0; k < njobs; k++) {
+    moeccl_comm_t* c = jobs[k].comm;
+    for (int t = 0; t < c->ntransports; t++) {
+      if (arm) c->transport_ops[t]->arm(c->transport_state[t]);
+      moecclResult_t rc = c->transport_ops[t]->progress(c->transport_state[t], progressed);
+      if (rc != moecclSuccess) return rc;
+    }
+  }
+  return moecclSuccess;
+}
+
+static moecclResult_t check_peers(moeccl_job_t* jobs, int njobs) {
+  for (int k = 0; k < njobs; k++) {
+    moeccl_comm_t* c = jobs[k].comm;
+    for (int t = 0; t < c->ntransports; t++)
+      MOECCL_CHECK(c->transport_ops[t]->check_peers(c->transport_state[t]));
+  }
+  return moecclSuccess;
+}
+
+static moecclResult_t timed_out(moeccl_job_t* jobs, int njobs) {
+  for (int k = 0; k < njobs; k++) {
+    const moeccl_req_t* r = first_pending(&jobs[k]);
+    if (!r) continue;
+    moeccl_comm_t* c = jobs[k].comm;
+    return moeccl_comm_fail(c, moecclTimeout,
+                            "timed out after %.0f s without progress waiting to %s %zu bytes %s rank %d "
+                            "(MOECCL_TIMEOUT)",
+                            c->timeout, r->type == MOECCL_REQ_SEND ? "send" : "receive", r->bytes,
+                            r->type == MOECCL_REQ_SEND ? "to" : "from", r->peer);
+  }
+  return moecclInternalError;
+}
+
+static int spin_limit(const moeccl_comm_t* c) {
+  static long ncpus;
+  if (!ncpus) ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int spins = (int)moeccl_param_int("MOECCL_SPIN_COUNT");
+  /* More ranks than cores: a spinning rank steals the core its peer needs. */
+  if (c->nlocal > ncpus && spins > 50) spins = 50;
+  return spins < 0 ? 0 : spins;
+}
+
+/* Waits for the jobs' current steps; starts the next steps as steps finish. */
+static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
+  int spins = 0, spin_max = spin_limit(jobs[0].comm);
+  double timeout = jobs[0].comm->timeout, now = moeccl_now();
+  double last_progress = now, next_check = now + LIVENESS_PERIOD;
+  for (;;) {
+    int active = 0, progressed = 0;
+    for (int k = 0; k < njobs; k++) {
+      MOECCL_CHECK(advance(&jobs[k]));
+      active += jobs[k].pending > 0;
+    }
+    if (!active) return moecclSuccess;
+    MOECCL_CHECK(progress_all(jobs, njobs, &progressed, spins >= spin_max));
+    if (progressed) {
+      for (int k = 0; k < njobs; k++) count_pending(&jobs[k]);
+      spins = 0;
+      last_progress = 0;
+      continue;
+    }
+    if (++spins < spin_max) {
+      cpu_relax();
+      continue;
+    }
+    now = moeccl_now();
+    if (last_progress == 0) last_progress = now;
+    if (now - last_progress > timeout) return timed_out(jobs, njobs);
+    if (now >= next_check) {
+      MOECCL_CHECK(check_peers(jobs, njobs));
+      next_check = now + LIVENESS_PERIOD;
+    }
+    if (spins < spin_max + 16) {
+      sched_yield();
+      continue;
+    }
+    moeccl_comm_t* c = jobs[0].comm;
+    if (c->ntransports == 1 && njobs == 1) c->transport_ops[0]->wait(c->transport_state[0], 20000);
+    else usleep(50);
+  }
+}
+
+static moecclResult_t prepare(moeccl_job_t* j) {
+  moeccl_comm_t* c = j->comm;
+  if (c->async_error != moecclSuccess)
+    return moeccl_error(c, c->async_error, "communicator is broken by an earlier error; abort it (%s)",
+                        moecclGetErrorString(c->async_error));
+  MOECCL_CHECK(reserve_reqs(c, j->sched->nops));
+  if (j->sched->scratch_bytes > c->scratch_bytes) {
+    void* p = realloc(c->scratch, j->sched->scratch_bytes);
+    if (!p) return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of scratch", j->sched->scratch_bytes);
+    c->scratch = p;
+    c->scratch_bytes = j->sched->scratch_bytes;
+  }
+  if (j->sched->scratch_buf >= 0) j->sched->bufs[j->sched->scratch_buf] = c->scratch;
+  j->step = j->first_req = j->nreqs = j->pending = 0;
+  return moecclSuccess;
+}
+
+static void cancel(moeccl_job_t* jobs, int njobs, moecclResult_t rc) {
+  for (int k = 0; k < njobs; k++) {
+    moeccl_comm_t* c = jobs[k].comm;
+    for (int t = 0; t < c->ntransports; t++) c->transport_ops[t]->cancel_all(c->transport_state[t]);
+    if (c->async_error == moecclSuccess)
+      moeccl_comm_fail(c, rc, "operation failed: %s", moecclGetErrorString(rc));
+  }
+}
+
+moecclResult_t moeccl_executor_run(moeccl_job_t* jobs, int njobs) {
+  for (int k = 0; k < njobs; k++) MOECCL_CHECK(prepare(&jobs[k]));
+  moecclResult_t rc = drive(jobs, njobs);
+  if (rc != moecclSuccess) cancel(jobs, njobs, rc);
+  return rc;
+}

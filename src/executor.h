@@ -1,0 +1,24 @@
+/* The executor: the only place that moves bytes.  It runs schedules over the
+ * transports that init chose for each peer. */
+#ifndef MOECCL_EXECUTOR_H_
+#define MOECCL_EXECUTOR_H_
+
+#include "core.h"
+
+/* One schedule to run on one communicator.  Jobs of different communicators
+ * run concurrently, so a group spanning communicators cannot deadlock on the
+ * order in which they are served. */
+typedef struct {
+  moeccl_comm_t* comm;
+  moeccl_sched_t* sched;
+  /* executor's */
+  int step, first_req, nreqs, pending;
+  int self_send_head, self_recv_head;
+} moeccl_job_t;
+
+/* Runs every job to completion.  The caller holds each job's comm->lock.  On
+ * failure the failing communicator is marked broken (its async error) and
+ * every job's queued requests are dropped. */
+moecclResult_t moeccl_executor_run(moeccl_job_t* jobs, int njobs);
+
+#endif

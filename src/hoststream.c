@@ -1,0 +1,145 @@
+/*
+ * Host streams: an in-order queue of captured operations served by one
+ * library thread, so host-memory operations can overlap the caller's compute
+ * (the MoE layer overlaps expert compute with dispatch and combine).
+ */
+#include "enqueue.h"
+
+#include <stdlib.h>
+
+typedef struct work {
+  moeccl_task_list_t list;
+  struct work* next;
+} work_t;
+
+typedef struct host_stream {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  work_t *head, *tail;
+  int busy, stop;
+  moecclResult_t error; /* first error since the last synchronize */
+  struct host_stream* next_live;
+} host_stream_t;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static host_stream_t* live_streams;
+
+int moeccl_host_stream_valid(moecclStream_t stream) {
+  pthread_mutex_lock(&registry_lock);
+  host_stream_t* s = live_streams;
+  while (s && (void*)s != stream) s = s->next_live;
+  pthread_mutex_unlock(&registry_lock);
+  return s != NULL;
+}
+
+moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream) {
+  if (!stream || moeccl_host_stream_valid(stream)) return moecclSuccess;
+  return moeccl_error(comm, moecclInvalidArgument,
+                      "stream %p is not NULL nor a live moeccl host stream (this build has no CUDA streams)", stream);
+}
+
+static void* stream_main(void* arg) {
+  host_stream_t* s = arg;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
+    if (!s->head) break;
+    work_t* w = s->head;
+    s->head = w->next;
+    if (!s->head) s->tail = NULL;
+    s->busy = 1;
+    pthread_mutex_unlock(&s->lock);
+    moecclResult_t rc = moeccl_tasks_run(&w->list);
+    free(w);
+    pthread_mutex_lock(&s->lock);
+    if (rc != moecclSuccess && s->error == moecclSuccess) s->error = rc;
+    s->busy = 0;
+    pthread_cond_broadcast(&s->cond);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+moecclResult_t moeccl_host_stream_enqueue(moecclStream_t stream, moeccl_task_list_t* list) {
+  host_stream_t* s = stream;
+  work_t* w = malloc(sizeof(*w));
+  if (!w) {
+    moeccl_tasks_free(list);
+    return moeccl_error(NULL, moecclSystemError, "out of memory");
+  }
+  w->list = *list;
+  w->next = NULL;
+  list->head = list->tail = NULL;
+  pthread_mutex_lock(&s->lock);
+  if (s->tail) s->tail->next = w;
+  else s->head = w;
+  s->tail = w;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclHostStreamCreate(moecclStream_t* stream) {
+  if (!stream) return moeccl_error(NULL, moecclInvalidArgument, "moecclHostStreamCreate: stream is NULL");
+  host_stream_t* s = calloc(1, sizeof(*s));
+  if (!s) return moeccl_error(NULL, moecclSystemError, "out of memory");
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+    free(s);
+    return moeccl_error(NULL, moecclSystemError, "moecclHostStreamCreate: cannot start a thread");
+  }
+  pthread_mutex_lock(&registry_lock);
+  s->next_live = live_streams;
+  live_streams = s;
+  pthread_mutex_unlock(&registry_lock);
+  *stream = s;
+  return moecclSuccess;
+}
+
+static moecclResult_t check_stream(moecclStream_t stream, const char* fn) {
+  if (!moeccl_host_stream_valid(stream))
+    return moeccl_error(NULL, moecclInvalidArgument, "%s: stream %p is not a live host stream", fn, stream);
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclHostStreamSynchronize(moecclStream_t stream) {
+  MOECCL_CHECK(check_stream(stream, "moecclHostStreamSynchronize"));
+  host_stream_t* s = stream;
+  pthread_mutex_lock(&s->lock);
+  while (s->head || s->busy) pthread_cond_wait(&s->cond, &s->lock);
+  moecclResult_t rc = s->error;
+  s->error = moecclSuccess;
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+MOECCL_EXPORT moecclResult_t moecclHostStreamQuery(moecclStream_t stream) {
+  MOECCL_CHECK(check_stream(stream, "moecclHostStreamQuery"));
+  host_stream_t* s = stream;
+  pthread_mutex_lock(&s->lock);
+  moecclResult_t rc = s->error != moecclSuccess ? s->error : (s->head || s->busy) ? moecclInProgress : moecclSuccess;
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+MOECCL_EXPORT moecclResult_t moecclHostStreamDestroy(moecclStream_t stream) {
+  MOECCL_CHECK(check_stream(stream, "moecclHostStreamDestroy"));
+  moecclResult_t rc = moecclHostStreamSynchronize(stream);
+  host_stream_t* s = stream;
+  pthread_mutex_lock(&registry_lock);
+  host_stream_t** p = &live_streams;
+  while (*p && *p != s) p = &(*p)->next_live;
+  if (*p) *p = s->next_live;
+  pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_lock(&s->lock);
+  s->stop = 1;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->thread, NULL);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  return rc;
+}

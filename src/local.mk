@@ -1,0 +1,18 @@
+lib_LTLIBRARIES += libmoeccl.la
+libmoeccl_la_SOURCES = \
+  src/algos/algos.c src/algos/algos.h \
+  src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c \
+  src/bootstrap.c src/bootstrap.h \
+  src/coll.c src/comm.c src/core.h \
+  src/debug.c src/debug.h \
+  src/enqueue.c src/enqueue.h src/error.c \
+  src/executor.c src/executor.h \
+  src/hoststream.c src/memalloc.c \
+  src/param.c src/param.h \
+  src/schedule.c src/schedule.h \
+  src/socket.c src/socket.h \
+  src/topo/node.c \
+  src/transport/transport.c src/transport/transport.h src/transport/shm.c
+libmoeccl_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
+libmoeccl_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
+libmoeccl_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^moeccl[A-Z]'

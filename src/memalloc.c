@@ -1,0 +1,61 @@
+/*
+ * moecclMemAlloc: host memory backed by a memfd, so that local peers can map
+ * it.  Every allocation is recorded so moecclMemFree can check its argument
+ * and the shared-memory transport can recognise such buffers.
+ */
+#include "core.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct mem_region {
+  void* base;
+  size_t size;
+  int fd;
+  struct mem_region* next;
+} mem_region_t;
+
+static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
+static mem_region_t* regions;
+
+MOECCL_EXPORT moecclResult_t moecclMemAlloc(void** ptr, size_t size) {
+  if (!ptr) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: ptr is NULL");
+  if (size == 0) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: size is 0");
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (size > SIZE_MAX - page) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: size %zu too large", size);
+  size_t mapped = (size + page - 1) / page * page;
+  mem_region_t* r = calloc(1, sizeof(*r));
+  if (!r) return moeccl_error(NULL, moecclSystemError, "moecclMemAlloc: out of memory");
+  r->fd = memfd_create("moeccl-mem", MFD_CLOEXEC);
+  if (r->fd < 0 || ftruncate(r->fd, (off_t)mapped) != 0) goto fail;
+  r->base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+  if (r->base == MAP_FAILED) goto fail;
+  r->size = mapped;
+  pthread_mutex_lock(&regions_lock);
+  r->next = regions;
+  regions = r;
+  pthread_mutex_unlock(&regions_lock);
+  *ptr = r->base;
+  return moecclSuccess;
+fail:
+  if (r->fd >= 0) close(r->fd);
+  free(r);
+  return moeccl_error(NULL, moecclSystemError, "moecclMemAlloc: cannot allocate %zu bytes of shareable memory", size);
+}
+
+MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
+  if (!ptr) return moecclSuccess; /* like free(NULL) */
+  pthread_mutex_lock(&regions_lock);
+  mem_region_t** p = &regions;
+  while (*p && (*p)->base != ptr) p = &(*p)->next;
+  mem_region_t* r = *p;
+  if (r) *p = r->next;
+  pthread_mutex_unlock(&regions_lock);
+  if (!r) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemFree: %p was not returned by moecclMemAlloc", ptr);
+  munmap(r->base, r->size);
+  close(r->fd);
+  free(r);
+  return moecclSuccess;
+}

@@ -1,0 +1,124 @@
+/* The one table of MOECCL_* variables: name, type, default, one-line help.
+ * man/moeccl-env.7.md documents the same list; tests/test_param checks it. */
+#include "param.h"
+#include "debug.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+const moeccl_param_t moeccl_params[] = {
+    {"MOECCL_DEBUG", MOECCL_PARAM_STR, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE"},
+    {"MOECCL_DEBUG_SUBSYS", MOECCL_PARAM_STR, "ALL",
+     "subsystems to log: INIT,BOOT,SHM,COLL,P2P,ALGO,ENV,NET,ALL; a leading ^ inverts"},
+    {"MOECCL_DEBUG_FILE", MOECCL_PARAM_STR, "", "log to this file instead of stderr; %h host, %p pid"},
+    {"MOECCL_TIMEOUT", MOECCL_PARAM_INT, "300", "seconds any wait may last before moecclTimeout"},
+    {"MOECCL_COMM_ID", MOECCL_PARAM_STR, "", "host:port of the root bootstrap socket"},
+    {"MOECCL_SOCKET_IFNAME", MOECCL_PARAM_STR, "",
+     "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only"},
+    {"MOECCL_HOSTID", MOECCL_PARAM_STR, "", "node identity; ranks with different ids act as separate nodes"},
+    {"MOECCL_ALGO", MOECCL_PARAM_STR, "", "force the all-to-all algorithm: direct or pairwise"},
+    {"MOECCL_SHM_EAGER_SIZE", MOECCL_PARAM_SIZE, "16384",
+     "messages up to this size go through shared-memory slots; larger ones are copied once"},
+    {"MOECCL_SHM_SLOTS", MOECCL_PARAM_INT, "16", "shared-memory slots per ordered pair of local ranks"},
+    {"MOECCL_SHM_CHUNK_SIZE", MOECCL_PARAM_SIZE, "1048576",
+     "bytes a single-copy transfer moves before the executor looks at other work"},
+    {"MOECCL_CMA_DISABLE", MOECCL_PARAM_BOOL, "0",
+     "1: no cross-memory attach; large messages are pipelined through the slots"},
+    {"MOECCL_SPIN_COUNT", MOECCL_PARAM_INT, "2000",
+     "polls before a waiting rank yields the core; oversubscribed nodes spin less"},
+};
+const int moeccl_nparams = sizeof(moeccl_params) / sizeof(moeccl_params[0]);
+
+static const moeccl_param_t* param_find(const char* name) {
+  for (int i = 0; i < moeccl_nparams; i++)
+    if (strcmp(moeccl_params[i].name, name) == 0) return &moeccl_params[i];
+  assert(!"unknown MOECCL_ parameter");
+  return NULL;
+}
+
+int moeccl_parse_size(const char* s, size_t* out) {
+  if (!s || !isdigit((unsigned char)*s)) return -1;
+  errno = 0;
+  char* end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno) return -1;
+  unsigned shift = 0;
+  switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    default: break;
+  }
+  if (*end == 'i' || *end == 'B') end++; /* "KiB", "KB" */
+  if (*end == 'B') end++;
+  if (*end != '\0' || (shift && v > (SIZE_MAX >> shift))) return -1;
+  *out = (size_t)(v << shift);
+  return 0;
+}
+
+static int parse_int(const char* s, int64_t* out) {
+  errno = 0;
+  char* end = NULL;
+  long long v = strtoll(s, &end, 0);
+  if (errno || end == s || *end != '\0') return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_bool(const char* s, int64_t* out) {
+  if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on"))
+    return *out = 1, 0;
+  if (!strcmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "false") || !strcasecmp(s, "off"))
+    return *out = 0, 0;
+  return -1;
+}
+
+/* Parses name's value (env or default) as an integer-like type. */
+static int64_t param_number(const char* name) {
+  const moeccl_param_t* p = param_find(name);
+  if (!p) return 0;
+  const char* env = getenv(name);
+  for (int pass = 0; pass < 2; pass++) {
+    const char* s = pass == 0 ? env : p->default_value;
+    if (!s || !*s) continue;
+    int64_t v = 0;
+    size_t sz = 0;
+    int rc;
+    if (p->type == MOECCL_PARAM_BOOL) {
+      rc = parse_bool(s, &v);
+    } else if (p->type == MOECCL_PARAM_SIZE) {
+      rc = moeccl_parse_size(s, &sz);
+      v = (int64_t)sz;
+    } else {
+      rc = parse_int(s, &v);
+    }
+    if (rc == 0) return v;
+    if (pass == 0) WARN(ENV, "ignoring %s=%s: not a valid value, using %s", name, s, p->default_value);
+  }
+  return 0;
+}
+
+int64_t moeccl_param_int(const char* name) { return param_number(name); }
+size_t moeccl_param_size(const char* name) { return (size_t)param_number(name); }
+int moeccl_param_bool(const char* name) { return param_number(name) != 0; }
+
+const char* moeccl_param_str(const char* name) {
+  const moeccl_param_t* p = param_find(name);
+  const char* env = getenv(name);
+  if (env && *env) return env;
+  return p ? p->default_value : NULL;
+}
+
+void moeccl_param_log_all(void) {
+  for (int i = 0; i < moeccl_nparams; i++) {
+    const char* env = getenv(moeccl_params[i].name);
+    const char* v = env && *env ? env : moeccl_params[i].default_value;
+    moeccl_log(MOECCL_LOG_INFO, MOECCL_SUBSYS_ENV, __FILE__, __LINE__, "%s=%s (%s)",
+               moeccl_params[i].name, v, env && *env ? "environment" : "default");
+  }
+}

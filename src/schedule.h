@@ -1,0 +1,87 @@
+/*
+ * A schedule is data: the ordered steps one rank runs for one operation.
+ * Each op moves a byte range: SEND from a buffer to a peer, RECV from a peer
+ * into a buffer, COPY between two local buffers.  Ops in a step may run in
+ * any order and concurrently; a step starts when the previous one finished.
+ * Messages between a pair of ranks match in the order they are posted.
+ * Buffers are named by index into the schedule's buffer table, so the same
+ * schedule can be run by the executor, checked byte for byte by a unit test,
+ * or priced by a simulator without memory.
+ */
+#ifndef MOECCL_SCHEDULE_H_
+#define MOECCL_SCHEDULE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moeccl.h"
+
+typedef enum { MOECCL_OP_SEND = 0, MOECCL_OP_RECV = 1, MOECCL_OP_COPY = 2 } moeccl_op_type_t;
+
+/* Standard buffer indices of a collective's schedule. */
+enum { MOECCL_BUF_SEND = 0, MOECCL_BUF_RECV = 1, MOECCL_BUF_SCRATCH = 2, MOECCL_BUF_NSTD = 3 };
+
+typedef struct {
+  uint8_t type;     /* moeccl_op_type_t */
+  uint8_t reserved[3];
+  int32_t peer;     /* SEND/RECV: comm rank; COPY: -1 */
+  uint32_t src_buf; /* SEND/COPY */
+  uint32_t dst_buf; /* RECV/COPY */
+  uint64_t src_off;
+  uint64_t dst_off;
+  uint64_t bytes;
+} moeccl_sched_op_t;
+
+typedef struct {
+  moeccl_sched_op_t* ops;
+  int nops, ops_cap;
+  int* step_end; /* step s holds ops [step_end[s-1], step_end[s]) */
+  int nsteps, steps_cap;
+  void** bufs; /* buffer table; NULL entries are fine for schedule-only uses */
+  int nbufs, bufs_cap;
+  size_t scratch_bytes; /* size of the scratch buffer the executor provides */
+  int scratch_buf;      /* its index in bufs, or -1 when the schedule has none */
+} moeccl_sched_t;
+
+/* Empties a schedule, keeping its memory for the next call (MoE splits change
+ * every step; planning must not allocate on the hot path). */
+void moeccl_sched_reset(moeccl_sched_t* s);
+void moeccl_sched_free(moeccl_sched_t* s);
+/* Appends an op to the current step; zero-byte ops are dropped. */
+moecclResult_t moeccl_sched_add(moeccl_sched_t* s, moeccl_op_type_t type, int peer,
+                                uint32_t src_buf, uint64_t src_off, uint32_t dst_buf,
+                                uint64_t dst_off, uint64_t bytes);
+/* Closes the current step (an empty step is not recorded). */
+moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s);
+/* Appends a buffer to the table, returns its index in *index. */
+moecclResult_t moeccl_sched_add_buf(moeccl_sched_t* s, void* buf, uint32_t* index);
+/* Makes sure ops and steps can grow by at least n without reallocating. */
+moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps);
+
+/* Description of one all-to-all(v) as the algorithms see it: byte counts and
+ * byte displacements per peer.  For a uniform alltoall the arrays are NULL and
+ * block_bytes is used. */
+typedef struct {
+  int rank, nranks;
+  size_t block_bytes;           /* uniform: bytes per peer */
+  const size_t* send_counts;    /* v: elements */
+  const size_t* send_displs;
+  const size_t* recv_counts;
+  const size_t* recv_displs;
+  size_t elem_size;
+} moeccl_a2a_desc_t;
+
+static inline size_t moeccl_a2a_send_bytes(const moeccl_a2a_desc_t* d, int peer) {
+  return d->send_counts ? d->send_counts[peer] * d->elem_size : d->block_bytes;
+}
+static inline size_t moeccl_a2a_send_off(const moeccl_a2a_desc_t* d, int peer) {
+  return d->send_counts ? d->send_displs[peer] * d->elem_size : (size_t)peer * d->block_bytes;
+}
+static inline size_t moeccl_a2a_recv_bytes(const moeccl_a2a_desc_t* d, int peer) {
+  return d->recv_counts ? d->recv_counts[peer] * d->elem_size : d->block_bytes;
+}
+static inline size_t moeccl_a2a_recv_off(const moeccl_a2a_desc_t* d, int peer) {
+  return d->recv_counts ? d->recv_displs[peer] * d->elem_size : (size_t)peer * d->block_bytes;
+}
+
+#endif

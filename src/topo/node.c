@@ -1,0 +1,64 @@
+/* Node identity and process liveness, read from /proc. */
+#include "core.h"
+#include "param.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t fnv1a(uint64_t h, const char* s) {
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+  return h;
+}
+
+/* MOECCL_HOSTID when set; otherwise hostname plus the kernel boot id, so two
+ * containers with one hostname on different machines still differ. */
+uint64_t moeccl_host_hash(char* hostname, size_t len) {
+  gethostname(hostname, len - 1);
+  hostname[len - 1] = '\0';
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const char* forced = moeccl_param_str("MOECCL_HOSTID");
+  if (forced && *forced) return fnv1a(fnv1a(h, "hostid:"), forced);
+  h = fnv1a(h, hostname);
+  char boot[64] = "";
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(boot, sizeof(boot), f)) boot[0] = '\0';
+    fclose(f);
+  }
+  return fnv1a(h, boot);
+}
+
+/* Field 22 of /proc/pid/stat (start time in clock ticks); state in *state. */
+static uint64_t read_stat(pid_t pid, char* state) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char* p = strrchr(buf, ')'); /* the command name may hold spaces */
+  if (!p) return 0;
+  p += 2;
+  *state = *p;
+  for (int field = 3; field < 22 && p; field++) {
+    p = strchr(p, ' ');
+    if (p) p++;
+  }
+  return p ? strtoull(p, NULL, 10) : 0;
+}
+
+uint64_t moeccl_pid_start_time(pid_t pid) {
+  char state = '?';
+  return read_stat(pid, &state);
+}
+
+int moeccl_process_alive(pid_t pid, uint64_t start) {
+  char state = '?';
+  uint64_t now = read_stat(pid, &state);
+  if (now == 0 || now != start) return 0;
+  return state != 'Z' && state != 'X' && state != 'x';
+}

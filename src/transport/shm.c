@@ -1,0 +1,470 @@
+/*
+ * Shared-memory transport: ranks of one node, host memory.
+ *
+ * One segment per communicator and node holds, for every ordered pair of
+ * local ranks, a ring of slots.  A message up to one slot travels eagerly:
+ * the sender copies it into a slot, the receiver copies it out.  A larger
+ * message is copied once: the sender publishes its address in a slot and the
+ * receiver pulls it with process_vm_readv (Linux cross-memory attach) in
+ * chunks, then frees the slot, which completes the send.  Without CMA, large
+ * messages stream through the slots (two copies, pipelined).
+ *
+ * Waiting: a rank that finds nothing to do spins, then sleeps on a futex in
+ * its own doorbell word; whoever publishes or frees a slot for it rings it.
+ */
+#include "transport/transport.h"
+#include "param.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+
+#define SHM_MAGIC 0x6d6f6573686d3031ULL
+#define CACHELINE 64
+
+enum { SLOT_FRAG = 1, SLOT_RNDV = 2 };
+
+typedef struct {
+  _Atomic uint64_t seq; /* slot sequence + 1 once the slot is filled */
+  uint32_t kind;
+  uint32_t pad;
+  uint64_t msg_bytes;  /* whole message (every fragment carries it) */
+  uint64_t frag_bytes; /* SLOT_FRAG: bytes in this slot */
+  uint64_t addr;       /* SLOT_RNDV: the sender's buffer */
+  uint64_t reserved[3];
+} slot_hdr_t;
+_Static_assert(sizeof(slot_hdr_t) == CACHELINE, "slot header is one cache line");
+
+typedef struct {
+  uint64_t magic;
+  int32_t nlocal;
+  int32_t nslots;
+  uint64_t slot_bytes;
+  _Atomic int32_t abort_rank; /* comm rank + 1 of a dead rank, 0 if none */
+} seg_header_t;
+
+typedef struct {
+  _Atomic uint32_t doorbell;
+  _Atomic uint32_t sleeping;
+  char pad[CACHELINE - 8];
+} rank_area_t;
+
+typedef struct {
+  _Atomic uint64_t tail; /* slots the receiver has consumed */
+  char pad[CACHELINE - 8];
+} chan_ctrl_t;
+
+typedef struct {
+  int comm_rank;
+  pid_t pid;
+  uint64_t pid_start;
+  moeccl_req_t *send_head, *send_tail;
+  moeccl_req_t *recv_head, *recv_tail;
+  uint64_t send_seq; /* next slot this rank fills towards the peer */
+  uint64_t recv_seq; /* next slot this rank reads from the peer */
+} shm_peer_t;
+
+typedef struct {
+  moeccl_comm_t* comm;
+  char name[96];
+  void* base;
+  size_t size;
+  int nlocal, me, nslots, use_cma;
+  size_t slot_bytes, slot_stride, chunk;
+  seg_header_t* hdr;
+  rank_area_t* ranks;
+  chan_ctrl_t* ctrl;
+  char* slots;
+  shm_peer_t* peers; /* by local index */
+  uint32_t armed;
+} shm_state_t;
+
+static long futex(_Atomic uint32_t* addr, int op, uint32_t val, const struct timespec* ts) {
+  return syscall(SYS_futex, (uint32_t*)addr, op, val, ts, NULL, 0);
+}
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static int chan(const shm_state_t* s, int from, int to) { return from * s->nlocal + to; }
+
+static slot_hdr_t* slot_at(const shm_state_t* s, int ch, uint64_t seq) {
+  size_t idx = (size_t)ch * (size_t)s->nslots + (size_t)(seq % (uint64_t)s->nslots);
+  return (slot_hdr_t*)(s->slots + idx * s->slot_stride);
+}
+
+static void ring(shm_state_t* s, int local) {
+  rank_area_t* r = &s->ranks[local];
+  atomic_fetch_add(&r->doorbell, 1);
+  if (atomic_load(&r->sleeping)) futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static int shm_can_reach(const moeccl_comm_t* comm, int peer) {
+  return comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash;
+}
+
+/* ---- setup ------------------------------------------------------------- */
+
+static size_t segment_size(const shm_state_t* s) {
+  size_t pairs = (size_t)s->nlocal * (size_t)s->nlocal;
+  return 4096 + align_up(sizeof(rank_area_t) * (size_t)s->nlocal, 4096) +
+         align_up(sizeof(chan_ctrl_t) * pairs, 4096) + pairs * (size_t)s->nslots * s->slot_stride;
+}
+
+static void layout(shm_state_t* s) {
+  char* p = s->base;
+  s->hdr = (seg_header_t*)p;
+  p += 4096;
+  s->ranks = (rank_area_t*)p;
+  p += align_up(sizeof(rank_area_t) * (size_t)s->nlocal, 4096);
+  s->ctrl = (chan_ctrl_t*)p;
+  p += align_up(sizeof(chan_ctrl_t) * (size_t)s->nlocal * (size_t)s->nlocal, 4096);
+  s->slots = p;
+}
+
+static int map_segment(shm_state_t* s, int create) {
+  int fd = shm_open(s->name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
+  if (fd < 0) return -1;
+  int ok = !create || ftruncate(fd, (off_t)s->size) == 0;
+  if (ok) {
+    s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ok = s->base != MAP_FAILED;
+    if (!ok) s->base = NULL;
+  }
+  close(fd);
+  if (!ok) return -1;
+  layout(s);
+  if (create) {
+    s->hdr->magic = SHM_MAGIC;
+    s->hdr->nlocal = s->nlocal;
+    s->hdr->nslots = s->nslots;
+    s->hdr->slot_bytes = s->slot_bytes;
+  }
+  return 0;
+}
+
+/* Reads one word from every local peer's memory: CMA works only if the
+ * kernel allows this process to ptrace the peer. */
+static int probe_cma(const shm_state_t* s) {
+  for (int l = 0; l < s->nlocal; l++) {
+    if (l == s->me) continue;
+    const moeccl_peer_info_t* pi = &s->comm->peers[s->peers[l].comm_rank];
+    uint64_t word = 0;
+    struct iovec local = {&word, sizeof(word)}, remote = {(void*)(uintptr_t)pi->cma_probe_addr, sizeof(word)};
+    if (process_vm_readv(pi->pid, &local, 1, &remote, 1, 0) != sizeof(word) || word != 0x6d6f6563636c2121ULL) {
+      INFO(SHM, "CMA from pid %d failed (%s): large messages use the slots", pi->pid, strerror(errno));
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
+  shm_state_t* s = calloc(1, sizeof(*s));
+  if (!s) return moecclSystemError;
+  s->comm = comm;
+  s->nlocal = comm->nlocal;
+  s->me = comm->local_rank;
+  s->nslots = (int)moeccl_param_int("MOECCL_SHM_SLOTS");
+  if (s->nslots < 2) s->nslots = 2;
+  s->slot_bytes = moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
+  if (s->slot_bytes < 256) s->slot_bytes = 256;
+  s->slot_bytes = align_up(s->slot_bytes, CACHELINE);
+  s->slot_stride = sizeof(slot_hdr_t) + s->slot_bytes;
+  s->chunk = moeccl_param_size("MOECCL_SHM_CHUNK_SIZE");
+  if (s->chunk < 4096) s->chunk = 4096;
+  s->peers = calloc((size_t)s->nlocal, sizeof(*s->peers));
+  if (!s->peers) return free(s), moecclSystemError;
+  for (int l = 0; l < s->nlocal; l++) {
+    const moeccl_peer_info_t* pi = &comm->peers[comm->local_ranks[l]];
+    s->peers[l] = (shm_peer_t){.comm_rank = comm->local_ranks[l], .pid = pi->pid, .pid_start = pi->pid_start};
+  }
+  snprintf(s->name, sizeof(s->name), "/moeccl-%016llx-%016llx", (unsigned long long)comm->nonce,
+           (unsigned long long)comm->peers[comm->rank].host_hash);
+  s->size = segment_size(s);
+  *out = s;
+  return moecclSuccess;
+}
+
+static void shm_fini(void* state);
+
+/* Collective: the first local rank creates the segment, the others map it
+ * after a barrier, and it is unlinked once all have it, so nothing is left
+ * in /dev/shm even if a rank dies later. */
+static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, void** state) {
+  shm_state_t* s;
+  MOECCL_CHECK(state_alloc(comm, &s));
+  int needed = comm->nlocal > 1, ok = 1;
+  if (needed && s->me == 0) ok = map_segment(s, 1) == 0;
+  moecclResult_t rc = moeccl_bootstrap_barrier(comm->boot);
+  if (rc == moecclSuccess && needed && s->me != 0 && ok) ok = map_segment(s, 0) == 0;
+  if (rc == moecclSuccess) rc = moeccl_bootstrap_barrier(comm->boot);
+  if (needed && s->me == 0) shm_unlink(s->name);
+  int32_t* flags = calloc((size_t)comm->nranks * 2, sizeof(int32_t));
+  if (!flags) rc = moecclSystemError;
+  if (rc == moecclSuccess) {
+    flags[2 * comm->rank] = ok;
+    flags[2 * comm->rank + 1] = needed && ok && !moeccl_param_bool("MOECCL_CMA_DISABLE") && probe_cma(s);
+    rc = moeccl_bootstrap_allgather(comm->boot, flags, 2 * sizeof(int32_t));
+  }
+  s->use_cma = needed;
+  for (int l = 0; rc == moecclSuccess && l < s->nlocal; l++) {
+    int r = s->peers[l].comm_rank;
+    if (!flags[2 * r])
+      rc = moeccl_error(comm, moecclSystemError, "shm: rank %d could not map segment %s (%zu bytes)", r,
+                        s->name, s->size);
+    s->use_cma &= flags[2 * r + 1];
+  }
+  free(flags);
+  if (rc != moecclSuccess) {
+    shm_fini(s);
+    return rc;
+  }
+  if (needed)
+    INFO(SHM, "rank %d: shm segment %s, %d local ranks, %d slots of %zu bytes, single copy %s", comm->rank,
+         s->name, s->nlocal, s->nslots, s->slot_bytes, s->use_cma ? "CMA" : "off");
+  *state = s;
+  return moecclSuccess;
+}
+
+static void shm_fini(void* state) {
+  shm_state_t* s = state;
+  if (!s) return;
+  if (s->base) munmap(s->base, s->size);
+  free(s->peers);
+  free(s);
+}
+
+/* ---- data path ---------------------------------------------------------- */
+
+static void enqueue(moeccl_req_t** head, moeccl_req_t** tail, moeccl_req_t* r) {
+  r->next = NULL;
+  if (*tail) (*tail)->next = r;
+  else *head = r;
+  *tail = r;
+}
+
+static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
+  shm_state_t* s = state;
+  int l = s->comm->peer_local_index[r->peer];
+  if (l < 0) return moecclInternalError;
+  shm_peer_t* p = &s->peers[l];
+  r->progress = 0;
+  r->aux = 0;
+  if (r->type == MOECCL_REQ_SEND) enqueue(&p->send_head, &p->send_tail, r);
+  else enqueue(&p->recv_head, &p->recv_tail, r);
+  return moecclSuccess;
+}
+
+static int is_rndv(const shm_state_t* s, const moeccl_req_t* r) {
+  return s->use_cma && r->bytes > s->slot_bytes;
+}
+
+/* Whether every slot r needs has been written (r->aux marks a published
+ * single-copy descriptor). */
+static int fully_pushed(const shm_state_t* s, const moeccl_req_t* r) {
+  return is_rndv(s, r) ? r->aux != 0 : r->progress >= r->bytes;
+}
+
+/* Fills as many slots as the ring allows with r's next bytes.  Returns 1 when
+ * anything was written. */
+static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
+  int ch = chan(s, s->me, l), moved = 0;
+  uint64_t tail = atomic_load_explicit(&s->ctrl[ch].tail, memory_order_acquire);
+  while (!fully_pushed(s, r) && p->send_seq - tail < (uint64_t)s->nslots) {
+    slot_hdr_t* h = slot_at(s, ch, p->send_seq);
+    h->msg_bytes = r->bytes;
+    if (is_rndv(s, r)) {
+      h->kind = SLOT_RNDV;
+      h->addr = (uint64_t)(uintptr_t)r->buf;
+      r->seq = p->send_seq; /* done when the receiver frees this slot */
+      TRACE(SHM, "rndv to rank %d seq %llu addr %p bytes %zu", p->comm_rank, (unsigned long long)p->send_seq, r->buf, r->bytes);
+      r->aux = 1;
+    } else {
+      size_t n = r->bytes - r->progress < s->slot_bytes ? r->bytes - r->progress : s->slot_bytes;
+      h->kind = SLOT_FRAG;
+      h->frag_bytes = n;
+      memcpy((char*)(h + 1), (char*)r->buf + r->progress, n);
+      r->progress += n;
+    }
+    atomic_store_explicit(&h->seq, p->send_seq + 1, memory_order_release);
+    p->send_seq++;
+    moved = 1;
+  }
+  if (moved) ring(s, l);
+  return moved;
+}
+
+static int send_complete(shm_state_t* s, int l, const moeccl_req_t* r) {
+  if (!fully_pushed(s, r)) return 0;
+  if (!is_rndv(s, r)) return 1; /* eager: complete once copied into the slots */
+  return atomic_load_explicit(&s->ctrl[chan(s, s->me, l)].tail, memory_order_acquire) > r->seq;
+}
+
+static int progress_sends(shm_state_t* s, int l, shm_peer_t* p) {
+  int moved = 0, blocked = 0;
+  moeccl_req_t *prev = NULL, *r = p->send_head;
+  while (r) {
+    moeccl_req_t* next = r->next;
+    /* Messages enter the ring in order: stop pushing at the first that does not fit. */
+    if (!blocked && !fully_pushed(s, r)) {
+      moved |= push_send(s, l, p, r);
+      blocked = !fully_pushed(s, r);
+    }
+    if (send_complete(s, l, r)) {
+      if (prev) prev->next = next;
+      else p->send_head = next;
+      if (p->send_tail == r) p->send_tail = prev;
+      r->done = 1;
+      moved = 1;
+    } else {
+      prev = r;
+    }
+    r = next;
+  }
+  return moved;
+}
+
+static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, size_t posted) {
+  return moeccl_comm_fail(s->comm, moecclInvalidUsage,
+                          "message from rank %d is %llu bytes but the receive posted for it is %zu bytes",
+                          p->comm_rank, (unsigned long long)got, posted);
+}
+
+/* Pulls up to one chunk of a single-copy message from the sender. */
+static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h, moeccl_req_t* r) {
+  size_t n = h->msg_bytes - r->progress;
+  if (n > s->chunk) n = s->chunk;
+  struct iovec local = {(char*)r->buf + r->progress, n};
+  struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
+  ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
+  TRACE(SHM, "pull from rank %d seq %llu addr %p bytes %zu", p->comm_rank, (unsigned long long)p->recv_seq, (void*)(uintptr_t)h->addr, n);
+  if (got <= 0) {
+    if (got < 0 && errno == EINTR) return moecclSuccess;
+    return moeccl_comm_fail(s->comm, moecclRemoteError, "shm: reading %zu bytes from rank %d (pid %d) failed: %s",
+                            n, p->comm_rank, (int)p->pid, got < 0 ? strerror(errno) : "short read");
+  }
+  r->progress += (size_t)got;
+  return moecclSuccess;
+}
+
+/* Consumes ready slots into the posted receives, in order. */
+static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* moved) {
+  int ch = chan(s, l, s->me);
+  while (p->recv_head) {
+    moeccl_req_t* r = p->recv_head;
+    slot_hdr_t* h = slot_at(s, ch, p->recv_seq);
+    if (atomic_load_explicit(&h->seq, memory_order_acquire) != p->recv_seq + 1) return moecclSuccess;
+    if (h->msg_bytes > r->bytes) return truncated(s, p, h->msg_bytes, r->bytes);
+    int slot_done;
+    if (h->kind == SLOT_RNDV) {
+      MOECCL_CHECK(pull_rndv(s, p, h, r));
+      slot_done = r->progress == h->msg_bytes;
+    } else {
+      memcpy((char*)r->buf + r->progress, (const char*)(h + 1), h->frag_bytes);
+      r->progress += h->frag_bytes;
+      slot_done = 1;
+    }
+    *moved = 1;
+    if (!slot_done) return moecclSuccess; /* one chunk per pass: let other peers move */
+    int msg_done = r->progress == h->msg_bytes;
+    p->recv_seq++;
+    atomic_store_explicit(&s->ctrl[ch].tail, p->recv_seq, memory_order_release);
+    ring(s, l);
+    if (msg_done) {
+      r->bytes = r->progress; /* a shorter message completes the receive */
+      p->recv_head = r->next;
+      if (!p->recv_head) p->recv_tail = NULL;
+      r->done = 1;
+    }
+  }
+  return moecclSuccess;
+}
+
+static moecclResult_t check_abort(shm_state_t* s) {
+  int32_t dead = atomic_load_explicit(&s->hdr->abort_rank, memory_order_relaxed);
+  if (dead == 0) return moecclSuccess;
+  const moeccl_peer_info_t* pi = &s->comm->peers[dead - 1];
+  return moeccl_comm_fail(s->comm, moecclRemoteError, "rank %d (pid %d on %s) died; communicator aborted",
+                          dead - 1, (int)pi->pid, pi->hostname);
+}
+
+static moecclResult_t shm_progress(void* state, int* progressed) {
+  shm_state_t* s = state;
+  if (!s->base) return moecclSuccess;
+  MOECCL_CHECK(check_abort(s));
+  for (int l = 0; l < s->nlocal; l++) {
+    shm_peer_t* p = &s->peers[l];
+    if (p->send_head) *progressed |= progress_sends(s, l, p);
+    if (p->recv_head) MOECCL_CHECK(progress_recvs(s, l, p, progressed));
+  }
+  return moecclSuccess;
+}
+
+static void shm_arm(void* state) {
+  shm_state_t* s = state;
+  if (s->base) s->armed = atomic_load(&s->ranks[s->me].doorbell);
+}
+
+static void shm_wait(void* state, int64_t timeout_us) {
+  shm_state_t* s = state;
+  if (!s->base) {
+    usleep((useconds_t)timeout_us);
+    return;
+  }
+  rank_area_t* me = &s->ranks[s->me];
+  atomic_store(&me->sleeping, 1);
+  if (atomic_load(&me->doorbell) == s->armed) {
+    struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
+    futex(&me->doorbell, FUTEX_WAIT, s->armed, &ts);
+  }
+  atomic_store(&me->sleeping, 0);
+}
+
+static moecclResult_t shm_check_peers(void* state) {
+  shm_state_t* s = state;
+  if (!s->base) return moecclSuccess;
+  MOECCL_CHECK(check_abort(s));
+  for (int l = 0; l < s->nlocal; l++) {
+    shm_peer_t* p = &s->peers[l];
+    if (l == s->me || moeccl_process_alive(p->pid, p->pid_start)) continue;
+    int32_t expected = 0;
+    atomic_compare_exchange_strong(&s->hdr->abort_rank, &expected, p->comm_rank + 1);
+    for (int o = 0; o < s->nlocal; o++) ring(s, o); /* wake everyone to see the abort */
+    return check_abort(s);
+  }
+  return moecclSuccess;
+}
+
+static void shm_cancel_all(void* state) {
+  shm_state_t* s = state;
+  for (int l = 0; l < s->nlocal; l++) {
+    s->peers[l].send_head = s->peers[l].send_tail = NULL;
+    s->peers[l].recv_head = s->peers[l].recv_tail = NULL;
+  }
+}
+
+const moeccl_transport_ops_t moeccl_shm_ops = {
+    .name = "shm",
+    .can_reach = shm_can_reach,
+    .init = shm_init,
+    .post = shm_post,
+    .progress = shm_progress,
+    .arm = shm_arm,
+    .wait = shm_wait,
+    .check_peers = shm_check_peers,
+    .cancel_all = shm_cancel_all,
+    .fini = shm_fini,
+};

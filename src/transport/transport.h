@@ -1,0 +1,68 @@
+/*
+ * The transport contract.  A transport moves the bytes of SEND and RECV ops
+ * between this rank and the peers it reaches; the executor drives it through
+ * this table and never knows which one it drives.  Transports live in a
+ * priority-ordered array (transport.c); for each peer the first one that can
+ * reach it wins, unless the environment vetoes it.
+ *
+ * Matching: messages between one sender and one receiver on a communicator
+ * match in the order they were posted on each side.  A message shorter than
+ * the receive completes it; a longer one is an error (truncation).
+ */
+#ifndef MOECCL_TRANSPORT_H_
+#define MOECCL_TRANSPORT_H_
+
+#include "core.h"
+
+typedef enum { MOECCL_REQ_SEND = 0, MOECCL_REQ_RECV = 1 } moeccl_req_type_t;
+
+/* One posted send or receive.  Owned by the executor; the transport links it
+ * into its queues between post() and completion and must not touch it after
+ * setting done. */
+typedef struct moeccl_req {
+  int type; /* moeccl_req_type_t */
+  int peer; /* comm rank */
+  void* buf;
+  size_t bytes;
+  volatile int done;
+  struct moeccl_req* next; /* transport's queue link */
+  size_t progress;         /* transport's: bytes moved so far */
+  uint64_t seq;            /* transport's: message sequence number */
+  uint64_t aux;            /* transport's */
+} moeccl_req_t;
+
+typedef struct moeccl_transport_ops {
+  const char* name;
+  /* Whether this transport can reach peer, from the peer table alone.  Must
+   * give the same answer on both ranks of a pair.  Called before init. */
+  int (*can_reach)(const moeccl_comm_t* comm, int peer);
+  /* Collective over the communicator, called by every rank in the same order:
+   * sets up what the peers marked in use[] (nranks entries, 1 = this transport)
+   * need.  Uses comm->boot for exchanges.  Returns the state in *state. */
+  moecclResult_t (*init)(moeccl_comm_t* comm, const uint8_t* use, void** state);
+  /* Queues req; never blocks.  Errors here are local (no resources). */
+  moecclResult_t (*post)(void* state, moeccl_req_t* req);
+  /* Moves whatever can move without waiting; may copy up to one chunk per
+   * request.  Sets req->done on completion and *progressed when anything
+   * moved.  A failure (dead or aborted peer, truncation) marks the
+   * communicator failed through moeccl_comm_fail, naming the peer. */
+  moecclResult_t (*progress)(void* state, int* progressed);
+  /* Remembers what the transport has seen, before a progress() pass that may
+   * find nothing; wait() then sleeps only if nothing changed since. */
+  void (*arm)(void* state);
+  /* Sleeps until a peer may have made progress for us, or timeout_us passed.
+   * May return early. */
+  void (*wait)(void* state, int64_t timeout_us);
+  /* Checks that the peers this transport reaches are alive; a dead one fails
+   * the communicator (naming it) and tells the others. */
+  moecclResult_t (*check_peers)(void* state);
+  /* Drops every queued request (after a failure); the buffers are the
+   * caller's again once it returns. */
+  void (*cancel_all)(void* state);
+  /* Local: frees the state.  Never waits on peers. */
+  void (*fini)(void* state);
+} moeccl_transport_ops_t;
+
+extern const moeccl_transport_ops_t moeccl_shm_ops;
+
+#endif
