@@ -60,6 +60,7 @@ struct moecclComm {
 
   volatile moecclResult_t async_error; /* sticky: set when the comm broke */
   char last_error[512];
+  char fail_text[512]; /* why async_error was set */
 };
 typedef struct moecclComm moeccl_comm_t;
 

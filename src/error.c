@@ -52,6 +52,7 @@ moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const c
   va_start(ap, fmt);
   record(comm, err, fmt, ap);
   va_end(ap);
+  snprintf(comm->fail_text, sizeof(comm->fail_text), "%s", comm->last_error);
   __atomic_store_n(&comm->async_error, err, __ATOMIC_RELEASE);
   return err;
 }

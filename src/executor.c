@@ -153,11 +153,16 @@ static int spin_limit(const moeccl_comm_t* c) {
   return spins < 0 ? 0 : spins;
 }
 
-/* Waits for the jobs' current steps; starts the next steps as steps finish. */
+/* Waits for the jobs' current steps; starts the next steps as steps finish.
+ * Idle waiting goes spin -> yield -> sleep: spinning answers fastest when
+ * every rank has a core; yielding hands the core to a peer that has work
+ * when ranks outnumber cores; after YIELD_WINDOW of nothing the rank sleeps
+ * in the transport (futex) and burns no core. */
+#define YIELD_WINDOW 0.002
 static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
   int spins = 0, spin_max = spin_limit(jobs[0].comm);
   double timeout = jobs[0].comm->timeout, now = moeccl_now();
-  double last_progress = now, next_check = now + LIVENESS_PERIOD;
+  double idle_since = 0, next_check = now + LIVENESS_PERIOD;
   for (;;) {
     int active = 0, progressed = 0;
     for (int k = 0; k < njobs; k++) {
@@ -165,11 +170,12 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
       active += jobs[k].pending > 0;
     }
     if (!active) return moecclSuccess;
-    MOECCL_CHECK(progress_all(jobs, njobs, &progressed, spins >= spin_max));
+    int sleepy = idle_since != 0 && now - idle_since > YIELD_WINDOW;
+    MOECCL_CHECK(progress_all(jobs, njobs, &progressed, sleepy));
     if (progressed) {
       for (int k = 0; k < njobs; k++) count_pending(&jobs[k]);
       spins = 0;
-      last_progress = 0;
+      idle_since = 0;
       continue;
     }
     if (++spins < spin_max) {
@@ -177,13 +183,13 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
       continue;
     }
     now = moeccl_now();
-    if (last_progress == 0) last_progress = now;
-    if (now - last_progress > timeout) return timed_out(jobs, njobs);
+    if (idle_since == 0) idle_since = now;
+    if (now - idle_since > timeout) return timed_out(jobs, njobs);
     if (now >= next_check) {
       MOECCL_CHECK(check_peers(jobs, njobs));
       next_check = now + LIVENESS_PERIOD;
     }
-    if (spins < spin_max + 16) {
+    if (!sleepy) {
       sched_yield();
       continue;
     }
@@ -196,8 +202,8 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
 static moecclResult_t prepare(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   if (c->async_error != moecclSuccess)
-    return moeccl_error(c, c->async_error, "communicator is broken by an earlier error; abort it (%s)",
-                        moecclGetErrorString(c->async_error));
+    return moeccl_error(c, c->async_error, "communicator is broken by an earlier error (%s); abort it",
+                        c->fail_text);
   MOECCL_CHECK(reserve_reqs(c, j->sched->nops));
   if (j->sched->scratch_bytes > c->scratch_bytes) {
     void* p = realloc(c->scratch, j->sched->scratch_bytes);

@@ -1,5 +1,8 @@
+# All sources build a convenience library; libmoeccl.la exports only the API
+# from it, and unit tests link the convenience library to reach internals.
+noinst_LTLIBRARIES += libmoeccl_core.la
 lib_LTLIBRARIES += libmoeccl.la
-libmoeccl_la_SOURCES = \
+libmoeccl_core_la_SOURCES = \
   src/algos/algos.c src/algos/algos.h \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c \
   src/bootstrap.c src/bootstrap.h \
@@ -13,6 +16,8 @@ libmoeccl_la_SOURCES = \
   src/socket.c src/socket.h \
   src/topo/node.c \
   src/transport/transport.c src/transport/transport.h src/transport/shm.c
-libmoeccl_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
-libmoeccl_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
+libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
+libmoeccl_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
+libmoeccl_la_SOURCES = include/moeccl.h
+libmoeccl_la_LIBADD = libmoeccl_core.la
 libmoeccl_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^moeccl[A-Z]'

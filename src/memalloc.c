@@ -53,7 +53,7 @@ MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
   mem_region_t* r = *p;
   if (r) *p = r->next;
   pthread_mutex_unlock(&regions_lock);
-  if (!r) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemFree: %p was not returned by moecclMemAlloc", ptr);
+  if (!r) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemFree: ptr %p was not returned by moecclMemAlloc", ptr);
   munmap(r->base, r->size);
   close(r->fd);
   free(r);
