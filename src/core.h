@@ -75,6 +75,17 @@ moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const c
 moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname);
 size_t moeccl_type_size(moecclDataType_t type);
 
+/* moecclMemAlloc memory: where a buffer lies, so a local peer can map it
+ * (through /proc/<pid>/fd/<fd>) and copy from it without a system call. */
+typedef struct {
+  uint64_t id;     /* region id, unique within the owning process */
+  int fd;          /* memfd in the owning process */
+  uint64_t offset; /* of the buffer within the region */
+  uint64_t size;   /* of the region */
+} moeccl_mem_handle_t;
+/* 1 and *out filled when [ptr, ptr+bytes) lies in one moecclMemAlloc region. */
+int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out);
+
 /* Node identity. */
 uint64_t moeccl_host_hash(char* hostname, size_t len);
 uint64_t moeccl_pid_start_time(pid_t pid); /* 0 if the process is gone */

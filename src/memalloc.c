@@ -14,11 +14,27 @@ typedef struct mem_region {
   void* base;
   size_t size;
   int fd;
+  uint64_t id; /* unique in this process: a peer's mapping cache key */
   struct mem_region* next;
 } mem_region_t;
 
 static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
 static mem_region_t* regions;
+static uint64_t next_region_id = 1;
+
+int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out) {
+  uintptr_t p = (uintptr_t)ptr;
+  int found = 0;
+  pthread_mutex_lock(&regions_lock);
+  for (mem_region_t* r = regions; r && !found; r = r->next) {
+    uintptr_t b = (uintptr_t)r->base;
+    if (p < b || p - b > r->size || bytes > r->size - (p - b)) continue;
+    *out = (moeccl_mem_handle_t){.id = r->id, .fd = r->fd, .offset = p - b, .size = r->size};
+    found = 1;
+  }
+  pthread_mutex_unlock(&regions_lock);
+  return found;
+}
 
 MOECCL_EXPORT moecclResult_t moecclMemAlloc(void** ptr, size_t size) {
   if (!ptr) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: ptr is NULL");
@@ -34,6 +50,7 @@ MOECCL_EXPORT moecclResult_t moecclMemAlloc(void** ptr, size_t size) {
   if (r->base == MAP_FAILED) goto fail;
   r->size = mapped;
   pthread_mutex_lock(&regions_lock);
+  r->id = next_region_id++;
   r->next = regions;
   regions = r;
   pthread_mutex_unlock(&regions_lock);

@@ -44,7 +44,10 @@ typedef struct {
   uint64_t msg_bytes;  /* whole message (every fragment carries it) */
   uint64_t frag_bytes; /* SLOT_FRAG: bytes in this slot */
   uint64_t addr;       /* SLOT_RNDV: the sender's buffer */
-  uint64_t reserved[3];
+  uint64_t region_id;  /* SLOT_RNDV from moecclMemAlloc memory: region to map */
+  uint64_t region_off; /* offset of the buffer in that region */
+  int32_t region_fd;   /* fd of the region in the sender, -1 if not mapped memory */
+  uint32_t pad2;
 } slot_hdr_t;
 _Static_assert(sizeof(slot_hdr_t) == CACHELINE, "slot header is one cache line");
 
@@ -67,9 +70,20 @@ typedef struct {
   char pad[CACHELINE - 8];
 } chan_ctrl_t;
 
+#define MAP_CACHE 16
+
+/* A peer's moecclMemAlloc region mapped into this process. */
+typedef struct {
+  uint64_t id;
+  void* base;
+  size_t size;
+  uint64_t last_use;
+} peer_map_t;
+
 typedef struct {
   int comm_rank;
   pid_t pid;
+  peer_map_t maps[MAP_CACHE];
   uint64_t pid_start;
   moeccl_req_t *send_head, *send_tail;
   moeccl_req_t *recv_head, *recv_tail;
@@ -90,6 +104,7 @@ typedef struct {
   char* slots;
   shm_peer_t* peers; /* by local index */
   uint32_t armed;
+  uint64_t map_clock; /* LRU clock of the peers' mapping caches */
 } shm_state_t;
 
 static long futex(_Atomic uint32_t* addr, int op, uint32_t val, const struct timespec* ts) {
@@ -242,6 +257,9 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, void** s
 static void shm_fini(void* state) {
   shm_state_t* s = state;
   if (!s) return;
+  for (int l = 0; l < s->nlocal; l++)
+    for (int i = 0; i < MAP_CACHE; i++)
+      if (s->peers[l].maps[i].base) munmap(s->peers[l].maps[i].base, s->peers[l].maps[i].size);
   if (s->base) munmap(s->base, s->size);
   free(s->peers);
   free(s);
@@ -289,6 +307,10 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
     if (is_rndv(s, r)) {
       h->kind = SLOT_RNDV;
       h->addr = (uint64_t)(uintptr_t)r->buf;
+      moeccl_mem_handle_t mh;
+      h->region_fd = moeccl_mem_lookup(r->buf, r->bytes, &mh) ? mh.fd : -1;
+      h->region_id = h->region_fd >= 0 ? mh.id : 0;
+      h->region_off = h->region_fd >= 0 ? mh.offset : 0;
       r->seq = p->send_seq; /* done when the receiver frees this slot */
       TRACE(SHM, "rndv to rank %d seq %llu addr %p bytes %zu", p->comm_rank, (unsigned long long)p->send_seq, r->buf, r->bytes);
       r->aux = 1;
@@ -343,10 +365,43 @@ static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, siz
                           p->comm_rank, (unsigned long long)got, posted);
 }
 
-/* Pulls up to one chunk of a single-copy message from the sender. */
+/* Maps the sender's moecclMemAlloc region (cached); NULL when it cannot be
+ * mapped, in which case the caller falls back to CMA. */
+static const char* map_peer_region(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h) {
+  peer_map_t* victim = &p->maps[0];
+  for (int i = 0; i < MAP_CACHE; i++) {
+    peer_map_t* m = &p->maps[i];
+    if (m->base && m->id == h->region_id) return m->last_use = ++s->map_clock, m->base;
+    if (!m->base || m->last_use < victim->last_use) victim = m;
+  }
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)p->pid, h->region_fd);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  void* base = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= h->region_off + h->msg_bytes)
+    base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return NULL;
+  if (victim->base) munmap(victim->base, victim->size);
+  *victim = (peer_map_t){h->region_id, base, (size_t)st.st_size, ++s->map_clock};
+  TRACE(SHM, "mapped region %llu of rank %d (%zu bytes)", (unsigned long long)h->region_id, p->comm_rank,
+        victim->size);
+  return base;
+}
+
+/* Pulls up to one chunk of a single-copy message from the sender: a plain
+ * copy from its mapped moecclMemAlloc memory, else process_vm_readv. */
 static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h, moeccl_req_t* r) {
   size_t n = h->msg_bytes - r->progress;
   if (n > s->chunk) n = s->chunk;
+  const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
+  if (region) {
+    memcpy((char*)r->buf + r->progress, region + h->region_off + r->progress, n);
+    r->progress += n;
+    return moecclSuccess;
+  }
   struct iovec local = {(char*)r->buf + r->progress, n};
   struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
   ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
