@@ -1,0 +1,6 @@
+# Unit tests: no processes, no network; they link the library's internals.
+UNIT_TESTS = tests/test_sched
+check_PROGRAMS += $(UNIT_TESTS)
+TESTS += $(UNIT_TESTS)
+tests_test_sched_SOURCES = tests/test_sched.c
+tests_test_sched_LDADD = libmoeccl_core.la
