@@ -149,7 +149,7 @@ static int spin_limit(const moeccl_comm_t* c) {
   if (!ncpus) ncpus = sysconf(_SC_NPROCESSORS_ONLN);
   int spins = (int)moeccl_param_int("MOECCL_SPIN_COUNT");
   /* More ranks than cores: a spinning rank steals the core its peer needs. */
-  if (c->nlocal > ncpus && spins > 50) spins = 50;
+  if (c->nlocal > ncpus && spins > 1) spins = 1;
   return spins < 0 ? 0 : spins;
 }
 
