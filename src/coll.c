@@ -107,6 +107,7 @@ static moecclResult_t check_alltoallv(moeccl_comm_t* c, const void* sendbuff, co
 
 /* Runs one all-to-all now, on the calling thread. */
 static moecclResult_t a2a_run_now(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, const void* sendbuf, void* recvbuf) {
+  moeccl_comm_wait_turn(c, moeccl_comm_issue(c, 1));
   pthread_mutex_lock(&c->lock);
   moecclResult_t rc = moeccl_a2a_plan(c, d, sendbuf, recvbuf, &c->sched);
   if (rc == moecclSuccess) {
@@ -114,6 +115,7 @@ static moecclResult_t a2a_run_now(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, 
     rc = moeccl_executor_run(&job, 1);
   }
   pthread_mutex_unlock(&c->lock);
+  moeccl_comm_retire(c, 1);
   return rc;
 }
 

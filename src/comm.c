@@ -3,6 +3,7 @@
 #include "core.h"
 #include "param.h"
 #include "algos/algos.h"
+#include "enqueue.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,8 @@ static void comm_free(moeccl_comm_t* comm) {
   free(comm->peer_local_index);
   free(comm->peer_transport);
   pthread_mutex_destroy(&comm->lock);
+  pthread_mutex_destroy(&comm->order_lock);
+  pthread_cond_destroy(&comm->order_cond);
   comm->magic = 0;
   free(comm);
 }
@@ -61,6 +64,8 @@ static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_co
   if (c->timeout <= 0) c->timeout = 300;
   c->forced_algo = -1;
   pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->order_lock, NULL);
+  pthread_cond_init(&c->order_cond, NULL);
   c->peers = calloc((size_t)nranks, sizeof(*c->peers));
   if (!c->peers) return comm_free(c), moecclSystemError;
   *out = c;
@@ -185,10 +190,12 @@ MOECCL_EXPORT moecclResult_t moecclCommSplit(moecclComm_t comm, int color, int k
   if (rc == moecclSuccess && color != MOECCL_SPLIT_NOCOLOR) rc = moeccl_bootstrap_listen(&addr, &listen_fd);
   if (rc == moecclSuccess) {
     all[comm->rank] = (split_entry_t){color, key, comm->rank, 0, addr};
+    moeccl_comm_wait_turn(comm, moeccl_comm_issue(comm, 1)); /* after operations issued before it */
     pthread_mutex_lock(&comm->lock);
     rc = moeccl_bootstrap_allgather(comm->boot, all, sizeof(*all));
     comm->split_count++;
     pthread_mutex_unlock(&comm->lock);
+    moeccl_comm_retire(comm, 1);
   }
   *newcomm = NULL;
   if (rc == moecclSuccess && color != MOECCL_SPLIT_NOCOLOR) {
@@ -206,8 +213,7 @@ MOECCL_EXPORT moecclResult_t moecclCommSplit(moecclComm_t comm, int color, int k
 MOECCL_EXPORT moecclResult_t moecclCommDestroy(moecclComm_t comm) {
   if (!comm) return moecclSuccess; /* as NCCL: destroying NULL is a no-op */
   MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
-  pthread_mutex_lock(&comm->lock); /* waits for an operation in flight */
-  pthread_mutex_unlock(&comm->lock);
+  moeccl_comm_drain(comm); /* operations queued on host streams finish first */
   comm_free(comm);
   return moecclSuccess;
 }
@@ -215,6 +221,8 @@ MOECCL_EXPORT moecclResult_t moecclCommDestroy(moecclComm_t comm) {
 MOECCL_EXPORT moecclResult_t moecclCommAbort(moecclComm_t comm) {
   if (!comm) return moecclSuccess;
   MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  comm->aborting = 1; /* queued work fails at once, running work stops waiting */
+  moeccl_comm_drain(comm);
   comm_free(comm);
   return moecclSuccess;
 }

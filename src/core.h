@@ -52,6 +52,15 @@ struct moecclComm {
   int forced_algo; /* -1: tuner decides */
 
   pthread_mutex_t lock; /* one operation at a time per communicator */
+  /* Operations run in the order they were issued, whatever stream or thread
+   * issued them: each takes a ticket at issue and runs when exec_ticket
+   * reaches it.  pending counts issued operations not yet retired, so
+   * destroy can wait for operations queued on host streams. */
+  pthread_mutex_t order_lock;
+  pthread_cond_t order_cond;
+  uint64_t issue_ticket, exec_ticket;
+  int pending;
+  volatile int aborting; /* moecclCommAbort: queued and running work stops */
   moeccl_sched_t sched; /* reused across calls */
   struct moeccl_req* reqs;
   int reqs_cap;
@@ -85,6 +94,14 @@ typedef struct {
 } moeccl_mem_handle_t;
 /* 1 and *out filled when [ptr, ptr+bytes) lies in one moecclMemAlloc region. */
 int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out);
+
+/* Issue order (enqueue.c).  issue takes n consecutive tickets and returns
+ * the first; wait_turn blocks until ticket is next; retire ends n. */
+uint64_t moeccl_comm_issue(moeccl_comm_t* comm, int n);
+void moeccl_comm_wait_turn(moeccl_comm_t* comm, uint64_t ticket);
+void moeccl_comm_retire(moeccl_comm_t* comm, int n);
+/* Waits until every issued operation of comm has retired. */
+void moeccl_comm_drain(moeccl_comm_t* comm);
 
 /* Node identity. */
 uint64_t moeccl_host_hash(char* hostname, size_t len);

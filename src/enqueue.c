@@ -12,6 +12,45 @@ static __thread int group_has_stream;
 
 int moeccl_group_active(void) { return group_depth > 0; }
 
+/* Lists take their tickets atomically, so two lists that share several
+ * communicators are ordered the same way on all of them (no turn cycles). */
+static pthread_mutex_t issue_lock = PTHREAD_MUTEX_INITIALIZER;
+
+uint64_t moeccl_comm_issue(moeccl_comm_t* c, int n) {
+  pthread_mutex_lock(&c->order_lock);
+  uint64_t first = c->issue_ticket;
+  c->issue_ticket += (uint64_t)n;
+  c->pending += n;
+  pthread_mutex_unlock(&c->order_lock);
+  return first;
+}
+
+void moeccl_comm_wait_turn(moeccl_comm_t* c, uint64_t ticket) {
+  pthread_mutex_lock(&c->order_lock);
+  while (c->exec_ticket != ticket) pthread_cond_wait(&c->order_cond, &c->order_lock);
+  pthread_mutex_unlock(&c->order_lock);
+}
+
+void moeccl_comm_retire(moeccl_comm_t* c, int n) {
+  pthread_mutex_lock(&c->order_lock);
+  c->exec_ticket += (uint64_t)n;
+  c->pending -= n;
+  pthread_cond_broadcast(&c->order_cond);
+  pthread_mutex_unlock(&c->order_lock);
+}
+
+void moeccl_comm_drain(moeccl_comm_t* c) {
+  pthread_mutex_lock(&c->order_lock);
+  while (c->pending > 0) pthread_cond_wait(&c->order_cond, &c->order_lock);
+  pthread_mutex_unlock(&c->order_lock);
+}
+
+void moeccl_tasks_issue(moeccl_task_list_t* list) {
+  pthread_mutex_lock(&issue_lock);
+  for (moeccl_task_t* t = list->head; t; t = t->next) t->ticket = moeccl_comm_issue(t->comm, 1);
+  pthread_mutex_unlock(&issue_lock);
+}
+
 void moeccl_tasks_free(moeccl_task_list_t* list) {
   moeccl_task_t* t = list->head;
   while (t) {
@@ -54,6 +93,7 @@ static moecclResult_t p2p_plan(const moeccl_task_t* t, moeccl_sched_t* s) {
 }
 
 static moecclResult_t task_plan(moeccl_task_t* t) {
+  if (t->comm->aborting) return moeccl_error(t->comm, moecclInvalidUsage, "communicator was aborted");
   if (t->kind == MOECCL_TASK_P2P) return p2p_plan(t, &t->comm->sched);
   return moeccl_a2a_plan(t->comm, &t->desc, t->sendbuf, t->recvbuf, &t->comm->sched);
 }
@@ -109,14 +149,47 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
   return rc;
 }
 
+void moeccl_tasks_abandon(moeccl_task_list_t* list) {
+  for (moeccl_task_t* t = list->head; t; t = t->next) {
+    moeccl_comm_wait_turn(t->comm, t->ticket);
+    moeccl_comm_retire(t->comm, 1);
+  }
+  moeccl_tasks_free(list);
+}
+
+/* The comm's first ticket in the list and how many tasks it has there. */
+static uint64_t first_ticket(const moeccl_task_list_t* list, moeccl_comm_t* c, int* count) {
+  uint64_t first = UINT64_MAX;
+  *count = 0;
+  for (moeccl_task_t* t = list->head; t; t = t->next)
+    if (t->comm == c) first = t->ticket < first ? t->ticket : first, (*count)++;
+  return first;
+}
+
+static void retire_all(const moeccl_task_list_t* list, moeccl_comm_t** comms, int n) {
+  for (int i = 0; i < n; i++) {
+    int count;
+    first_ticket(list, comms[i], &count);
+    moeccl_comm_retire(comms[i], count);
+  }
+}
+
 moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list) {
   if (!list->head) return moecclSuccess;
   moeccl_comm_t** comms = NULL;
   int n = list_comms(list, &comms);
-  if (n < 0) return moeccl_tasks_free(list), moecclSystemError;
+  if (n < 0) {
+    moeccl_tasks_abandon(list);
+    return moecclSystemError;
+  }
+  for (int i = 0; i < n; i++) {
+    int count;
+    moeccl_comm_wait_turn(comms[i], first_ticket(list, comms[i], &count));
+  }
   for (int i = 0; i < n; i++) pthread_mutex_lock(&comms[i]->lock);
   moecclResult_t rc = run_rounds(list, comms, n);
   for (int i = n - 1; i >= 0; i--) pthread_mutex_unlock(&comms[i]->lock);
+  retire_all(list, comms, n);
   free(comms);
   moeccl_tasks_free(list);
   return rc;
@@ -143,6 +216,7 @@ moecclResult_t moeccl_task_submit(moeccl_task_t* t, moecclStream_t stream) {
   }
   moeccl_task_list_t list = {NULL, NULL};
   list_append(&list, t);
+  moeccl_tasks_issue(&list);
   if (stream) return moeccl_host_stream_enqueue(stream, &list);
   return moeccl_tasks_run(&list);
 }
@@ -161,6 +235,7 @@ MOECCL_EXPORT moecclResult_t moecclGroupEnd(void) {
   moecclStream_t stream = group_stream;
   group_has_stream = 0;
   group_stream = NULL;
+  moeccl_tasks_issue(&list);
   if (stream) return moeccl_host_stream_enqueue(stream, &list);
   return moeccl_tasks_run(&list);
 }

@@ -25,6 +25,7 @@ typedef struct moeccl_task {
   /* P2P: the group's sends and receives on this comm, in issue order */
   moeccl_p2p_op_t* ops;
   int nops, ops_cap;
+  uint64_t ticket; /* issue order on comm */
   struct moeccl_task* next;
 } moeccl_task_t;
 
@@ -32,10 +33,16 @@ typedef struct {
   moeccl_task_t *head, *tail;
 } moeccl_task_list_t;
 
-/* Runs the tasks (in order per communicator; communicators concurrently),
- * then frees them.  Locks each communicator while it runs. */
+/* Takes the tasks' tickets (issue order) on their communicators. */
+void moeccl_tasks_issue(moeccl_task_list_t* list);
+/* Runs issued tasks (in order per communicator; communicators concurrently),
+ * then retires and frees them.  Waits for each communicator's turn, then
+ * locks it while it runs. */
 moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list);
 void moeccl_tasks_free(moeccl_task_list_t* list);
+/* Retires issued tasks without running them (they could not be queued), so
+ * later operations and destroy do not wait for them; frees them. */
+void moeccl_tasks_abandon(moeccl_task_list_t* list);
 
 /* Hands a task to the current group, to a host stream, or runs it now. */
 moecclResult_t moeccl_task_submit(moeccl_task_t* task, moecclStream_t stream);

@@ -184,6 +184,9 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
     }
     now = moeccl_now();
     if (idle_since == 0) idle_since = now;
+    for (int k = 0; k < njobs; k++)
+      if (jobs[k].comm->aborting)
+        return moeccl_comm_fail(jobs[k].comm, moecclInvalidUsage, "communicator aborted during an operation");
     if (now - idle_since > timeout) return timed_out(jobs, njobs);
     if (now >= next_check) {
       MOECCL_CHECK(check_peers(jobs, njobs));

@@ -65,7 +65,7 @@ moecclResult_t moeccl_host_stream_enqueue(moecclStream_t stream, moeccl_task_lis
   host_stream_t* s = stream;
   work_t* w = malloc(sizeof(*w));
   if (!w) {
-    moeccl_tasks_free(list);
+    moeccl_tasks_abandon(list);
     return moeccl_error(NULL, moecclSystemError, "out of memory");
   }
   w->list = *list;
