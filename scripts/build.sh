@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds moeccl out of tree: scripts/build.sh DIR [CONFIGURE-ARGS...]
+#   scripts/build.sh build --enable-werror
+#   scripts/build.sh build-asan CFLAGS='-O1 -g -fsanitize=address' LDFLAGS=-fsanitize=address
+# Generates ./configure when it is missing or older than its inputs, configures
+# DIR (again from scratch when the arguments differ from DIR's last ones, so
+# that no object built with other flags survives) and runs make -j.
+set -euo pipefail
+
+[ $# -ge 1 ] || { echo "usage: $0 DIR [CONFIGURE-ARGS...]" >&2; exit 2; }
+dir=$1
+shift
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+
+# An input of autoreconf newer than ./configure (outside the build folders).
+newer_input() {
+  find . \( -path './build*' -o -path ./.git \) -prune -o \
+    \( -name configure.ac -o -name Makefile.am -o -name local.mk \) -newer configure -print |
+    head -n 1
+}
+if [ ! -x configure ] || [ -n "$(newer_input)" ]; then
+  ./autogen.sh
+fi
+
+stamp="$dir/.configure-args"
+args=$(printf '%q ' "$@")
+if [ ! -f "$dir/Makefile" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$args" ]; then
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # configure's full output goes to DIR/configure.out; its warnings and
+  # closing summary are what matter here.
+  if ! (cd "$dir" && "$root/configure" "$@" >configure.out 2>&1); then
+    tail -n 30 "$dir/configure.out"
+    echo "build.sh: configure failed in $dir (see $dir/config.log)" >&2
+    exit 1
+  fi
+  grep -i 'warning' "$dir/configure.out" || true
+  sed -n '/^moeccl .* configured$/,$p' "$dir/configure.out"
+  printf '%s' "$args" >"$stamp"
+fi
+
+make --no-print-directory -C "$dir" -j"$(nproc)"

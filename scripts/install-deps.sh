@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages that build, test and benchmark moeccl.
+# Idempotent: when every package is installed already it touches nothing
+# (no apt-get update, no network).  Runs apt-get as root, or through sudo.
+set -euo pipefail
+
+packages=(
+  build-essential autoconf automake libtool pkg-config
+  libhwloc-dev hwloc
+  libfabric-dev
+  libucx-dev
+  libopenmpi-dev openmpi-bin
+  libcmocka-dev
+)
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: not a Debian-based system; install these yourself: ${packages[*]}" >&2
+  exit 0
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$pkg")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "install-deps: missing ${missing[*]}, and neither root nor sudo to install them" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+"${as_root[@]}" apt-get update -q
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q "${missing[@]}"
