@@ -4,3 +4,8 @@ check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 tests_test_sched_SOURCES = tests/test_sched.c
 tests_test_sched_LDADD = libmoeccl_core.la
+
+check_PROGRAMS += tests/test_param
+TESTS += tests/test_param
+tests_test_param_SOURCES = tests/test_param.c
+tests_test_param_LDADD = libmoeccl_core.la
