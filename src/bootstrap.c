@@ -90,8 +90,17 @@ static void* root_thread(void* arg) {
     infos[h.rank] = info;
     joined++;
   }
-  if (n > 0 && fds && infos && joined == n) root_reply(fds, n, infos, ok, deadline);
-  else if (n > 0) WARN(BOOT, "rendezvous: %d of %d ranks joined before the deadline", joined, n);
+  if (n > 0 && fds && infos && joined == n) {
+    root_reply(fds, n, infos, ok, deadline);
+  } else if (n > 0 && fds) {
+    /* Tell the ranks that came which one did not, so their error names it. */
+    int missing = 0;
+    while (missing < n && fds[missing] >= 0) missing++;
+    WARN(BOOT, "rendezvous: %d of %d ranks joined before the deadline; rank %d is missing", joined, n, missing);
+    int32_t status = -2 - missing;
+    for (int i = 0; i < n; i++)
+      if (fds[i] >= 0) moeccl_socket_send(fds[i], &status, sizeof(status), moeccl_now() + 1.0);
+  }
   for (int i = 0; fds && i < n; i++)
     if (fds[i] >= 0) close(fds[i]);
   free(fds);
@@ -154,7 +163,8 @@ moecclResult_t moeccl_bootstrap_listen(moeccl_sockaddr_t* addr, int* fd) {
 /* Connects to the root, sends our info, receives the table.  Our listening
  * socket is bound to the local address that reaches the root. */
 static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, double deadline,
-                                moeccl_peer_info_t* self, moeccl_peer_info_t* peers, int* listen_fd) {
+                                moeccl_peer_info_t* self, moeccl_peer_info_t* peers, int* listen_fd,
+                                int* missing) {
   int fd;
   MOECCL_CHECK(moeccl_socket_connect(&l->root, deadline, &fd));
   moeccl_sockaddr_t local;
@@ -170,8 +180,15 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, &h, sizeof(h), deadline);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, self, sizeof(*self), deadline);
   int32_t status = 0;
-  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, &status, sizeof(status), deadline);
-  if (rc == moecclSuccess && status != nranks) rc = moecclInvalidUsage;
+  /* The root answers even when the rendezvous fails, a little after its own
+   * deadline: wait that long to learn which rank was missing. */
+  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, &status, sizeof(status), deadline + 2.0);
+  if (rc == moecclSuccess && status <= -2) {
+    *missing = -status - 2;
+    rc = moecclRemoteError;
+  } else if (rc == moecclSuccess && status != nranks) {
+    rc = moecclInvalidUsage;
+  }
   if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, peers, sizeof(*peers) * (size_t)nranks, deadline);
   close(fd);
   if (rc != moecclSuccess && *listen_fd >= 0) close(*listen_fd), *listen_fd = -1;
@@ -184,10 +201,13 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
   id_layout_t l;
   memcpy(&l, id->internal, sizeof(l));
   double deadline = moeccl_now() + timeout;
-  int listen_fd = -1;
-  moecclResult_t rc = join_root(&l, rank, nranks, deadline, self, peers, &listen_fd);
+  int listen_fd = -1, missing = -1;
+  moecclResult_t rc = join_root(&l, rank, nranks, deadline, self, peers, &listen_fd, &missing);
   if (rc == moecclInvalidUsage)
     return moeccl_error(NULL, rc, "bootstrap: ranks disagree on nranks or two ranks share a rank");
+  if (missing >= 0)
+    return moeccl_error(NULL, rc, "bootstrap: rank %d never joined the rendezvous (MOECCL_TIMEOUT=%.0f s)",
+                        missing, timeout);
   if (rc != moecclSuccess)
     return moeccl_error(NULL, rc, "bootstrap: could not join the rendezvous within %.0f s", timeout);
   return moeccl_bootstrap_ring(l.nonce, rank, nranks, timeout, listen_fd, peers, out);

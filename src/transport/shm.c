@@ -494,7 +494,9 @@ static moecclResult_t shm_check_peers(void* state) {
   MOECCL_CHECK(check_abort(s));
   for (int l = 0; l < s->nlocal; l++) {
     shm_peer_t* p = &s->peers[l];
-    if (l == s->me || moeccl_process_alive(p->pid, p->pid_start)) continue;
+    /* Only peers this rank waits on: a peer that finished its part and
+     * exited is no failure. */
+    if (l == s->me || (!p->send_head && !p->recv_head) || moeccl_process_alive(p->pid, p->pid_start)) continue;
     int32_t expected = 0;
     atomic_compare_exchange_strong(&s->hdr->abort_rank, &expected, p->comm_rank + 1);
     for (int o = 0; o < s->nlocal; o++) ring(s, o); /* wake everyone to see the abort */
