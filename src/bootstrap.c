@@ -168,6 +168,7 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   int fd;
   MOECCL_CHECK(moeccl_socket_connect(&l->root, deadline, &fd));
   moeccl_sockaddr_t local;
+  memset(&local, 0, sizeof(local)); /* an IPv4 address leaves the IPv6 tail unset */
   socklen_t len = sizeof(local);
   moecclResult_t rc = getsockname(fd, &local.sa, &len) == 0 ? moecclSuccess : moecclSystemError;
   if (rc == moecclSuccess) {
