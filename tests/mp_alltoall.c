@@ -1,0 +1,213 @@
+/*
+ * mp_alltoall.c - moecclAlltoAll on 1..8 forked ranks: every datatype, counts
+ * 0 .. 4 MiB per rank, block sizes around the shared-memory eager and chunk
+ * limits, 100-200 calls with random sizes and types, repeated calls on one
+ * communicator with alternating sizes, unaligned buffers, buffers from
+ * moecclMemAlloc (also at offsets inside a region, and freed and allocated
+ * again between calls).  Every element is checked, the send buffer must be
+ * unchanged and the bytes past the end of the receive buffer must stay
+ * untouched.  Re-run under MOECCL_ALGO=direct/pairwise, MOECCL_CMA_DISABLE=1
+ * and tiny shared-memory slots and chunks.
+ */
+#include <stdlib.h>
+
+#include "mp_harness.h"
+
+#define GUARD_BYTES 256
+#define BIG_BYTES_PER_RANK (4u << 20)
+
+typedef struct {
+  unsigned char* send;
+  unsigned char* recv;
+  size_t capacity; /* bytes usable in each, guard not included */
+} buffers;
+
+/* One checked alltoall of count elements of dt from send to recv. */
+static int alltoall_checked(moecclComm_t comm, int rank, int nranks, moecclDataType_t dt,
+                            size_t count, uint64_t seed, unsigned char* send, unsigned char* recv,
+                            size_t guard) {
+  size_t elsize = mp_dtype_size(dt);
+  size_t block = count * elsize, total = block * (size_t)nranks;
+  for (int j = 0; j < nranks; j++) mp_fill(send + j * block, elsize, count, seed, rank, j, 0);
+  mp_fill_sentinel(recv, total + guard);
+  MP_OK_COMM(comm, moecclAlltoAll(send, recv, count, dt, comm, NULL));
+  char what[128];
+  for (int i = 0; i < nranks; i++) {
+    snprintf(what, sizeof(what), "alltoall %s count %zu recv block %d", mp_dtypes[dt].name, count, i);
+    MP_CHECK_BLOCK(what, recv + i * block, elsize, count, seed, i, rank, 0);
+    snprintf(what, sizeof(what), "alltoall %s count %zu send block %d changed", mp_dtypes[dt].name,
+             count, i);
+    MP_CHECK_BLOCK(what, send + i * block, elsize, count, seed, rank, i, 0);
+  }
+  snprintf(what, sizeof(what), "alltoall %s count %zu: guard past recvbuff", mp_dtypes[dt].name, count);
+  MP_CHECK_SENTINEL(what, recv + total, guard);
+  return 0;
+}
+
+static uint64_t seed_of(int nranks, int step) { return mp_mix64(((uint64_t)nranks << 32) ^ (uint64_t)step); }
+
+/* Every datatype with counts 0, 1, 7, 1000 and 64 KiB worth of elements. */
+static int all_types_small(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
+  for (int t = 0; t < moecclNumTypes; t++) {
+    moecclDataType_t dt = mp_dtypes[t].type;
+    size_t counts[] = {0, 1, 7, 1000, 65536 / mp_dtypes[t].size};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+      if (alltoall_checked(comm, rank, nranks, dt, counts[c], seed_of(nranks, (*step)++), b->send,
+                           b->recv, GUARD_BYTES))
+        return 1;
+    }
+  }
+  return 0;
+}
+
+/* count 0 with NULL buffers is a legal no-op. */
+static int zero_count_null_buffers(moecclComm_t comm) {
+  MP_OK_COMM(comm, moecclAlltoAll(NULL, NULL, 0, moecclFloat32, comm, NULL));
+  return 0;
+}
+
+/* Up to 4 MiB of send buffer per rank, one aligned and one odd size. */
+static int big_sizes(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
+  size_t c8 = BIG_BYTES_PER_RANK / ((size_t)nranks * 8);
+  size_t c1 = (BIG_BYTES_PER_RANK / 4) / (size_t)nranks + 3;
+  if (alltoall_checked(comm, rank, nranks, moecclFloat64, c8, seed_of(nranks, (*step)++), b->send,
+                       b->recv, GUARD_BYTES))
+    return 1;
+  return alltoall_checked(comm, rank, nranks, moecclUint8, c1, seed_of(nranks, (*step)++), b->send,
+                          b->recv, GUARD_BYTES);
+}
+
+/* Ten calls on the same communicator, sizes alternating, seeds changing. */
+static int repeated(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
+  for (int it = 0; it < 10; it++) {
+    size_t count = (it % 2) ? 16384 : 1000 + (size_t)it;
+    moecclDataType_t dt = (it % 3 == 0) ? moecclInt32 : (it % 3 == 1) ? moecclBfloat16 : moecclUint64;
+    if (alltoall_checked(comm, rank, nranks, dt, count, seed_of(nranks, (*step)++), b->send, b->recv,
+                         GUARD_BYTES))
+      return 1;
+  }
+  return 0;
+}
+
+/* Buffers that start at odd addresses (byte-sized elements). */
+static int unaligned(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
+  size_t counts[] = {1, 13, 4099};
+  for (size_t c = 0; c < 3; c++)
+    if (alltoall_checked(comm, rank, nranks, moecclInt8, counts[c], seed_of(nranks, (*step)++),
+                         b->send + 1, b->recv + 3, GUARD_BYTES))
+      return 1;
+  return 0;
+}
+
+/* Send and receive buffers from moecclMemAlloc, and one of each kind mixed. */
+static int memalloc_buffers(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
+  size_t bytes = (size_t)nranks * 65536 + GUARD_BYTES;
+  void *send = NULL, *recv = NULL;
+  MP_OK_COMM(comm, moecclMemAlloc(&send, bytes));
+  MP_OK_COMM(comm, moecclMemAlloc(&recv, bytes));
+  MP_CHECK(send && recv, "moecclMemAlloc returned NULL");
+  int rc = 0;
+  size_t counts[] = {1, 777, 65536 / 4};
+  for (size_t c = 0; c < 3 && !rc; c++)
+    rc = alltoall_checked(comm, rank, nranks, moecclFloat32, counts[c], seed_of(nranks, (*step)++),
+                          send, recv, GUARD_BYTES);
+  if (!rc) /* pinned send, ordinary receive */
+    rc = alltoall_checked(comm, rank, nranks, moecclFloat16, 5000, seed_of(nranks, (*step)++), send,
+                          b->recv, GUARD_BYTES);
+  if (!rc) /* ordinary send, pinned receive */
+    rc = alltoall_checked(comm, rank, nranks, moecclUint64, 3000, seed_of(nranks, (*step)++), b->send,
+                          recv, GUARD_BYTES);
+  MP_OK_COMM(comm, moecclMemFree(send));
+  MP_OK_COMM(comm, moecclMemFree(recv));
+  return rc;
+}
+
+/* Block sizes around the shared-memory limits (eager size 16 KiB, chunk 1 MiB
+ * by default), byte-sized elements, in fresh buffers. */
+static int boundaries(moecclComm_t comm, int rank, int nranks, int* step) {
+  size_t counts[] = {16383, 16384, 16385, 16384 * 2 + 1, 1048575, 1048576, 1048577};
+  for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+    if (nranks > 4 && counts[c] > 65536) continue; /* keep memory modest on many ranks */
+    size_t total = counts[c] * (size_t)nranks;
+    unsigned char* send = mp_xmalloc(total);
+    unsigned char* recv = mp_xmalloc(total + GUARD_BYTES);
+    int rc = alltoall_checked(comm, rank, nranks, moecclUint8, counts[c], seed_of(nranks, (*step)++), send, recv,
+                              GUARD_BYTES);
+    free(send);
+    free(recv);
+    if (rc) return 1;
+  }
+  return 0;
+}
+
+/* Many calls with sizes and datatypes drawn from a shared seed (log-uniform
+ * block sizes up to 64 KiB), every one checked. */
+static int stress(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
+  mp_rng rng;
+  mp_rng_seed(&rng, 0x57E55 + (uint64_t)nranks);
+  int iters = nranks > 4 ? 100 : 200;
+  for (int it = 0; it < iters; it++) {
+    const mp_dtype_info* d = &mp_dtypes[mp_rng_below(&rng, moecclNumTypes)];
+    size_t bytes = (size_t)1 << mp_rng_below(&rng, 17);
+    bytes += mp_rng_below(&rng, bytes);
+    size_t count = bytes / d->size;
+    if (alltoall_checked(comm, rank, nranks, d->type, count, seed_of(nranks, (*step)++), b->send, b->recv,
+                         GUARD_BYTES))
+      return 1;
+  }
+  return 0;
+}
+
+/* moecclMemAlloc memory freed and allocated again (often at the same address,
+ * but a new segment): a peer that cached the old mapping would write into
+ * the old one.  Also buffers that start inside a moecclMemAlloc region. */
+static int memalloc_reuse(moecclComm_t comm, int rank, int nranks, int* step) {
+  size_t count = 65536 / 4 + 5, bytes = count * 4 * (size_t)nranks + 8192 + GUARD_BYTES;
+  for (int round = 0; round < 8; round++) {
+    void *send = NULL, *recv = NULL;
+    MP_OK_COMM(comm, moecclMemAlloc(&send, bytes));
+    MP_OK_COMM(comm, moecclMemAlloc(&recv, bytes));
+    size_t soff = (round % 2) ? 4096 + 12 : 0, roff = (round % 4 >= 2) ? 8192 - 4 : 0;
+    int rc = alltoall_checked(comm, rank, nranks, moecclFloat32, count, seed_of(nranks, (*step)++),
+                              (unsigned char*)send + soff, (unsigned char*)recv + roff, GUARD_BYTES);
+    MP_OK_COMM(comm, moecclMemFree(recv));
+    MP_OK_COMM(comm, moecclMemFree(send));
+    MP_CHECK(!rc, "moecclMemAlloc round %d (offsets %zu, %zu) failed", round, soff, roff);
+  }
+  return 0;
+}
+
+static int body(moecclComm_t comm, int rank, int nranks, void* arg) {
+  (void)arg;
+  buffers b;
+  b.capacity = BIG_BYTES_PER_RANK + 16 * (size_t)nranks + 64;
+  if (b.capacity < (size_t)nranks * 65536 + 64) b.capacity = (size_t)nranks * 65536 + 64;
+  b.send = mp_xmalloc(b.capacity + GUARD_BYTES);
+  b.recv = mp_xmalloc(b.capacity + GUARD_BYTES);
+  int step = 0, rc = 0;
+  if (!rc && mp_want("types")) rc = all_types_small(comm, rank, nranks, &b, &step);
+  if (!rc && mp_want("zero")) rc = zero_count_null_buffers(comm);
+  if (!rc && mp_want("big")) rc = big_sizes(comm, rank, nranks, &b, &step);
+  if (!rc && mp_want("repeated")) rc = repeated(comm, rank, nranks, &b, &step);
+  if (!rc && mp_want("unaligned")) rc = unaligned(comm, rank, nranks, &b, &step);
+  if (!rc && mp_want("memalloc")) rc = memalloc_buffers(comm, rank, nranks, &b, &step);
+  if (!rc && mp_want("memreuse")) rc = memalloc_reuse(comm, rank, nranks, &step);
+  if (!rc && mp_want("boundaries")) rc = boundaries(comm, rank, nranks, &step);
+  if (!rc && mp_want("stress")) rc = stress(comm, rank, nranks, &b, &step);
+  free(b.send);
+  free(b.recv);
+  return rc;
+}
+
+/* The same checks under other algorithms and shared-memory settings. */
+static const mp_variant variants[] = {
+    {"algo-direct", {"MOECCL_ALGO=direct"}, "3,4"},
+    {"algo-pairwise", {"MOECCL_ALGO=pairwise"}, "3,5"},
+    {"no-cma", {"MOECCL_CMA_DISABLE=1"}, "3"},
+    {"small-shm", {"MOECCL_SHM_EAGER_SIZE=256", "MOECCL_SHM_SLOTS=2", "MOECCL_SHM_CHUNK_SIZE=40000"}, "4"},
+    {NULL, {NULL}, NULL},
+};
+
+int main(int argc, char** argv) {
+  return mp_main(argc, argv, mp_default_ranks, body, NULL, 120, variants);
+}
