@@ -207,7 +207,7 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
   if (rc == moecclInvalidUsage)
     return moeccl_error(NULL, rc, "bootstrap: ranks disagree on nranks or two ranks share a rank");
   if (missing >= 0)
-    return moeccl_error(NULL, rc, "bootstrap: rank %d never joined the rendezvous (MOECCL_TIMEOUT=%.0f s)",
+    return moeccl_error(NULL, moecclTimeout, "bootstrap: rank %d never joined the rendezvous (MOECCL_TIMEOUT=%.0f s)",
                         missing, timeout);
   if (rc != moecclSuccess)
     return moeccl_error(NULL, rc, "bootstrap: could not join the rendezvous within %.0f s", timeout);

@@ -96,7 +96,9 @@ typedef struct {
   char name[96];
   void* base;
   size_t size;
-  int nlocal, me, nslots, use_cma;
+  int nlocal, me, nslots;
+  int can_reach_memory; /* every local peer may read this rank's memory (probed) */
+  int use_cma;          /* ... and MOECCL_CMA_DISABLE does not forbid CMA */
   size_t slot_bytes, slot_stride, chunk;
   seg_header_t* hdr;
   rank_area_t* ranks;
@@ -231,25 +233,28 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, void** s
   if (!flags) rc = moecclSystemError;
   if (rc == moecclSuccess) {
     flags[2 * comm->rank] = ok;
-    flags[2 * comm->rank + 1] = needed && ok && !moeccl_param_bool("MOECCL_CMA_DISABLE") && probe_cma(s);
+    flags[2 * comm->rank + 1] = needed && ok && probe_cma(s);
     rc = moeccl_bootstrap_allgather(comm->boot, flags, 2 * sizeof(int32_t));
   }
-  s->use_cma = needed;
+  s->can_reach_memory = needed;
   for (int l = 0; rc == moecclSuccess && l < s->nlocal; l++) {
     int r = s->peers[l].comm_rank;
     if (!flags[2 * r])
       rc = moeccl_error(comm, moecclSystemError, "shm: rank %d could not map segment %s (%zu bytes)", r,
                         s->name, s->size);
-    s->use_cma &= flags[2 * r + 1];
+    s->can_reach_memory &= flags[2 * r + 1];
   }
   free(flags);
+  s->use_cma = s->can_reach_memory && !moeccl_param_bool("MOECCL_CMA_DISABLE");
   if (rc != moecclSuccess) {
     shm_fini(s);
     return rc;
   }
   if (needed)
-    INFO(SHM, "rank %d: shm segment %s, %d local ranks, %d slots of %zu bytes, single copy %s", comm->rank,
-         s->name, s->nlocal, s->nslots, s->slot_bytes, s->use_cma ? "CMA" : "off");
+    INFO(SHM, "rank %d: shm segment %s, %d local ranks, %d slots of %zu bytes, single copy: %s", comm->rank,
+         s->name, s->nlocal, s->nslots, s->slot_bytes,
+         s->use_cma ? "CMA and mapped moecclMemAlloc memory"
+                    : s->can_reach_memory ? "mapped moecclMemAlloc memory only" : "off");
   *state = s;
   return moecclSuccess;
 }
@@ -286,14 +291,22 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
   return moecclSuccess;
 }
 
-static int is_rndv(const shm_state_t* s, const moeccl_req_t* r) {
-  return s->use_cma && r->bytes > s->slot_bytes;
+/* Single copy for a large message: by CMA, or from moecclMemAlloc memory that
+ * the receiver maps.  r->aux bits: 1 descriptor published, 2 memory looked
+ * up, 4 memory is moecclMemAlloc's. */
+static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
+  if (r->bytes <= s->slot_bytes || !s->can_reach_memory) return 0;
+  if (s->use_cma) return 1;
+  if (!(r->aux & 2)) {
+    moeccl_mem_handle_t mh;
+    r->aux |= 2 | (moeccl_mem_lookup(r->buf, r->bytes, &mh) ? 4 : 0);
+  }
+  return (r->aux & 4) != 0;
 }
 
-/* Whether every slot r needs has been written (r->aux marks a published
- * single-copy descriptor). */
-static int fully_pushed(const shm_state_t* s, const moeccl_req_t* r) {
-  return is_rndv(s, r) ? r->aux != 0 : r->progress >= r->bytes;
+/* Whether every slot r needs has been written. */
+static int fully_pushed(const shm_state_t* s, moeccl_req_t* r) {
+  return is_rndv(s, r) ? (r->aux & 1) != 0 : r->progress >= r->bytes;
 }
 
 /* Fills as many slots as the ring allows with r's next bytes.  Returns 1 when
@@ -313,7 +326,7 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
       h->region_off = h->region_fd >= 0 ? mh.offset : 0;
       r->seq = p->send_seq; /* done when the receiver frees this slot */
       TRACE(SHM, "rndv to rank %d seq %llu addr %p bytes %zu", p->comm_rank, (unsigned long long)p->send_seq, r->buf, r->bytes);
-      r->aux = 1;
+      r->aux |= 1;
     } else {
       size_t n = r->bytes - r->progress < s->slot_bytes ? r->bytes - r->progress : s->slot_bytes;
       h->kind = SLOT_FRAG;
@@ -329,7 +342,7 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
   return moved;
 }
 
-static int send_complete(shm_state_t* s, int l, const moeccl_req_t* r) {
+static int send_complete(shm_state_t* s, int l, moeccl_req_t* r) {
   if (!fully_pushed(s, r)) return 0;
   if (!is_rndv(s, r)) return 1; /* eager: complete once copied into the slots */
   return atomic_load_explicit(&s->ctrl[chan(s, s->me, l)].tail, memory_order_acquire) > r->seq;
