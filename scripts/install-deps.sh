@@ -11,6 +11,7 @@ packages=(
   libucx-dev
   libopenmpi-dev openmpi-bin
   libcmocka-dev
+  valgrind
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

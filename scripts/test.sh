@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The test suite: installs what is missing, then runs `make check` twice,
-#   build/       with warnings as errors,
-#   build-asan/  with AddressSanitizer and UndefinedBehaviorSanitizer,
+# The test suite: installs what is missing, then runs `make check` three times,
+#   build/           with warnings as errors,
+#   build-asan/      with AddressSanitizer and UndefinedBehaviorSanitizer,
+#   build-valgrind/  the multi-process tests under valgrind memcheck (2 and 3
+#                    ranks, no variants; test_sched is pure computation and
+#                    left to the sanitizers),
 # and ends with one line: "moeccl: N passed, M failed, K skipped".
 # Exits nonzero when a test failed or a build did not complete.
 # MOECCL_CHECK_TIMEOUT (seconds, default 3600) bounds each `make check`.
@@ -60,7 +63,7 @@ run_stage() {
     return
   fi
   echo "==== $dir: make check"
-  timeout "$check_timeout" env "${env[@]}" "${check_prefix[@]}" make --no-print-directory -C "$dir" -j"$jobs" check || rc=$?
+  timeout "$check_timeout" env "${env[@]}" "${check_prefix[@]}" make --no-print-directory -C "$dir" -j"$jobs" check "${make_args[@]}" || rc=$?
   if [ "$rc" = 124 ]; then
     stage_errors+=("$dir: make check passed MOECCL_CHECK_TIMEOUT=${check_timeout}s and was stopped")
   elif [ ! -f "$dir/test-suite.log" ]; then
@@ -79,20 +82,32 @@ count() {
 }
 
 check_prefix=()
+make_args=()
 run_stage build -- --enable-werror
 probe_asan
 check_prefix=("${asan_prefix[@]}")
 run_stage build-asan "${asan_env[@]}" -- CFLAGS="$asan_cflags" LDFLAGS="$sanitize"
 
+# valgrind follows the forked ranks; an error or a definite leak fails the test.
+check_prefix=()
+vg_tests="tests/test_param tests/api_nompi tests/mp_alltoall tests/mp_alltoallv tests/mp_sendrecv"
+vg_tests+=" tests/mp_split tests/mp_hoststream tests/mp_badargs"
+vg_cmd="$root/build-valgrind/libtool --mode=execute valgrind -q --trace-children=yes --error-exitcode=99"
+vg_cmd+=" --leak-check=full --errors-for-leak-kinds=definite"
+make_args=("TESTS=$vg_tests" "LOG_COMPILER=$vg_cmd")
+run_stage build-valgrind MP_RANKS=2,3 MP_VARIANTS=0 MP_DEADLINE_SCALE=10 MOECCL_TIMEOUT=120 --
+make_args=()
+
+stages=(build build-asan build-valgrind)
 passed=0 failed=0 skipped=0
-for dir in build build-asan; do
+for dir in "${stages[@]}"; do
   passed=$((passed + $(count "$dir" PASS)))
   failed=$((failed + $(count "$dir" FAIL ERROR XPASS)))
   skipped=$((skipped + $(count "$dir" SKIP)))
 done
 
 if [ "$failed" -gt 0 ] || [ ${#stage_errors[@]} -gt 0 ]; then
-  for dir in build build-asan; do
+  for dir in "${stages[@]}"; do
     [ -d "$dir" ] || continue
     while IFS= read -r trs; do
       log=${trs%.trs}.log
