@@ -378,6 +378,23 @@ static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, siz
                           p->comm_rank, (unsigned long long)got, posted);
 }
 
+static moecclResult_t check_abort(shm_state_t* s) {
+  int32_t dead = atomic_load_explicit(&s->hdr->abort_rank, memory_order_relaxed);
+  if (dead == 0) return moecclSuccess;
+  const moeccl_peer_info_t* pi = &s->comm->peers[dead - 1];
+  return moeccl_comm_fail(s->comm, moecclRemoteError, "rank %d (pid %d on %s) died; communicator aborted",
+                          dead - 1, (int)pi->pid, pi->hostname);
+}
+
+/* A peer this rank depends on is gone: tell every rank of the node (they may
+ * wait on ranks that wait on it), then fail naming it. */
+static moecclResult_t peer_died(shm_state_t* s, const shm_peer_t* p) {
+  int32_t expected = 0;
+  atomic_compare_exchange_strong(&s->hdr->abort_rank, &expected, p->comm_rank + 1);
+  for (int o = 0; o < s->nlocal; o++) ring(s, o);
+  return check_abort(s);
+}
+
 /* Maps the sender's moecclMemAlloc region (cached); NULL when it cannot be
  * mapped, in which case the caller falls back to CMA. */
 static const char* map_peer_region(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h) {
@@ -421,6 +438,7 @@ static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t*
   TRACE(SHM, "pull from rank %d seq %llu addr %p bytes %zu", p->comm_rank, (unsigned long long)p->recv_seq, (void*)(uintptr_t)h->addr, n);
   if (got <= 0) {
     if (got < 0 && errno == EINTR) return moecclSuccess;
+    if (!moeccl_process_alive(p->pid, p->pid_start)) return peer_died(s, p);
     return moeccl_comm_fail(s->comm, moecclRemoteError, "shm: reading %zu bytes from rank %d (pid %d) failed: %s",
                             n, p->comm_rank, (int)p->pid, got < 0 ? strerror(errno) : "short read");
   }
@@ -459,14 +477,6 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
     }
   }
   return moecclSuccess;
-}
-
-static moecclResult_t check_abort(shm_state_t* s) {
-  int32_t dead = atomic_load_explicit(&s->hdr->abort_rank, memory_order_relaxed);
-  if (dead == 0) return moecclSuccess;
-  const moeccl_peer_info_t* pi = &s->comm->peers[dead - 1];
-  return moeccl_comm_fail(s->comm, moecclRemoteError, "rank %d (pid %d on %s) died; communicator aborted",
-                          dead - 1, (int)pi->pid, pi->hostname);
 }
 
 static moecclResult_t shm_progress(void* state, int* progressed) {
@@ -510,10 +520,7 @@ static moecclResult_t shm_check_peers(void* state) {
     /* Only peers this rank waits on: a peer that finished its part and
      * exited is no failure. */
     if (l == s->me || (!p->send_head && !p->recv_head) || moeccl_process_alive(p->pid, p->pid_start)) continue;
-    int32_t expected = 0;
-    atomic_compare_exchange_strong(&s->hdr->abort_rank, &expected, p->comm_rank + 1);
-    for (int o = 0; o < s->nlocal; o++) ring(s, o); /* wake everyone to see the abort */
-    return check_abort(s);
+    return peer_died(s, p);
   }
   return moecclSuccess;
 }
