@@ -438,7 +438,9 @@ static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t*
   TRACE(SHM, "pull from rank %d seq %llu addr %p bytes %zu", p->comm_rank, (unsigned long long)p->recv_seq, (void*)(uintptr_t)h->addr, n);
   if (got <= 0) {
     if (got < 0 && errno == EINTR) return moecclSuccess;
-    if (!moeccl_process_alive(p->pid, p->pid_start)) return peer_died(s, p);
+    /* ESRCH: the process is gone or exiting (its memory already released,
+     * while /proc may still show it running). */
+    if ((got < 0 && errno == ESRCH) || !moeccl_process_alive(p->pid, p->pid_start)) return peer_died(s, p);
     return moeccl_comm_fail(s->comm, moecclRemoteError, "shm: reading %zu bytes from rank %d (pid %d) failed: %s",
                             n, p->comm_rank, (int)p->pid, got < 0 ? strerror(errno) : "short read");
   }
