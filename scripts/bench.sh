@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds moeccl in build/, and runs
-# a2a_perf (moeccl against MPI, in the same run) under mpirun:
-#   2 ranks, uniform all-to-all, 1 KiB to 64 MiB per rank
-#   4 ranks (oversubscribed on small machines), Zipf-skewed all-to-allv
-# Extra arguments go to both a2a_perf runs, e.g. scripts/bench.sh -M -d half
+# a2a_perf (moeccl against MPI on the same processes and buffers, in the same
+# run) under mpirun, 1 KiB to 64 MiB per rank:
+#   2 and 4 ranks (4 oversubscribe a 2-core machine), uniform all-to-all and
+#   Zipf-skewed all-to-allv, buffers from moecclMemAlloc (-M: local peers map
+#   them, so moeccl copies once with memcpy; MPI uses the same buffers);
+#   then 2 ranks on plain malloc buffers, where both libraries copy once
+#   with process_vm_readv.
+# Extra arguments go to every a2a_perf run, e.g. scripts/bench.sh -d half
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -21,7 +25,11 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 
 sizes=(-b 1K -e 64M -f 4)
-echo "==== a2a_perf: 2 ranks, uniform"
+for np in 2 4; do
+  for dist in uniform zipf:1.1; do
+    echo "==== a2a_perf: $np ranks, $dist, moecclMemAlloc buffers"
+    mpirun -np "$np" --oversubscribe build/perf/a2a_perf "${sizes[@]}" --dist "$dist" -M "$@"
+  done
+done
+echo "==== a2a_perf: 2 ranks, uniform, malloc buffers"
 mpirun -np 2 --oversubscribe build/perf/a2a_perf "${sizes[@]}" "$@"
-echo "==== a2a_perf: 4 ranks, zipf:1.1"
-mpirun -np 4 --oversubscribe build/perf/a2a_perf "${sizes[@]}" --dist zipf:1.1 "$@"
