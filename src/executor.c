@@ -6,6 +6,7 @@
  * liveness check of the peers and a deadline (MOECCL_TIMEOUT without progress).
  */
 #include "executor.h"
+#include "copy.h"
 #include "param.h"
 #include "transport/transport.h"
 
@@ -72,6 +73,7 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     r->peer = op->peer;
     r->buf = op->type == MOECCL_OP_SEND ? buf_at(s, op->src_buf, op->src_off) : buf_at(s, op->dst_buf, op->dst_off);
     r->bytes = op->bytes;
+    r->stream_copy = j->stream_copy;
     int t = c->peer_transport[op->peer];
     MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
     j->pending++;
@@ -79,7 +81,8 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
     if (op->type == MOECCL_OP_COPY)
-      memcpy(buf_at(s, op->dst_buf, op->dst_off), buf_at(s, op->src_buf, op->src_off), op->bytes);
+      moeccl_copy(buf_at(s, op->dst_buf, op->dst_off), buf_at(s, op->src_buf, op->src_off), op->bytes,
+                  j->stream_copy);
   }
   return run_self_ops(j, begin, end);
 }
@@ -215,6 +218,10 @@ static moecclResult_t prepare(moeccl_job_t* j) {
     c->scratch_bytes = j->sched->scratch_bytes;
   }
   if (j->sched->scratch_buf >= 0) j->sched->bufs[j->sched->scratch_buf] = c->scratch;
+  size_t written = 0; /* bytes this rank writes: receives and local copies */
+  for (int i = 0; i < j->sched->nops; i++)
+    if (j->sched->ops[i].type != MOECCL_OP_SEND) written += j->sched->ops[i].bytes;
+  j->stream_copy = moeccl_copy_streaming(written);
   j->step = j->first_req = j->nreqs = j->pending = 0;
   return moecclSuccess;
 }

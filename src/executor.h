@@ -13,7 +13,7 @@ typedef struct {
   moeccl_sched_t* sched;
   /* executor's */
   int step, first_req, nreqs, pending;
-  int self_send_head, self_recv_head;
+  int stream_copy; /* large operation: copies use streaming stores */
 } moeccl_job_t;
 
 /* Runs every job to completion.  The caller holds each job's comm->lock.  On

@@ -6,7 +6,7 @@ libmoeccl_core_la_SOURCES = \
   src/algos/algos.c src/algos/algos.h \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c \
   src/bootstrap.c src/bootstrap.h \
-  src/coll.c src/comm.c src/core.h \
+  src/coll.c src/comm.c src/copy.c src/copy.h src/core.h \
   src/debug.c src/debug.h \
   src/enqueue.c src/enqueue.h src/error.c \
   src/executor.c src/executor.h \

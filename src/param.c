@@ -29,6 +29,8 @@ const moeccl_param_t moeccl_params[] = {
      "bytes a single-copy transfer moves before the executor looks at other work"},
     {"MOECCL_CMA_DISABLE", MOECCL_PARAM_BOOL, "0",
      "1: no cross-memory attach; large messages are pipelined through the slots"},
+    {"MOECCL_NT_COPY_SIZE", MOECCL_PARAM_SIZE, "32M",
+     "operations receiving at least this many bytes per rank copy with streaming stores (0: never)"},
     {"MOECCL_SPIN_COUNT", MOECCL_PARAM_INT, "2000",
      "polls before a waiting rank yields the core; oversubscribed nodes spin less"},
 };

@@ -205,6 +205,7 @@ static const mp_variant variants[] = {
     {"algo-pairwise", {"MOECCL_ALGO=pairwise"}, "3,5"},
     {"no-cma", {"MOECCL_CMA_DISABLE=1"}, "3"},
     {"small-shm", {"MOECCL_SHM_EAGER_SIZE=256", "MOECCL_SHM_SLOTS=2", "MOECCL_SHM_CHUNK_SIZE=40000"}, "4"},
+    {"nt-copy", {"MOECCL_NT_COPY_SIZE=1"}, "2,3"},
     {NULL, {NULL}, NULL},
 };
 

@@ -13,6 +13,7 @@
  * its own doorbell word; whoever publishes or frees a slot for it rings it.
  */
 #include "transport/transport.h"
+#include "copy.h"
 #include "param.h"
 
 #include <errno.h>
@@ -428,7 +429,7 @@ static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t*
   if (n > s->chunk) n = s->chunk;
   const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
   if (region) {
-    memcpy((char*)r->buf + r->progress, region + h->region_off + r->progress, n);
+    moeccl_copy((char*)r->buf + r->progress, region + h->region_off + r->progress, n, r->stream_copy);
     r->progress += n;
     return moecclSuccess;
   }

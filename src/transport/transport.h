@@ -25,6 +25,7 @@ typedef struct moeccl_req {
   void* buf;
   size_t bytes;
   volatile int done;
+  int stream_copy;         /* copy into buf with streaming stores (executor's choice) */
   struct moeccl_req* next; /* transport's queue link */
   size_t progress;         /* transport's: bytes moved so far */
   uint64_t seq;            /* transport's: message sequence number */
