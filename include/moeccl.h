@@ -9,8 +9,8 @@
 #ifndef MOECCL_H_
 #define MOECCL_H_
 
-#include <stddef.h>
 #include <limits.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,7 +20,7 @@ extern "C" {
 #define MOECCL_MINOR 1
 #define MOECCL_PATCH 0
 #define MOECCL_SUFFIX ""
-#define MOECCL_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define MOECCL_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
 #define MOECCL_VERSION_CODE MOECCL_VERSION(MOECCL_MAJOR, MOECCL_MINOR, MOECCL_PATCH)
 
 /* Opaque communicator handle. */
@@ -102,16 +102,14 @@ typedef struct moecclConfig_v1 {
 } moecclConfig_t;
 
 #define MOECCL_CONFIG_MAGIC 0xcafebeef
-#define MOECCL_CONFIG_INITIALIZER                                            \
-  {                                                                          \
-    sizeof(moecclConfig_t), MOECCL_CONFIG_MAGIC, MOECCL_VERSION_CODE,        \
-        MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT,                    \
-        MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT,                    \
-        MOECCL_CONFIG_UNDEF_PTR, MOECCL_CONFIG_UNDEF_INT,                    \
-        MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_PTR,                    \
-        MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT,                    \
-        MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT,                    \
-        MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT                     \
+#define MOECCL_CONFIG_INITIALIZER                                                                  \
+  {                                                                                                \
+    sizeof(moecclConfig_t), MOECCL_CONFIG_MAGIC, MOECCL_VERSION_CODE, MOECCL_CONFIG_UNDEF_INT,     \
+        MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT,                 \
+        MOECCL_CONFIG_UNDEF_PTR, MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT,                 \
+        MOECCL_CONFIG_UNDEF_PTR, MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT,                 \
+        MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT, MOECCL_CONFIG_UNDEF_INT,                 \
+        MOECCL_CONFIG_UNDEF_INT                                                                    \
   }
 
 /* ---- Version, errors ---------------------------------------------------- */
@@ -165,9 +163,10 @@ moecclResult_t moecclAlltoAll(const void* sendbuff, void* recvbuff, size_t count
 /* Uneven all-to-all: sendcounts[j] elements at sdispls[j] go to rank j, which
  * receives them at its rdispls[i] (recvcounts[i] elements).  Counts and
  * displacements are in elements; bytes outside the blocks are not touched. */
-moecclResult_t moecclAlltoAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
-                               void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
-                               moecclDataType_t datatype, moecclComm_t comm, moecclStream_t stream);
+moecclResult_t moecclAlltoAllv(const void* sendbuff, const size_t sendcounts[],
+                               const size_t sdispls[], void* recvbuff, const size_t recvcounts[],
+                               const size_t rdispls[], moecclDataType_t datatype, moecclComm_t comm,
+                               moecclStream_t stream);
 /* Point-to-point, matched in issue order per (sender, receiver) pair.  Put
  * sends and receives that depend on each other inside one group. */
 moecclResult_t moecclSend(const void* sendbuff, size_t count, moecclDataType_t datatype, int peer,

@@ -96,7 +96,8 @@ static void* root_thread(void* arg) {
     /* Tell the ranks that came which one did not, so their error names it. */
     int missing = 0;
     while (missing < n && fds[missing] >= 0) missing++;
-    WARN(BOOT, "rendezvous: %d of %d ranks joined before the deadline; rank %d is missing", joined, n, missing);
+    WARN(BOOT, "rendezvous: %d of %d ranks joined before the deadline; rank %d is missing", joined,
+         n, missing);
     int32_t status = -2 - missing;
     for (int i = 0; i < n; i++)
       if (fds[i] >= 0) moeccl_socket_send(fds[i], &status, sizeof(status), moeccl_now() + 1.0);
@@ -114,7 +115,8 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   memset(&l, 0, sizeof(l));
   l.magic = ID_MAGIC;
   l.version = MOECCL_VERSION_CODE;
-  if (getrandom(&l.nonce, sizeof(l.nonce), 0) != sizeof(l.nonce)) l.nonce = (uint64_t)getpid() ^ (uint64_t)moeccl_now();
+  if (getrandom(&l.nonce, sizeof(l.nonce), 0) != sizeof(l.nonce))
+    l.nonce = (uint64_t)getpid() ^ (uint64_t)moeccl_now();
   const char* fixed = moeccl_param_str("MOECCL_COMM_ID");
   if (fixed && *fixed) {
     if (moeccl_sockaddr_parse(fixed, &l.root) != moecclSuccess)
@@ -190,7 +192,8 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   } else if (rc == moecclSuccess && status != nranks) {
     rc = moecclInvalidUsage;
   }
-  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, peers, sizeof(*peers) * (size_t)nranks, deadline);
+  if (rc == moecclSuccess)
+    rc = moeccl_socket_recv(fd, peers, sizeof(*peers) * (size_t)nranks, deadline);
   close(fd);
   if (rc != moecclSuccess && *listen_fd >= 0) close(*listen_fd), *listen_fd = -1;
   return rc;
@@ -207,10 +210,12 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
   if (rc == moecclInvalidUsage)
     return moeccl_error(NULL, rc, "bootstrap: ranks disagree on nranks or two ranks share a rank");
   if (missing >= 0)
-    return moeccl_error(NULL, moecclTimeout, "bootstrap: rank %d never joined the rendezvous (MOECCL_TIMEOUT=%.0f s)",
+    return moeccl_error(NULL, moecclTimeout,
+                        "bootstrap: rank %d never joined the rendezvous (MOECCL_TIMEOUT=%.0f s)",
                         missing, timeout);
   if (rc != moecclSuccess)
-    return moeccl_error(NULL, rc, "bootstrap: could not join the rendezvous within %.0f s", timeout);
+    return moeccl_error(NULL, rc, "bootstrap: could not join the rendezvous within %.0f s",
+                        timeout);
   return moeccl_bootstrap_ring(l.nonce, rank, nranks, timeout, listen_fd, peers, out);
 }
 
@@ -220,8 +225,9 @@ typedef struct {
   uint64_t nonce;
 } ring_hello_t;
 
-moecclResult_t moeccl_bootstrap_ring(uint64_t nonce, int rank, int nranks, double timeout, int listen_fd,
-                                     const moeccl_peer_info_t* peers, moeccl_bootstrap_t** out) {
+moecclResult_t moeccl_bootstrap_ring(uint64_t nonce, int rank, int nranks, double timeout,
+                                     int listen_fd, const moeccl_peer_info_t* peers,
+                                     moeccl_bootstrap_t** out) {
   moeccl_bootstrap_t* b = calloc(1, sizeof(*b));
   if (!b) return close(listen_fd), moecclSystemError;
   *b = (moeccl_bootstrap_t){rank, nranks, nonce, listen_fd, -1, -1, timeout};
@@ -236,11 +242,10 @@ moecclResult_t moeccl_bootstrap_ring(uint64_t nonce, int rank, int nranks, doubl
       int fd;
       rc = moeccl_socket_accept(listen_fd, deadline, &fd);
       if (rc != moecclSuccess) break;
-      if (moeccl_socket_recv(fd, &got, sizeof(got), deadline) == moecclSuccess && got.magic == HELLO_MAGIC &&
-          got.nonce == nonce && got.rank == prev)
+      if (moeccl_socket_recv(fd, &got, sizeof(got), deadline) == moecclSuccess &&
+          got.magic == HELLO_MAGIC && got.nonce == nonce && got.rank == prev)
         b->prev_fd = fd;
-      else
-        close(fd);
+      else close(fd);
     }
   }
   if (rc != moecclSuccess) {
@@ -258,11 +263,14 @@ moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, siz
   /* Step s: pass along the block that originated s ranks behind us. */
   for (int s = 0; s < n - 1; s++) {
     int send_block = (b->rank - s + n) % n, recv_block = (b->rank - s - 1 + n) % n;
-    moecclResult_t rc = moeccl_socket_send(b->next_fd, d + (size_t)send_block * bytes, bytes, deadline);
-    if (rc == moecclSuccess) rc = moeccl_socket_recv(b->prev_fd, d + (size_t)recv_block * bytes, bytes, deadline);
+    moecclResult_t rc =
+        moeccl_socket_send(b->next_fd, d + (size_t)send_block * bytes, bytes, deadline);
+    if (rc == moecclSuccess)
+      rc = moeccl_socket_recv(b->prev_fd, d + (size_t)recv_block * bytes, bytes, deadline);
     if (rc != moecclSuccess) {
       int prev = (b->rank - 1 + n) % n;
-      return moeccl_error(NULL, rc, "bootstrap allgather: lost rank %d or rank %d", prev, (b->rank + 1) % n);
+      return moeccl_error(NULL, rc, "bootstrap allgather: lost rank %d or rank %d", prev,
+                          (b->rank + 1) % n);
     }
   }
   return moecclSuccess;

@@ -15,10 +15,11 @@ static const moeccl_a2a_algo_t* tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   return &moeccl_a2a_algos[MOECCL_A2A_DIRECT];
 }
 
-moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc, const void* sendbuf,
-                               void* recvbuf, moeccl_sched_t* s) {
+moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
+                               const void* sendbuf, void* recvbuf, moeccl_sched_t* s) {
   const moeccl_a2a_algo_t* algo = tuner_pick(comm, desc);
-  TRACE(ALGO, "rank %d: all-to-all%s with %s", comm->rank, desc->send_counts ? "v" : "", algo->name);
+  TRACE(ALGO, "rank %d: all-to-all%s with %s", comm->rank, desc->send_counts ? "v" : "",
+        algo->name);
   moeccl_sched_reset(s);
   uint32_t b;
   MOECCL_CHECK(moeccl_sched_add_buf(s, (void*)sendbuf, &b));
@@ -30,7 +31,8 @@ moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* des
 
 /* Highest byte (exclusive) a v-call touches in a buffer; sets *bad to the
  * first index whose displacement + count overflows. */
-static size_t extent_bytes(const size_t* counts, const size_t* displs, int n, size_t size, int* bad) {
+static size_t extent_bytes(const size_t* counts, const size_t* displs, int n, size_t size,
+                           int* bad) {
   size_t top = 0;
   *bad = -1;
   for (int i = 0; i < n; i++) {
@@ -45,68 +47,77 @@ static size_t extent_bytes(const size_t* counts, const size_t* displs, int n, si
   return top;
 }
 
-static moecclResult_t check_overlap(moeccl_comm_t* c, const void* s, size_t sbytes, const void* r, size_t rbytes,
-                                    const char* fn) {
+static moecclResult_t check_overlap(moeccl_comm_t* c, const void* s, size_t sbytes, const void* r,
+                                    size_t rbytes, const char* fn) {
   uintptr_t a = (uintptr_t)s, b = (uintptr_t)r;
   if (sbytes && rbytes && a < b + rbytes && b < a + sbytes)
-    return moeccl_error(c, moecclInvalidArgument, "%s: sendbuff and recvbuff overlap (in-place is not supported)", fn);
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: sendbuff and recvbuff overlap (in-place is not supported)", fn);
   return moecclSuccess;
 }
 
-static moecclResult_t check_common(moeccl_comm_t* comm, moecclDataType_t type, moecclStream_t stream,
-                                   const char* fn) {
+static moecclResult_t check_common(moeccl_comm_t* comm, moecclDataType_t type,
+                                   moecclStream_t stream, const char* fn) {
   MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
   if (moeccl_type_size(type) == 0)
     return moeccl_error(comm, moecclInvalidArgument, "%s: datatype %d is invalid", fn, (int)type);
   return moeccl_stream_check(comm, stream);
 }
 
-static moecclResult_t check_alltoall(moeccl_comm_t* c, const void* sendbuff, void* recvbuff, size_t count,
-                                     moecclDataType_t type, moecclStream_t stream) {
+static moecclResult_t check_alltoall(moeccl_comm_t* c, const void* sendbuff, void* recvbuff,
+                                     size_t count, moecclDataType_t type, moecclStream_t stream) {
   const char* fn = "moecclAlltoAll";
   MOECCL_CHECK(check_common(c, type, stream, fn));
   size_t size = moeccl_type_size(type);
   if (count > SIZE_MAX / size / (size_t)c->nranks)
-    return moeccl_error(c, moecclInvalidArgument, "%s: count %zu times %d ranks times datatype size overflows", fn,
-                        count, c->nranks);
-  if (count && !sendbuff) return moeccl_error(c, moecclInvalidArgument, "%s: sendbuff is NULL with count %zu", fn, count);
-  if (count && !recvbuff) return moeccl_error(c, moecclInvalidArgument, "%s: recvbuff is NULL with count %zu", fn, count);
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: count %zu times %d ranks times datatype size overflows", fn, count,
+                        c->nranks);
+  if (count && !sendbuff)
+    return moeccl_error(c, moecclInvalidArgument, "%s: sendbuff is NULL with count %zu", fn, count);
+  if (count && !recvbuff)
+    return moeccl_error(c, moecclInvalidArgument, "%s: recvbuff is NULL with count %zu", fn, count);
   size_t bytes = count * size * (size_t)c->nranks;
   return check_overlap(c, sendbuff, bytes, recvbuff, bytes, fn);
 }
 
-static moecclResult_t check_side(moeccl_comm_t* c, const void* buf, const char* bufname, const size_t* counts,
-                                 const char* cname, const size_t* displs, const char* dname, size_t size,
-                                 size_t* extent) {
+static moecclResult_t check_side(moeccl_comm_t* c, const void* buf, const char* bufname,
+                                 const size_t* counts, const char* cname, const size_t* displs,
+                                 const char* dname, size_t size, size_t* extent) {
   const char* fn = "moecclAlltoAllv";
   if (!counts) return moeccl_error(c, moecclInvalidArgument, "%s: %s is NULL", fn, cname);
   if (!displs) return moeccl_error(c, moecclInvalidArgument, "%s: %s is NULL", fn, dname);
   int bad;
   *extent = extent_bytes(counts, displs, c->nranks, size, &bad);
   if (bad >= 0)
-    return moeccl_error(c, moecclInvalidArgument, "%s: %s[%d] + %s[%d] times datatype size overflows", fn, dname,
-                        bad, cname, bad);
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: %s[%d] + %s[%d] times datatype size overflows", fn, dname, bad, cname,
+                        bad);
   if (*extent && !buf)
-    return moeccl_error(c, moecclInvalidArgument, "%s: %s is NULL but %s has non-zero counts", fn, bufname, cname);
+    return moeccl_error(c, moecclInvalidArgument, "%s: %s is NULL but %s has non-zero counts", fn,
+                        bufname, cname);
   return moecclSuccess;
 }
 
-static moecclResult_t check_alltoallv(moeccl_comm_t* c, const void* sendbuff, const size_t* sc, const size_t* sd,
-                                      void* recvbuff, const size_t* rc, const size_t* rd, moecclDataType_t type,
+static moecclResult_t check_alltoallv(moeccl_comm_t* c, const void* sendbuff, const size_t* sc,
+                                      const size_t* sd, void* recvbuff, const size_t* rc,
+                                      const size_t* rd, moecclDataType_t type,
                                       moecclStream_t stream) {
   MOECCL_CHECK(check_common(c, type, stream, "moecclAlltoAllv"));
   size_t size = moeccl_type_size(type), sext, rext;
   MOECCL_CHECK(check_side(c, sendbuff, "sendbuff", sc, "sendcounts", sd, "sdispls", size, &sext));
   MOECCL_CHECK(check_side(c, recvbuff, "recvbuff", rc, "recvcounts", rd, "rdispls", size, &rext));
   if (sc[c->rank] != rc[c->rank])
-    return moeccl_error(c, moecclInvalidArgument,
-                        "moecclAlltoAllv: sendcounts[%d]=%zu but recvcounts[%d]=%zu for the block to self", c->rank,
-                        sc[c->rank], c->rank, rc[c->rank]);
+    return moeccl_error(
+        c, moecclInvalidArgument,
+        "moecclAlltoAllv: sendcounts[%d]=%zu but recvcounts[%d]=%zu for the block to self", c->rank,
+        sc[c->rank], c->rank, rc[c->rank]);
   return check_overlap(c, sendbuff, sext, recvbuff, rext, "moecclAlltoAllv");
 }
 
 /* Runs one all-to-all now, on the calling thread. */
-static moecclResult_t a2a_run_now(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, const void* sendbuf, void* recvbuf) {
+static moecclResult_t a2a_run_now(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, const void* sendbuf,
+                                  void* recvbuf) {
   moeccl_comm_wait_turn(c, moeccl_comm_issue(c, 1));
   pthread_mutex_lock(&c->lock);
   moecclResult_t rc = moeccl_a2a_plan(c, d, sendbuf, recvbuf, &c->sched);
@@ -120,11 +131,12 @@ static moecclResult_t a2a_run_now(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, 
 }
 
 /* Captures the call for a group or a host stream; v arrays are copied. */
-static moecclResult_t a2a_defer(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, const void* sendbuf, void* recvbuf,
-                                moecclStream_t stream) {
+static moecclResult_t a2a_defer(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, const void* sendbuf,
+                                void* recvbuf, moecclStream_t stream) {
   moeccl_task_t* t = calloc(1, sizeof(*t));
   if (!t) return moeccl_error(c, moecclSystemError, "out of memory");
-  *t = (moeccl_task_t){.comm = c, .kind = MOECCL_TASK_A2A, .sendbuf = sendbuf, .recvbuf = recvbuf, .desc = *d};
+  *t = (moeccl_task_t){
+      .comm = c, .kind = MOECCL_TASK_A2A, .sendbuf = sendbuf, .recvbuf = recvbuf, .desc = *d};
   if (d->send_counts) {
     size_t n = (size_t)c->nranks;
     t->counts = malloc(4 * n * sizeof(size_t));
@@ -141,26 +153,36 @@ static moecclResult_t a2a_defer(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, co
   return moeccl_task_submit(t, stream);
 }
 
-static moecclResult_t a2a_issue(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, const void* sendbuf, void* recvbuf,
-                                moecclStream_t stream) {
+static moecclResult_t a2a_issue(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, const void* sendbuf,
+                                void* recvbuf, moecclStream_t stream) {
   if (stream || moeccl_group_active()) return a2a_defer(c, d, sendbuf, recvbuf, stream);
   return a2a_run_now(c, d, sendbuf, recvbuf);
 }
 
 MOECCL_EXPORT moecclResult_t moecclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
-                                            moecclDataType_t datatype, moecclComm_t comm, moecclStream_t stream) {
+                                            moecclDataType_t datatype, moecclComm_t comm,
+                                            moecclStream_t stream) {
   MOECCL_CHECK(check_alltoall(comm, sendbuff, recvbuff, count, datatype, stream));
-  moeccl_a2a_desc_t d = {.rank = comm->rank, .nranks = comm->nranks,
-                         .block_bytes = count * moeccl_type_size(datatype), .elem_size = moeccl_type_size(datatype)};
+  moeccl_a2a_desc_t d = {.rank = comm->rank,
+                         .nranks = comm->nranks,
+                         .block_bytes = count * moeccl_type_size(datatype),
+                         .elem_size = moeccl_type_size(datatype)};
   return a2a_issue(comm, &d, sendbuff, recvbuff, stream);
 }
 
-MOECCL_EXPORT moecclResult_t moecclAlltoAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
-                                             void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
-                                             moecclDataType_t datatype, moecclComm_t comm, moecclStream_t stream) {
-  MOECCL_CHECK(check_alltoallv(comm, sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, stream));
-  moeccl_a2a_desc_t d = {.rank = comm->rank, .nranks = comm->nranks, .send_counts = sendcounts,
-                         .send_displs = sdispls, .recv_counts = recvcounts, .recv_displs = rdispls,
+MOECCL_EXPORT moecclResult_t moecclAlltoAllv(const void* sendbuff, const size_t sendcounts[],
+                                             const size_t sdispls[], void* recvbuff,
+                                             const size_t recvcounts[], const size_t rdispls[],
+                                             moecclDataType_t datatype, moecclComm_t comm,
+                                             moecclStream_t stream) {
+  MOECCL_CHECK(check_alltoallv(comm, sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
+                               datatype, stream));
+  moeccl_a2a_desc_t d = {.rank = comm->rank,
+                         .nranks = comm->nranks,
+                         .send_counts = sendcounts,
+                         .send_displs = sdispls,
+                         .recv_counts = recvcounts,
+                         .recv_displs = rdispls,
                          .elem_size = moeccl_type_size(datatype)};
   return a2a_issue(comm, &d, sendbuff, recvbuff, stream);
 }

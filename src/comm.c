@@ -1,9 +1,9 @@
 /* Communicators: init from a unique id, split, destroy, abort, queries. */
+#include "algos/algos.h"
 #include "bootstrap.h"
 #include "core.h"
-#include "param.h"
-#include "algos/algos.h"
 #include "enqueue.h"
+#include "param.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,14 +15,16 @@ static const uint64_t cma_probe_word = 0x6d6f6563636c2121ULL;
 const uint64_t* moeccl_cma_probe_word(void) { return &cma_probe_word; }
 
 MOECCL_EXPORT moecclResult_t moecclGetVersion(int* version) {
-  if (!version) return moeccl_error(NULL, moecclInvalidArgument, "moecclGetVersion: version is NULL");
+  if (!version)
+    return moeccl_error(NULL, moecclInvalidArgument, "moecclGetVersion: version is NULL");
   *version = MOECCL_VERSION_CODE;
   return moecclSuccess;
 }
 
 MOECCL_EXPORT moecclResult_t moecclGetUniqueId(moecclUniqueId* uniqueId) {
   moeccl_debug_init();
-  if (!uniqueId) return moeccl_error(NULL, moecclInvalidArgument, "moecclGetUniqueId: uniqueId is NULL");
+  if (!uniqueId)
+    return moeccl_error(NULL, moecclInvalidArgument, "moecclGetUniqueId: uniqueId is NULL");
   return moeccl_bootstrap_unique_id(uniqueId);
 }
 
@@ -78,7 +80,8 @@ static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
   if (algo && *algo) {
     const moeccl_a2a_algo_t* a = moeccl_a2a_algo_by_name(algo);
     if (a) c->forced_algo = (int)a->id;
-    else if (c->rank == 0) WARN(ALGO, "MOECCL_ALGO=%s is not an algorithm; the tuner decides", algo);
+    else if (c->rank == 0)
+      WARN(ALGO, "MOECCL_ALGO=%s is not an algorithm; the tuner decides", algo);
   }
 }
 
@@ -94,21 +97,25 @@ static moecclResult_t comm_finish_init(moeccl_comm_t* c, const moecclConfig_t* c
 
 static moecclResult_t check_config(moeccl_comm_t* comm, const moecclConfig_t* config) {
   if (!config) return moecclSuccess;
-  if (config->magic != MOECCL_CONFIG_MAGIC || config->size < offsetof(moecclConfig_t, cgaClusterSize))
-    return moeccl_error(comm, moecclInvalidArgument,
-                        "config: not initialised with MOECCL_CONFIG_INITIALIZER (bad magic or size)");
+  if (config->magic != MOECCL_CONFIG_MAGIC ||
+      config->size < offsetof(moecclConfig_t, cgaClusterSize))
+    return moeccl_error(
+        comm, moecclInvalidArgument,
+        "config: not initialised with MOECCL_CONFIG_INITIALIZER (bad magic or size)");
   return moecclSuccess;
 }
 
-MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nranks, moecclUniqueId commId,
-                                                      int rank, moecclConfig_t* config) {
+MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nranks,
+                                                      moecclUniqueId commId, int rank,
+                                                      moecclConfig_t* config) {
   moeccl_debug_init();
   if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: comm is NULL");
   if (nranks <= 0)
-    return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: nranks %d must be > 0", nranks);
+    return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: nranks %d must be > 0",
+                        nranks);
   if (rank < 0 || rank >= nranks)
-    return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: rank %d out of range [0,%d)",
-                        rank, nranks);
+    return moeccl_error(NULL, moecclInvalidArgument,
+                        "moecclCommInitRank: rank %d out of range [0,%d)", rank, nranks);
   MOECCL_CHECK(check_config(NULL, config));
   uint64_t nonce;
   if (moeccl_bootstrap_id_nonce(&commId, &nonce) != moecclSuccess)
@@ -118,7 +125,8 @@ MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nr
   MOECCL_CHECK(comm_alloc(rank, nranks, nonce, &c));
   moeccl_peer_info_t self;
   fill_self_info(&self, rank);
-  moecclResult_t rc = moeccl_bootstrap_init(&commId, rank, nranks, c->timeout, &self, c->peers, &c->boot);
+  moecclResult_t rc =
+      moeccl_bootstrap_init(&commId, rank, nranks, c->timeout, &self, c->peers, &c->boot);
   if (rc == moecclSuccess) rc = comm_finish_init(c, config);
   if (rc != moecclSuccess) {
     comm_free(c);
@@ -128,8 +136,8 @@ MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nr
   return moecclSuccess;
 }
 
-MOECCL_EXPORT moecclResult_t moecclCommInitRank(moecclComm_t* comm, int nranks, moecclUniqueId commId,
-                                                int rank) {
+MOECCL_EXPORT moecclResult_t moecclCommInitRank(moecclComm_t* comm, int nranks,
+                                                moecclUniqueId commId, int rank) {
   return moecclCommInitRankConfig(comm, nranks, commId, rank, NULL);
 }
 
@@ -153,11 +161,13 @@ static int split_members(const split_entry_t* all, int n, int color, split_entry
   return m;
 }
 
-static moecclResult_t split_build(moeccl_comm_t* parent, const split_entry_t* members, int m, int listen_fd,
-                                  const moecclConfig_t* config, moeccl_comm_t** out) {
+static moecclResult_t split_build(moeccl_comm_t* parent, const split_entry_t* members, int m,
+                                  int listen_fd, const moecclConfig_t* config,
+                                  moeccl_comm_t** out) {
   int me = 0;
   while (members[me].old_rank != parent->rank) me++;
-  uint64_t nonce = parent->nonce * 0x9e3779b97f4a7c15ULL + (uint64_t)parent->split_count * 0x100000001b3ULL +
+  uint64_t nonce = parent->nonce * 0x9e3779b97f4a7c15ULL +
+                   (uint64_t)parent->split_count * 0x100000001b3ULL +
                    (uint64_t)(uint32_t)members[0].color + 1;
   moeccl_comm_t* c;
   MOECCL_CHECK(comm_alloc(me, m, nonce, &c));
@@ -166,19 +176,22 @@ static moecclResult_t split_build(moeccl_comm_t* parent, const split_entry_t* me
     c->peers[i].rank = i;
     c->peers[i].listen_addr = members[i].listen_addr;
   }
-  moecclResult_t rc = moeccl_bootstrap_ring(nonce, me, m, c->timeout, listen_fd, c->peers, &c->boot);
+  moecclResult_t rc =
+      moeccl_bootstrap_ring(nonce, me, m, c->timeout, listen_fd, c->peers, &c->boot);
   if (rc == moecclSuccess) rc = comm_finish_init(c, config);
   if (rc != moecclSuccess) return comm_free(c), rc;
   *out = c;
   return moecclSuccess;
 }
 
-MOECCL_EXPORT moecclResult_t moecclCommSplit(moecclComm_t comm, int color, int key, moecclComm_t* newcomm,
-                                             moecclConfig_t* config) {
+MOECCL_EXPORT moecclResult_t moecclCommSplit(moecclComm_t comm, int color, int key,
+                                             moecclComm_t* newcomm, moecclConfig_t* config) {
   MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
-  if (!newcomm) return moeccl_error(comm, moecclInvalidArgument, "moecclCommSplit: newcomm is NULL");
+  if (!newcomm)
+    return moeccl_error(comm, moecclInvalidArgument, "moecclCommSplit: newcomm is NULL");
   if (color < 0 && color != MOECCL_SPLIT_NOCOLOR)
-    return moeccl_error(comm, moecclInvalidArgument, "moecclCommSplit: color %d must be >= 0 or MOECCL_SPLIT_NOCOLOR", color);
+    return moeccl_error(comm, moecclInvalidArgument,
+                        "moecclCommSplit: color %d must be >= 0 or MOECCL_SPLIT_NOCOLOR", color);
   MOECCL_CHECK(check_config(comm, config));
   int n = comm->nranks;
   split_entry_t* all = calloc((size_t)n, sizeof(*all));
@@ -187,7 +200,8 @@ MOECCL_EXPORT moecclResult_t moecclCommSplit(moecclComm_t comm, int color, int k
   moecclResult_t rc = all && members ? moecclSuccess : moecclSystemError;
   moeccl_sockaddr_t addr = comm->peers[comm->rank].listen_addr;
   addr.sin.sin_port = 0; /* same family field position for v4 and v6 */
-  if (rc == moecclSuccess && color != MOECCL_SPLIT_NOCOLOR) rc = moeccl_bootstrap_listen(&addr, &listen_fd);
+  if (rc == moecclSuccess && color != MOECCL_SPLIT_NOCOLOR)
+    rc = moeccl_bootstrap_listen(&addr, &listen_fd);
   if (rc == moecclSuccess) {
     all[comm->rank] = (split_entry_t){color, key, comm->rank, 0, addr};
     moeccl_comm_wait_turn(comm, moeccl_comm_issue(comm, 1)); /* after operations issued before it */
@@ -206,7 +220,8 @@ MOECCL_EXPORT moecclResult_t moecclCommSplit(moecclComm_t comm, int color, int k
   if (listen_fd >= 0) close(listen_fd);
   free(all);
   free(members);
-  if (rc != moecclSuccess) return moeccl_error(comm, rc, "moecclCommSplit failed: %s", moecclGetErrorString(rc));
+  if (rc != moecclSuccess)
+    return moeccl_error(comm, rc, "moecclCommSplit failed: %s", moecclGetErrorString(rc));
   return moecclSuccess;
 }
 
@@ -241,9 +256,11 @@ MOECCL_EXPORT moecclResult_t moecclCommUserRank(const moecclComm_t comm, int* ra
   return moecclSuccess;
 }
 
-MOECCL_EXPORT moecclResult_t moecclCommGetAsyncError(moecclComm_t comm, moecclResult_t* asyncError) {
+MOECCL_EXPORT moecclResult_t moecclCommGetAsyncError(moecclComm_t comm,
+                                                     moecclResult_t* asyncError) {
   MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
-  if (!asyncError) return moeccl_error(comm, moecclInvalidArgument, "moecclCommGetAsyncError: asyncError is NULL");
+  if (!asyncError)
+    return moeccl_error(comm, moecclInvalidArgument, "moecclCommGetAsyncError: asyncError is NULL");
   *asyncError = comm->async_error;
   return moecclSuccess;
 }

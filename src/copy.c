@@ -8,7 +8,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-__attribute__((target("avx2"))) static void copy_stream_avx2(void* dst, const void* src, size_t bytes) {
+__attribute__((target("avx2"))) static void copy_stream_avx2(void* dst, const void* src,
+                                                             size_t bytes) {
   char* d = dst;
   const char* s = src;
   size_t head = (32 - ((uintptr_t)d & 31)) & 31; /* stores must be 32-byte aligned */

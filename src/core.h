@@ -61,7 +61,7 @@ struct moecclComm {
   uint64_t issue_ticket, exec_ticket;
   int pending;
   volatile int aborting; /* moecclCommAbort: queued and running work stops */
-  moeccl_sched_t sched; /* reused across calls */
+  moeccl_sched_t sched;  /* reused across calls */
   struct moeccl_req* reqs;
   int reqs_cap;
   void* scratch;
@@ -115,21 +115,21 @@ moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* comm);
 moecclResult_t moeccl_transports_init(moeccl_comm_t* comm);
 void moeccl_transports_fini(moeccl_comm_t* comm);
 
-#define MOECCL_CHECK(call)                                                     \
-  do {                                                                         \
-    moecclResult_t rc_ = (call);                                               \
-    if (rc_ != moecclSuccess) {                                                \
-      TRACE(ALL, "%s failed: %d", #call, (int)rc_);                            \
-      return rc_;                                                              \
-    }                                                                          \
+#define MOECCL_CHECK(call)                                                                         \
+  do {                                                                                             \
+    moecclResult_t rc_ = (call);                                                                   \
+    if (rc_ != moecclSuccess) {                                                                    \
+      TRACE(ALL, "%s failed: %d", #call, (int)rc_);                                                \
+      return rc_;                                                                                  \
+    }                                                                                              \
   } while (0)
-#define MOECCL_CHECK_GOTO(call, res, label)                                    \
-  do {                                                                         \
-    (res) = (call);                                                            \
-    if ((res) != moecclSuccess) {                                              \
-      TRACE(ALL, "%s failed: %d", #call, (int)(res));                          \
-      goto label;                                                              \
-    }                                                                          \
+#define MOECCL_CHECK_GOTO(call, res, label)                                                        \
+  do {                                                                                             \
+    (res) = (call);                                                                                \
+    if ((res) != moecclSuccess) {                                                                  \
+      TRACE(ALL, "%s failed: %d", #call, (int)(res));                                              \
+      goto label;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 #endif

@@ -1,7 +1,7 @@
 /* Logging.  Lines start "host:pid:tid moeccl LEVEL" so logs of many ranks merge. */
 #include "debug.h"
-#include "param.h"
 #include "moeccl.h"
+#include "param.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -80,8 +80,8 @@ static void debug_init_once(void) {
   if (!log_file) log_file = stderr;
   __atomic_store_n(&moeccl_log_level, level, __ATOMIC_RELEASE);
   if (level == MOECCL_LOG_VERSION || level >= MOECCL_LOG_INFO)
-    moeccl_log(MOECCL_LOG_VERSION, MOECCL_SUBSYS_INIT, __FILE__, __LINE__, "moeccl version %d.%d.%d",
-               MOECCL_MAJOR, MOECCL_MINOR, MOECCL_PATCH);
+    moeccl_log(MOECCL_LOG_VERSION, MOECCL_SUBSYS_INIT, __FILE__, __LINE__,
+               "moeccl version %d.%d.%d", MOECCL_MAJOR, MOECCL_MINOR, MOECCL_PATCH);
   if (level >= MOECCL_LOG_INFO && (moeccl_log_mask & MOECCL_SUBSYS_ENV)) moeccl_param_log_all();
 }
 

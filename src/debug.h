@@ -24,31 +24,31 @@ typedef enum {
   MOECCL_SUBSYS_ALL = ~0u
 } moeccl_subsys_t;
 
-extern int moeccl_log_level;    /* -1 until moeccl_debug_init ran */
+extern int moeccl_log_level; /* -1 until moeccl_debug_init ran */
 extern uint32_t moeccl_log_mask;
 
 void moeccl_debug_init(void);
 void moeccl_log(moeccl_log_level_t level, uint32_t subsys, const char* file, int line,
                 const char* fmt, ...) __attribute__((format(printf, 5, 6)));
 
-#define MOECCL_LOG_ENABLED(lvl, sys)                                                   \
-  ((moeccl_log_level < 0 ? (moeccl_debug_init(), 0) : 0),                              \
+#define MOECCL_LOG_ENABLED(lvl, sys)                                                               \
+  ((moeccl_log_level < 0 ? (moeccl_debug_init(), 0) : 0),                                          \
    moeccl_log_level >= (lvl) && (moeccl_log_mask & (sys)))
 
-#define WARN(sys, ...)                                                                 \
-  do {                                                                                 \
-    if (MOECCL_LOG_ENABLED(MOECCL_LOG_WARN, MOECCL_SUBSYS_##sys))                      \
-      moeccl_log(MOECCL_LOG_WARN, MOECCL_SUBSYS_##sys, __FILE__, __LINE__, __VA_ARGS__); \
+#define WARN(sys, ...)                                                                             \
+  do {                                                                                             \
+    if (MOECCL_LOG_ENABLED(MOECCL_LOG_WARN, MOECCL_SUBSYS_##sys))                                  \
+      moeccl_log(MOECCL_LOG_WARN, MOECCL_SUBSYS_##sys, __FILE__, __LINE__, __VA_ARGS__);           \
   } while (0)
-#define INFO(sys, ...)                                                                 \
-  do {                                                                                 \
-    if (MOECCL_LOG_ENABLED(MOECCL_LOG_INFO, MOECCL_SUBSYS_##sys))                      \
-      moeccl_log(MOECCL_LOG_INFO, MOECCL_SUBSYS_##sys, __FILE__, __LINE__, __VA_ARGS__); \
+#define INFO(sys, ...)                                                                             \
+  do {                                                                                             \
+    if (MOECCL_LOG_ENABLED(MOECCL_LOG_INFO, MOECCL_SUBSYS_##sys))                                  \
+      moeccl_log(MOECCL_LOG_INFO, MOECCL_SUBSYS_##sys, __FILE__, __LINE__, __VA_ARGS__);           \
   } while (0)
-#define TRACE(sys, ...)                                                                \
-  do {                                                                                 \
-    if (MOECCL_LOG_ENABLED(MOECCL_LOG_TRACE, MOECCL_SUBSYS_##sys))                     \
-      moeccl_log(MOECCL_LOG_TRACE, MOECCL_SUBSYS_##sys, __FILE__, __LINE__, __VA_ARGS__); \
+#define TRACE(sys, ...)                                                                            \
+  do {                                                                                             \
+    if (MOECCL_LOG_ENABLED(MOECCL_LOG_TRACE, MOECCL_SUBSYS_##sys))                                 \
+      moeccl_log(MOECCL_LOG_TRACE, MOECCL_SUBSYS_##sys, __FILE__, __LINE__, __VA_ARGS__);          \
   } while (0)
 
 #endif

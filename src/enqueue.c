@@ -74,8 +74,8 @@ static moecclResult_t p2p_check_self(const moeccl_task_t* t) {
   }
   if (sends == recvs) return moecclSuccess;
   return moeccl_error(t->comm, moecclInvalidUsage,
-                      "%d send(s) to self but %d receive(s) from self (rank %d) in one group", sends, recvs,
-                      t->comm->rank);
+                      "%d send(s) to self but %d receive(s) from self (rank %d) in one group",
+                      sends, recvs, t->comm->rank);
 }
 
 static moecclResult_t p2p_plan(const moeccl_task_t* t, moeccl_sched_t* s) {
@@ -86,20 +86,22 @@ static moecclResult_t p2p_plan(const moeccl_task_t* t, moeccl_sched_t* s) {
     const moeccl_p2p_op_t* op = &t->ops[i];
     uint32_t b;
     MOECCL_CHECK(moeccl_sched_add_buf(s, op->buf, &b));
-    if (op->type == MOECCL_OP_SEND) MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, op->peer, b, 0, 0, 0, op->bytes));
+    if (op->type == MOECCL_OP_SEND)
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, op->peer, b, 0, 0, 0, op->bytes));
     else MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, op->peer, 0, 0, b, 0, op->bytes));
   }
   return moeccl_sched_end_step(s);
 }
 
 static moecclResult_t task_plan(moeccl_task_t* t) {
-  if (t->comm->aborting) return moeccl_error(t->comm, moecclInvalidUsage, "communicator was aborted");
+  if (t->comm->aborting)
+    return moeccl_error(t->comm, moecclInvalidUsage, "communicator was aborted");
   if (t->kind == MOECCL_TASK_P2P) return p2p_plan(t, &t->comm->sched);
   return moeccl_a2a_plan(t->comm, &t->desc, t->sendbuf, t->recvbuf, &t->comm->sched);
 }
 
 static int cmp_ptr(const void* a, const void* b) {
-  uintptr_t x = (uintptr_t) * (void* const*)a, y = (uintptr_t) * (void* const*)b;
+  uintptr_t x = (uintptr_t) * (void*const*)a, y = (uintptr_t) * (void*const*)b;
   return x < y ? -1 : x > y;
 }
 
@@ -130,7 +132,8 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
   moeccl_task_t** cursor = calloc((size_t)ncomms, sizeof(*cursor));
   moecclResult_t rc = jobs && cursor ? moecclSuccess : moecclSystemError;
   for (int i = 0; i < ncomms; i++)
-    for (cursor[i] = list->head; cursor[i] && cursor[i]->comm != comms[i];) cursor[i] = cursor[i]->next;
+    for (cursor[i] = list->head; cursor[i] && cursor[i]->comm != comms[i];)
+      cursor[i] = cursor[i]->next;
   while (rc == moecclSuccess) {
     int njobs = 0;
     for (int i = 0; i < ncomms && rc == moecclSuccess; i++) {
@@ -207,7 +210,8 @@ moecclResult_t moeccl_task_submit(moeccl_task_t* t, moecclStream_t stream) {
     if (group_has_stream && group_stream != stream) {
       moeccl_task_list_t one = {t, t};
       moeccl_tasks_free(&one);
-      return moeccl_error(t->comm, moecclInvalidUsage, "all operations of a group must use the same stream");
+      return moeccl_error(t->comm, moecclInvalidUsage,
+                          "all operations of a group must use the same stream");
     }
     group_stream = stream;
     group_has_stream = 1;
@@ -256,17 +260,22 @@ static moeccl_task_t* p2p_task(moeccl_comm_t* comm, int* is_new) {
   return t;
 }
 
-static moecclResult_t p2p_check(moeccl_comm_t* comm, const void* buf, const char* bufname, size_t count,
-                                moecclDataType_t type, int peer, moecclStream_t stream, const char* fn) {
+static moecclResult_t p2p_check(moeccl_comm_t* comm, const void* buf, const char* bufname,
+                                size_t count, moecclDataType_t type, int peer,
+                                moecclStream_t stream, const char* fn) {
   MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
   size_t size = moeccl_type_size(type);
-  if (size == 0) return moeccl_error(comm, moecclInvalidArgument, "%s: datatype %d is invalid", fn, (int)type);
+  if (size == 0)
+    return moeccl_error(comm, moecclInvalidArgument, "%s: datatype %d is invalid", fn, (int)type);
   if (peer < 0 || peer >= comm->nranks)
-    return moeccl_error(comm, moecclInvalidArgument, "%s: peer %d out of range [0,%d)", fn, peer, comm->nranks);
+    return moeccl_error(comm, moecclInvalidArgument, "%s: peer %d out of range [0,%d)", fn, peer,
+                        comm->nranks);
   if (count > SIZE_MAX / size)
-    return moeccl_error(comm, moecclInvalidArgument, "%s: count %zu times datatype size overflows", fn, count);
+    return moeccl_error(comm, moecclInvalidArgument, "%s: count %zu times datatype size overflows",
+                        fn, count);
   if (!buf && count > 0)
-    return moeccl_error(comm, moecclInvalidArgument, "%s: %s is NULL with count %zu", fn, bufname, count);
+    return moeccl_error(comm, moecclInvalidArgument, "%s: %s is NULL with count %zu", fn, bufname,
+                        count);
   return moeccl_stream_check(comm, stream);
 }
 
@@ -290,17 +299,23 @@ static moecclResult_t p2p_issue(moeccl_comm_t* comm, int type, void* buf, size_t
   return is_new ? moeccl_task_submit(t, stream) : moecclSuccess;
 }
 
-MOECCL_EXPORT moecclResult_t moecclSend(const void* sendbuff, size_t count, moecclDataType_t datatype, int peer,
-                                        moecclComm_t comm, moecclStream_t stream) {
-  moecclResult_t rc = p2p_check(comm, sendbuff, "sendbuff", count, datatype, peer, stream, "moecclSend");
+MOECCL_EXPORT moecclResult_t moecclSend(const void* sendbuff, size_t count,
+                                        moecclDataType_t datatype, int peer, moecclComm_t comm,
+                                        moecclStream_t stream) {
+  moecclResult_t rc =
+      p2p_check(comm, sendbuff, "sendbuff", count, datatype, peer, stream, "moecclSend");
   if (rc == moecclSuccess)
-    rc = p2p_issue(comm, MOECCL_OP_SEND, (void*)sendbuff, count * moeccl_type_size(datatype), peer, stream);
+    rc = p2p_issue(comm, MOECCL_OP_SEND, (void*)sendbuff, count * moeccl_type_size(datatype), peer,
+                   stream);
   return rc;
 }
 
-MOECCL_EXPORT moecclResult_t moecclRecv(void* recvbuff, size_t count, moecclDataType_t datatype, int peer,
-                                        moecclComm_t comm, moecclStream_t stream) {
-  moecclResult_t rc = p2p_check(comm, recvbuff, "recvbuff", count, datatype, peer, stream, "moecclRecv");
-  if (rc == moecclSuccess) rc = p2p_issue(comm, MOECCL_OP_RECV, recvbuff, count * moeccl_type_size(datatype), peer, stream);
+MOECCL_EXPORT moecclResult_t moecclRecv(void* recvbuff, size_t count, moecclDataType_t datatype,
+                                        int peer, moecclComm_t comm, moecclStream_t stream) {
+  moecclResult_t rc =
+      p2p_check(comm, recvbuff, "recvbuff", count, datatype, peer, stream, "moecclRecv");
+  if (rc == moecclSuccess)
+    rc =
+        p2p_issue(comm, MOECCL_OP_RECV, recvbuff, count * moeccl_type_size(datatype), peer, stream);
   return rc;
 }

@@ -50,8 +50,8 @@ moecclResult_t moeccl_task_submit(moeccl_task_t* task, moecclStream_t stream);
 int moeccl_group_active(void);
 
 /* Plans one all-to-all into sched (the tuner picks the algorithm). */
-moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc, const void* sendbuf,
-                               void* recvbuf, moeccl_sched_t* sched);
+moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
+                               const void* sendbuf, void* recvbuf, moeccl_sched_t* sched);
 
 /* Checks a stream argument: NULL or a live host stream. */
 moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream);

@@ -10,9 +10,12 @@ static __thread char thread_last_error[512];
 MOECCL_EXPORT const char* moecclGetErrorString(moecclResult_t result) {
   switch (result) {
     case moecclSuccess: return "no error";
-    case moecclUnhandledCudaError: return "unhandled cuda error (run with MOECCL_DEBUG=INFO for details)";
-    case moecclSystemError: return "unhandled system error (run with MOECCL_DEBUG=INFO for details)";
-    case moecclInternalError: return "internal error - please report this issue to the moeccl developers";
+    case moecclUnhandledCudaError:
+      return "unhandled cuda error (run with MOECCL_DEBUG=INFO for details)";
+    case moecclSystemError:
+      return "unhandled system error (run with MOECCL_DEBUG=INFO for details)";
+    case moecclInternalError:
+      return "internal error - please report this issue to the moeccl developers";
     case moecclInvalidArgument: return "invalid argument (see moecclGetLastError for details)";
     case moecclInvalidUsage: return "invalid usage (see moecclGetLastError for details)";
     case moecclRemoteError: return "remote process exited or there was a network error";
@@ -60,7 +63,8 @@ moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const c
 moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname) {
   if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "%s is NULL", argname);
   if (comm->magic != MOECCL_COMM_MAGIC)
-    return moeccl_error(NULL, moecclInvalidArgument, "%s is not a valid communicator (destroyed?)", argname);
+    return moeccl_error(NULL, moecclInvalidArgument, "%s is not a valid communicator (destroyed?)",
+                        argname);
   return moecclSuccess;
 }
 

@@ -48,10 +48,12 @@ static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end) {
     if (si == end && ri == end) return moecclSuccess;
     if (si == end || ri == end)
       return moeccl_error(j->comm, moecclInvalidUsage,
-                          "a send to self (rank %d) needs a matching receive in the same group", me);
+                          "a send to self (rank %d) needs a matching receive in the same group",
+                          me);
     const moeccl_sched_op_t *so = &s->ops[si], *ro = &s->ops[ri];
     if (so->bytes > ro->bytes)
-      return moeccl_error(j->comm, moecclInvalidUsage, "send to self of %llu bytes, receive of %llu bytes",
+      return moeccl_error(j->comm, moecclInvalidUsage,
+                          "send to self of %llu bytes, receive of %llu bytes",
                           (unsigned long long)so->bytes, (unsigned long long)ro->bytes);
     memcpy(buf_at(s, ro->dst_buf, ro->dst_off), buf_at(s, so->src_buf, so->src_off), so->bytes);
     si++, ri++;
@@ -71,7 +73,8 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     memset(r, 0, sizeof(*r));
     r->type = op->type == MOECCL_OP_SEND ? MOECCL_REQ_SEND : MOECCL_REQ_RECV;
     r->peer = op->peer;
-    r->buf = op->type == MOECCL_OP_SEND ? buf_at(s, op->src_buf, op->src_off) : buf_at(s, op->dst_buf, op->dst_off);
+    r->buf = op->type == MOECCL_OP_SEND ? buf_at(s, op->src_buf, op->src_off)
+                                        : buf_at(s, op->dst_buf, op->dst_off);
     r->bytes = op->bytes;
     r->stream_copy = j->stream_copy;
     int t = c->peer_transport[op->peer];
@@ -81,8 +84,8 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
     if (op->type == MOECCL_OP_COPY)
-      moeccl_copy(buf_at(s, op->dst_buf, op->dst_off), buf_at(s, op->src_buf, op->src_off), op->bytes,
-                  j->stream_copy);
+      moeccl_copy(buf_at(s, op->dst_buf, op->dst_off), buf_at(s, op->src_buf, op->src_off),
+                  op->bytes, j->stream_copy);
   }
   return run_self_ops(j, begin, end);
 }
@@ -138,11 +141,12 @@ static moecclResult_t timed_out(moeccl_job_t* jobs, int njobs) {
     const moeccl_req_t* r = first_pending(&jobs[k]);
     if (!r) continue;
     moeccl_comm_t* c = jobs[k].comm;
-    return moeccl_comm_fail(c, moecclTimeout,
-                            "timed out after %.0f s without progress waiting to %s %zu bytes %s rank %d "
-                            "(MOECCL_TIMEOUT)",
-                            c->timeout, r->type == MOECCL_REQ_SEND ? "send" : "receive", r->bytes,
-                            r->type == MOECCL_REQ_SEND ? "to" : "from", r->peer);
+    return moeccl_comm_fail(
+        c, moecclTimeout,
+        "timed out after %.0f s without progress waiting to %s %zu bytes %s rank %d "
+        "(MOECCL_TIMEOUT)",
+        c->timeout, r->type == MOECCL_REQ_SEND ? "send" : "receive", r->bytes,
+        r->type == MOECCL_REQ_SEND ? "to" : "from", r->peer);
   }
   return moecclInternalError;
 }
@@ -189,7 +193,8 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
     if (idle_since == 0) idle_since = now;
     for (int k = 0; k < njobs; k++)
       if (jobs[k].comm->aborting)
-        return moeccl_comm_fail(jobs[k].comm, moecclInvalidUsage, "communicator aborted during an operation");
+        return moeccl_comm_fail(jobs[k].comm, moecclInvalidUsage,
+                                "communicator aborted during an operation");
     if (now - idle_since > timeout) return timed_out(jobs, njobs);
     if (now >= next_check) {
       MOECCL_CHECK(check_peers(jobs, njobs));
@@ -208,12 +213,14 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
 static moecclResult_t prepare(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   if (c->async_error != moecclSuccess)
-    return moeccl_error(c, c->async_error, "communicator is broken by an earlier error (%s); abort it",
-                        c->fail_text);
+    return moeccl_error(c, c->async_error,
+                        "communicator is broken by an earlier error (%s); abort it", c->fail_text);
   MOECCL_CHECK(reserve_reqs(c, j->sched->nops));
   if (j->sched->scratch_bytes > c->scratch_bytes) {
     void* p = realloc(c->scratch, j->sched->scratch_bytes);
-    if (!p) return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of scratch", j->sched->scratch_bytes);
+    if (!p)
+      return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of scratch",
+                          j->sched->scratch_bytes);
     c->scratch = p;
     c->scratch_bytes = j->sched->scratch_bytes;
   }

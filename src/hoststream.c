@@ -35,8 +35,10 @@ int moeccl_host_stream_valid(moecclStream_t stream) {
 
 moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream) {
   if (!stream || moeccl_host_stream_valid(stream)) return moecclSuccess;
-  return moeccl_error(comm, moecclInvalidArgument,
-                      "stream %p is not NULL nor a live moeccl host stream (this build has no CUDA streams)", stream);
+  return moeccl_error(
+      comm, moecclInvalidArgument,
+      "stream %p is not NULL nor a live moeccl host stream (this build has no CUDA streams)",
+      stream);
 }
 
 static void* stream_main(void* arg) {
@@ -81,7 +83,8 @@ moecclResult_t moeccl_host_stream_enqueue(moecclStream_t stream, moeccl_task_lis
 }
 
 MOECCL_EXPORT moecclResult_t moecclHostStreamCreate(moecclStream_t* stream) {
-  if (!stream) return moeccl_error(NULL, moecclInvalidArgument, "moecclHostStreamCreate: stream is NULL");
+  if (!stream)
+    return moeccl_error(NULL, moecclInvalidArgument, "moecclHostStreamCreate: stream is NULL");
   host_stream_t* s = calloc(1, sizeof(*s));
   if (!s) return moeccl_error(NULL, moecclSystemError, "out of memory");
   pthread_mutex_init(&s->lock, NULL);
@@ -100,7 +103,8 @@ MOECCL_EXPORT moecclResult_t moecclHostStreamCreate(moecclStream_t* stream) {
 
 static moecclResult_t check_stream(moecclStream_t stream, const char* fn) {
   if (!moeccl_host_stream_valid(stream))
-    return moeccl_error(NULL, moecclInvalidArgument, "%s: stream %p is not a live host stream", fn, stream);
+    return moeccl_error(NULL, moecclInvalidArgument, "%s: stream %p is not a live host stream", fn,
+                        stream);
   return moecclSuccess;
 }
 
@@ -119,7 +123,9 @@ MOECCL_EXPORT moecclResult_t moecclHostStreamQuery(moecclStream_t stream) {
   MOECCL_CHECK(check_stream(stream, "moecclHostStreamQuery"));
   host_stream_t* s = stream;
   pthread_mutex_lock(&s->lock);
-  moecclResult_t rc = s->error != moecclSuccess ? s->error : (s->head || s->busy) ? moecclInProgress : moecclSuccess;
+  moecclResult_t rc = s->error != moecclSuccess ? s->error
+                      : (s->head || s->busy)    ? moecclInProgress
+                                                : moecclSuccess;
   pthread_mutex_unlock(&s->lock);
   return rc;
 }

@@ -40,7 +40,8 @@ MOECCL_EXPORT moecclResult_t moecclMemAlloc(void** ptr, size_t size) {
   if (!ptr) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: ptr is NULL");
   if (size == 0) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: size is 0");
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  if (size > SIZE_MAX - page) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: size %zu too large", size);
+  if (size > SIZE_MAX - page)
+    return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: size %zu too large", size);
   size_t mapped = (size + page - 1) / page * page;
   mem_region_t* r = calloc(1, sizeof(*r));
   if (!r) return moeccl_error(NULL, moecclSystemError, "moecclMemAlloc: out of memory");
@@ -59,7 +60,8 @@ MOECCL_EXPORT moecclResult_t moecclMemAlloc(void** ptr, size_t size) {
 fail:
   if (r->fd >= 0) close(r->fd);
   free(r);
-  return moeccl_error(NULL, moecclSystemError, "moecclMemAlloc: cannot allocate %zu bytes of shareable memory", size);
+  return moeccl_error(NULL, moecclSystemError,
+                      "moecclMemAlloc: cannot allocate %zu bytes of shareable memory", size);
 }
 
 MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
@@ -70,7 +72,9 @@ MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
   mem_region_t* r = *p;
   if (r) *p = r->next;
   pthread_mutex_unlock(&regions_lock);
-  if (!r) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemFree: ptr %p was not returned by moecclMemAlloc", ptr);
+  if (!r)
+    return moeccl_error(NULL, moecclInvalidArgument,
+                        "moecclMemFree: ptr %p was not returned by moecclMemAlloc", ptr);
   munmap(r->base, r->size);
   close(r->fd);
   free(r);

@@ -15,22 +15,26 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_DEBUG", MOECCL_PARAM_STR, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE"},
     {"MOECCL_DEBUG_SUBSYS", MOECCL_PARAM_STR, "ALL",
      "subsystems to log: INIT,BOOT,SHM,COLL,P2P,ALGO,ENV,NET,ALL; a leading ^ inverts"},
-    {"MOECCL_DEBUG_FILE", MOECCL_PARAM_STR, "", "log to this file instead of stderr; %h host, %p pid"},
+    {"MOECCL_DEBUG_FILE", MOECCL_PARAM_STR, "",
+     "log to this file instead of stderr; %h host, %p pid"},
     {"MOECCL_TIMEOUT", MOECCL_PARAM_INT, "300", "seconds any wait may last before moecclTimeout"},
     {"MOECCL_COMM_ID", MOECCL_PARAM_STR, "", "host:port of the root bootstrap socket"},
     {"MOECCL_SOCKET_IFNAME", MOECCL_PARAM_STR, "",
      "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only"},
-    {"MOECCL_HOSTID", MOECCL_PARAM_STR, "", "node identity; ranks with different ids act as separate nodes"},
+    {"MOECCL_HOSTID", MOECCL_PARAM_STR, "",
+     "node identity; ranks with different ids act as separate nodes"},
     {"MOECCL_ALGO", MOECCL_PARAM_STR, "", "force the all-to-all algorithm: direct or pairwise"},
     {"MOECCL_SHM_EAGER_SIZE", MOECCL_PARAM_SIZE, "16384",
      "messages up to this size go through shared-memory slots; larger ones are copied once"},
-    {"MOECCL_SHM_SLOTS", MOECCL_PARAM_INT, "16", "shared-memory slots per ordered pair of local ranks"},
+    {"MOECCL_SHM_SLOTS", MOECCL_PARAM_INT, "16",
+     "shared-memory slots per ordered pair of local ranks"},
     {"MOECCL_SHM_CHUNK_SIZE", MOECCL_PARAM_SIZE, "1048576",
      "bytes a single-copy transfer moves before the executor looks at other work"},
     {"MOECCL_CMA_DISABLE", MOECCL_PARAM_BOOL, "0",
      "1: no cross-memory attach; large messages are pipelined through the slots"},
     {"MOECCL_NT_COPY_SIZE", MOECCL_PARAM_SIZE, "32M",
-     "operations receiving at least this many bytes per rank copy with streaming stores (0: never)"},
+     "operations receiving at least this many bytes per rank copy with streaming stores (0: "
+     "never)"},
     {"MOECCL_SPIN_COUNT", MOECCL_PARAM_INT, "2000",
      "polls before a waiting rank yields the core; oversubscribed nodes spin less"},
 };
@@ -51,9 +55,18 @@ int moeccl_parse_size(const char* s, size_t* out) {
   if (errno) return -1;
   unsigned shift = 0;
   switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
+    case 'K':
+      shift = 10;
+      end++;
+      break;
+    case 'M':
+      shift = 20;
+      end++;
+      break;
+    case 'G':
+      shift = 30;
+      end++;
+      break;
     default: break;
   }
   if (*end == 'i' || *end == 'B') end++; /* "KiB", "KB" */
@@ -100,7 +113,8 @@ static int64_t param_number(const char* name) {
       rc = parse_int(s, &v);
     }
     if (rc == 0) return v;
-    if (pass == 0) WARN(ENV, "ignoring %s=%s: not a valid value, using %s", name, s, p->default_value);
+    if (pass == 0)
+      WARN(ENV, "ignoring %s=%s: not a valid value, using %s", name, s, p->default_value);
   }
   return 0;
 }

@@ -5,7 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { MOECCL_PARAM_INT, MOECCL_PARAM_SIZE, MOECCL_PARAM_BOOL, MOECCL_PARAM_STR } moeccl_param_type_t;
+typedef enum {
+  MOECCL_PARAM_INT,
+  MOECCL_PARAM_SIZE,
+  MOECCL_PARAM_BOOL,
+  MOECCL_PARAM_STR
+} moeccl_param_type_t;
 
 typedef struct {
   const char* name;

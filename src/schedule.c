@@ -64,7 +64,8 @@ moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s) {
 }
 
 moecclResult_t moeccl_sched_add_buf(moeccl_sched_t* s, void* buf, uint32_t* index) {
-  if (grow((void**)&s->bufs, &s->bufs_cap, s->nbufs + 1, sizeof(*s->bufs))) return moecclSystemError;
+  if (grow((void**)&s->bufs, &s->bufs_cap, s->nbufs + 1, sizeof(*s->bufs)))
+    return moecclSystemError;
   s->bufs[s->nbufs] = buf;
   *index = (uint32_t)s->nbufs++;
   return moecclSuccess;

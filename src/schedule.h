@@ -22,7 +22,7 @@ typedef enum { MOECCL_OP_SEND = 0, MOECCL_OP_RECV = 1, MOECCL_OP_COPY = 2 } moec
 enum { MOECCL_BUF_SEND = 0, MOECCL_BUF_RECV = 1, MOECCL_BUF_SCRATCH = 2, MOECCL_BUF_NSTD = 3 };
 
 typedef struct {
-  uint8_t type;     /* moeccl_op_type_t */
+  uint8_t type; /* moeccl_op_type_t */
   uint8_t reserved[3];
   int32_t peer;     /* SEND/RECV: comm rank; COPY: -1 */
   uint32_t src_buf; /* SEND/COPY */
@@ -63,8 +63,8 @@ moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps);
  * block_bytes is used. */
 typedef struct {
   int rank, nranks;
-  size_t block_bytes;           /* uniform: bytes per peer */
-  const size_t* send_counts;    /* v: elements */
+  size_t block_bytes;        /* uniform: bytes per peer */
+  const size_t* send_counts; /* v: elements */
   const size_t* send_displs;
   const size_t* recv_counts;
   const size_t* recv_displs;

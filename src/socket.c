@@ -44,7 +44,8 @@ moecclResult_t moeccl_sockaddr_parse(const char* s, moeccl_sockaddr_t* out) {
   const char* port;
   if (s[0] == '[') {
     const char* close = strchr(s, ']');
-    if (!close || close[1] != ':' || (size_t)(close - s - 1) >= sizeof(host)) return moecclInvalidArgument;
+    if (!close || close[1] != ':' || (size_t)(close - s - 1) >= sizeof(host))
+      return moecclInvalidArgument;
     memcpy(host, s + 1, close - s - 1);
     host[close - s - 1] = '\0';
     port = close + 2;
@@ -84,7 +85,8 @@ moecclResult_t moeccl_socket_pick_addr(moeccl_sockaddr_t* out) {
   int found = 0;
   if (spec && *spec && getifaddrs(&ifs) == 0) {
     for (it = ifs; it && !found; it = it->ifa_next) {
-      if (!it->ifa_addr || !(it->ifa_flags & IFF_UP) || it->ifa_addr->sa_family != AF_INET) continue;
+      if (!it->ifa_addr || !(it->ifa_flags & IFF_UP) || it->ifa_addr->sa_family != AF_INET)
+        continue;
       if (!ifname_matches(it->ifa_name, spec)) continue;
       memset(out, 0, sizeof(*out));
       memcpy(&out->sin, it->ifa_addr, sizeof(out->sin));
@@ -94,7 +96,8 @@ moecclResult_t moeccl_socket_pick_addr(moeccl_sockaddr_t* out) {
     freeifaddrs(ifs);
   }
   if (!found) {
-    if (spec && *spec) WARN(BOOT, "no interface matches MOECCL_SOCKET_IFNAME=%s; using loopback", spec);
+    if (spec && *spec)
+      WARN(BOOT, "no interface matches MOECCL_SOCKET_IFNAME=%s; using loopback", spec);
     memset(out, 0, sizeof(*out));
     out->sin.sin_family = AF_INET;
     out->sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -115,7 +118,8 @@ moecclResult_t moeccl_socket_listen(moeccl_sockaddr_t* addr, int* fd_out) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   socklen_t len = moeccl_sockaddr_len(addr);
-  if (bind(fd, &addr->sa, len) != 0 || listen(fd, 1024) != 0 || getsockname(fd, &addr->sa, &len) != 0) {
+  if (bind(fd, &addr->sa, len) != 0 || listen(fd, 1024) != 0 ||
+      getsockname(fd, &addr->sa, &len) != 0) {
     char s[64];
     WARN(BOOT, "cannot listen on %s: %s", moeccl_sockaddr_str(addr, s, sizeof(s)), strerror(errno));
     close(fd);

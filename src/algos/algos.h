@@ -9,9 +9,14 @@
 
 #include "schedule.h"
 
-typedef moecclResult_t (*moeccl_a2a_schedule_fn)(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+typedef moecclResult_t (*moeccl_a2a_schedule_fn)(const moeccl_a2a_desc_t* desc,
+                                                 moeccl_sched_t* out);
 
-typedef enum { MOECCL_A2A_DIRECT = 0, MOECCL_A2A_PAIRWISE = 1, MOECCL_A2A_NALGOS } moeccl_a2a_algo_id_t;
+typedef enum {
+  MOECCL_A2A_DIRECT = 0,
+  MOECCL_A2A_PAIRWISE = 1,
+  MOECCL_A2A_NALGOS
+} moeccl_a2a_algo_id_t;
 
 typedef struct {
   moeccl_a2a_algo_id_t id;

@@ -12,9 +12,9 @@
  * Waiting: a rank that finds nothing to do spins, then sleeps on a futex in
  * its own doorbell word; whoever publishes or frees a slot for it rings it.
  */
-#include "transport/transport.h"
 #include "copy.h"
 #include "param.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -180,9 +180,12 @@ static int probe_cma(const shm_state_t* s) {
     if (l == s->me) continue;
     const moeccl_peer_info_t* pi = &s->comm->peers[s->peers[l].comm_rank];
     uint64_t word = 0;
-    struct iovec local = {&word, sizeof(word)}, remote = {(void*)(uintptr_t)pi->cma_probe_addr, sizeof(word)};
-    if (process_vm_readv(pi->pid, &local, 1, &remote, 1, 0) != sizeof(word) || word != 0x6d6f6563636c2121ULL) {
-      INFO(SHM, "CMA from pid %d failed (%s): large messages use the slots", pi->pid, strerror(errno));
+    struct iovec local = {&word, sizeof(word)},
+                 remote = {(void*)(uintptr_t)pi->cma_probe_addr, sizeof(word)};
+    if (process_vm_readv(pi->pid, &local, 1, &remote, 1, 0) != sizeof(word) ||
+        word != 0x6d6f6563636c2121ULL) {
+      INFO(SHM, "CMA from pid %d failed (%s): large messages use the slots", pi->pid,
+           strerror(errno));
       return 0;
     }
   }
@@ -207,7 +210,8 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   if (!s->peers) return free(s), moecclSystemError;
   for (int l = 0; l < s->nlocal; l++) {
     const moeccl_peer_info_t* pi = &comm->peers[comm->local_ranks[l]];
-    s->peers[l] = (shm_peer_t){.comm_rank = comm->local_ranks[l], .pid = pi->pid, .pid_start = pi->pid_start};
+    s->peers[l] =
+        (shm_peer_t){.comm_rank = comm->local_ranks[l], .pid = pi->pid, .pid_start = pi->pid_start};
   }
   snprintf(s->name, sizeof(s->name), "/moeccl-%016llx-%016llx", (unsigned long long)comm->nonce,
            (unsigned long long)comm->peers[comm->rank].host_hash);
@@ -241,8 +245,8 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, void** s
   for (int l = 0; rc == moecclSuccess && l < s->nlocal; l++) {
     int r = s->peers[l].comm_rank;
     if (!flags[2 * r])
-      rc = moeccl_error(comm, moecclSystemError, "shm: rank %d could not map segment %s (%zu bytes)", r,
-                        s->name, s->size);
+      rc = moeccl_error(comm, moecclSystemError,
+                        "shm: rank %d could not map segment %s (%zu bytes)", r, s->name, s->size);
     s->can_reach_memory &= flags[2 * r + 1];
   }
   free(flags);
@@ -252,10 +256,11 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, void** s
     return rc;
   }
   if (needed)
-    INFO(SHM, "rank %d: shm segment %s, %d local ranks, %d slots of %zu bytes, single copy: %s", comm->rank,
-         s->name, s->nlocal, s->nslots, s->slot_bytes,
-         s->use_cma ? "CMA and mapped moecclMemAlloc memory"
-                    : s->can_reach_memory ? "mapped moecclMemAlloc memory only" : "off");
+    INFO(SHM, "rank %d: shm segment %s, %d local ranks, %d slots of %zu bytes, single copy: %s",
+         comm->rank, s->name, s->nlocal, s->nslots, s->slot_bytes,
+         s->use_cma            ? "CMA and mapped moecclMemAlloc memory"
+         : s->can_reach_memory ? "mapped moecclMemAlloc memory only"
+                               : "off");
   *state = s;
   return moecclSuccess;
 }
@@ -326,7 +331,8 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
       h->region_id = h->region_fd >= 0 ? mh.id : 0;
       h->region_off = h->region_fd >= 0 ? mh.offset : 0;
       r->seq = p->send_seq; /* done when the receiver frees this slot */
-      TRACE(SHM, "rndv to rank %d seq %llu addr %p bytes %zu", p->comm_rank, (unsigned long long)p->send_seq, r->buf, r->bytes);
+      TRACE(SHM, "rndv to rank %d seq %llu addr %p bytes %zu", p->comm_rank,
+            (unsigned long long)p->send_seq, r->buf, r->bytes);
       r->aux |= 1;
     } else {
       size_t n = r->bytes - r->progress < s->slot_bytes ? r->bytes - r->progress : s->slot_bytes;
@@ -374,17 +380,19 @@ static int progress_sends(shm_state_t* s, int l, shm_peer_t* p) {
 }
 
 static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, size_t posted) {
-  return moeccl_comm_fail(s->comm, moecclInvalidUsage,
-                          "message from rank %d is %llu bytes but the receive posted for it is %zu bytes",
-                          p->comm_rank, (unsigned long long)got, posted);
+  return moeccl_comm_fail(
+      s->comm, moecclInvalidUsage,
+      "message from rank %d is %llu bytes but the receive posted for it is %zu bytes", p->comm_rank,
+      (unsigned long long)got, posted);
 }
 
 static moecclResult_t check_abort(shm_state_t* s) {
   int32_t dead = atomic_load_explicit(&s->hdr->abort_rank, memory_order_relaxed);
   if (dead == 0) return moecclSuccess;
   const moeccl_peer_info_t* pi = &s->comm->peers[dead - 1];
-  return moeccl_comm_fail(s->comm, moecclRemoteError, "rank %d (pid %d on %s) died; communicator aborted",
-                          dead - 1, (int)pi->pid, pi->hostname);
+  return moeccl_comm_fail(s->comm, moecclRemoteError,
+                          "rank %d (pid %d on %s) died; communicator aborted", dead - 1,
+                          (int)pi->pid, pi->hostname);
 }
 
 /* A peer this rank depends on is gone: tell every rank of the node (they may
@@ -417,33 +425,38 @@ static const char* map_peer_region(shm_state_t* s, shm_peer_t* p, const slot_hdr
   if (base == MAP_FAILED) return NULL;
   if (victim->base) munmap(victim->base, victim->size);
   *victim = (peer_map_t){h->region_id, base, (size_t)st.st_size, ++s->map_clock};
-  TRACE(SHM, "mapped region %llu of rank %d (%zu bytes)", (unsigned long long)h->region_id, p->comm_rank,
-        victim->size);
+  TRACE(SHM, "mapped region %llu of rank %d (%zu bytes)", (unsigned long long)h->region_id,
+        p->comm_rank, victim->size);
   return base;
 }
 
 /* Pulls up to one chunk of a single-copy message from the sender: a plain
  * copy from its mapped moecclMemAlloc memory, else process_vm_readv. */
-static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h, moeccl_req_t* r) {
+static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
+                                moeccl_req_t* r) {
   size_t n = h->msg_bytes - r->progress;
   if (n > s->chunk) n = s->chunk;
   const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
   if (region) {
-    moeccl_copy((char*)r->buf + r->progress, region + h->region_off + r->progress, n, r->stream_copy);
+    moeccl_copy((char*)r->buf + r->progress, region + h->region_off + r->progress, n,
+                r->stream_copy);
     r->progress += n;
     return moecclSuccess;
   }
   struct iovec local = {(char*)r->buf + r->progress, n};
   struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
   ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
-  TRACE(SHM, "pull from rank %d seq %llu addr %p bytes %zu", p->comm_rank, (unsigned long long)p->recv_seq, (void*)(uintptr_t)h->addr, n);
+  TRACE(SHM, "pull from rank %d seq %llu addr %p bytes %zu", p->comm_rank,
+        (unsigned long long)p->recv_seq, (void*)(uintptr_t)h->addr, n);
   if (got <= 0) {
     if (got < 0 && errno == EINTR) return moecclSuccess;
     /* ESRCH: the process is gone or exiting (its memory already released,
      * while /proc may still show it running). */
-    if ((got < 0 && errno == ESRCH) || !moeccl_process_alive(p->pid, p->pid_start)) return peer_died(s, p);
-    return moeccl_comm_fail(s->comm, moecclRemoteError, "shm: reading %zu bytes from rank %d (pid %d) failed: %s",
-                            n, p->comm_rank, (int)p->pid, got < 0 ? strerror(errno) : "short read");
+    if ((got < 0 && errno == ESRCH) || !moeccl_process_alive(p->pid, p->pid_start))
+      return peer_died(s, p);
+    return moeccl_comm_fail(s->comm, moecclRemoteError,
+                            "shm: reading %zu bytes from rank %d (pid %d) failed: %s", n,
+                            p->comm_rank, (int)p->pid, got < 0 ? strerror(errno) : "short read");
   }
   r->progress += (size_t)got;
   return moecclSuccess;
@@ -455,7 +468,8 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
   while (p->recv_head) {
     moeccl_req_t* r = p->recv_head;
     slot_hdr_t* h = slot_at(s, ch, p->recv_seq);
-    if (atomic_load_explicit(&h->seq, memory_order_acquire) != p->recv_seq + 1) return moecclSuccess;
+    if (atomic_load_explicit(&h->seq, memory_order_acquire) != p->recv_seq + 1)
+      return moecclSuccess;
     if (h->msg_bytes > r->bytes) return truncated(s, p, h->msg_bytes, r->bytes);
     int slot_done;
     if (h->kind == SLOT_RNDV) {
@@ -522,7 +536,9 @@ static moecclResult_t shm_check_peers(void* state) {
     shm_peer_t* p = &s->peers[l];
     /* Only peers this rank waits on: a peer that finished its part and
      * exited is no failure. */
-    if (l == s->me || (!p->send_head && !p->recv_head) || moeccl_process_alive(p->pid, p->pid_start)) continue;
+    if (l == s->me || (!p->send_head && !p->recv_head) ||
+        moeccl_process_alive(p->pid, p->pid_start))
+      continue;
     return peer_died(s, p);
   }
   return moecclSuccess;

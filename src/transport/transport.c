@@ -20,7 +20,8 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   for (int t = 0; t < NTRANSPORTS && rc == moecclSuccess; t++) {
     int any = 0;
     for (int p = 0; p < n; p++) {
-      use[p] = p != comm->rank && comm->peer_transport[p] == 0xff && transports[t]->can_reach(comm, p);
+      use[p] =
+          p != comm->rank && comm->peer_transport[p] == 0xff && transports[t]->can_reach(comm, p);
       any += use[p];
     }
     comm->transport_ops[t] = transports[t];
@@ -28,17 +29,19 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
     comm->ntransports = t + 1;
     for (int p = 0; p < n; p++)
       if (use[p]) comm->peer_transport[p] = (uint8_t)t;
-    if (any) INFO(INIT, "rank %d: transport %s reaches %d peer(s)", comm->rank, transports[t]->name, any);
+    if (any)
+      INFO(INIT, "rank %d: transport %s reaches %d peer(s)", comm->rank, transports[t]->name, any);
   }
   for (int p = 0; p < n && rc == moecclSuccess; p++) {
     if (p == comm->rank || comm->peer_transport[p] != 0xff) continue;
     rc = moeccl_error(comm, moecclInvalidUsage,
-                      "no transport reaches rank %d on host %s (this build has only shared memory)", p,
-                      comm->peers[p].hostname);
+                      "no transport reaches rank %d on host %s (this build has only shared memory)",
+                      p, comm->peers[p].hostname);
   }
   for (int p = 0; p < n && rc == moecclSuccess; p++)
     if (p != comm->rank)
-      INFO(INIT, "rank %d -> rank %d via %s", comm->rank, p, transports[comm->peer_transport[p]]->name);
+      INFO(INIT, "rank %d -> rank %d via %s", comm->rank, p,
+           transports[comm->peer_transport[p]]->name);
   free(use);
   return rc;
 }
