@@ -70,6 +70,8 @@ struct moecclComm {
   volatile moecclResult_t async_error; /* sticky: set when the comm broke */
   char last_error[512];
   char fail_text[512]; /* why async_error was set */
+  int failed_peer;     /* comm rank whose loss broke the communicator, or -1 */
+  int abort_notified;  /* the transports were told about failed_peer */
 };
 typedef struct moecclComm moeccl_comm_t;
 
@@ -79,6 +81,11 @@ moecclResult_t moeccl_error(moeccl_comm_t* comm, moecclResult_t err, const char*
     __attribute__((format(printf, 3, 4)));
 /* Marks comm broken with err (first one wins) and records the text. */
 moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Like moeccl_comm_fail, for the loss of peer `rank` (dead, unreachable, or
+ * reported dead by another rank): records it so that the executor tells the
+ * peers of every transport once (moeccl_transports_notify_abort). */
+moecclResult_t moeccl_comm_peer_lost(moeccl_comm_t* comm, int rank, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* moecclSuccess, or an argument error with text, for a NULL/freed comm. */
 moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname);
@@ -114,6 +121,8 @@ moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* comm);
 /* Chooses and initialises transports for every peer (collective). */
 moecclResult_t moeccl_transports_init(moeccl_comm_t* comm);
 void moeccl_transports_fini(moeccl_comm_t* comm);
+/* Tells every transport's peers that comm rank culprit is lost (once). */
+void moeccl_transports_notify_abort(moeccl_comm_t* comm, int culprit);
 
 #define MOECCL_CHECK(call)                                                                         \
   do {                                                                                             \

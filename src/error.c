@@ -60,6 +60,18 @@ moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const c
   return err;
 }
 
+moecclResult_t moeccl_comm_peer_lost(moeccl_comm_t* comm, int rank, const char* fmt, ...) {
+  if (comm->async_error != moecclSuccess) return comm->async_error;
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, moecclRemoteError, fmt, ap);
+  va_end(ap);
+  snprintf(comm->fail_text, sizeof(comm->fail_text), "%s", comm->last_error);
+  comm->failed_peer = rank;
+  __atomic_store_n(&comm->async_error, moecclRemoteError, __ATOMIC_RELEASE);
+  return moecclRemoteError;
+}
+
 moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname) {
   if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "%s is NULL", argname);
   if (comm->magic != MOECCL_COMM_MAGIC)

@@ -160,6 +160,27 @@ static int spin_limit(const moeccl_comm_t* c) {
   return spins < 0 ? 0 : spins;
 }
 
+/* Sleeps in the one transport that holds all pending requests; with
+ * several transports (or communicators) busy, naps briefly instead, since
+ * one transport cannot wake on another's events. */
+static void idle_wait(moeccl_job_t* jobs, int njobs) {
+  moeccl_comm_t* owner = NULL;
+  int transport = -1;
+  for (int k = 0; k < njobs; k++) {
+    moeccl_comm_t* c = jobs[k].comm;
+    for (int i = jobs[k].first_req; i < jobs[k].nreqs; i++) {
+      if (c->reqs[i].done) continue;
+      int t = c->peer_transport[c->reqs[i].peer];
+      if (owner && (owner != c || transport != t)) {
+        usleep(50);
+        return;
+      }
+      owner = c, transport = t;
+    }
+  }
+  if (owner) owner->transport_ops[transport]->wait(owner->transport_state[transport], 20000);
+}
+
 /* Waits for the jobs' current steps; starts the next steps as steps finish.
  * Idle waiting goes spin -> yield -> sleep: spinning answers fastest when
  * every rank has a core; yielding hands the core to a peer that has work
@@ -204,9 +225,7 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
       sched_yield();
       continue;
     }
-    moeccl_comm_t* c = jobs[0].comm;
-    if (c->ntransports == 1 && njobs == 1) c->transport_ops[0]->wait(c->transport_state[0], 20000);
-    else usleep(50);
+    idle_wait(jobs, njobs);
   }
 }
 
@@ -239,6 +258,10 @@ static void cancel(moeccl_job_t* jobs, int njobs, moecclResult_t rc) {
     for (int t = 0; t < c->ntransports; t++) c->transport_ops[t]->cancel_all(c->transport_state[t]);
     if (c->async_error == moecclSuccess)
       moeccl_comm_fail(c, rc, "operation failed: %s", moecclGetErrorString(rc));
+    if (c->failed_peer >= 0 && !c->abort_notified) {
+      c->abort_notified = 1;
+      moeccl_transports_notify_abort(c, c->failed_peer);
+    }
   }
 }
 

@@ -24,6 +24,8 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_HOSTID", MOECCL_PARAM_STR, "",
      "node identity; ranks with different ids act as separate nodes"},
     {"MOECCL_ALGO", MOECCL_PARAM_STR, "", "force the all-to-all algorithm: direct or pairwise"},
+    {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto"},
+    {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0", "1: no shared memory; ranks of one node use the network too"},
     {"MOECCL_SHM_EAGER_SIZE", MOECCL_PARAM_SIZE, "16384",
      "messages up to this size go through shared-memory slots; larger ones are copied once"},
     {"MOECCL_SHM_SLOTS", MOECCL_PARAM_INT, "16",

@@ -225,7 +225,9 @@ static void shm_fini(void* state);
 /* Collective: the first local rank creates the segment, the others map it
  * after a barrier, and it is unlinked once all have it, so nothing is left
  * in /dev/shm even if a rank dies later. */
-static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, void** state) {
+static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int needed_anywhere, void** state) {
+  *state = NULL;
+  if (!needed_anywhere) return moecclSuccess;
   shm_state_t* s;
   MOECCL_CHECK(state_alloc(comm, &s));
   int needed = comm->nlocal > 1, ok = 1;
@@ -390,9 +392,8 @@ static moecclResult_t check_abort(shm_state_t* s) {
   int32_t dead = atomic_load_explicit(&s->hdr->abort_rank, memory_order_relaxed);
   if (dead == 0) return moecclSuccess;
   const moeccl_peer_info_t* pi = &s->comm->peers[dead - 1];
-  return moeccl_comm_fail(s->comm, moecclRemoteError,
-                          "rank %d (pid %d on %s) died; communicator aborted", dead - 1,
-                          (int)pi->pid, pi->hostname);
+  return moeccl_comm_peer_lost(s->comm, dead - 1, "rank %d (pid %d on %s) died; communicator aborted",
+                               dead - 1, (int)pi->pid, pi->hostname);
 }
 
 /* A peer this rank depends on is gone: tell every rank of the node (they may
@@ -544,6 +545,15 @@ static moecclResult_t shm_check_peers(void* state) {
   return moecclSuccess;
 }
 
+/* The abort word already tells every local rank; set it if no one has. */
+static void shm_notify_abort(void* state, int culprit) {
+  shm_state_t* s = state;
+  if (!s->base) return;
+  int32_t expected = 0;
+  atomic_compare_exchange_strong(&s->hdr->abort_rank, &expected, culprit + 1);
+  for (int o = 0; o < s->nlocal; o++) ring(s, o);
+}
+
 static void shm_cancel_all(void* state) {
   shm_state_t* s = state;
   for (int l = 0; l < s->nlocal; l++) {
@@ -554,6 +564,7 @@ static void shm_cancel_all(void* state) {
 
 const moeccl_transport_ops_t moeccl_shm_ops = {
     .name = "shm",
+    .score = NULL,
     .can_reach = shm_can_reach,
     .init = shm_init,
     .post = shm_post,
@@ -561,6 +572,7 @@ const moeccl_transport_ops_t moeccl_shm_ops = {
     .arm = shm_arm,
     .wait = shm_wait,
     .check_peers = shm_check_peers,
+    .notify_abort = shm_notify_abort,
     .cancel_all = shm_cancel_all,
     .fini = shm_fini,
 };

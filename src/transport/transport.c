@@ -1,47 +1,164 @@
-/* Transport selection: per peer, the first transport of the priority list
- * that can reach it.  Every transport's init is collective, so every rank
- * calls them all, in the same order, even those it ends up not using. */
+/*
+ * Transport selection.  Shared memory takes the peers on this rank's node
+ * (unless MOECCL_SHM_DISABLE=1); one network transport takes the rest.
+ * MOECCL_NET names it (ofi, ucx) or leaves the choice to the ranks' summed
+ * scores (auto).  Every init is collective, and every outcome is agreed by
+ * an allgather, so all ranks fall back the same way.
+ */
 #include "transport/transport.h"
 
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
-static const moeccl_transport_ops_t* const transports[] = {
-    &moeccl_shm_ops,
+#include "bootstrap.h"
+#include "param.h"
+
+static const moeccl_transport_ops_t* const net_transports[] = {
+#ifdef MOECCL_TRANSPORT_OFI
+    &moeccl_ofi_ops,
+#endif
+#ifdef MOECCL_TRANSPORT_UCX
+    &moeccl_ucx_ops,
+#endif
+    NULL,
 };
-#define NTRANSPORTS ((int)(sizeof(transports) / sizeof(transports[0])))
+#define NNET ((int)(sizeof(net_transports) / sizeof(net_transports[0])) - 1)
+
+/* Every rank's value of `mine`; returns the sum, or -1 if the exchange failed.
+ * *all_ok is set when every rank contributed a non-zero value. */
+static long agree(moeccl_comm_t* comm, int32_t mine, int* all_ok) {
+  int32_t* v = calloc((size_t)comm->nranks, sizeof(*v));
+  if (!v) return -1;
+  v[comm->rank] = mine;
+  long sum = -1;
+  if (moeccl_bootstrap_allgather(comm->boot, v, sizeof(*v)) == moecclSuccess) {
+    sum = 0;
+    *all_ok = 1;
+    for (int r = 0; r < comm->nranks; r++) sum += v[r], *all_ok &= v[r] != 0;
+  }
+  free(v);
+  return sum;
+}
+
+static void add_transport(moeccl_comm_t* comm, const moeccl_transport_ops_t* ops, void* state,
+                          const uint8_t* use) {
+  int t = comm->ntransports++;
+  comm->transport_ops[t] = ops;
+  comm->transport_state[t] = state;
+  int count = 0;
+  for (int p = 0; p < comm->nranks; p++)
+    if (use[p]) comm->peer_transport[p] = (uint8_t)t, count++;
+  if (count) INFO(INIT, "rank %d: transport %s reaches %d peer(s)", comm->rank, ops->name, count);
+}
+
+/* Runs one transport's collective init and agrees on the outcome.  Returns
+ * 1 when every rank succeeded (the transport is added), 0 when some rank
+ * failed (all ranks free their state), -1 when the ranks lost each other. */
+static int try_transport(moeccl_comm_t* comm, const moeccl_transport_ops_t* ops, const uint8_t* use,
+                         int needed) {
+  void* state = NULL;
+  moecclResult_t rc = ops->init(comm, use, needed, &state);
+  int all_ok = 0;
+  if (agree(comm, rc == moecclSuccess, &all_ok) < 0) {
+    if (state) ops->fini(state);
+    return -1;
+  }
+  if (!all_ok) {
+    if (state) ops->fini(state);
+    if (comm->rank == 0) WARN(INIT, "transport %s failed to start on some rank", ops->name);
+    return 0;
+  }
+  if (state) add_transport(comm, ops, state, use);
+  return 1;
+}
+
+/* Whether two ranks of one host exist: shared memory is needed somewhere. */
+static int shm_needed(const moeccl_comm_t* comm) {
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = a + 1; b < comm->nranks; b++)
+      if (comm->peers[a].host_hash == comm->peers[b].host_hash) return 1;
+  return 0;
+}
+
+/* Whether some pair of ranks needs the network. */
+static int net_needed(const moeccl_comm_t* comm, int shm_disabled) {
+  for (int r = 1; r < comm->nranks; r++)
+    if (shm_disabled || comm->peers[r].host_hash != comm->peers[0].host_hash) return 1;
+  return 0;
+}
+
+/* The network transports to try, best first: the one MOECCL_NET names, or
+ * all of them ordered by the ranks' summed scores. */
+static int net_candidates(moeccl_comm_t* comm, const moeccl_transport_ops_t** out) {
+  const char* want = moeccl_param_str("MOECCL_NET");
+  int n = 0;
+  if (want && *want && strcasecmp(want, "auto") != 0) {
+    for (int i = 0; i < NNET; i++)
+      if (strcasecmp(want, net_transports[i]->name) == 0) out[n++] = net_transports[i];
+    return n;
+  }
+  long score[8] = {0};
+  for (int i = 0; i < NNET; i++) {
+    int ok;
+    score[i] = agree(comm, net_transports[i]->score(), &ok);
+    if (ok) out[n++] = net_transports[i];
+  }
+  for (int i = 1; i < n; i++) /* insertion sort by score, stable */
+    for (int j = i; j > 0 && score[j] > score[j - 1]; j--) {
+      const moeccl_transport_ops_t* t = out[j];
+      long sc = score[j];
+      out[j] = out[j - 1], score[j] = score[j - 1];
+      out[j - 1] = t, score[j - 1] = sc;
+    }
+  return n;
+}
+
+static moecclResult_t init_network(moeccl_comm_t* comm, uint8_t* use, int shm_disabled) {
+  int n = comm->nranks, needed = net_needed(comm, shm_disabled);
+  for (int p = 0; p < n; p++) use[p] = p != comm->rank && comm->peer_transport[p] == 0xff;
+  const moeccl_transport_ops_t* cands[8];
+  int ncands = needed ? net_candidates(comm, cands) : 0;
+  for (int i = 0; i < ncands; i++) {
+    int r = try_transport(comm, cands[i], use, 1);
+    if (r < 0) return moeccl_error(comm, moecclRemoteError, "transport setup: lost contact with the other ranks");
+    if (r > 0) return moecclSuccess;
+  }
+  if (!needed) return moecclSuccess;
+  const char* want = moeccl_param_str("MOECCL_NET");
+  int p = 0;
+  while (p < n && !use[p]) p++;
+  return moeccl_error(comm, moecclInvalidUsage,
+                      "no network transport reaches rank %d on host %s (MOECCL_NET=%s; this build has%s%s%s)", p,
+                      p < n ? comm->peers[p].hostname : "?", want, NNET ? "" : " none",
+#ifdef MOECCL_TRANSPORT_OFI
+                      " ofi",
+#else
+                      "",
+#endif
+#ifdef MOECCL_TRANSPORT_UCX
+                      " ucx"
+#else
+                      ""
+#endif
+  );
+}
 
 moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   int n = comm->nranks;
   comm->peer_transport = malloc((size_t)n);
   uint8_t* use = calloc((size_t)n, 1);
   if (!comm->peer_transport || !use) return free(use), moecclSystemError;
-  for (int p = 0; p < n; p++) comm->peer_transport[p] = 0xff;
+  memset(comm->peer_transport, 0xff, (size_t)n);
+  int shm_disabled = moeccl_param_bool("MOECCL_SHM_DISABLE");
+  for (int p = 0; p < n; p++) use[p] = !shm_disabled && p != comm->rank && moeccl_shm_ops.can_reach(comm, p);
   moecclResult_t rc = moecclSuccess;
-  for (int t = 0; t < NTRANSPORTS && rc == moecclSuccess; t++) {
-    int any = 0;
-    for (int p = 0; p < n; p++) {
-      use[p] =
-          p != comm->rank && comm->peer_transport[p] == 0xff && transports[t]->can_reach(comm, p);
-      any += use[p];
-    }
-    comm->transport_ops[t] = transports[t];
-    rc = transports[t]->init(comm, use, &comm->transport_state[t]);
-    comm->ntransports = t + 1;
-    for (int p = 0; p < n; p++)
-      if (use[p]) comm->peer_transport[p] = (uint8_t)t;
-    if (any)
-      INFO(INIT, "rank %d: transport %s reaches %d peer(s)", comm->rank, transports[t]->name, any);
-  }
-  for (int p = 0; p < n && rc == moecclSuccess; p++) {
-    if (p == comm->rank || comm->peer_transport[p] != 0xff) continue;
-    rc = moeccl_error(comm, moecclInvalidUsage,
-                      "no transport reaches rank %d on host %s (this build has only shared memory)",
-                      p, comm->peers[p].hostname);
-  }
+  int r = try_transport(comm, &moeccl_shm_ops, use, !shm_disabled && shm_needed(comm));
+  if (r <= 0) rc = moeccl_error(comm, moecclSystemError, "shared-memory transport failed to start");
+  if (rc == moecclSuccess) rc = init_network(comm, use, shm_disabled);
   for (int p = 0; p < n && rc == moecclSuccess; p++)
     if (p != comm->rank)
-      INFO(INIT, "rank %d -> rank %d via %s", comm->rank, p,
-           transports[comm->peer_transport[p]]->name);
+      INFO(INIT, "rank %d -> rank %d via %s", comm->rank, p, comm->transport_ops[comm->peer_transport[p]]->name);
   free(use);
   return rc;
 }
@@ -50,4 +167,9 @@ void moeccl_transports_fini(moeccl_comm_t* comm) {
   for (int t = 0; t < comm->ntransports; t++)
     if (comm->transport_state[t]) comm->transport_ops[t]->fini(comm->transport_state[t]);
   comm->ntransports = 0;
+}
+
+void moeccl_transports_notify_abort(moeccl_comm_t* comm, int culprit) {
+  for (int t = 0; t < comm->ntransports; t++)
+    comm->transport_ops[t]->notify_abort(comm->transport_state[t], culprit);
 }

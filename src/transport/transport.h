@@ -34,13 +34,25 @@ typedef struct moeccl_req {
 
 typedef struct moeccl_transport_ops {
   const char* name;
+  /* Network transports only (NULL for shm): how well this transport would do
+   * here, from local facts alone (its providers or devices), without talking
+   * to peers: 0 cannot run, 1 sockets only, 2 a kernel-bypass fabric.
+   * MOECCL_NET=auto tries network transports in order of the ranks' summed
+   * scores, so every rank tries them in the same order. */
+  int (*score)(void);
   /* Whether this transport can reach peer, from the peer table alone.  Must
    * give the same answer on both ranks of a pair.  Called before init. */
   int (*can_reach)(const moeccl_comm_t* comm, int peer);
-  /* Collective over the communicator, called by every rank in the same order:
-   * sets up what the peers marked in use[] (nranks entries, 1 = this transport)
-   * need.  Uses comm->boot for exchanges.  Returns the state in *state. */
-  moecclResult_t (*init)(moeccl_comm_t* comm, const uint8_t* use, void** state);
+  /* Collective: every rank calls it, in the same order, with the same
+   * `needed` (some rank of the communicator uses this transport).  Sets up
+   * what the peers marked in use[] (nranks entries, 1 = this transport)
+   * need; exchanges addresses with moeccl_bootstrap_allgather(comm->boot).
+   * When needed is 0 it must return at once with *state NULL and talk to no
+   * one.  A rank that fails locally still makes the same bootstrap calls as
+   * the others (contributing a failure mark), then returns its error: the
+   * selection in transport.c agrees on the outcome and may fall back to the
+   * next transport on every rank. */
+  moecclResult_t (*init)(moeccl_comm_t* comm, const uint8_t* use, int needed, void** state);
   /* Queues req; never blocks.  Errors here are local (no resources). */
   moecclResult_t (*post)(void* state, moeccl_req_t* req);
   /* Moves whatever can move without waiting; may copy up to one chunk per
@@ -52,11 +64,16 @@ typedef struct moeccl_transport_ops {
    * find nothing; wait() then sleeps only if nothing changed since. */
   void (*arm)(void* state);
   /* Sleeps until a peer may have made progress for us, or timeout_us passed.
-   * May return early. */
+   * May return early.  Called only when this transport alone has pending
+   * requests. */
   void (*wait)(void* state, int64_t timeout_us);
-  /* Checks that the peers this transport reaches are alive; a dead one fails
-   * the communicator (naming it) and tells the others. */
+  /* Checks that the peers this rank waits on through this transport are
+   * alive; a dead one fails the communicator (naming it). */
   moecclResult_t (*check_peers)(void* state);
+  /* The communicator failed because comm rank `culprit` died: tell every
+   * peer this transport reaches, best effort and without blocking, so that
+   * ranks waiting on others stop too and name the culprit. */
+  void (*notify_abort)(void* state, int culprit);
   /* Drops every queued request (after a failure); the buffers are the
    * caller's again once it returns. */
   void (*cancel_all)(void* state);
@@ -65,5 +82,11 @@ typedef struct moeccl_transport_ops {
 } moeccl_transport_ops_t;
 
 extern const moeccl_transport_ops_t moeccl_shm_ops;
+#ifdef MOECCL_TRANSPORT_OFI
+extern const moeccl_transport_ops_t moeccl_ofi_ops;
+#endif
+#ifdef MOECCL_TRANSPORT_UCX
+extern const moeccl_transport_ops_t moeccl_ucx_ops;
+#endif
 
 #endif
