@@ -21,3 +21,7 @@ libmoeccl_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 libmoeccl_la_SOURCES = include/moeccl.h
 libmoeccl_la_LIBADD = libmoeccl_core.la
 libmoeccl_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^moeccl[A-Z]'
+
+# Network transports, each behind its own conditional (see its .mk).
+include src/transport/ofi.mk
+include src/transport/ucx.mk

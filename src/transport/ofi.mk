@@ -1,0 +1,1 @@
+# libfabric transport: built when configure found libfabric.

@@ -1,0 +1,1 @@
+# UCX transport: built when configure found UCX.
