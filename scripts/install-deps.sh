@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libcmocka-dev
   valgrind
+  iproute2
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
