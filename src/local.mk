@@ -22,6 +22,8 @@ libmoeccl_la_SOURCES = include/moeccl.h
 libmoeccl_la_LIBADD = libmoeccl_core.la
 libmoeccl_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^moeccl[A-Z]'
 
-# Network transports, each behind its own conditional (see its .mk).
+# Network transports, each behind its own conditional (see its .mk); they
+# append their libraries here.
+libmoeccl_core_la_LIBADD =
 include src/transport/ofi.mk
 include src/transport/ucx.mk
