@@ -42,8 +42,12 @@ enum { KIND_DATA = 1, KIND_ABORT = 2 };
 typedef struct ucx_state ucx_state_t;
 
 /* Lives in the user area of every UCP request this transport starts
- * (UCP_PARAM_FIELD_REQUEST_SIZE), so a completion finds its moeccl request. */
-enum { UREQ_DATA = 1, UREQ_ABORT_RECV = 2, UREQ_ORPHAN = 3 };
+ * (UCP_PARAM_FIELD_REQUEST_SIZE).  UCX may run a request's callback inside
+ * the very *_nbx call that starts it, before the caller has seen the handle:
+ * kind is 0 (UREQ_FRESH, set by request_init and again before every free)
+ * until the caller takes the handle, and a callback that finds it still
+ * fresh marks it UREQ_EARLY and leaves the free to the caller. */
+enum { UREQ_FRESH = 0, UREQ_DATA = 1, UREQ_ABORT_RECV = 2, UREQ_ORPHAN = 3, UREQ_EARLY = 4 };
 typedef struct {
   int kind;
   int index; /* in state->inflight */
@@ -119,15 +123,25 @@ static int has_rdma(const char* resources) {
   return 0;
 }
 
+static void ureq_init(void* request) { memset(request, 0, sizeof(ureq_t)); }
+
+/* Returns a request to UCX in the state request_init gave it. */
+static void ureq_release(ureq_t* u) {
+  memset(u, 0, sizeof(*u));
+  ucp_request_free(u);
+}
+
 static ucs_status_t open_context(ucp_context_h* ctx, uint64_t features, int nranks) {
   ucp_config_t* config;
   ucs_status_t st = ucp_config_read(NULL, NULL, &config);
   if (st != UCS_OK) return st;
   ucp_params_t params = {
       .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
-                    UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
+                    UCP_PARAM_FIELD_REQUEST_INIT | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                    UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
       .features = features,
       .request_size = sizeof(ureq_t),
+      .request_init = ureq_init,
       .mt_workers_shared = 0,
       .estimated_num_eps = (size_t)(nranks > 0 ? nranks : 1),
   };
@@ -197,29 +211,53 @@ static void finish(ucx_state_t* s, moeccl_req_t* r, ucs_status_t st, size_t leng
   }
 }
 
-/* Completion of a data request or the abort receive; runs inside
- * ucp_worker_progress (or ucp_request_cancel). */
-static void complete(ucx_state_t* s, ureq_t* u, ucs_status_t st, const ucp_tag_recv_info_t* info) {
-  if (u->kind == UREQ_DATA) {
-    untrack(s, u);
-    finish(s, u->req, st, info ? info->length : 0);
-  } else if (u->kind == UREQ_ABORT_RECV) {
-    s->abort_ureq = NULL;
-    if (st == UCS_OK && s->abort_culprit < 0) {
-      s->abort_from = (int)((info->sender_tag >> TAG_SEQ_BITS) & TAG_RANK_MASK);
-      s->abort_culprit = s->abort_in;
-    }
+/* Completion of a data request; user_data is its moeccl request, whose aux
+ * holds the state.  Runs inside ucp_worker_progress, ucp_request_cancel, or
+ * the *_nbx call that started it. */
+static void data_done(ureq_t* u, ucs_status_t st, const ucp_tag_recv_info_t* info,
+                      moeccl_req_t* r) {
+  if (u->kind == UREQ_ORPHAN) { /* cancelled after a failure: r is not ours any more */
+    ureq_release(u);
+    return;
   }
-  ucp_request_free(u);
+  ucx_state_t* s = (ucx_state_t*)(uintptr_t)r->aux;
+  finish(s, r, st, info ? info->length : 0);
+  if (u->kind == UREQ_FRESH) {
+    u->kind = UREQ_EARLY;
+    return;
+  }
+  untrack(s, u);
+  ureq_release(u);
 }
 
 static void send_cb(void* request, ucs_status_t st, void* user_data) {
-  complete(user_data, request, st, NULL);
+  data_done(request, st, NULL, user_data);
 }
 
 static void recv_cb(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info,
                     void* user_data) {
-  complete(user_data, request, st, info);
+  data_done(request, st, info, user_data);
+}
+
+/* Completion of the wildcard receive of abort notices; user_data: state. */
+static void abort_cb(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info,
+                     void* user_data) {
+  ureq_t* u = request;
+  if (u->kind == UREQ_ORPHAN) {
+    ureq_release(u);
+    return;
+  }
+  ucx_state_t* s = user_data;
+  if (st == UCS_OK && s->abort_culprit < 0) {
+    s->abort_from = (int)((info->sender_tag >> TAG_SEQ_BITS) & TAG_RANK_MASK);
+    s->abort_culprit = s->abort_in;
+  }
+  if (u->kind == UREQ_FRESH) {
+    u->kind = UREQ_EARLY;
+    return;
+  }
+  s->abort_ureq = NULL;
+  ureq_release(u);
 }
 
 static void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t st) {
@@ -320,15 +358,18 @@ static void post_abort_recv(ucx_state_t* s) {
   ucp_request_param_t prm = {
       .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                       UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-      .cb.recv = recv_cb,
+      .cb.recv = abort_cb,
       .user_data = s,
       .memory_type = UCS_MEMORY_TYPE_HOST,
   };
   void* h = ucp_tag_recv_nbx(s->worker, &s->abort_in, sizeof(s->abort_in),
                              make_tag(KIND_ABORT, 0, 0), TAG_KIND_MASK, &prm);
-  if (UCS_PTR_IS_PTR(h)) {
+  if (UCS_PTR_IS_PTR(h) && ((ureq_t*)h)->kind == UREQ_EARLY) {
+    ureq_release(h); /* a notice was already there: recorded, no need to listen on */
+  } else if (UCS_PTR_IS_PTR(h)) {
     s->abort_ureq = h;
-    *s->abort_ureq = (ureq_t){.kind = UREQ_ABORT_RECV, .index = -1};
+    s->abort_ureq->kind = UREQ_ABORT_RECV;
+    s->abort_ureq->index = -1;
   } else {
     WARN(NET, "ucx: cannot receive abort notices: %s", ucs_status_string(UCS_PTR_STATUS(h)));
   }
@@ -371,14 +412,16 @@ static moecclResult_t ucx_post(void* state, moeccl_req_t* r) {
   ucx_peer_t* p = &s->peers[r->peer];
   if (!p->ep) return moecclInternalError;
   ucp_tag_recv_info_t info = {0};
+  r->aux = (uint64_t)(uintptr_t)s; /* data_done finds the state through r */
   ucp_request_param_t prm = {
       .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE,
-      .user_data = s,
+      .user_data = r,
       .datatype = ucp_dt_make_contig(1),
       .memory_type = UCS_MEMORY_TYPE_HOST,
   };
   void* h;
+  p->inflight++;
   if (r->type == MOECCL_REQ_SEND) {
     r->seq = p->send_seq++;
     prm.cb.send = send_cb;
@@ -391,13 +434,17 @@ static moecclResult_t ucx_post(void* state, moeccl_req_t* r) {
     h = ucp_tag_recv_nbx(s->worker, r->buf, r->bytes, make_tag(KIND_DATA, r->peer, r->seq),
                          UINT64_MAX, &prm);
   }
-  p->inflight++;
   if (!UCS_PTR_IS_PTR(h)) { /* completed (or failed) at once: progress() reports it */
     finish(s, r, UCS_PTR_STATUS(h), info.length);
     return moecclSuccess;
   }
   ureq_t* u = h;
-  *u = (ureq_t){.kind = UREQ_DATA, .req = r};
+  if (u->kind == UREQ_EARLY) { /* its callback already ran inside the call */
+    ureq_release(u);
+    return moecclSuccess;
+  }
+  u->kind = UREQ_DATA;
+  u->req = r;
   if (track(s, u) != 0) {
     u->kind = UREQ_ORPHAN;
     p->inflight--;
