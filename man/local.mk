@@ -2,6 +2,7 @@
 dist_man_MANS += \
 	man/a2a_perf.1 \
 	man/moeccl-env.7 \
+	man/moeccl-transports.7 \
 	man/moeccl.3 \
 	man/moecclAlltoAll.3 \
 	man/moecclAlltoAllv.3 \
@@ -32,6 +33,7 @@ EXTRA_DIST += \
 	man/regen.sh \
 	man/a2a_perf.1.md \
 	man/moeccl-env.7.md \
+	man/moeccl-transports.7.md \
 	man/moeccl.3.md \
 	man/moecclAlltoAll.3.md \
 	man/moecclAlltoAllv.3.md \

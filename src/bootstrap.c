@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,4 +291,37 @@ void moeccl_bootstrap_close(moeccl_bootstrap_t* b) {
   if (b->prev_fd >= 0) close(b->prev_fd);
   if (b->listen_fd >= 0) close(b->listen_fd);
   free(b);
+}
+
+int moeccl_bootstrap_probe(const moeccl_sockaddr_t* addr, int timeout_ms) {
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int state = -1;
+  if (connect(fd, &addr->sa, moeccl_sockaddr_len(addr)) == 0) {
+    state = 1;
+  } else if (errno == ECONNREFUSED) {
+    state = 0;
+  } else if (errno == EINPROGRESS) {
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    if (poll(&p, 1, timeout_ms) == 1) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      state = err == 0 ? 1 : err == ECONNREFUSED ? 0 : -1;
+    }
+  }
+  close(fd);
+  return state;
+}
+
+void moeccl_bootstrap_drain(moeccl_bootstrap_t* b) {
+  if (!b || b->listen_fd < 0) return;
+  /* After setup nothing waits on this socket: accept must not block. */
+  int flags = fcntl(b->listen_fd, F_GETFL);
+  if (!(flags & O_NONBLOCK)) fcntl(b->listen_fd, F_SETFL, flags | O_NONBLOCK);
+  for (int i = 0; i < 64; i++) {
+    int fd = accept4(b->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) break;
+    close(fd);
+  }
 }

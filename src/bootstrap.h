@@ -39,4 +39,12 @@ moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, siz
 moecclResult_t moeccl_bootstrap_barrier(moeccl_bootstrap_t* b);
 void moeccl_bootstrap_close(moeccl_bootstrap_t* b);
 
+/* Liveness of a remote rank through its ring listening socket, which lives
+ * as long as its process: a refused connection means the process is gone.
+ * Waits at most timeout_ms.  Returns 1 alive, 0 dead, -1 unknown (no answer,
+ * e.g. a cut link). */
+int moeccl_bootstrap_probe(const moeccl_sockaddr_t* addr, int timeout_ms);
+/* Accepts and closes the probes peers left on this rank's listening socket. */
+void moeccl_bootstrap_drain(moeccl_bootstrap_t* b);
+
 #endif

@@ -72,6 +72,7 @@ struct moecclComm {
   char fail_text[512]; /* why async_error was set */
   int failed_peer;     /* comm rank whose loss broke the communicator, or -1 */
   int abort_notified;  /* the transports were told about failed_peer */
+  unsigned probe_cursor; /* rotates the liveness probes over pending peers */
 };
 typedef struct moecclComm moeccl_comm_t;
 

@@ -6,6 +6,7 @@
  * liveness check of the peers and a deadline (MOECCL_TIMEOUT without progress).
  */
 #include "executor.h"
+#include "bootstrap.h"
 #include "copy.h"
 #include "param.h"
 #include "transport/transport.h"
@@ -127,11 +128,37 @@ static moecclResult_t progress_all(moeccl_job_t* jobs, int njobs, int* progresse
   return moecclSuccess;
 }
 
+#define PROBES_PER_CHECK 4
+
+/* Network peers this rank waits on are probed through their bootstrap
+ * sockets: a killed process is found at once even where the provider says
+ * nothing.  A few peers per check, rotating, bounds the cost. */
+static moecclResult_t probe_network_peers(moeccl_job_t* j) {
+  moeccl_comm_t* c = j->comm;
+  moeccl_bootstrap_drain(c->boot);
+  int probes = 0, last = -1;
+  for (int i = j->first_req; i < j->nreqs && probes < PROBES_PER_CHECK; i++) {
+    const moeccl_req_t* r =
+        &c->reqs[(j->first_req + (i - j->first_req + c->probe_cursor) % (j->nreqs - j->first_req))];
+    if (r->done || r->peer == last || !c->transport_ops[c->peer_transport[r->peer]]->score)
+      continue;
+    last = r->peer, probes++;
+    if (moeccl_bootstrap_probe(&c->peers[r->peer].listen_addr, 50) == 0)
+      return moeccl_comm_peer_lost(
+          c, r->peer, "rank %d (pid %d on %s) died (its bootstrap socket refuses connections)",
+          r->peer, (int)c->peers[r->peer].pid, c->peers[r->peer].hostname);
+  }
+  c->probe_cursor += PROBES_PER_CHECK;
+  return moecclSuccess;
+}
+
 static moecclResult_t check_peers(moeccl_job_t* jobs, int njobs) {
   for (int k = 0; k < njobs; k++) {
     moeccl_comm_t* c = jobs[k].comm;
     for (int t = 0; t < c->ntransports; t++)
       MOECCL_CHECK(c->transport_ops[t]->check_peers(c->transport_state[t]));
+    if (c->ntransports > 1 || (c->ntransports == 1 && c->transport_ops[0]->score))
+      MOECCL_CHECK(probe_network_peers(&jobs[k]));
   }
   return moecclSuccess;
 }

@@ -28,6 +28,8 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0", "1: no shared memory; ranks of one node use the network too"},
     {"MOECCL_OFI_PROVIDER", MOECCL_PARAM_STR, "",
      "libfabric provider to use (e.g. tcp, verbs;ofi_rxm, cxi); unset: the best available"},
+    {"MOECCL_OFI_RMA_DISABLE", MOECCL_PARAM_BOOL, "0",
+     "1: large ofi messages go as tagged pieces instead of RMA writes"},
     {"MOECCL_NET_NCHANNELS", MOECCL_PARAM_INT, "1", "endpoints (channels) per network peer"},
     {"MOECCL_NET_EAGER_SIZE", MOECCL_PARAM_SIZE, "65536",
      "network messages up to this size are sent eagerly; larger ones by RMA or rendezvous"},

