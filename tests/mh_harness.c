@@ -38,10 +38,10 @@ mh_layout mh_cur_layout = MH_LAYOUT_BLOCK;
 
 /* ---- State of the parent --------------------------------------------------- */
 
-static pid_t mh_owner;                 /* the process that made the network */
+static pid_t mh_owner; /* the process that made the network */
 static int mh_is_child;
 static int mh_max_hosts;
-static int mh_net_made;                /* something may exist that must be deleted */
+static int mh_net_made; /* something may exist that must be deleted */
 static int mh_torn_down;
 static int mh_teardown_result = MP_EXIT_PASS;
 static int mh_lock_fd = -1;
@@ -67,26 +67,14 @@ static char mh_old_segs[MH_MAX_OLD_SEGS][96];
 static int mh_nold_segs;
 
 /* Per run. */
-static double mh_run_base;             /* CLOCK_MONOTONIC seconds at the start of the run */
-static int mh_report_fd = -1;          /* children: write end of the report pipe */
+static double mh_run_base;    /* CLOCK_MONOTONIC seconds at the start of the run */
+static int mh_report_fd = -1; /* children: write end of the report pipe */
 typedef struct {
   int counters[MH_SHARED_COUNTERS];
 } mh_shared_page;
 static mh_shared_page* mh_shared;
 
 /* ---- Small utilities ------------------------------------------------------ */
-
-static double mh_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void mh_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
 
 static double mh_scale(void) {
   const char* s = getenv("MP_DEADLINE_SCALE");
@@ -114,7 +102,7 @@ static void mh_safe_write(const char* s) {
   (void)w;
 }
 
-double mh_time_ms(void) { return (mh_now() - mh_run_base) * 1000.0; }
+double mh_time_ms(void) { return (mp_now() - mh_run_base) * 1000.0; }
 
 int mh_skip(const char* fmt, ...) {
   va_list ap;
@@ -139,7 +127,9 @@ static int mh_require(void) {
 
 const char* mh_bridge_name(void) { return mh_br; }
 const char* mh_netns_name(int host) { return host >= 0 && host < mh_max_hosts ? mh_ns[host] : "?"; }
-const char* mh_veth_name(int host) { return host >= 0 && host < mh_max_hosts ? mh_veth[host] : "?"; }
+const char* mh_veth_name(int host) {
+  return host >= 0 && host < mh_max_hosts ? mh_veth[host] : "?";
+}
 
 /* ---- Running ip ----------------------------------------------------------- */
 
@@ -188,19 +178,19 @@ static int mh_ip(int quiet, const char* fmt, ...) {
     execv(mh_ip_path, argv);
     _exit(127);
   }
-  double end = mh_now() + MH_CMD_TIMEOUT_S;
+  double end = mp_now() + MH_CMD_TIMEOUT_S;
   for (;;) {
     int st;
     pid_t w = waitpid(pid, &st, WNOHANG);
     if (w == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (w < 0 && errno != EINTR) return -1;
-    if (mh_now() > end) {
+    if (mp_now() > end) {
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
       mh_msg("parent: ip %s: no answer in %d s (killed)", fmt, MH_CMD_TIMEOUT_S);
       return -1;
     }
-    mh_sleep_ms(2);
+    mp_sleep_ms(2);
   }
 }
 
@@ -252,7 +242,8 @@ static void mh_on_signal(int sig) {
     raise(sig);
     return;
   }
-  mh_safe_write("parent: signal received: killing the ranks, deleting the namespaces and the bridge\n");
+  mh_safe_write(
+      "parent: signal received: killing the ranks, deleting the namespaces and the bridge\n");
   mh_emergency_cleanup();
   signal(sig, SIG_DFL);
   raise(sig);
@@ -261,7 +252,8 @@ static void mh_on_signal(int sig) {
 static void mh_on_alarm(int sig) {
   (void)sig;
   if (mh_is_child || getpid() != mh_owner) _exit(MP_EXIT_FAIL);
-  mh_safe_write("FAIL: the whole-program deadline passed: killing the ranks, deleting the namespaces\n");
+  mh_safe_write(
+      "FAIL: the whole-program deadline passed: killing the ranks, deleting the namespaces\n");
   mh_emergency_cleanup();
   _exit(MP_EXIT_FAIL);
 }
@@ -323,7 +315,8 @@ static int mh_owner_gone(long owner) {
     fclose(f);
   }
   if (strncmp(comm, "mh_", 3) != 0 && strncmp(comm, "lt-mh_", 6) != 0) return 1;
-  mh_msg("parent: warning: process %ld (%s) owns multi-host namespaces but does not hold %s; leaving them",
+  mh_msg("parent: warning: process %ld (%s) owns multi-host namespaces but does not hold %s; "
+         "leaving them",
          owner, comm, MH_LOCK_FILE);
   return 0;
 }
@@ -346,7 +339,8 @@ static void mh_remove_stale(void) {
     int n = 0;
     for (struct dirent* e; (e = readdir(d)) != NULL && n < 64;) {
       long owner = mh_owner_of_link(e->d_name);
-      if (owner > 0 && mh_owner_gone(owner)) snprintf(names[n++], sizeof(names[0]), "%.31s", e->d_name);
+      if (owner > 0 && mh_owner_gone(owner))
+        snprintf(names[n++], sizeof(names[0]), "%.31s", e->d_name);
     }
     closedir(d);
     for (int i = 0; i < n; i++) {
@@ -405,7 +399,8 @@ static int mh_scan_segments(int collect, int report, int* others) {
       continue;
     }
     if (collect) {
-      if (mh_nold_segs < MH_MAX_OLD_SEGS) snprintf(mh_old_segs[mh_nold_segs++], sizeof(mh_old_segs[0]), "%.95s", e->d_name);
+      if (mh_nold_segs < MH_MAX_OLD_SEGS)
+        snprintf(mh_old_segs[mh_nold_segs++], sizeof(mh_old_segs[0]), "%.95s", e->d_name);
       continue;
     }
     if (mh_was_old_segment(e->d_name)) continue;
@@ -458,7 +453,8 @@ static int mh_scan_procs(const char* ns_path, int kill_them, const char* what) {
     }
     if (!match) continue;
     n++;
-    mh_msg("FAIL cleanup: process %ld is still alive (%s)%s", pid, what, kill_them ? "; killed" : "");
+    mh_msg("FAIL cleanup: process %ld is still alive (%s)%s", pid, what,
+           kill_them ? "; killed" : "");
     if (kill_them) kill((pid_t)pid, SIGKILL);
   }
   closedir(d);
@@ -475,7 +471,7 @@ static int mh_take_lock(void) {
   }
   const char* w = getenv("MH_LOCK_WAIT");
   double wait_s = (w ? atof(w) : 900.0);
-  double end = mh_now() + wait_s;
+  double end = mp_now() + wait_s;
   int told = 0;
   while (flock(mh_lock_fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) {
@@ -487,20 +483,20 @@ static int mh_take_lock(void) {
       fflush(stdout);
       told = 1;
     }
-    if (mh_now() > end) {
+    if (mp_now() > end) {
       mh_msg("FAIL: %s still held after %.0f s", MH_LOCK_FILE, wait_s);
       return -1;
     }
-    mh_sleep_ms(100);
+    mp_sleep_ms(100);
   }
   return 0;
 }
 
 /* Connects to ip:port within timeout_s, retrying refused or unreachable. */
 static int mh_try_connect(const char* ip, int port, double timeout_s, char* err, size_t errlen) {
-  double end = mh_now() + timeout_s;
+  double end = mp_now() + timeout_s;
   int last = 0;
-  while (mh_now() < end) {
+  while (mp_now() < end) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -508,7 +504,7 @@ static int mh_try_connect(const char* ip, int port, double timeout_s, char* err,
     int rc = connect(fd, (struct sockaddr*)&a, sizeof(a));
     if (rc != 0 && errno == EINPROGRESS) {
       struct pollfd p = {fd, POLLOUT, 0};
-      int ms = (int)((end - mh_now()) * 1000);
+      int ms = (int)((end - mp_now()) * 1000);
       if (ms < 1) ms = 1;
       if (poll(&p, 1, ms) == 1) {
         int soerr = 0;
@@ -524,7 +520,7 @@ static int mh_try_connect(const char* ip, int port, double timeout_s, char* err,
     last = errno;
     close(fd);
     if (rc == 0) return 0;
-    mh_sleep_ms(50);
+    mp_sleep_ms(50);
   }
   snprintf(err, errlen, "%s", strerror(last ? last : ETIMEDOUT));
   return -1;
@@ -571,8 +567,8 @@ static int mh_check_reach(int nhosts) {
   }
   if (self_ns >= 0) close(self_ns);
   if (root_fd < 0 || h0_fd < 0) {
-    mh_msg("FAIL: cannot listen on %s / %s.10 for the connectivity check: %s", MH_ROOT_ADDR, MH_SUBNET,
-           strerror(errno));
+    mh_msg("FAIL: cannot listen on %s / %s.10 for the connectivity check: %s", MH_ROOT_ADDR,
+           MH_SUBNET, strerror(errno));
     if (root_fd >= 0) close(root_fd);
     if (h0_fd >= 0) close(h0_fd);
     return -1;
@@ -592,11 +588,13 @@ static int mh_check_reach(int nhosts) {
       }
       char err[128];
       if (mh_try_connect(MH_ROOT_ADDR, root_port, 10, err, sizeof(err)) != 0) {
-        mh_msg("FAIL: host %d (%s) cannot reach the bridge %s:%d: %s", k, mh_ns[k], MH_ROOT_ADDR, root_port, err);
+        mh_msg("FAIL: host %d (%s) cannot reach the bridge %s:%d: %s", k, mh_ns[k], MH_ROOT_ADDR,
+               root_port, err);
         _exit(1);
       }
       if (k > 0 && mh_try_connect(MH_SUBNET ".10", h0_port, 10, err, sizeof(err)) != 0) {
-        mh_msg("FAIL: host %d (%s) cannot reach host 0 at %s.10:%d: %s", k, mh_ns[k], MH_SUBNET, h0_port, err);
+        mh_msg("FAIL: host %d (%s) cannot reach host 0 at %s.10:%d: %s", k, mh_ns[k], MH_SUBNET,
+               h0_port, err);
         _exit(1);
       }
       _exit(0);
@@ -625,15 +623,17 @@ static int mh_setup_fail(const char* what) {
     mh_msg("FAIL: %s (MH_REQUIRE is set)", what);
     return MP_EXIT_FAIL;
   }
-  return mh_skip("%s: the multi-host tests need root and `ip netns` (MH_REQUIRE=1 makes this a failure)", what);
+  return mh_skip(
+      "%s: the multi-host tests need root and `ip netns` (MH_REQUIRE=1 makes this a failure)",
+      what);
 }
 
-#define MH_IP_OR_FAIL(...)                                   \
-  do {                                                       \
-    if (mh_ip(0, __VA_ARGS__) != 0) {                        \
-      mh_msg("FAIL: network set-up: ip " __VA_ARGS__);       \
-      return MP_EXIT_FAIL;                                   \
-    }                                                        \
+#define MH_IP_OR_FAIL(...)                                                                         \
+  do {                                                                                             \
+    if (mh_ip(0, __VA_ARGS__) != 0) {                                                              \
+      mh_msg("FAIL: network set-up: ip " __VA_ARGS__);                                             \
+      return MP_EXIT_FAIL;                                                                         \
+    }                                                                                              \
   } while (0)
 
 int mh_setup(int max_hosts, int total_deadline_s) {
@@ -668,7 +668,7 @@ int mh_setup(int max_hosts, int total_deadline_s) {
 
   /* From here on the exit and signal handlers delete what exists. */
   mh_net_made = 1;
-  double t0 = mh_now();
+  double t0 = mp_now();
   /* nf_call_iptables 0: br_netfilter must not run the host's firewall on
    * the bridged traffic between namespaces. */
   if (mh_ip(1, "link add %s type bridge nf_call_iptables 0", mh_br) != 0 &&
@@ -698,9 +698,12 @@ int mh_setup(int max_hosts, int total_deadline_s) {
     mh_msg("FAIL: the namespaces cannot reach each other over %s", mh_br);
     return MP_EXIT_FAIL;
   }
-  printf("network: bridge %s %s/24, %d hosts mh%d-h0..h%d at %s.10..%d (%.1f s)%s\n", mh_br, MH_ROOT_ADDR,
-         max_hosts, (int)mh_owner, max_hosts - 1, MH_SUBNET, 9 + max_hosts, mh_now() - t0,
-         mh_same_hostid() ? "; MH_SAME_HOSTID=1: every rank on one MOECCL_HOSTID (shared memory only)" : "");
+  printf("network: bridge %s %s/24, %d hosts mh%d-h0..h%d at %s.10..%d (%.1f s)%s\n", mh_br,
+         MH_ROOT_ADDR, max_hosts, (int)mh_owner, max_hosts - 1, MH_SUBNET, 9 + max_hosts,
+         mp_now() - t0,
+         mh_same_hostid()
+             ? "; MH_SAME_HOSTID=1: every rank on one MOECCL_HOSTID (shared memory only)"
+             : "");
   fflush(stdout);
   if (total_deadline_s > 0) alarm((unsigned)(total_deadline_s * mh_scale()));
   return MP_EXIT_PASS;
@@ -717,7 +720,8 @@ int mh_check_clean(const char* what) {
   while (waitpid(-1, NULL, WNOHANG) > 0) {
   }
   int segs = mh_scan_segments(0, 1, NULL);
-  printf("%s %s: %d process(es) left in the namespaces or as children, %d /dev/shm/moeccl-* segment(s) of these "
+  printf("%s %s: %d process(es) left in the namespaces or as children, %d /dev/shm/moeccl-* "
+         "segment(s) of these "
          "hosts left\n",
          procs + segs ? "FAIL cleanup after" : "clean after", what, procs, segs);
   fflush(stdout);
@@ -765,7 +769,7 @@ int mh_teardown(void) {
   }
   /* Interfaces of a deleted namespace go away asynchronously. */
   int left_ns = 0, left_links = 0;
-  double end = mh_now() + 10;
+  double end = mp_now() + 10;
   for (;;) {
     left_ns = left_links = 0;
     for (int k = 0; k < mh_max_hosts; k++) {
@@ -773,20 +777,22 @@ int mh_teardown(void) {
       left_links += mh_link_exists(mh_veth[k]);
     }
     left_links += mh_link_exists(mh_br);
-    if ((left_ns == 0 && left_links == 0) || mh_now() > end) break;
-    mh_sleep_ms(20);
+    if ((left_ns == 0 && left_links == 0) || mp_now() > end) break;
+    mp_sleep_ms(20);
   }
   if (left_ns || left_links) {
-    mh_msg("FAIL cleanup: %d namespace(s) and %d link(s) of %s still exist", left_ns, left_links, mh_br);
+    mh_msg("FAIL cleanup: %d namespace(s) and %d link(s) of %s still exist", left_ns, left_links,
+           mh_br);
     bad++;
   }
   int others = 0;
   int segs = mh_scan_segments(0, 1, &others);
   bad += segs;
-  printf("cleanup: %d namespaces mh%s-h*, their veths and bridge %s %s; %d /dev/shm/moeccl-* segment(s) of "
+  printf("cleanup: %d namespaces mh%s-h*, their veths and bridge %s %s; %d /dev/shm/moeccl-* "
+         "segment(s) of "
          "these hosts left%s; %d stray process(es)",
-         mh_max_hosts, mh_br + 4, mh_br, left_ns || left_links ? "NOT all deleted" : "deleted", segs,
-         mh_nold_segs ? " (older ones ignored)" : "", procs);
+         mh_max_hosts, mh_br + 4, mh_br, left_ns || left_links ? "NOT all deleted" : "deleted",
+         segs, mh_nold_segs ? " (older ones ignored)" : "", procs);
   if (others) printf(" (%d other moeccl segment(s) in /dev/shm, not of this test)", others);
   printf("\n");
   fflush(stdout);
@@ -813,10 +819,10 @@ void mh_shared_set(int counter, int value) {
 }
 
 int mh_shared_wait(int counter, int target, int timeout_s) {
-  double end = mh_now() + timeout_s * mh_scale();
+  double end = mp_now() + timeout_s * mh_scale();
   while (mh_shared_get(counter) < target) {
-    if (mh_now() > end) return -1;
-    mh_sleep_ms(1);
+    if (mp_now() > end) return -1;
+    mp_sleep_ms(1);
   }
   return 0;
 }
@@ -850,7 +856,9 @@ int mh_host_of(const mh_job* job, int rank) {
   return mh_host_of_layout(rank, job->nhosts, job->ranks_per_host, job->layout);
 }
 
-int mh_rank_host(int r) { return mh_host_of_layout(r, mh_nhosts, mh_ranks_per_host, mh_cur_layout); }
+int mh_rank_host(int r) {
+  return mh_host_of_layout(r, mh_nhosts, mh_ranks_per_host, mh_cur_layout);
+}
 
 void mh_kill_host(mh_job* job, int host) {
   for (int r = 0; r < job->nranks; r++)
@@ -881,8 +889,9 @@ static int mh_read_id(int fd) {
   return 0;
 }
 
-static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int nranks, int host, mp_body_fn body,
-                                               void* arg, pid_t parent, int id_fd) {
+static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int nranks, int host,
+                                               mp_body_fn body, void* arg, pid_t parent,
+                                               int id_fd) {
   mh_is_child = 1;
   mh_reset_handlers();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -898,7 +907,8 @@ static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int n
   char name[32];
   snprintf(name, sizeof(name), "mh-h%d", host);
   if (unshare(CLONE_NEWUTS) != 0 || sethostname(name, strlen(name)) != 0) {
-    mp_failf(__FILE__, __LINE__, "unshare(CLONE_NEWUTS)/sethostname(%s): %s", name, strerror(errno));
+    mp_failf(__FILE__, __LINE__, "unshare(CLONE_NEWUTS)/sethostname(%s): %s", name,
+             strerror(errno));
     _exit(MP_EXIT_FAIL);
   }
   char id[32];
@@ -919,8 +929,9 @@ static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int n
       fflush(stdout);
       _exit(MP_EXIT_SKIP);
     }
-    mp_failf(__FILE__, __LINE__, "moecclCommInitRank(nranks=%d, rank=%d) on host %d returned %d (%s): %s", nranks,
-             rank, host, (int)r, moecclGetErrorString(r), text);
+    mp_failf(__FILE__, __LINE__,
+             "moecclCommInitRank(nranks=%d, rank=%d) on host %d returned %d (%s): %s", nranks, rank,
+             host, (int)r, moecclGetErrorString(r), text);
     _exit(MP_EXIT_FAIL);
   }
   mp_comm = comm;
@@ -929,8 +940,8 @@ static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int n
   if (comm && !mp_comm_released) {
     r = moecclCommDestroy(comm);
     if (r != moecclSuccess) {
-      mp_failf(__FILE__, __LINE__, "moecclCommDestroy returned %d (%s): %s", (int)r, moecclGetErrorString(r),
-               mp_last_error_text(NULL));
+      mp_failf(__FILE__, __LINE__, "moecclCommDestroy returned %d (%s): %s", (int)r,
+               moecclGetErrorString(r), mp_last_error_text(NULL));
       if (result == 0) result = MP_EXIT_FAIL;
     }
   }
@@ -941,7 +952,8 @@ static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int n
 
 static void mh_describe(int st, char* buf, size_t len) {
   if (WIFEXITED(st)) snprintf(buf, len, "exited with code %d", WEXITSTATUS(st));
-  else if (WIFSIGNALED(st)) snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  else if (WIFSIGNALED(st))
+    snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
   else snprintf(buf, len, "wait status 0x%x", st);
 }
 
@@ -981,7 +993,8 @@ static int mh_judge(const mh_job* job, const char* label) {
     mh_describe(st, what, sizeof(what));
     if (job->expect_killed[r]) {
       if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)) {
-        mh_msg("FAIL %s: rank %d (host %d) was SIGKILLed but %s", label, r, mh_host_of(job, r), what);
+        mh_msg("FAIL %s: rank %d (host %d) was SIGKILLed but %s", label, r, mh_host_of(job, r),
+               what);
         failed++;
       }
       continue;
@@ -1009,7 +1022,8 @@ static void mh_kill_all(mh_job* job, const char* why, const char* label) {
   for (int r = 0; r < job->nranks; r++) {
     if (job->done[r]) continue;
     kill(job->pids[r], SIGKILL);
-    if (n < (int)sizeof(list) - 8) n += snprintf(list + n, sizeof(list) - (size_t)n, "%s%d", n ? "," : "", r);
+    if (n < (int)sizeof(list) - 8)
+      n += snprintf(list + n, sizeof(list) - (size_t)n, "%s%d", n ? "," : "", r);
   }
   for (int r = 0; r < job->nranks; r++) {
     if (job->done[r]) continue;
@@ -1047,16 +1061,19 @@ int mh_run(const mh_opts* opts, mp_body_fn body, void* arg) {
 
   mh_job job;
   memset(&job, 0, sizeof(job));
-  job.nhosts = o.nhosts, job.ranks_per_host = o.ranks_per_host, job.nranks = nranks, job.layout = o.layout;
+  job.nhosts = o.nhosts, job.ranks_per_host = o.ranks_per_host, job.nranks = nranks,
+  job.layout = o.layout;
   pid_t pids[MH_MAX_RANKS];
-  int done[MH_MAX_RANKS] = {0}, status[MH_MAX_RANKS] = {0}, killed[MH_MAX_RANKS] = {0}, progress[MH_MAX_RANKS];
+  int done[MH_MAX_RANKS] = {0}, status[MH_MAX_RANKS] = {0}, killed[MH_MAX_RANKS] = {0},
+      progress[MH_MAX_RANKS];
   double progress_ms[MH_MAX_RANKS] = {0};
   int id_fds[MH_MAX_RANKS];
   for (int r = 0; r < nranks; r++) progress[r] = -1, id_fds[r] = -1, pids[r] = -1;
   job.pids = pids, job.done = done, job.status = status, job.expect_killed = killed;
   job.progress = progress, job.progress_ms = progress_ms;
 
-  mh_shared = mmap(NULL, sizeof(mh_shared_page), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  mh_shared =
+      mmap(NULL, sizeof(mh_shared_page), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   int rep[2];
   if (mh_shared == MAP_FAILED || pipe2(rep, O_CLOEXEC) != 0) {
     mh_msg("FAIL %s: harness resources: %s", label, strerror(errno));
@@ -1071,7 +1088,7 @@ int mh_run(const mh_opts* opts, mp_body_fn body, void* arg) {
   sigemptyset(&ign.sa_mask);
   sigaction(SIGPIPE, &ign, &oldpipe);
 
-  mh_run_base = mh_now();
+  mh_run_base = mp_now();
   pid_t parent = getpid();
   int result = MP_EXIT_PASS;
   int forked_all = 1;
@@ -1120,22 +1137,23 @@ int mh_run(const mh_opts* opts, mp_body_fn body, void* arg) {
     if (old) setenv("MOECCL_SOCKET_IFNAME", old, 1), free(old);
     else unsetenv("MOECCL_SOCKET_IFNAME");
     if (idr != moecclSuccess) {
-      mh_msg("FAIL %s: moecclGetUniqueId returned %d (%s): %s", label, (int)idr, moecclGetErrorString(idr),
-             mp_last_error_text(NULL));
+      mh_msg("FAIL %s: moecclGetUniqueId returned %d (%s): %s", label, (int)idr,
+             moecclGetErrorString(idr), mp_last_error_text(NULL));
       result = MP_EXIT_FAIL;
     } else {
       for (int r = 0; r < nranks; r++) {
         ssize_t n;
         do n = write(id_fds[r], &mp_unique_id, sizeof(mp_unique_id));
         while (n < 0 && errno == EINTR);
-        if (n != (ssize_t)sizeof(mp_unique_id)) mh_msg("FAIL %s: could not send the id to rank %d", label, r);
+        if (n != (ssize_t)sizeof(mp_unique_id))
+          mh_msg("FAIL %s: could not send the id to rank %d", label, r);
       }
     }
   }
   for (int r = 0; r < nranks; r++)
     if (id_fds[r] >= 0) close(id_fds[r]); /* EOF: a child without an id exits */
 
-  double end = mh_now() + deadline_s;
+  double end = mp_now() + deadline_s;
   int timed_out = 0;
   for (;;) {
     mh_reap(&job);
@@ -1144,7 +1162,7 @@ int mh_run(const mh_opts* opts, mp_body_fn body, void* arg) {
     for (int r = 0; r < nranks; r++) remaining += !done[r];
     if (!remaining) break;
     if (o.parent_poll) o.parent_poll(&job, o.parent_poll_arg);
-    if (mh_now() > end) {
+    if (mp_now() > end) {
       timed_out = 1;
       break;
     }
@@ -1166,8 +1184,11 @@ int mh_run(const mh_opts* opts, mp_body_fn body, void* arg) {
   sigaction(SIGPIPE, &oldpipe, NULL);
   munmap(mh_shared, sizeof(mh_shared_page));
   mh_shared = NULL;
-  printf("%s %s (%.1f s)\n", result == MP_EXIT_PASS ? "PASS" : result == MP_EXIT_SKIP ? "SKIP" : "FAIL", label,
-         mh_now() - mh_run_base);
+  printf("%s %s (%.1f s)\n",
+         result == MP_EXIT_PASS   ? "PASS"
+         : result == MP_EXIT_SKIP ? "SKIP"
+                                  : "FAIL",
+         label, mp_now() - mh_run_base);
   fflush(stdout);
   return result;
 }

@@ -31,13 +31,13 @@ static mp_shared_page* mp_shared;
 
 /* ---- Small utilities ------------------------------------------------------ */
 
-static double mp_now(void) {
+double mp_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void mp_sleep_ms(int ms) {
+void mp_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }

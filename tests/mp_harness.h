@@ -233,5 +233,8 @@ uint64_t mp_rng_below(mp_rng* rng, uint64_t bound);
 /* malloc that reports failure through MP_CHECK-style messages; never NULL on
  * success.  mp_xmalloc aborts the child on failure. */
 void* mp_xmalloc(size_t bytes);
+/* Monotonic seconds; a sleep that survives signals. */
+double mp_now(void);
+void mp_sleep_ms(int ms);
 
 #endif /* MP_HARNESS_H_ */

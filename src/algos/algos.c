@@ -1,6 +1,12 @@
 /* The table of all-to-all algorithms. */
 #include "algos.h"
 
+#define MOECCL_CHECK_SCHED(call)                                                                   \
+  do {                                                                                             \
+    moecclResult_t rc_ = (call);                                                                   \
+    if (rc_ != moecclSuccess) return rc_;                                                          \
+  } while (0)
+
 #include <string.h>
 #include <strings.h>
 
@@ -22,4 +28,13 @@ moecclResult_t moeccl_a2a_add_self_copy(const moeccl_a2a_desc_t* d, moeccl_sched
   if (rbytes < bytes) bytes = rbytes; /* callers reject this mismatch before planning */
   return moeccl_sched_add(out, MOECCL_OP_COPY, -1, MOECCL_BUF_SEND, moeccl_a2a_send_off(d, d->rank),
                           MOECCL_BUF_RECV, moeccl_a2a_recv_off(d, d->rank), bytes);
+}
+
+moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* d, moeccl_sched_t* out, int to,
+                                       int from) {
+  MOECCL_CHECK_SCHED(moeccl_sched_add(out, MOECCL_OP_SEND, to, MOECCL_BUF_SEND,
+                                      moeccl_a2a_send_off(d, to), 0, 0,
+                                      moeccl_a2a_send_bytes(d, to)));
+  return moeccl_sched_add(out, MOECCL_OP_RECV, from, 0, 0, MOECCL_BUF_RECV,
+                          moeccl_a2a_recv_off(d, from), moeccl_a2a_recv_bytes(d, from));
 }

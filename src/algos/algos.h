@@ -33,6 +33,9 @@ const moeccl_a2a_algo_t* moeccl_a2a_algo_by_name(const char* name);
 moecclResult_t moeccl_a2a_direct(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 moecclResult_t moeccl_a2a_pairwise(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 
+/* This rank's send of its block to `to` and receive of `from`'s block. */
+moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out, int to,
+                                       int from);
 /* The local block (rank to itself) as a copy op, shared by all generators. */
 moecclResult_t moeccl_a2a_add_self_copy(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 

@@ -9,11 +9,7 @@ moecclResult_t moeccl_a2a_direct(const moeccl_a2a_desc_t* d, moeccl_sched_t* out
   moecclResult_t rc = moeccl_sched_reserve(out, 2 * n, 1);
   for (int k = 1; k < n && rc == moecclSuccess; k++) {
     int to = (r + k) % n, from = (r - k + n) % n;
-    rc = moeccl_sched_add(out, MOECCL_OP_SEND, to, MOECCL_BUF_SEND, moeccl_a2a_send_off(d, to), 0,
-                          0, moeccl_a2a_send_bytes(d, to));
-    if (rc == moecclSuccess)
-      rc = moeccl_sched_add(out, MOECCL_OP_RECV, from, 0, 0, MOECCL_BUF_RECV,
-                            moeccl_a2a_recv_off(d, from), moeccl_a2a_recv_bytes(d, from));
+    rc = moeccl_a2a_add_exchange(d, out, to, from);
   }
   if (rc == moecclSuccess) rc = moeccl_a2a_add_self_copy(d, out);
   if (rc == moecclSuccess) rc = moeccl_sched_end_step(out);

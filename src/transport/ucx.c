@@ -624,7 +624,16 @@ static void ucx_fini(void* state) {
       s->abort_ureq->kind = UREQ_ORPHAN, ucp_request_cancel(s->worker, s->abort_ureq);
     s->abort_ureq = NULL;
     close_endpoints(s);
-    ucp_worker_destroy(s->worker);
+    /* After a peer was lost, UCX 1.13's worker teardown can spin for ever in
+     * a blocking send to a peer behind a cut link (uct_tcp_ep_destroy).
+     * fini must not wait on peers: leave the worker and context to process
+     * exit instead. */
+    if (s->comm->async_error != moecclSuccess) {
+      INFO(NET, "ucx: communicator failed; its UCX worker is left to process exit");
+      s->worker = NULL, s->ctx = NULL;
+    } else {
+      ucp_worker_destroy(s->worker);
+    }
   }
   if (s->ctx) ucp_cleanup(s->ctx);
   free(s->inflight);
