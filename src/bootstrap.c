@@ -180,6 +180,7 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
     rc = moeccl_socket_listen(&local, listen_fd);
   }
   self->listen_addr = local;
+  moeccl_bootstrap_alive_socket(&local, &self->alive_addr);
   hello_t h = {HELLO_MAGIC, rank, nranks, 0, l->nonce};
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, &h, sizeof(h), deadline);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, self, sizeof(*self), deadline);
@@ -314,13 +315,31 @@ int moeccl_bootstrap_probe(const moeccl_sockaddr_t* addr, int timeout_ms) {
   return state;
 }
 
-void moeccl_bootstrap_drain(moeccl_bootstrap_t* b) {
-  if (!b || b->listen_fd < 0) return;
-  /* After setup nothing waits on this socket: accept must not block. */
-  int flags = fcntl(b->listen_fd, F_GETFL);
-  if (!(flags & O_NONBLOCK)) fcntl(b->listen_fd, F_SETFL, flags | O_NONBLOCK);
+static pthread_mutex_t alive_lock = PTHREAD_MUTEX_INITIALIZER;
+static int alive_fd = -1;
+static moeccl_sockaddr_t alive_addr;
+
+void moeccl_bootstrap_alive_socket(const moeccl_sockaddr_t* local, moeccl_sockaddr_t* addr) {
+  pthread_mutex_lock(&alive_lock);
+  if (alive_fd < 0) {
+    moeccl_sockaddr_t a = *local;
+    if (a.sa.sa_family == AF_INET6) a.sin6.sin6_port = 0;
+    else a.sin.sin_port = 0;
+    int fd;
+    if (moeccl_socket_listen(&a, &fd) == moecclSuccess) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); /* drained, never waited on */
+      alive_fd = fd, alive_addr = a;
+    }
+  }
+  if (alive_fd >= 0) *addr = alive_addr;
+  else memset(addr, 0, sizeof(*addr));
+  pthread_mutex_unlock(&alive_lock);
+}
+
+void moeccl_bootstrap_drain(void) {
+  if (alive_fd < 0) return;
   for (int i = 0; i < 64; i++) {
-    int fd = accept4(b->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(alive_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) break;
     close(fd);
   }

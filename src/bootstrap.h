@@ -39,12 +39,15 @@ moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, siz
 moecclResult_t moeccl_bootstrap_barrier(moeccl_bootstrap_t* b);
 void moeccl_bootstrap_close(moeccl_bootstrap_t* b);
 
-/* Liveness of a remote rank through its ring listening socket, which lives
- * as long as its process: a refused connection means the process is gone.
- * Waits at most timeout_ms.  Returns 1 alive, 0 dead, -1 unknown (no answer,
- * e.g. a cut link). */
+/* Every process that joins a communicator opens one listening socket that it
+ * never closes, on the address that reached the root (the first one it
+ * joins): its liveness socket.  A refused connection to it means the process
+ * is gone, whatever its communicators did.  Fills *addr (port 0 on failure). */
+void moeccl_bootstrap_alive_socket(const moeccl_sockaddr_t* local, moeccl_sockaddr_t* addr);
+/* Probes a peer's liveness socket, waiting at most timeout_ms.  Returns 1
+ * alive, 0 dead, -1 unknown (no answer, e.g. a cut link). */
 int moeccl_bootstrap_probe(const moeccl_sockaddr_t* addr, int timeout_ms);
-/* Accepts and closes the probes peers left on this rank's listening socket. */
-void moeccl_bootstrap_drain(moeccl_bootstrap_t* b);
+/* Accepts and closes the probes peers left on this process's liveness socket. */
+void moeccl_bootstrap_drain(void);
 
 #endif

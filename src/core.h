@@ -23,6 +23,7 @@ typedef struct {
   uint64_t host_hash; /* node identity (MOECCL_HOSTID or hostname + boot id) */
   char hostname[MOECCL_HOSTNAME_MAX];
   moeccl_sockaddr_t listen_addr; /* bootstrap ring socket */
+  moeccl_sockaddr_t alive_addr;  /* process liveness socket (bootstrap.c), port 0 if none */
   uint64_t cma_probe_addr;       /* address of a known word, to test CMA */
 } moeccl_peer_info_t;
 
@@ -69,9 +70,9 @@ struct moecclComm {
 
   volatile moecclResult_t async_error; /* sticky: set when the comm broke */
   char last_error[512];
-  char fail_text[512]; /* why async_error was set */
-  int failed_peer;     /* comm rank whose loss broke the communicator, or -1 */
-  int abort_notified;  /* the transports were told about failed_peer */
+  char fail_text[512];   /* why async_error was set */
+  int failed_peer;       /* comm rank whose loss broke the communicator, or -1 */
+  int abort_notified;    /* the transports were told about failed_peer */
   unsigned probe_cursor; /* rotates the liveness probes over pending peers */
 };
 typedef struct moecclComm moeccl_comm_t;

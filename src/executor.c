@@ -130,23 +130,25 @@ static moecclResult_t progress_all(moeccl_job_t* jobs, int njobs, int* progresse
 
 #define PROBES_PER_CHECK 4
 
-/* Network peers this rank waits on are probed through their bootstrap
- * sockets: a killed process is found at once even where the provider says
- * nothing.  A few peers per check, rotating, bounds the cost. */
+/* Network peers this rank waits on are probed through their liveness
+ * sockets (bootstrap.c): a killed process is found at once even where the
+ * provider says nothing.  A few peers per check, rotating, bounds the cost. */
 static moecclResult_t probe_network_peers(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
-  moeccl_bootstrap_drain(c->boot);
+  moeccl_bootstrap_drain();
   int probes = 0, last = -1;
   for (int i = j->first_req; i < j->nreqs && probes < PROBES_PER_CHECK; i++) {
     const moeccl_req_t* r =
         &c->reqs[(j->first_req + (i - j->first_req + c->probe_cursor) % (j->nreqs - j->first_req))];
-    if (r->done || r->peer == last || !c->transport_ops[c->peer_transport[r->peer]]->score)
+    const moeccl_peer_info_t* pi = &c->peers[r->peer];
+    if (r->done || r->peer == last || !c->transport_ops[c->peer_transport[r->peer]]->score ||
+        pi->alive_addr.sa.sa_family == 0)
       continue;
     last = r->peer, probes++;
-    if (moeccl_bootstrap_probe(&c->peers[r->peer].listen_addr, 50) == 0)
+    if (moeccl_bootstrap_probe(&pi->alive_addr, 50) == 0)
       return moeccl_comm_peer_lost(
-          c, r->peer, "rank %d (pid %d on %s) died (its bootstrap socket refuses connections)",
-          r->peer, (int)c->peers[r->peer].pid, c->peers[r->peer].hostname);
+          c, r->peer, "rank %d (pid %d on %s) died (its liveness socket refuses connections)",
+          r->peer, (int)pi->pid, pi->hostname);
   }
   c->probe_cursor += PROBES_PER_CHECK;
   return moecclSuccess;
