@@ -877,18 +877,6 @@ static int mh_missing_transport(moecclResult_t r, const char* text) {
   return 1;
 }
 
-static int mh_read_id(int fd) {
-  size_t got = 0;
-  while (got < sizeof(mp_unique_id)) {
-    ssize_t n = read(fd, (char*)&mp_unique_id + got, sizeof(mp_unique_id) - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    got += (size_t)n;
-  }
-  close(fd);
-  return 0;
-}
-
 static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int nranks, int host,
                                                mp_body_fn body, void* arg, pid_t parent,
                                                int id_fd) {
@@ -916,7 +904,7 @@ static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int n
   setenv("MOECCL_HOSTID", id, 1);
   const char* ifn = getenv("MH_CHILD_IFNAME");
   setenv("MOECCL_SOCKET_IFNAME", ifn && *ifn ? ifn : "eth0", 1);
-  if (mh_read_id(id_fd) != 0) _exit(MP_EXIT_FAIL); /* the parent could not make an id */
+  if (mp_read_id(id_fd) != 0) _exit(MP_EXIT_FAIL); /* the parent could not make an id */
   mp_comm = NULL;
   mp_comm_released = 0;
   moecclComm_t comm = NULL;
@@ -948,13 +936,6 @@ static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int n
   fflush(stdout);
   fflush(stderr);
   _exit(result == 0 ? MP_EXIT_PASS : result == MP_EXIT_SKIP ? MP_EXIT_SKIP : MP_EXIT_FAIL);
-}
-
-static void mh_describe(int st, char* buf, size_t len) {
-  if (WIFEXITED(st)) snprintf(buf, len, "exited with code %d", WEXITSTATUS(st));
-  else if (WIFSIGNALED(st))
-    snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
-  else snprintf(buf, len, "wait status 0x%x", st);
 }
 
 static int mh_reap(mh_job* job) {
@@ -990,7 +971,7 @@ static int mh_judge(const mh_job* job, const char* label) {
   for (int r = 0; r < job->nranks; r++) {
     int st = job->status[r];
     char what[128];
-    mh_describe(st, what, sizeof(what));
+    mp_describe_status(st, what, sizeof(what));
     if (job->expect_killed[r]) {
       if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)) {
         mh_msg("FAIL %s: rank %d (host %d) was SIGKILLed but %s", label, r, mh_host_of(job, r),

@@ -244,7 +244,7 @@ void mp_kill_rank(mp_job* job, int rank, int sig) {
 }
 
 /* Reads the unique id the parent sends once it has made it. */
-static int mp_read_id(int fd) {
+int mp_read_id(int fd) {
   size_t got = 0;
   while (got < sizeof(mp_unique_id)) {
     ssize_t n = read(fd, (char*)&mp_unique_id + got, sizeof(mp_unique_id) - got);
@@ -309,7 +309,7 @@ static int mp_reap(mp_job* job) {
   return reaped;
 }
 
-static void mp_describe_status(int st, char* buf, size_t len) {
+void mp_describe_status(int st, char* buf, size_t len) {
   if (WIFEXITED(st))
     snprintf(buf, len, "exited with code %d", WEXITSTATUS(st));
   else if (WIFSIGNALED(st))

@@ -236,5 +236,9 @@ void* mp_xmalloc(size_t bytes);
 /* Monotonic seconds; a sleep that survives signals. */
 double mp_now(void);
 void mp_sleep_ms(int ms);
+/* Child side of the id hand-over: reads mp_unique_id from fd, closes it; 0 or -1. */
+int mp_read_id(int fd);
+/* "exited with code N" / "killed by signal N (name)" for a wait status. */
+void mp_describe_status(int st, char* buf, size_t len);
 
 #endif /* MP_HARNESS_H_ */
