@@ -216,7 +216,7 @@ static void usage(const char* prog)
          "                           float|float32 double|float64 bfloat16 fp8e4m3 fp8e5m2\n"
          "                           (default float)\n"
          "  -a, --algo ALGO|all      set MOECCL_ALGO per series; all = $MOECCL_ALGO_LIST\n"
-         "                           or \"direct,pairwise\"; a comma list also works\n"
+         "                           or \"direct,pairwise,bruck\"; a comma list also works\n"
          "  -r, --reps N             reps per size, moeccl and MPI interleaved; the\n"
          "                           median is reported (default 5)\n"
          "  -M, --memalloc           buffers from moecclMemAlloc instead of malloc\n"
@@ -1067,7 +1067,7 @@ static int algo_list(const char* arg, char*** out)
   }
   if (strcmp(arg, "all") == 0) {
     const char* env = getenv("MOECCL_ALGO_LIST");
-    arg = env && *env ? env : "direct,pairwise";
+    arg = env && *env ? env : "direct,pairwise,bruck";
   }
   list = strdup(arg);
   *out = xcalloc(strlen(arg) + 1, sizeof **out);

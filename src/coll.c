@@ -2,17 +2,44 @@
 #include "algos/algos.h"
 #include "enqueue.h"
 #include "executor.h"
+#include "transport/transport.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Tuner: the forced algorithm, else the cheapest for this call.  On one node
- * with single-copy transfers every rank pulls from all peers at once (direct)
- * unless there are more ranks than the memory system serves well. */
+/* Tuner: the forced algorithm, else the cheapest for this call, by rules
+ * measured with `a2a_perf -a direct,pairwise,bruck` (2-8 ranks here):
+ * - shared memory only: direct at every size (pulls are cheap; Bruck's
+ *   extra copies and rounds cost more than the messages they save);
+ * - with a network transport, uniform blocks up to BRUCK_MAX_BLOCK and at
+ *   least BRUCK_MIN_RANKS ranks: Bruck (8 ranks over ucx/tcp, 1-16 KiB per
+ *   rank: 1.5x faster than direct), since per-message latency dominates;
+ * - otherwise direct.  The choice is logged (MOECCL_DEBUG_SUBSYS=ALGO) when
+ *   it changes. */
+#define BRUCK_MAX_BLOCK 2048
+#define BRUCK_MIN_RANKS 4
+
+static int uses_network(const moeccl_comm_t* c) {
+  for (int t = 0; t < c->ntransports; t++)
+    if (c->transport_ops[t]->score) return 1;
+  return 0;
+}
+
 static const moeccl_a2a_algo_t* tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d) {
-  if (c->forced_algo >= 0) return &moeccl_a2a_algos[c->forced_algo];
-  (void)d;
-  return &moeccl_a2a_algos[MOECCL_A2A_DIRECT];
+  moeccl_a2a_algo_id_t id = MOECCL_A2A_DIRECT;
+  const char* why = "shared memory or large blocks";
+  if (c->forced_algo >= 0) {
+    id = (moeccl_a2a_algo_id_t)c->forced_algo, why = "MOECCL_ALGO";
+  } else if (!d->send_counts && d->block_bytes <= BRUCK_MAX_BLOCK && d->nranks >= BRUCK_MIN_RANKS &&
+             uses_network(c)) {
+    id = MOECCL_A2A_BRUCK, why = "small uniform blocks over the network";
+  }
+  if ((int)id != c->last_algo) {
+    INFO(ALGO, "rank %d: all-to-all with %s (%s; block %zu bytes, %d ranks)", c->rank,
+         moeccl_a2a_algos[id].name, why, d->send_counts ? (size_t)0 : d->block_bytes, d->nranks);
+    c->last_algo = (int)id;
+  }
+  return &moeccl_a2a_algos[id];
 }
 
 moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,

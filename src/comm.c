@@ -65,6 +65,7 @@ static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_co
   c->timeout = (double)moeccl_param_int("MOECCL_TIMEOUT");
   if (c->timeout <= 0) c->timeout = 300;
   c->forced_algo = -1;
+  c->last_algo = -1;
   c->failed_peer = -1;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->order_lock, NULL);

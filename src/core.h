@@ -51,6 +51,7 @@ struct moecclComm {
   uint8_t* peer_transport;
 
   int forced_algo; /* -1: tuner decides */
+  int last_algo;   /* the tuner's previous choice, for logging changes */
 
   pthread_mutex_t lock; /* one operation at a time per communicator */
   /* Operations run in the order they were issued, whatever stream or thread

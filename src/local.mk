@@ -4,7 +4,7 @@ noinst_LTLIBRARIES += libmoeccl_core.la
 lib_LTLIBRARIES += libmoeccl.la
 libmoeccl_core_la_SOURCES = \
   src/algos/algos.c src/algos/algos.h \
-  src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c \
+  src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \
   src/bootstrap.c src/bootstrap.h \
   src/coll.c src/comm.c src/copy.c src/copy.h src/core.h \
   src/debug.c src/debug.h \

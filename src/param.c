@@ -23,7 +23,7 @@ const moeccl_param_t moeccl_params[] = {
      "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only"},
     {"MOECCL_HOSTID", MOECCL_PARAM_STR, "",
      "node identity; ranks with different ids act as separate nodes"},
-    {"MOECCL_ALGO", MOECCL_PARAM_STR, "", "force the all-to-all algorithm: direct or pairwise"},
+    {"MOECCL_ALGO", MOECCL_PARAM_STR, "", "force the all-to-all algorithm: direct, pairwise or bruck"},
     {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto"},
     {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0", "1: no shared memory; ranks of one node use the network too"},
     {"MOECCL_OFI_PROVIDER", MOECCL_PARAM_STR, "",

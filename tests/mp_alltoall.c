@@ -203,6 +203,7 @@ static int body(moecclComm_t comm, int rank, int nranks, void* arg) {
 static const mp_variant variants[] = {
     {"algo-direct", {"MOECCL_ALGO=direct"}, "3,4"},
     {"algo-pairwise", {"MOECCL_ALGO=pairwise"}, "3,5"},
+    {"algo-bruck", {"MOECCL_ALGO=bruck"}, "2,3,5,8"},
     {"no-cma", {"MOECCL_CMA_DISABLE=1"}, "3"},
     {"small-shm", {"MOECCL_SHM_EAGER_SIZE=256", "MOECCL_SHM_SLOTS=2", "MOECCL_SHM_CHUNK_SIZE=40000"}, "4"},
     {"nt-copy", {"MOECCL_NT_COPY_SIZE=1"}, "2,3"},

@@ -14,6 +14,8 @@ const moeccl_a2a_algo_t moeccl_a2a_algos[MOECCL_A2A_NALGOS] = {
     {MOECCL_A2A_DIRECT, "direct", "one step: every peer's block posted at once", moeccl_a2a_direct},
     {MOECCL_A2A_PAIRWISE, "pairwise", "n-1 steps: step k sends to rank+k, receives from rank-k",
      moeccl_a2a_pairwise},
+    {MOECCL_A2A_BRUCK, "bruck", "ceil(log2 n) rounds of packed blocks; uniform calls only (v: pairwise)",
+     moeccl_a2a_bruck},
 };
 
 const moeccl_a2a_algo_t* moeccl_a2a_algo_by_name(const char* name) {

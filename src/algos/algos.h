@@ -15,6 +15,7 @@ typedef moecclResult_t (*moeccl_a2a_schedule_fn)(const moeccl_a2a_desc_t* desc,
 typedef enum {
   MOECCL_A2A_DIRECT = 0,
   MOECCL_A2A_PAIRWISE = 1,
+  MOECCL_A2A_BRUCK = 2,
   MOECCL_A2A_NALGOS
 } moeccl_a2a_algo_id_t;
 
@@ -32,6 +33,7 @@ const moeccl_a2a_algo_t* moeccl_a2a_algo_by_name(const char* name);
 
 moecclResult_t moeccl_a2a_direct(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 moecclResult_t moeccl_a2a_pairwise(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+moecclResult_t moeccl_a2a_bruck(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 
 /* This rank's send of its block to `to` and receive of `from`'s block. */
 moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out, int to,
