@@ -132,7 +132,7 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   if (!a) return close(fd), moecclSystemError;
   a->listen_fd = fd;
   a->nonce = l.nonce;
-  a->timeout = (double)moeccl_param_int("MOECCL_TIMEOUT");
+  a->timeout = moeccl_param_timeout();
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

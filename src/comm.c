@@ -62,8 +62,7 @@ static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_co
   c->rank = rank;
   c->nranks = nranks;
   c->nonce = nonce;
-  c->timeout = (double)moeccl_param_int("MOECCL_TIMEOUT");
-  if (c->timeout <= 0) c->timeout = 300;
+  c->timeout = moeccl_param_timeout();
   c->forced_algo = -1;
   c->last_algo = -1;
   c->failed_peer = -1;

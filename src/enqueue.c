@@ -134,6 +134,7 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
   for (int i = 0; i < ncomms; i++)
     for (cursor[i] = list->head; cursor[i] && cursor[i]->comm != comms[i];)
       cursor[i] = cursor[i]->next;
+  int ran = 0;
   while (rc == moecclSuccess) {
     int njobs = 0;
     for (int i = 0; i < ncomms && rc == moecclSuccess; i++) {
@@ -146,7 +147,14 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
     }
     if (njobs == 0 || rc != moecclSuccess) break;
     rc = moeccl_executor_run(jobs, njobs);
+    ran = 1;
   }
+  /* Part of the list ran, or was planned on one communicator but not run on
+   * another: the peers posted their side of work this rank will never do, so
+   * the communicators cannot go on matching messages in order. */
+  for (int i = 0; rc != moecclSuccess && (ran || ncomms > 1) && i < ncomms; i++)
+    moeccl_comm_fail(comms[i], rc, "a group stopped part way (%s); abort the communicator",
+                     moecclGetErrorString(rc));
   free(jobs);
   free(cursor);
   return rc;
@@ -184,6 +192,16 @@ moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list) {
   if (n < 0) {
     moeccl_tasks_abandon(list);
     return moecclSystemError;
+  }
+  /* Usage errors found before anything is posted leave every communicator
+   * usable. */
+  for (moeccl_task_t* t = list->head; t; t = t->next) {
+    moecclResult_t bad = t->kind == MOECCL_TASK_P2P ? p2p_check_self(t) : moecclSuccess;
+    if (bad != moecclSuccess) {
+      free(comms);
+      moeccl_tasks_abandon(list);
+      return bad;
+    }
   }
   for (int i = 0; i < n; i++) {
     int count;

@@ -129,6 +129,7 @@ static moecclResult_t progress_all(moeccl_job_t* jobs, int njobs, int* progresse
 }
 
 #define PROBES_PER_CHECK 4
+#define PROBE_WAIT_MS 10 /* a refusal comes back in microseconds; silence is no verdict */
 
 /* Network peers this rank waits on are probed through their liveness
  * sockets (bootstrap.c): a killed process is found at once even where the
@@ -145,7 +146,7 @@ static moecclResult_t probe_network_peers(moeccl_job_t* j) {
         pi->alive_addr.sa.sa_family == 0)
       continue;
     last = r->peer, probes++;
-    if (moeccl_bootstrap_probe(&pi->alive_addr, 50) == 0)
+    if (moeccl_bootstrap_probe(&pi->alive_addr, PROBE_WAIT_MS) == 0)
       return moeccl_comm_peer_lost(
           c, r->peer, "rank %d (pid %d on %s) died (its liveness socket refuses connections)",
           r->peer, (int)pi->pid, pi->hostname);

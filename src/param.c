@@ -23,9 +23,11 @@ const moeccl_param_t moeccl_params[] = {
      "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only"},
     {"MOECCL_HOSTID", MOECCL_PARAM_STR, "",
      "node identity; ranks with different ids act as separate nodes"},
-    {"MOECCL_ALGO", MOECCL_PARAM_STR, "", "force the all-to-all algorithm: direct, pairwise or bruck"},
+    {"MOECCL_ALGO", MOECCL_PARAM_STR, "",
+     "force the all-to-all algorithm: direct, pairwise or bruck"},
     {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto"},
-    {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0", "1: no shared memory; ranks of one node use the network too"},
+    {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0",
+     "1: no shared memory; ranks of one node use the network too"},
     {"MOECCL_OFI_PROVIDER", MOECCL_PARAM_STR, "",
      "libfabric provider to use (e.g. tcp, verbs;ofi_rxm, cxi); unset: the best available"},
     {"MOECCL_OFI_RMA_DISABLE", MOECCL_PARAM_BOOL, "0",
@@ -133,6 +135,11 @@ static int64_t param_number(const char* name) {
 int64_t moeccl_param_int(const char* name) { return param_number(name); }
 size_t moeccl_param_size(const char* name) { return (size_t)param_number(name); }
 int moeccl_param_bool(const char* name) { return param_number(name) != 0; }
+
+double moeccl_param_timeout(void) {
+  int64_t t = moeccl_param_int("MOECCL_TIMEOUT");
+  return t > 0 ? (double)t : 300.0;
+}
 
 const char* moeccl_param_str(const char* name) {
   const moeccl_param_t* p = param_find(name);

@@ -31,6 +31,9 @@ size_t moeccl_param_size(const char* name); /* accepts K, M, G suffixes */
 int moeccl_param_bool(const char* name);
 const char* moeccl_param_str(const char* name); /* NULL or "" when unset without default */
 
+/* MOECCL_TIMEOUT in seconds; a value <= 0 means the default (300), so that
+ * every wait in the library uses the same positive deadline. */
+double moeccl_param_timeout(void);
 /* Parses "123", "4K", "16M", "1G" into *out; 0 on success, -1 on error. */
 int moeccl_parse_size(const char* s, size_t* out);
 /* Prints every variable with its value and origin at INFO. */

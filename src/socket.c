@@ -142,17 +142,33 @@ static int wait_fd(int fd, short events, double deadline) {
   }
 }
 
+/* One non-blocking connect attempt bounded by deadline: 0 connected, else
+ * the errno that ended it (ETIMEDOUT when the deadline passed). */
+static int connect_once(int fd, const moeccl_sockaddr_t* addr, double deadline) {
+  if (connect(fd, &addr->sa, moeccl_sockaddr_len(addr)) == 0) return 0;
+  if (errno != EINPROGRESS) return errno;
+  int w = wait_fd(fd, POLLOUT, deadline);
+  if (w <= 0) return w == 0 ? ETIMEDOUT : errno;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
 moecclResult_t moeccl_socket_connect(const moeccl_sockaddr_t* addr, double deadline, int* fd_out) {
   char s[64];
   for (;;) {
-    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking, so an address that drops packets cannot hold us past the
+     * deadline in the kernel's SYN retries. */
+    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return moecclSystemError;
-    if (connect(fd, &addr->sa, moeccl_sockaddr_len(addr)) == 0) {
+    int err = connect_once(fd, addr, deadline);
+    if (err == 0) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
       set_socket_options(fd);
       *fd_out = fd;
       return moecclSuccess;
     }
-    int err = errno;
     close(fd);
     if (err != ECONNREFUSED && err != EINTR && err != ETIMEDOUT && err != EAGAIN) {
       WARN(BOOT, "connect to %s: %s", moeccl_sockaddr_str(addr, s, sizeof(s)), strerror(err));

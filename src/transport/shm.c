@@ -156,6 +156,16 @@ static int map_segment(shm_state_t* s, int create) {
   int fd = shm_open(s->name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
   if (fd < 0) return -1;
   int ok = !create || ftruncate(fd, (off_t)s->size) == 0;
+  struct stat st;
+  /* Ranks with other MOECCL_SHM_* values compute another layout: refuse the
+   * segment rather than touch memory past its end. */
+  if (ok && !create && (fstat(fd, &st) != 0 || (size_t)st.st_size != s->size)) {
+    WARN(SHM,
+         "shm segment %s is %lld bytes, this rank expects %zu: are MOECCL_SHM_SLOTS and "
+         "MOECCL_SHM_EAGER_SIZE the same on every rank?",
+         s->name, (long long)st.st_size, s->size);
+    ok = 0;
+  }
   if (ok) {
     s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ok = s->base != MAP_FAILED;
@@ -169,6 +179,13 @@ static int map_segment(shm_state_t* s, int create) {
     s->hdr->nlocal = s->nlocal;
     s->hdr->nslots = s->nslots;
     s->hdr->slot_bytes = s->slot_bytes;
+  } else if (s->hdr->magic != SHM_MAGIC || s->hdr->nslots != s->nslots ||
+             s->hdr->slot_bytes != s->slot_bytes || s->hdr->nlocal != s->nlocal) {
+    WARN(SHM,
+         "shm segment %s has another layout (slots %d of %llu bytes, this rank %d of %zu): "
+         "set MOECCL_SHM_* alike on every rank",
+         s->name, s->hdr->nslots, (unsigned long long)s->hdr->slot_bytes, s->nslots, s->slot_bytes);
+    return -1; /* shm_fini unmaps */
   }
   return 0;
 }
@@ -225,7 +242,8 @@ static void shm_fini(void* state);
 /* Collective: the first local rank creates the segment, the others map it
  * after a barrier, and it is unlinked once all have it, so nothing is left
  * in /dev/shm even if a rank dies later. */
-static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int needed_anywhere, void** state) {
+static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int needed_anywhere,
+                               void** state) {
   *state = NULL;
   if (!needed_anywhere) return moecclSuccess;
   shm_state_t* s;
@@ -392,8 +410,9 @@ static moecclResult_t check_abort(shm_state_t* s) {
   int32_t dead = atomic_load_explicit(&s->hdr->abort_rank, memory_order_relaxed);
   if (dead == 0) return moecclSuccess;
   const moeccl_peer_info_t* pi = &s->comm->peers[dead - 1];
-  return moeccl_comm_peer_lost(s->comm, dead - 1, "rank %d (pid %d on %s) died; communicator aborted",
-                               dead - 1, (int)pi->pid, pi->hostname);
+  return moeccl_comm_peer_lost(s->comm, dead - 1,
+                               "rank %d (pid %d on %s) died; communicator aborted", dead - 1,
+                               (int)pi->pid, pi->hostname);
 }
 
 /* A peer this rank depends on is gone: tell every rank of the node (they may

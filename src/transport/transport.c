@@ -100,9 +100,9 @@ static int net_candidates(moeccl_comm_t* comm, const moeccl_transport_ops_t** ou
   }
   long score[8] = {0};
   for (int i = 0; i < NNET; i++) {
-    int ok;
-    score[i] = agree(comm, net_transports[i]->score(), &ok);
-    if (ok) out[n++] = net_transports[i];
+    int ok = 0;
+    long sc = agree(comm, net_transports[i]->score(), &ok);
+    if (ok && sc > 0) score[n] = sc, out[n++] = net_transports[i];
   }
   for (int i = 1; i < n; i++) /* insertion sort by score, stable */
     for (int j = i; j > 0 && score[j] > score[j - 1]; j--) {
@@ -121,25 +121,28 @@ static moecclResult_t init_network(moeccl_comm_t* comm, uint8_t* use, int shm_di
   int ncands = needed ? net_candidates(comm, cands) : 0;
   for (int i = 0; i < ncands; i++) {
     int r = try_transport(comm, cands[i], use, 1);
-    if (r < 0) return moeccl_error(comm, moecclRemoteError, "transport setup: lost contact with the other ranks");
+    if (r < 0)
+      return moeccl_error(comm, moecclRemoteError,
+                          "transport setup: lost contact with the other ranks");
     if (r > 0) return moecclSuccess;
   }
   if (!needed) return moecclSuccess;
   const char* want = moeccl_param_str("MOECCL_NET");
   int p = 0;
   while (p < n && !use[p]) p++;
-  return moeccl_error(comm, moecclInvalidUsage,
-                      "no network transport reaches rank %d on host %s (MOECCL_NET=%s; this build has%s%s%s)", p,
-                      p < n ? comm->peers[p].hostname : "?", want, NNET ? "" : " none",
+  return moeccl_error(
+      comm, moecclInvalidUsage,
+      "no network transport reaches rank %d on host %s (MOECCL_NET=%s; this build has%s%s%s)", p,
+      p < n ? comm->peers[p].hostname : "?", want ? want : "auto", NNET ? "" : " none",
 #ifdef MOECCL_TRANSPORT_OFI
-                      " ofi",
+      " ofi",
 #else
-                      "",
+      "",
 #endif
 #ifdef MOECCL_TRANSPORT_UCX
-                      " ucx"
+      " ucx"
 #else
-                      ""
+      ""
 #endif
   );
 }
@@ -151,14 +154,16 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   if (!comm->peer_transport || !use) return free(use), moecclSystemError;
   memset(comm->peer_transport, 0xff, (size_t)n);
   int shm_disabled = moeccl_param_bool("MOECCL_SHM_DISABLE");
-  for (int p = 0; p < n; p++) use[p] = !shm_disabled && p != comm->rank && moeccl_shm_ops.can_reach(comm, p);
+  for (int p = 0; p < n; p++)
+    use[p] = !shm_disabled && p != comm->rank && moeccl_shm_ops.can_reach(comm, p);
   moecclResult_t rc = moecclSuccess;
   int r = try_transport(comm, &moeccl_shm_ops, use, !shm_disabled && shm_needed(comm));
   if (r <= 0) rc = moeccl_error(comm, moecclSystemError, "shared-memory transport failed to start");
   if (rc == moecclSuccess) rc = init_network(comm, use, shm_disabled);
   for (int p = 0; p < n && rc == moecclSuccess; p++)
     if (p != comm->rank)
-      INFO(INIT, "rank %d -> rank %d via %s", comm->rank, p, comm->transport_ops[comm->peer_transport[p]]->name);
+      INFO(INIT, "rank %d -> rank %d via %s", comm->rank, p,
+           comm->transport_ops[comm->peer_transport[p]]->name);
   free(use);
   return rc;
 }

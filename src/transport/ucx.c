@@ -502,7 +502,10 @@ static moecclResult_t report_peers(ucx_state_t* s) {
 
 static moecclResult_t ucx_progress(void* state, int* progressed) {
   ucx_state_t* s = state;
-  for (int i = 0; i < PROGRESS_BURST && ucp_worker_progress(s->worker); i++) *progressed = 1;
+  /* Only completions of moeccl requests count as progress: UCX's own traffic
+   * (keepalives) must not keep MOECCL_TIMEOUT from firing on a hung peer. */
+  for (int i = 0; i < PROGRESS_BURST && ucp_worker_progress(s->worker); i++) {
+  }
   if (s->completed) *progressed = 1, s->completed = 0;
   return report_requests(s);
 }
