@@ -924,18 +924,7 @@ static __attribute__((noreturn)) void mh_child(const mh_opts* o, int rank, int n
   }
   mp_comm = comm;
   (void)o;
-  int result = body(comm, rank, nranks, arg);
-  if (comm && !mp_comm_released) {
-    r = moecclCommDestroy(comm);
-    if (r != moecclSuccess) {
-      mp_failf(__FILE__, __LINE__, "moecclCommDestroy returned %d (%s): %s", (int)r,
-               moecclGetErrorString(r), mp_last_error_text(NULL));
-      if (result == 0) result = MP_EXIT_FAIL;
-    }
-  }
-  fflush(stdout);
-  fflush(stderr);
-  _exit(result == 0 ? MP_EXIT_PASS : result == MP_EXIT_SKIP ? MP_EXIT_SKIP : MP_EXIT_FAIL);
+  mp_child_finish(comm, body(comm, rank, nranks, arg));
 }
 
 static int mh_reap(mh_job* job) {

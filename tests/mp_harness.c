@@ -277,7 +277,10 @@ static __attribute__((noreturn)) void mp_child(int rank, int nranks, mp_body_fn 
     }
     mp_comm = comm;
   }
-  int result = body(comm, rank, nranks, arg);
+  mp_child_finish(comm, body(comm, rank, nranks, arg));
+}
+
+void mp_child_finish(moecclComm_t comm, int result) {
   if (comm && !mp_comm_released) {
     moecclResult_t r = moecclCommDestroy(comm);
     if (r != moecclSuccess) {

@@ -238,6 +238,9 @@ double mp_now(void);
 void mp_sleep_ms(int ms);
 /* Child side of the id hand-over: reads mp_unique_id from fd, closes it; 0 or -1. */
 int mp_read_id(int fd);
+/* Child side, after the body: destroys comm unless the body released it,
+ * flushes, and exits with the harness's code for result. */
+__attribute__((noreturn)) void mp_child_finish(moecclComm_t comm, int result);
 /* "exited with code N" / "killed by signal N (name)" for a wait status. */
 void mp_describe_status(int st, char* buf, size_t len);
 
