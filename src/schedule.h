@@ -58,6 +58,8 @@ moecclResult_t moeccl_sched_add_buf(moeccl_sched_t* s, void* buf, uint32_t* inde
 /* Makes sure ops and steps can grow by at least n without reallocating. */
 moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps);
 
+struct moeccl_topo;
+
 /* Description of one all-to-all(v) as the algorithms see it: byte counts and
  * byte displacements per peer.  For a uniform alltoall the arrays are NULL and
  * block_bytes is used. */
@@ -69,6 +71,15 @@ typedef struct {
   const size_t* recv_counts;
   const size_t* recv_displs;
   size_t elem_size;
+  int window; /* direct: peers exchanged with per step (0: all in one step) */
+  /* Hierarchical algorithms: where the ranks sit; NULL for flat ones. */
+  const struct moeccl_topo* topo;
+  /* v-calls of hierarchical algorithms: bytes rank src sends rank dst, for
+   * pairs outside this rank's own row and column (which come from the arrays
+   * above).  The caller gathers what the algorithm's meta scope needs (see
+   * algos.h) before planning; NULL when nothing was gathered. */
+  size_t (*pair_bytes)(const void* ctx, int src, int dst);
+  const void* pair_ctx;
 } moeccl_a2a_desc_t;
 
 static inline size_t moeccl_a2a_send_bytes(const moeccl_a2a_desc_t* d, int peer) {
@@ -79,6 +90,13 @@ static inline size_t moeccl_a2a_send_off(const moeccl_a2a_desc_t* d, int peer) {
 }
 static inline size_t moeccl_a2a_recv_bytes(const moeccl_a2a_desc_t* d, int peer) {
   return d->recv_counts ? d->recv_counts[peer] * d->elem_size : d->block_bytes;
+}
+/* Bytes src sends dst in this call, for any pair the caller made known. */
+static inline size_t moeccl_a2a_bytes(const moeccl_a2a_desc_t* d, int src, int dst) {
+  if (!d->send_counts) return d->block_bytes;
+  if (src == d->rank) return d->send_counts[dst] * d->elem_size;
+  if (dst == d->rank) return d->recv_counts[src] * d->elem_size;
+  return d->pair_bytes ? d->pair_bytes(d->pair_ctx, src, dst) : 0;
 }
 static inline size_t moeccl_a2a_recv_off(const moeccl_a2a_desc_t* d, int peer) {
   return d->recv_counts ? d->recv_displs[peer] * d->elem_size : (size_t)peer * d->block_bytes;

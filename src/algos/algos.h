@@ -16,14 +16,30 @@ typedef enum {
   MOECCL_A2A_DIRECT = 0,
   MOECCL_A2A_PAIRWISE = 1,
   MOECCL_A2A_BRUCK = 2,
+  MOECCL_A2A_HIER2 = 3, /* node level: gather by destination node, exchange, scatter */
+  MOECCL_A2A_HIER3 = 4, /* node / group / between groups */
+  MOECCL_A2A_RAIL = 5,  /* to the destination's rail on the node, then across nodes */
   MOECCL_A2A_NALGOS
 } moeccl_a2a_algo_id_t;
+
+/* What an alltoallv schedule of the algorithm needs to know beyond this
+ * rank's own counts: the send and receive count rows of the ranks on this
+ * rank's node, or of the ranks in its group (desc->pair_bytes answers them). */
+typedef enum {
+  MOECCL_META_NONE = 0,
+  MOECCL_META_NODE = 1,
+  MOECCL_META_GROUP = 2
+} moeccl_meta_scope_t;
 
 typedef struct {
   moeccl_a2a_algo_id_t id;
   const char* name;
   const char* description;
   moeccl_a2a_schedule_fn schedule;
+  moeccl_meta_scope_t meta; /* v-calls */
+  /* 1 when the algorithm runs as itself on desc's topology (NULL: always);
+   * where it does not, its generator writes the direct schedule instead. */
+  int (*applies)(const moeccl_a2a_desc_t* desc);
 } moeccl_a2a_algo_t;
 
 extern const moeccl_a2a_algo_t moeccl_a2a_algos[MOECCL_A2A_NALGOS];
@@ -34,6 +50,9 @@ const moeccl_a2a_algo_t* moeccl_a2a_algo_by_name(const char* name);
 moecclResult_t moeccl_a2a_direct(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 moecclResult_t moeccl_a2a_pairwise(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 moecclResult_t moeccl_a2a_bruck(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+moecclResult_t moeccl_a2a_hier2(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+moecclResult_t moeccl_a2a_hier3(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+moecclResult_t moeccl_a2a_rail(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 
 /* This rank's send of its block to `to` and receive of `from`'s block. */
 moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out, int to,

@@ -1,0 +1,115 @@
+/* Topology tables: placement of ranks on nodes and groups, default link
+ * costs.  File I/O and hwloc discovery live in topo_file.c and topo_hw.c. */
+#include "topo/topo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Default link costs, measured on the development machine with a2a_perf
+ * (shared memory between ranks of a node; TCP between nodes) and used until
+ * a topology file, MOECCL_TUNE_FILE or the communicator's transports say
+ * otherwise. */
+static const moeccl_link_t default_link[MOECCL_LINK_NCLASSES] = {
+    [MOECCL_LINK_SELF] = {0.0, 0.0, 8.0},
+    [MOECCL_LINK_NODE] = {1.0, 0.5, 6.0},
+    [MOECCL_LINK_GROUP] = {25.0, 4.0, 1.0},
+    [MOECCL_LINK_GLOBAL] = {25.0, 4.0, 1.0},
+};
+
+void moeccl_topo_free(moeccl_topo_t* t) {
+  if (!t) return;
+  free(t->rank_node);
+  free(t->rank_local);
+  free(t->node_first);
+  free(t->node_ranks);
+  free(t->node_group);
+  memset(t, 0, sizeof(*t));
+}
+
+static void set_default_costs(moeccl_topo_t* t) {
+  memcpy(t->link, default_link, sizeof(default_link));
+  t->copy_overhead_us = 0.2;
+  t->copy_GBps = 8.0;
+}
+
+/* Fills the derived tables from rank_node[] (nodes numbered 0..nnodes-1). */
+static moecclResult_t finish(moeccl_topo_t* t, int nodes_per_group, int nrails) {
+  int n = t->nranks, nn = t->nnodes;
+  t->rank_local = malloc((size_t)n * sizeof(int));
+  t->node_first = calloc((size_t)nn + 1, sizeof(int));
+  t->node_ranks = malloc((size_t)n * sizeof(int));
+  t->node_group = malloc((size_t)nn * sizeof(int));
+  if (!t->rank_local || !t->node_first || !t->node_ranks || !t->node_group) {
+    moeccl_topo_free(t);
+    return moecclSystemError;
+  }
+  for (int r = 0; r < n; r++) t->node_first[t->rank_node[r] + 1]++;
+  for (int i = 0; i < nn; i++) t->node_first[i + 1] += t->node_first[i];
+  int* fill = calloc((size_t)nn, sizeof(int));
+  if (!fill) {
+    moeccl_topo_free(t);
+    return moecclSystemError;
+  }
+  for (int r = 0; r < n; r++) { /* ascending r: local indices ascend with rank */
+    int node = t->rank_node[r];
+    t->rank_local[r] = fill[node];
+    t->node_ranks[t->node_first[node] + fill[node]++] = r;
+  }
+  free(fill);
+  t->ranks_per_node = nn > 0 ? t->node_first[1] : 0;
+  for (int i = 1; i < nn; i++)
+    if (t->node_first[i + 1] - t->node_first[i] != t->ranks_per_node) t->ranks_per_node = 0;
+  t->nodes_per_group = nodes_per_group > 0 && nodes_per_group < nn ? nodes_per_group : 0;
+  int g = t->nodes_per_group ? t->nodes_per_group : (nn > 0 ? nn : 1);
+  for (int i = 0; i < nn; i++) t->node_group[i] = i / g;
+  t->ngroups = nn > 0 ? (nn + g - 1) / g : 0;
+  t->nrails = nrails > 0 ? nrails : 0;
+  return moecclSuccess;
+}
+
+moecclResult_t moeccl_topo_from_nodes(moeccl_topo_t* t, int nranks, const uint64_t* node_of,
+                                      int nodes_per_group, int nrails) {
+  memset(t, 0, sizeof(*t));
+  if (nranks <= 0 || !node_of) return moecclInvalidArgument;
+  t->nranks = nranks;
+  t->rank_node = malloc((size_t)nranks * sizeof(int));
+  if (!t->rank_node) return moecclSystemError;
+  /* Node numbers in order of first appearance: O(n * nodes), fine at init. */
+  uint64_t* ids = malloc((size_t)nranks * sizeof(uint64_t));
+  if (!ids) {
+    moeccl_topo_free(t);
+    return moecclSystemError;
+  }
+  for (int r = 0; r < nranks; r++) {
+    int k = 0;
+    while (k < t->nnodes && ids[k] != node_of[r]) k++;
+    if (k == t->nnodes) ids[t->nnodes++] = node_of[r];
+    t->rank_node[r] = k;
+  }
+  free(ids);
+  set_default_costs(t);
+  snprintf(t->source, sizeof(t->source), "discovered");
+  return finish(t, nodes_per_group, nrails);
+}
+
+moecclResult_t moeccl_topo_regular_shape(moeccl_topo_t* t, int nnodes, int ranks_per_node,
+                                         int nodes_per_group, int nrails) {
+  memset(t, 0, sizeof(*t));
+  if (nnodes <= 0 || ranks_per_node <= 0 || nnodes > (1 << 30) / ranks_per_node)
+    return moecclInvalidArgument;
+  t->nranks = nnodes * ranks_per_node;
+  t->nnodes = nnodes;
+  t->rank_node = malloc((size_t)t->nranks * sizeof(int));
+  if (!t->rank_node) return moecclSystemError;
+  for (int r = 0; r < t->nranks; r++) t->rank_node[r] = r / ranks_per_node;
+  set_default_costs(t);
+  snprintf(t->source, sizeof(t->source), "regular %dx%d", nnodes, ranks_per_node);
+  return finish(t, nodes_per_group, nrails);
+}
+
+int moeccl_topo_regular(const moeccl_topo_t* t, int levels) {
+  if (!t || t->ranks_per_node <= 0) return 0;
+  if (levels < 3) return 1;
+  return t->nodes_per_group == 0 || t->nnodes % t->nodes_per_group == 0;
+}

@@ -1,0 +1,107 @@
+/*
+ * Topology: where the ranks of a communicator sit (node, index on the node,
+ * group of nodes, rail) and what the links between them cost (latency,
+ * per-message overhead, bandwidth per link class).  Built at communicator
+ * creation from the ranks' node identities, hwloc and MOECCL_TOPO_GROUP_SIZE,
+ * or loaded from MOECCL_TOPO_FILE; written by MOECCL_TOPO_DUMP_FILE in the
+ * same format.  Algorithms (src/algos), the cost model (src/tune) and the
+ * simulator (perf/a2a_sim) read it; nothing here moves bytes.
+ *
+ * File format (text, one statement per line, '#' starts a comment):
+ *   moeccl-topo 1
+ *   nodes N                  number of nodes
+ *   ranks_per_node L         ranks are placed by blocks: rank r on node r / L
+ *   rank R node N            or explicit placement, one line per rank
+ *   nodes_per_group G        0 or absent: one group
+ *   rails K                  NICs per node; rail of local rank l is l % K
+ *   link CLASS latency_us=A overhead_us=O bw_GBps=B
+ *                            CLASS: node, group or global
+ *   copy overhead_us=O bw_GBps=B
+ *   hw ...                   discovered hardware (hwloc), informative only
+ */
+#ifndef MOECCL_TOPO_H_
+#define MOECCL_TOPO_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moeccl.h"
+
+typedef enum {
+  MOECCL_LINK_SELF = 0,   /* a rank to itself: a local copy */
+  MOECCL_LINK_NODE = 1,   /* ranks on one node (shared memory) */
+  MOECCL_LINK_GROUP = 2,  /* ranks on different nodes of one group */
+  MOECCL_LINK_GLOBAL = 3, /* ranks in different groups (dragonfly global links) */
+  MOECCL_LINK_NCLASSES
+} moeccl_link_class_t;
+
+typedef struct {
+  double latency_us;  /* one message's start-up latency, end to end */
+  double overhead_us; /* CPU time a rank spends per message it sends or receives */
+  /* Bandwidth one rank gets on this class, in GB/s (1e9 bytes/s), while every
+   * rank drives its links at once: NIC sharing between the ranks of a node
+   * and global-link taper are folded in here. */
+  double bw_GBps;
+} moeccl_link_t;
+
+typedef struct moeccl_topo {
+  int nranks, nnodes, ngroups;
+  int nodes_per_group; /* 0: all nodes form one group */
+  int ranks_per_node;  /* L when every node holds the same number of ranks, else 0 */
+  int nrails;          /* NICs per node; local rank l uses rail l % nrails; 0: unknown */
+  int* rank_node;      /* [nranks] node of each rank; nodes numbered by their lowest rank */
+  int* rank_local;     /* [nranks] index among its node's ranks (ascending comm rank) */
+  int* node_first;     /* [nnodes + 1] offsets of each node's ranks in node_ranks */
+  int* node_ranks;     /* [nranks] ranks of node n: node_ranks[node_first[n] ...] ascending */
+  int* node_group;     /* [nnodes] group of each node (node / nodes_per_group) */
+  moeccl_link_t link[MOECCL_LINK_NCLASSES];
+  double copy_overhead_us; /* per local copy op (packing) */
+  double copy_GBps;        /* local copy bandwidth of one rank */
+  char source[128];        /* "discovered" or "file <path>", for logs */
+  char hw[512];            /* one-line summary of this node's hardware (hwloc), or "" */
+} moeccl_topo_t;
+
+/* Link class between ranks a and b. */
+static inline moeccl_link_class_t moeccl_topo_class(const moeccl_topo_t* t, int a, int b) {
+  if (a == b) return MOECCL_LINK_SELF;
+  int na = t->rank_node[a], nb = t->rank_node[b];
+  if (na == nb) return MOECCL_LINK_NODE;
+  return t->node_group[na] == t->node_group[nb] ? MOECCL_LINK_GROUP : MOECCL_LINK_GLOBAL;
+}
+
+/* Rank on node n with local index l (regular topologies), or -1. */
+static inline int moeccl_topo_rank_at(const moeccl_topo_t* t, int n, int l) {
+  if (n < 0 || n >= t->nnodes || l < 0 || t->node_first[n] + l >= t->node_first[n + 1]) return -1;
+  return t->node_ranks[t->node_first[n] + l];
+}
+
+/* 1 when the hierarchical algorithms apply: every node holds the same number
+ * of ranks and, for levels == 3, every group the same number of nodes. */
+int moeccl_topo_regular(const moeccl_topo_t* t, int levels);
+
+/* Fills t from the node of each rank (node_of[r]: any id; equal ids = one
+ * node, numbered in order of first appearance), groups of nodes_per_group
+ * consecutive nodes (0: one group), nrails, and the default link costs. */
+moecclResult_t moeccl_topo_from_nodes(moeccl_topo_t* t, int nranks, const uint64_t* node_of,
+                                      int nodes_per_group, int nrails);
+/* Regular shape: nnodes nodes of ranks_per_node ranks placed by blocks. */
+moecclResult_t moeccl_topo_regular_shape(moeccl_topo_t* t, int nnodes, int ranks_per_node,
+                                         int nodes_per_group, int nrails);
+/* Parses the file format above; nranks > 0 requires the file to describe
+ * exactly that many ranks.  On error returns moecclInvalidArgument and
+ * writes "path:line: why" into err. */
+moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, char* err,
+                                size_t errlen);
+/* Reads link/copy statements (MOECCL_TUNE_FILE) over t's link costs. */
+moecclResult_t moeccl_topo_load_costs(moeccl_topo_t* t, const char* path, char* err,
+                                      size_t errlen);
+/* Writes t in the file format (loadable by moeccl_topo_load). */
+moecclResult_t moeccl_topo_dump(const moeccl_topo_t* t, const char* path, char* err,
+                                size_t errlen);
+/* This node's hardware through hwloc (packages, NUMA nodes, cores, GPUs, NICs
+ * and their PCI locality) as one line into t->hw, and the number of network
+ * NICs found (0 without hwloc). */
+int moeccl_topo_discover_hw(moeccl_topo_t* t);
+void moeccl_topo_free(moeccl_topo_t* t);
+
+#endif
