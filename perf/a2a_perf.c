@@ -216,7 +216,8 @@ static void usage(const char* prog)
          "                           float|float32 double|float64 bfloat16 fp8e4m3 fp8e5m2\n"
          "                           (default float)\n"
          "  -a, --algo ALGO|all      set MOECCL_ALGO per series; all = $MOECCL_ALGO_LIST\n"
-         "                           or \"direct,pairwise,bruck\"; a comma list also works\n"
+         "                           or every algorithm and auto (the tuner's choice);\n"
+         "                           a comma list also works\n"
          "  -r, --reps N             reps per size, moeccl and MPI interleaved; the\n"
          "                           median is reported (default 5)\n"
          "  -M, --memalloc           buffers from moecclMemAlloc instead of malloc\n"
@@ -1008,6 +1009,31 @@ static int write_json(const char* path, const struct rows* rows, const struct op
 }
 
 /* Returns the total of wrong elements over all rows. */
+/* With an "auto" series among forced ones: per size, the tuner's time against
+ * the fastest forced algorithm's (ratio > 1: the tuner lost that much). */
+static void print_tuner(const struct rows* rows)
+{
+  int header = 0;
+  for (size_t i = 0; i < rows->len; i++) {
+    const struct row* a = &rows->v[i];
+    if (strcmp(a->algo, "auto") != 0)
+      continue;
+    const struct row* best = NULL;
+    for (size_t j = 0; j < rows->len; j++) {
+      const struct row* r = &rows->v[j];
+      if (r->bytes == a->bytes && strcmp(r->algo, "auto") != 0 && (!best || r->moe_us < best->moe_us))
+        best = r;
+    }
+    if (!best)
+      continue;
+    if (!header)
+      printf("# tuner: %12s %10s %10s %-8s %6s\n", "size", "auto(us)", "best(us)", "best", "ratio");
+    header = 1;
+    printf("# tuner: %12zu %10.1f %10.1f %-8s %6.2f\n", a->bytes, a->moe_us, best->moe_us, best->algo,
+           best->moe_us > 0 ? a->moe_us / best->moe_us : 1.0);
+  }
+}
+
 static long long print_summary(const struct rows* rows, int n, int failed)
 {
   double moe_bw = 0.0, mpi_bw = 0.0, logsp = 0.0, f = (double)(n - 1) / n;
@@ -1026,6 +1052,7 @@ static long long print_summary(const struct rows* rows, int n, int failed)
     }
     nmpi += r->mpi_us >= 0.0;
   }
+  print_tuner(rows);
   size_t len = rows->len ? rows->len : 1;
   printf("# Avg bus bandwidth    : %g\n", moe_bw / (double)len);
   if (nmpi)
@@ -1067,7 +1094,7 @@ static int algo_list(const char* arg, char*** out)
   }
   if (strcmp(arg, "all") == 0) {
     const char* env = getenv("MOECCL_ALGO_LIST");
-    arg = env && *env ? env : "direct,pairwise,bruck";
+    arg = env && *env ? env : "direct,pairwise,bruck,hier2,hier3,rail,auto";
   }
   list = strdup(arg);
   *out = xcalloc(strlen(arg) + 1, sizeof **out);
@@ -1075,6 +1102,16 @@ static int algo_list(const char* arg, char*** out)
     (*out)[n++] = strdup(tok);
   free(list);
   return n;
+}
+
+/* MOECCL_ALGO for a series: a name forces it, "auto" leaves the choice to
+ * the library's tuner, NULL keeps the environment as it is. */
+static void set_algo_env(const char* name)
+{
+  if (name && strcmp(name, "auto") == 0)
+    unsetenv("MOECCL_ALGO");
+  else if (name)
+    setenv("MOECCL_ALGO", name, 1);
 }
 
 static void algo_label(char* dst, size_t len, const char* name)
@@ -1113,8 +1150,7 @@ static int bench_algo(struct bench* b, struct row* r, const char* algo, int mpi_
 {
   /* Set for a library that reads it per call; the comm of this algorithm
    * was made with it set, for a library that reads it at init. */
-  if (algo)
-    setenv("MOECCL_ALGO", algo, 1);
+  set_algo_env(algo);
   algo_label(r->algo, sizeof r->algo, algo);
   r->moe_wrong = -1;
   if (b->o->check && (r->moe_wrong = check_once(b, LIB_MOECCL)) < 0)
@@ -1249,8 +1285,7 @@ static int run(const struct opts* o, char** algos, moecclComm_t* comms, int nalg
 static int comms_init(char** algos, int nalgos, int me, int n, moecclComm_t* comms)
 {
   for (int a = 0; a < nalgos; a++) {
-    if (algos[a])
-      setenv("MOECCL_ALGO", algos[a], 1);
+    set_algo_env(algos[a]);
     if (comm_init(me, n, &comms[a])) {
       for (int i = 0; i < a; i++)
         moecclCommAbort(comms[i]);

@@ -3,57 +3,96 @@
 #include "enqueue.h"
 #include "executor.h"
 #include "transport/transport.h"
+#include "topo/topo.h"
+#include "tune/tuner.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Tuner: the forced algorithm, else the cheapest for this call, by rules
- * measured with `a2a_perf -a direct,pairwise,bruck` (2-8 ranks here):
- * - shared memory only: direct at every size (pulls are cheap; Bruck's
- *   extra copies and rounds cost more than the messages they save);
- * - with a network transport, uniform blocks up to BRUCK_MAX_BLOCK and at
- *   least BRUCK_MIN_RANKS ranks: Bruck (8 ranks over ucx/tcp, 1-16 KiB per
- *   rank: 1.5x faster than direct), since per-message latency dominates;
- * - otherwise direct.  The choice is logged (MOECCL_DEBUG_SUBSYS=ALGO) when
- *   it changes. */
-#define BRUCK_MAX_BLOCK 2048
-#define BRUCK_MIN_RANKS 4
-
-static int uses_network(const moeccl_comm_t* c) {
-  for (int t = 0; t < c->ntransports; t++)
-    if (c->transport_ops[t]->score) return 1;
-  return 0;
+/* Bytes src sends dst, from the count rows gathered by meta_plan. */
+static size_t meta_pair_bytes(const void* ctx, int src, int dst) {
+  const moeccl_comm_t* c = ctx;
+  size_t n = (size_t)c->nranks;
+  int m = c->meta_index[src];
+  if (m >= 0) return c->meta_rows[(2 * (size_t)m) * n + (size_t)dst] * c->meta_elem;
+  m = c->meta_index[dst];
+  if (m >= 0) return c->meta_rows[(2 * (size_t)m + 1) * n + (size_t)src] * c->meta_elem;
+  return 0; /* outside the algorithm's scope: test_sched checks none asks */
 }
 
-static const moeccl_a2a_algo_t* tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d) {
-  moeccl_a2a_algo_id_t id = MOECCL_A2A_DIRECT;
-  const char* why = "shared memory or large blocks";
-  if (c->forced_algo >= 0) {
-    id = (moeccl_a2a_algo_id_t)c->forced_algo, why = "MOECCL_ALGO";
-  } else if (!d->send_counts && d->block_bytes <= BRUCK_MAX_BLOCK && d->nranks >= BRUCK_MIN_RANKS &&
-             uses_network(c)) {
-    id = MOECCL_A2A_BRUCK, why = "small uniform blocks over the network";
+/* The exchange of count rows within the algorithm's scope (the node, or the
+ * group of nodes): every member sends its send and recv count rows to every
+ * other member.  Members are numbered in rank order. */
+static moecclResult_t meta_plan(moeccl_comm_t* c, const moeccl_a2a_algo_t* a,
+                                const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
+  const moeccl_topo_t* t = c->topo;
+  int n = c->nranks, members = 0, mynode = t->rank_node[c->rank];
+  if (!c->meta_index) {
+    c->meta_index = malloc(sizeof(int) * (size_t)n);
+    if (!c->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
   }
-  if ((int)id != c->last_algo) {
-    INFO(ALGO, "rank %d: all-to-all with %s (%s; block %zu bytes, %d ranks)", c->rank,
-         moeccl_a2a_algos[id].name, why, d->send_counts ? (size_t)0 : d->block_bytes, d->nranks);
-    c->last_algo = (int)id;
+  for (int r = 0; r < n; r++) {
+    int node = t->rank_node[r];
+    int in = a->meta == MOECCL_META_NODE ? node == mynode
+                                         : t->node_group[node] == t->node_group[mynode];
+    c->meta_index[r] = in ? members++ : -1;
   }
-  return &moeccl_a2a_algos[id];
+  size_t need = 2 * (size_t)members * (size_t)n;
+  if (need > c->meta_cap) {
+    size_t* p = realloc(c->meta_rows, need * sizeof(size_t));
+    if (!p) return moeccl_error(c, moecclSystemError, "out of memory");
+    c->meta_rows = p, c->meta_cap = need;
+  }
+  c->meta_elem = d->elem_size;
+  size_t row = (size_t)n * sizeof(size_t);
+  size_t* mine = c->meta_rows + 2 * (size_t)c->meta_index[c->rank] * (size_t)n;
+  memcpy(mine, d->send_counts, row);
+  memcpy(mine + n, d->recv_counts, row);
+  moeccl_sched_reset(s);
+  uint32_t rows;
+  MOECCL_CHECK(moeccl_sched_add_buf(s, c->meta_rows, &rows));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 2 * members, 1));
+  uint64_t my_off = (uint64_t)((char*)mine - (char*)c->meta_rows);
+  for (int r = 0; r < n; r++) {
+    int m = c->meta_index[r];
+    if (m < 0 || r == c->rank) continue;
+    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, r, rows, my_off, 0, 0, 2 * row));
+    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, r, 0, 0, rows, 2 * (uint64_t)m * row,
+                                  2 * row));
+  }
+  return moeccl_sched_end_step(s);
+}
+
+moecclResult_t moeccl_a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
+                                  int* need_meta) {
+  const moeccl_a2a_algo_t* algo = moeccl_tuner_pick(comm, desc);
+  comm->cur_algo = (int)algo->id;
+  *need_meta = 0;
+  if (!desc->send_counts || algo->meta == MOECCL_META_NONE) return moecclSuccess;
+  moeccl_a2a_desc_t d = *desc;
+  d.topo = comm->topo;
+  if (algo->applies && !algo->applies(&d)) return moecclSuccess; /* runs direct */
+  *need_meta = 1;
+  return meta_plan(comm, algo, desc, &comm->meta_sched);
 }
 
 moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
                                const void* sendbuf, void* recvbuf, moeccl_sched_t* s) {
-  const moeccl_a2a_algo_t* algo = tuner_pick(comm, desc);
+  const moeccl_a2a_algo_t* algo = &moeccl_a2a_algos[comm->cur_algo];
   TRACE(ALGO, "rank %d: all-to-all%s with %s", comm->rank, desc->send_counts ? "v" : "",
         algo->name);
+  moeccl_a2a_desc_t d = *desc;
+  d.topo = comm->topo;
+  d.window = comm->a2a_window;
+  if (d.send_counts && algo->meta != MOECCL_META_NONE)
+    d.pair_bytes = meta_pair_bytes, d.pair_ctx = comm;
   moeccl_sched_reset(s);
   uint32_t b;
   MOECCL_CHECK(moeccl_sched_add_buf(s, (void*)sendbuf, &b));
   MOECCL_CHECK(moeccl_sched_add_buf(s, recvbuf, &b));
   MOECCL_CHECK(moeccl_sched_add_buf(s, NULL, &b)); /* scratch, provided by the executor */
   s->scratch_buf = (int)b;
-  return algo->schedule(desc, s);
+  return algo->schedule(&d, s);
 }
 
 /* Highest byte (exclusive) a v-call touches in a buffer; sets *bad to the
@@ -147,7 +186,13 @@ static moecclResult_t a2a_run_now(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, 
                                   void* recvbuf) {
   moeccl_comm_wait_turn(c, moeccl_comm_issue(c, 1));
   pthread_mutex_lock(&c->lock);
-  moecclResult_t rc = moeccl_a2a_plan(c, d, sendbuf, recvbuf, &c->sched);
+  int meta = 0;
+  moecclResult_t rc = moeccl_a2a_prepare(c, d, &meta);
+  if (rc == moecclSuccess && meta) {
+    moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
+    rc = moeccl_executor_run(&job, 1);
+  }
+  if (rc == moecclSuccess) rc = moeccl_a2a_plan(c, d, sendbuf, recvbuf, &c->sched);
   if (rc == moecclSuccess) {
     moeccl_job_t job = {.comm = c, .sched = &c->sched};
     rc = moeccl_executor_run(&job, 1);

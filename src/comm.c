@@ -4,6 +4,7 @@
 #include "core.h"
 #include "enqueue.h"
 #include "param.h"
+#include "tune/tuner.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,10 @@ static void comm_free(moeccl_comm_t* comm) {
   moeccl_transports_fini(comm);
   moeccl_bootstrap_close(comm->boot);
   moeccl_sched_free(&comm->sched);
+  moeccl_sched_free(&comm->meta_sched);
+  moeccl_tuner_fini(comm);
+  free(comm->meta_rows);
+  free(comm->meta_index);
   free(comm->reqs);
   free(comm->scratch);
   free(comm->peers);
@@ -91,6 +96,7 @@ static moecclResult_t comm_finish_init(moeccl_comm_t* c, const moecclConfig_t* c
   apply_config(c, config);
   MOECCL_CHECK(moeccl_comm_setup_node(c));
   MOECCL_CHECK(moeccl_transports_init(c));
+  MOECCL_CHECK(moeccl_tuner_init(c));
   INFO(INIT, "comm %p %s rank %d nranks %d nonce %016llx local rank %d of %d - init done", (void*)c,
        c->name, c->rank, c->nranks, (unsigned long long)c->nonce, c->local_rank, c->nlocal);
   return moecclSuccess;

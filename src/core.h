@@ -52,6 +52,17 @@ struct moecclComm {
 
   int forced_algo; /* -1: tuner decides */
   int last_algo;   /* the tuner's previous choice, for logging changes */
+  int cur_algo;    /* chosen by moeccl_a2a_prepare for the call being planned */
+  int a2a_window;  /* MOECCL_A2A_WINDOW */
+  struct moeccl_topo* topo;          /* where the ranks sit, link costs (src/topo) */
+  struct moeccl_tuner* tuner;        /* the tuner's cache and scratch (src/tune) */
+  /* Count rows of other ranks for v-calls of hierarchical algorithms: member
+   * m of the scope has its send row at meta_rows[2m*n], recv row after it. */
+  size_t* meta_rows;
+  int* meta_index; /* comm rank -> member index, or -1 */
+  size_t meta_cap; /* size_t entries allocated in meta_rows */
+  size_t meta_elem;  /* element size of the call the rows belong to */
+  moeccl_sched_t meta_sched;
 
   pthread_mutex_t lock; /* one operation at a time per communicator */
   /* Operations run in the order they were issued, whatever stream or thread

@@ -100,6 +100,16 @@ static moecclResult_t task_plan(moeccl_task_t* t) {
   return moeccl_a2a_plan(t->comm, &t->desc, t->sendbuf, t->recvbuf, &t->comm->sched);
 }
 
+/* The algorithm of an all-to-all task, and whether its count exchange
+ * (comm->meta_sched) must run before task_plan. */
+static moecclResult_t task_prepare(moeccl_task_t* t, int* need_meta) {
+  *need_meta = 0;
+  if (t->comm->aborting)
+    return moeccl_error(t->comm, moecclInvalidUsage, "communicator was aborted");
+  if (t->kind == MOECCL_TASK_P2P) return moecclSuccess;
+  return moeccl_a2a_prepare(t->comm, &t->desc, need_meta);
+}
+
 static int cmp_ptr(const void* a, const void* b) {
   uintptr_t x = (uintptr_t) * (void*const*)a, y = (uintptr_t) * (void*const*)b;
   return x < y ? -1 : x > y;
@@ -136,7 +146,15 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
       cursor[i] = cursor[i]->next;
   int ran = 0;
   while (rc == moecclSuccess) {
+    /* Count exchanges of this round's v-calls first, all together. */
     int njobs = 0;
+    for (int i = 0; i < ncomms && rc == moecclSuccess; i++) {
+      int meta = 0;
+      if (cursor[i]) rc = task_prepare(cursor[i], &meta);
+      if (meta) jobs[njobs++] = (moeccl_job_t){.comm = comms[i], .sched = &comms[i]->meta_sched};
+    }
+    if (rc == moecclSuccess && njobs) rc = moeccl_executor_run(jobs, njobs), ran = 1;
+    njobs = 0;
     for (int i = 0; i < ncomms && rc == moecclSuccess; i++) {
       moeccl_task_t* t = cursor[i];
       if (!t) continue;

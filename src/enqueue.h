@@ -50,6 +50,12 @@ moecclResult_t moeccl_task_submit(moeccl_task_t* task, moecclStream_t stream);
 int moeccl_group_active(void);
 
 /* Plans one all-to-all into sched (the tuner picks the algorithm). */
+/* An all-to-all is planned in two parts.  prepare picks the algorithm and,
+ * when a v-call of it needs other ranks' counts (algos.h: meta), writes the
+ * exchange of count rows into comm->meta_sched and sets *need_meta: run that
+ * schedule first.  plan then writes the call's schedule into sched. */
+moecclResult_t moeccl_a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
+                                  int* need_meta);
 moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
                                const void* sendbuf, void* recvbuf, moeccl_sched_t* sched);
 

@@ -34,6 +34,8 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_TOPO_GROUP_SIZE", MOECCL_PARAM_INT, "0",
      "nodes per group (switch or dragonfly group); 0: one group"},
     {"MOECCL_TOPO_RAILS", MOECCL_PARAM_INT, "0", "NICs (rails) per node; 0: as hwloc finds"},
+    {"MOECCL_TUNE_V_BYTES", MOECCL_PARAM_SIZE, "65536",
+     "per-peer bytes at which the tuner prices alltoallv calls"},
     {"MOECCL_TUNE_FILE", MOECCL_PARAM_STR, "",
      "link and copy costs for the tuner's cost model, over the defaults"},
     {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto"},

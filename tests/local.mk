@@ -6,6 +6,7 @@
 #   MP_SUBTESTS=stress,big     run only these parts of a test (names in its body())
 #   MP_VARIANTS=0              skip the re-runs under other MOECCL_* settings
 #   MP_DEADLINE_SCALE=3        stretch every deadline (slow machines, sanitizers)
+#   MP_RANKS_PER_NODE=2        simulated nodes of 2 ranks each (MOECCL_HOSTID)
 
 MP_HARNESS_SOURCES = tests/mp_harness.c tests/mp_harness.h
 

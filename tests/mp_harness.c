@@ -263,6 +263,14 @@ static __attribute__((noreturn)) void mp_child(int rank, int nranks, mp_body_fn 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(MP_EXIT_FAIL);
   mp_rank = rank;
+  /* Simulated nodes: MP_RANKS_PER_NODE=k puts ranks r and r' on one node
+   * when r / k == r' / k (through MOECCL_HOSTID, as separate hosts would). */
+  const char* ppn = getenv("MP_RANKS_PER_NODE");
+  if (ppn && atoi(ppn) > 0) {
+    char host[32];
+    snprintf(host, sizeof(host), "mp-node-%d", rank / atoi(ppn));
+    setenv("MOECCL_HOSTID", host, 1);
+  }
   if (mp_read_id(id_fd) != 0) _exit(MP_EXIT_FAIL); /* the parent failed to make an id */
   mp_nranks = nranks;
   mp_comm = NULL;

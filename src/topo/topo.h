@@ -102,6 +102,11 @@ moecclResult_t moeccl_topo_dump(const moeccl_topo_t* t, const char* path, char* 
  * and their PCI locality) as one line into t->hw, and the number of network
  * NICs found (0 without hwloc). */
 int moeccl_topo_discover_hw(moeccl_topo_t* t);
+/* MOECCL_TOPO_FILE, else node_of with MOECCL_TOPO_GROUP_SIZE and rails
+ * (MOECCL_TOPO_RAILS or the NICs hwloc finds), then MOECCL_TUNE_FILE costs;
+ * no communication.  On error writes why into err. */
+moecclResult_t moeccl_topo_configure(moeccl_topo_t* t, int nranks, const uint64_t* node_of,
+                                     char* err, size_t errlen);
 void moeccl_topo_free(moeccl_topo_t* t);
 
 #endif

@@ -1,0 +1,260 @@
+/*
+ * Tuner: builds the communicator's topology with its link costs, and picks
+ * each call's all-to-all algorithm by pricing every candidate's schedule
+ * with the cost model (model.h).
+ *
+ * Link costs come, in order of precedence, from MOECCL_TUNE_FILE, from
+ * MOECCL_TOPO_FILE, or from the defaults of the transport that carries each
+ * class here (table below, fitted to `a2a_perf -a all` sweeps on the
+ * development machine: shared memory, and ucx or ofi over kernel TCP).
+ *
+ * Consistency: ranks must never disagree on the algorithm of a call.  The
+ * topology and costs are checked equal on every rank at init (a hash through
+ * the bootstrap); a uniform call is priced on the same sample of ranks on
+ * every rank; a v-call is priced as a uniform call of MOECCL_TUNE_V_BYTES per
+ * block.  Choices are cached per block size.
+ */
+#include "tune/tuner.h"
+#include "bootstrap.h"
+#include "param.h"
+#include "topo/topo.h"
+#include "transport/transport.h"
+#include "tune/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CACHE_SLOTS 32
+#define MAX_SAMPLE 8
+
+typedef struct {
+  size_t block; /* per-peer bytes priced */
+  int algo;     /* chosen id, -1: empty slot */
+  unsigned age;
+} cache_entry_t;
+
+struct moeccl_tuner {
+  cache_entry_t cache[CACHE_SLOTS];
+  unsigned clock;
+  moeccl_sched_t sched; /* candidates' schedules while pricing */
+  size_t v_bytes;       /* MOECCL_TUNE_V_BYTES */
+};
+
+/* Default costs per transport (latency us, overhead us per message, GB/s
+ * per rank). */
+typedef struct {
+  const char* transport;
+  moeccl_link_t link;
+} transport_cost_t;
+
+static const transport_cost_t transport_costs[] = {
+    {"shm", {1.0, 0.6, 5.0}},
+    {"ucx", {18.0, 3.0, 1.0}},
+    {"ofi", {30.0, 8.0, 0.9}},
+};
+
+static const moeccl_link_t* cost_of(const char* transport) {
+  for (size_t i = 0; i < sizeof(transport_costs) / sizeof(transport_costs[0]); i++)
+    if (strcmp(transport_costs[i].transport, transport) == 0) return &transport_costs[i].link;
+  return NULL;
+}
+
+/* The transport that carries traffic to ranks of class cls from this rank
+ * (the first such peer's), or NULL when no peer is of that class. */
+static const char* class_transport(const moeccl_comm_t* c, moeccl_link_class_t cls) {
+  for (int r = 0; r < c->nranks; r++)
+    if (r != c->rank && moeccl_topo_class(c->topo, c->rank, r) == cls)
+      return c->transport_ops[c->peer_transport[r]]->name;
+  return NULL;
+}
+
+static uint64_t fnv(uint64_t h, const void* p, size_t n) {
+  const unsigned char* b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+static uint64_t topo_hash(const moeccl_topo_t* t) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  h = fnv(h, t->rank_node, sizeof(int) * (size_t)t->nranks);
+  h = fnv(h, t->node_group, sizeof(int) * (size_t)t->nnodes);
+  h = fnv(h, &t->nrails, sizeof(t->nrails));
+  h = fnv(h, t->link, sizeof(t->link));
+  h = fnv(h, &t->copy_GBps, sizeof(t->copy_GBps));
+  return fnv(h, &t->copy_overhead_us, sizeof(t->copy_overhead_us));
+}
+
+static moecclResult_t build_topo(moeccl_comm_t* c, int* costs_given) {
+  uint64_t* node_of = malloc(sizeof(uint64_t) * (size_t)c->nranks);
+  if (!node_of) return moeccl_error(c, moecclSystemError, "out of memory");
+  for (int r = 0; r < c->nranks; r++) node_of[r] = c->peers[r].host_hash;
+  char err[256] = "";
+  moecclResult_t rc = moeccl_topo_configure(c->topo, c->nranks, node_of, err, sizeof(err));
+  free(node_of);
+  if (rc != moecclSuccess)
+    return moeccl_error(c, rc, "topology: %s", err[0] ? err : "cannot build it");
+  const char* file = moeccl_param_str("MOECCL_TOPO_FILE");
+  const char* tune = moeccl_param_str("MOECCL_TUNE_FILE");
+  *costs_given = (file && *file) || (tune && *tune);
+  return moecclSuccess;
+}
+
+/* Costs of the classes from the transports that carry them. */
+static void transport_defaults(moeccl_comm_t* c) {
+  moeccl_topo_t* t = c->topo;
+  const char* node = class_transport(c, MOECCL_LINK_NODE);
+  const char* net = class_transport(c, MOECCL_LINK_GROUP);
+  if (!net) net = class_transport(c, MOECCL_LINK_GLOBAL);
+  const moeccl_link_t* l;
+  if (node && (l = cost_of(node))) t->link[MOECCL_LINK_NODE] = *l;
+  if (net && (l = cost_of(net))) t->link[MOECCL_LINK_GROUP] = t->link[MOECCL_LINK_GLOBAL] = *l;
+}
+
+moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
+  c->tuner = calloc(1, sizeof(*c->tuner));
+  c->topo = calloc(1, sizeof(*c->topo));
+  if (!c->tuner || !c->topo) return moeccl_error(c, moecclSystemError, "out of memory");
+  for (int i = 0; i < CACHE_SLOTS; i++) c->tuner->cache[i].algo = -1;
+  c->tuner->v_bytes = moeccl_param_size("MOECCL_TUNE_V_BYTES");
+  c->a2a_window = (int)moeccl_param_int("MOECCL_A2A_WINDOW");
+  if (c->a2a_window < 0) c->a2a_window = 0;
+  int costs_given = 0;
+  MOECCL_CHECK(build_topo(c, &costs_given));
+  if (!costs_given) transport_defaults(c);
+
+  /* Every rank must hold the same topology, or their choices could differ. */
+  uint64_t* hashes = calloc((size_t)c->nranks, sizeof(uint64_t));
+  if (!hashes) return moeccl_error(c, moecclSystemError, "out of memory");
+  hashes[c->rank] = topo_hash(c->topo);
+  moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, hashes, sizeof(uint64_t));
+  int differs = -1;
+  for (int r = 0; rc == moecclSuccess && r < c->nranks && differs < 0; r++)
+    if (hashes[r] != hashes[0]) differs = r;
+  free(hashes);
+  MOECCL_CHECK(rc);
+  if (differs >= 0)
+    return moeccl_error(c, moecclInvalidUsage,
+                        "rank %d and rank 0 see different topologies or link costs: "
+                        "MOECCL_TOPO_FILE, MOECCL_TOPO_GROUP_SIZE, MOECCL_TOPO_RAILS and "
+                        "MOECCL_TUNE_FILE must be the same on every rank",
+                        differs);
+  const moeccl_topo_t* t = c->topo;
+  if (c->rank == 0) {
+    INFO(ALGO,
+         "topology (%s): %d ranks, %d nodes (%d ranks each%s), %d groups, %d rails; %s", t->source,
+         t->nranks, t->nnodes, t->ranks_per_node, t->ranks_per_node ? "" : ": irregular",
+         t->ngroups, t->nrails, t->hw[0] ? t->hw : "no hardware information");
+    static const char* names[] = {"self", "node", "group", "global"};
+    for (int k = MOECCL_LINK_NODE; k < MOECCL_LINK_NCLASSES; k++)
+      INFO(ALGO, "link %s: latency %.2f us, overhead %.2f us, %.3g GB/s per rank", names[k],
+           t->link[k].latency_us, t->link[k].overhead_us, t->link[k].bw_GBps);
+    const char* dump = moeccl_param_str("MOECCL_TOPO_DUMP_FILE");
+    char err[256] = "";
+    if (dump && *dump && moeccl_topo_dump(t, dump, err, sizeof(err)) != moecclSuccess)
+      WARN(INIT, "MOECCL_TOPO_DUMP_FILE: %s", err);
+  }
+  return moecclSuccess;
+}
+
+void moeccl_tuner_fini(moeccl_comm_t* c) {
+  if (c->tuner) moeccl_sched_free(&c->tuner->sched);
+  free(c->tuner);
+  c->tuner = NULL;
+  if (c->topo) moeccl_topo_free(c->topo);
+  free(c->topo);
+  c->topo = NULL;
+}
+
+/* The ranks whose schedules are priced: all on small communicators, else a
+ * fixed spread (first and last rank, first and last of a middle node, ...),
+ * the same on every rank. */
+static int sample_ranks(const moeccl_topo_t* t, int* out) {
+  int n = t->nranks, k = 0;
+  if (n <= MAX_SAMPLE) {
+    for (int r = 0; r < n; r++) out[k++] = r;
+    return k;
+  }
+  int cand[MAX_SAMPLE] = {0, n - 1, n / 2, n / 3};
+  int nn = t->nnodes, c = 4;
+  for (int i = 1; i <= 2 && c < MAX_SAMPLE; i++) {
+    int node = (int)((long)nn * i / 3);
+    int first = t->node_first[node], last = t->node_first[node + 1] - 1;
+    cand[c++] = t->node_ranks[first];
+    if (c < MAX_SAMPLE) cand[c++] = t->node_ranks[last];
+  }
+  for (int i = 0; i < c; i++) {
+    int dup = 0;
+    for (int j = 0; j < k; j++) dup |= out[j] == cand[i];
+    if (!dup) out[k++] = cand[i];
+  }
+  return k;
+}
+
+/* Predicted time of algorithm a for blocks of `block` bytes: the slowest of
+ * the sampled ranks; < 0 when the algorithm does not apply. */
+static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block,
+                    moeccl_cost_t* detail) {
+  moeccl_a2a_desc_t d = {.nranks = c->nranks,
+                         .block_bytes = block,
+                         .elem_size = 1,
+                         .window = c->a2a_window,
+                         .topo = c->topo};
+  if (a->applies && !a->applies(&d)) return -1.0;
+  int ranks[MAX_SAMPLE], k = sample_ranks(c->topo, ranks);
+  double worst = -1.0;
+  for (int i = 0; i < k; i++) {
+    d.rank = ranks[i];
+    moeccl_sched_t* s = &c->tuner->sched;
+    moeccl_sched_reset(s);
+    uint32_t b;
+    for (int j = 0; j < MOECCL_BUF_NSTD; j++)
+      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return -1.0;
+    s->scratch_buf = MOECCL_BUF_SCRATCH;
+    if (a->schedule(&d, s) != moecclSuccess) return -1.0;
+    moeccl_cost_t cost;
+    double us = moeccl_model_price(c->topo, s, d.rank, &cost);
+    if (us > worst) {
+      worst = us;
+      if (detail) *detail = cost;
+    }
+  }
+  return worst;
+}
+
+const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d) {
+  if (c->forced_algo >= 0) return &moeccl_a2a_algos[c->forced_algo];
+  int v = d->send_counts != NULL;
+  size_t block = v ? c->tuner->v_bytes : d->block_bytes;
+  struct moeccl_tuner* tu = c->tuner;
+  tu->clock++;
+  cache_entry_t* slot = &tu->cache[0];
+  for (int i = 0; i < CACHE_SLOTS; i++) {
+    cache_entry_t* e = &tu->cache[i];
+    if (e->algo >= 0 && e->block == block) {
+      e->age = tu->clock;
+      return &moeccl_a2a_algos[e->algo];
+    }
+    if (e->algo < 0 || e->age < slot->age) slot = e;
+  }
+  /* Miss: price every candidate. */
+  char line[640];
+  int len = 0, best = MOECCL_A2A_DIRECT;
+  double best_us = -1.0;
+  for (int i = 0; i < MOECCL_A2A_NALGOS; i++) {
+    const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[i];
+    if (!a->schedule || (v && a->id == MOECCL_A2A_BRUCK)) continue; /* bruck: pairwise on v */
+    double us = price(c, a, block, NULL);
+    if (us < 0) continue;
+    if (len < (int)sizeof(line))
+      len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "",
+                      a->name, us);
+    if (best_us < 0 || us < best_us) best_us = us, best = i;
+  }
+  slot->block = block, slot->algo = best, slot->age = tu->clock;
+  INFO(ALGO, "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s)",
+         c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
+         moeccl_a2a_algos[best].name, len ? line : "none");
+  c->last_algo = best;
+  return &moeccl_a2a_algos[best];
+}

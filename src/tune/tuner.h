@@ -1,0 +1,21 @@
+/* The tuner: the topology of a communicator and the algorithm of each call. */
+#ifndef MOECCL_TUNER_H_
+#define MOECCL_TUNER_H_
+
+#include "algos/algos.h"
+#include "core.h"
+
+/* Builds comm->topo (MOECCL_TOPO_FILE, else the ranks' nodes, groups and
+ * rails), sets link costs from the transports in use unless a file gave
+ * them, checks that every rank holds the same topology, and writes
+ * MOECCL_TOPO_DUMP_FILE on rank 0.  Collective; after transports_init. */
+moecclResult_t moeccl_tuner_init(moeccl_comm_t* comm);
+void moeccl_tuner_fini(moeccl_comm_t* comm);
+
+/* The algorithm for the call: MOECCL_ALGO, else the candidate whose schedule
+ * the cost model prices cheapest.  Every rank picks the same one: uniform
+ * calls are priced on the same sample of ranks everywhere, and v-calls at the
+ * block size MOECCL_TUNE_V_BYTES, since no rank knows the others' counts. */
+const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc);
+
+#endif
