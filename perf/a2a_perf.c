@@ -4,12 +4,16 @@
  * moeccl and the MPI baseline run on the same processes and the same buffers
  * in one run, interleaved rep by rep, so that their ratio is taken under the
  * same machine noise.  A single-thread memcpy of the bytes each rank
- * receives, timed in the same run, gives the copy roofline.
+ * receives, timed in the same run, gives the copy roofline.  With
+ * --net-roofline, a full mesh of plain TCP sockets between the ranks moves
+ * the same blocks, also in the same run, as the network roofline.
  *
  * Launch under mpirun.  MPI is the launcher, the carrier of the unique id and
  * the baseline; the library itself never sees it.  See usage() for flags.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -18,6 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
 
 #include <mpi.h>
 
@@ -30,6 +42,9 @@
 #define MOE_MAX_REDRAWS 32      /* then take the hottest expert not yet chosen */
 #define DEFAULT_SEED 0x6d6f6563636cULL
 #define HOST_LEN 64
+#define NET_ADDR_DEFAULT "127.0.0.1"
+#define NET_SETUP_MS 20000      /* net roofline: wait for a peer's connection */
+#define NET_STALL_S 60          /* net roofline: no byte moved for this long */
 
 enum dist_kind { DIST_UNIFORM, DIST_ZIPF, DIST_MOE };
 enum lib { LIB_MOECCL, LIB_MPI };
@@ -61,6 +76,8 @@ struct opts {
   const char* algo; /* -a value; NULL lets the library choose */
   const char* json;
   uint64_t seed;
+  int net_roof;         /* --net-roofline given */
+  const char* net_addr; /* address every rank listens on */
 };
 
 /* Per-source split model, fixed for the run; only the size varies. */
@@ -97,12 +114,23 @@ struct buffers {
   int lib_alloc;             /* send/recv come from moecclMemAlloc */
 };
 
+/* Network roofline: one connected TCP socket per pair of ranks. */
+struct netmesh {
+  int on;                      /* mesh up on every rank; 0 once skipped */
+  int yield;                   /* sched_yield after an idle sweep (oversubscribed) */
+  int local, cpus;             /* ranks on this node, CPUs they may run on */
+  int* fd;                     /* per peer; -1 for this rank and when closed */
+  size_t *soff, *slen, *sdone; /* per peer: send offset, length, progress */
+  size_t *roff, *rlen, *rdone; /* per peer: the same for the receive side */
+};
+
 struct bench {
   const struct opts* o;
   moecclComm_t comm;
   int me, n;
   struct layout L;
   struct buffers B;
+  struct netmesh net;
   moecclResult_t err; /* first moeccl error on this rank */
 };
 
@@ -110,6 +138,7 @@ struct row {
   size_t bytes, count, recv_max;
   char algo[48];
   double moe_us, mpi_us, roof_us; /* mpi_us < 0: not measured */
+  double net_us;                  /* net roofline; < 0: not measured */
   long long moe_wrong, mpi_wrong; /* < 0: not checked */
 };
 
@@ -225,6 +254,9 @@ static void usage(const char* prog)
          "      --dist D             uniform | zipf:S | moe:E,K (default uniform)\n"
          "      --seed N             seed of the uneven splits (default fixed)\n"
          "      --json FILE          also write every row to FILE as a JSON array\n"
+         "      --net-roofline[=ADDR]\n"
+         "                           time the same exchange over bare TCP sockets on\n"
+         "                           ADDR (default 127.0.0.1) and show it as the roofline\n"
          "  -h, --help               this text\n",
          prog);
 }
@@ -328,7 +360,7 @@ static void set_defaults(struct opts* o)
   o->seed = DEFAULT_SEED;
 }
 
-enum { OPT_BASELINE = 256, OPT_DIST, OPT_JSON, OPT_SEED };
+enum { OPT_BASELINE = 256, OPT_DIST, OPT_JSON, OPT_SEED, OPT_NETROOF };
 
 static const struct option long_opts[] = {
     {"minbytes", required_argument, NULL, 'b'},  {"maxbytes", required_argument, NULL, 'e'},
@@ -339,6 +371,7 @@ static const struct option long_opts[] = {
     {"baseline", required_argument, NULL, OPT_BASELINE},
     {"dist", required_argument, NULL, OPT_DIST}, {"json", required_argument, NULL, OPT_JSON},
     {"seed", required_argument, NULL, OPT_SEED}, {"help", no_argument, NULL, 'h'},
+    {"net-roofline", optional_argument, NULL, OPT_NETROOF},
     {NULL, 0, NULL, 0}};
 
 static const char* opt_name(int c)
@@ -375,6 +408,20 @@ static int apply_opt(int c, const char* arg, struct opts* o)
     return 0;
   case OPT_DIST: return parse_dist(arg, o);
   case OPT_JSON: o->json = arg; return 0;
+  case OPT_NETROOF: {
+    /* A numeric address only: every rank binds it, so a name that resolves
+     * differently from rank to rank cannot creep in. */
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_flags = AI_NUMERICHOST;
+    hints.ai_socktype = SOCK_STREAM;
+    o->net_roof = 1;
+    o->net_addr = arg ? arg : NET_ADDR_DEFAULT;
+    if (getaddrinfo(o->net_addr, NULL, &hints, &ai) != 0)
+      return -1;
+    freeaddrinfo(ai);
+    return 0;
+  }
   case OPT_SEED: {
     char* end;
     errno = 0;
@@ -400,7 +447,8 @@ static int parse_opts(int argc, char** argv, int me, struct opts* o)
     }
     if (c == '?' || apply_opt(c, optarg, o)) {
       if (me == 0 && c != '?')
-        fprintf(stderr, "a2a_perf: bad value '%s' for --%s (see -h)\n", optarg, opt_name(c));
+        fprintf(stderr, "a2a_perf: bad value '%s' for --%s (see -h)\n", optarg ? optarg : "",
+                opt_name(c));
       return 2;
     }
   }
@@ -850,6 +898,364 @@ static double roofline_us(struct bench* b, size_t bytes)
   return m;
 }
 
+/* ---- network roofline --------------------------------------------------- */
+
+/* What bare kernel TCP does with the same blocks: every rank sends its block
+ * to every peer and receives every peer's block over one connected socket
+ * per pair, all peers in flight at once, and copies its own block, as the
+ * all-to-all must.  One thread busy-polls non-blocking sockets with calls as
+ * large as the blocks; the socket buffers keep the kernel's defaults (and
+ * their autotuning). */
+
+static void net_error(int me, const char* what, int peer, int err)
+{
+  char who[32] = "";
+  if (peer >= 0)
+    snprintf(who, sizeof who, " rank %d", peer);
+  fprintf(stderr, "a2a_perf: rank %d: --net-roofline: %s%s: %s; the network roofline is skipped\n",
+          me, what, who, err ? strerror(err) : "connection closed");
+}
+
+static int net_port(const struct sockaddr_storage* ss)
+{
+  if (ss->ss_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6*)ss)->sin6_port);
+  return ntohs(((const struct sockaddr_in*)ss)->sin_port);
+}
+
+static void net_set_port(struct sockaddr_storage* ss, int port)
+{
+  if (ss->ss_family == AF_INET6)
+    ((struct sockaddr_in6*)ss)->sin6_port = htons((uint16_t)port);
+  else
+    ((struct sockaddr_in*)ss)->sin_port = htons((uint16_t)port);
+}
+
+/* A listening socket on addr, any free port; its address goes to *ss. */
+static int net_listen(const char* addr, int n, int me, struct sockaddr_storage* ss, socklen_t* len)
+{
+  struct addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(addr, "0", &hints, &ai);
+  if (rc != 0) {
+    fprintf(stderr, "a2a_perf: rank %d: --net-roofline: address %s: %s; the network roofline is "
+            "skipped\n", me, addr, gai_strerror(rc));
+    return -1;
+  }
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  *len = sizeof *ss;
+  if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, n) ||
+      getsockname(fd, (struct sockaddr*)ss, len)) {
+    net_error(me, fd < 0 ? "socket" : "bind/listen on the address", -1, errno);
+    if (fd >= 0)
+      close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(ai);
+  return fd;
+}
+
+/* Waits for ev on fd, at most NET_SETUP_MS; 0 when ready, else an errno. */
+static int net_wait(int fd, short ev)
+{
+  struct pollfd p = {fd, ev, 0};
+  int r;
+  do
+    r = poll(&p, 1, NET_SETUP_MS);
+  while (r < 0 && errno == EINTR);
+  return r > 0 ? 0 : r == 0 ? ETIMEDOUT : errno;
+}
+
+static int net_nodelay_nonblock(int fd)
+{
+  int one = 1, fl = fcntl(fd, F_GETFL);
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) || fl < 0 ||
+      fcntl(fd, F_SETFL, fl | O_NONBLOCK))
+    return errno;
+  return 0;
+}
+
+/* The lower rank connects and says who it is; returns the socket or -1. */
+static int net_connect(const struct sockaddr_storage* ss, socklen_t len, int me, int peer)
+{
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), err = 0, soerr = 0;
+  socklen_t sl = sizeof soerr;
+  int32_t hello = me;
+  if (fd < 0) {
+    net_error(me, "socket for", peer, errno);
+    return -1;
+  }
+  if ((err = net_nodelay_nonblock(fd)) == 0 && connect(fd, (const struct sockaddr*)ss, len) &&
+      errno != EINPROGRESS)
+    err = errno;
+  if (!err && !(err = net_wait(fd, POLLOUT)) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl))
+    err = errno;
+  if (!err)
+    err = soerr;
+  /* Four bytes into the empty buffer of a new connection. */
+  errno = 0;
+  if (!err && send(fd, &hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello)
+    err = errno ? errno : EIO;
+  if (err) {
+    net_error(me, "connect to", peer, err);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* The higher rank accepts me connections and learns from each who it is. */
+static int net_accept_all(struct netmesh* M, int lfd, int me)
+{
+  for (int k = 0; k < me; k++) {
+    int32_t hello = -1;
+    int err = net_wait(lfd, POLLIN), fd = -1;
+    if (!err && (fd = accept(lfd, NULL, NULL)) < 0)
+      err = errno;
+    if (!err && fcntl(fd, F_SETFD, FD_CLOEXEC))
+      err = errno;
+    if (!err)
+      err = net_wait(fd, POLLIN);
+    errno = 0;
+    if (!err && recv(fd, &hello, sizeof hello, MSG_WAITALL) != (ssize_t)sizeof hello)
+      err = errno ? errno : EPROTO; /* 0: closed before saying who it is */
+    if (!err && (hello < 0 || hello >= me || M->fd[hello] >= 0))
+      err = EPROTO;
+    if (!err)
+      err = net_nodelay_nonblock(fd);
+    if (err) {
+      net_error(me, "accept", -1, err);
+      if (fd >= 0)
+        close(fd);
+      return -1;
+    }
+    M->fd[hello] = fd;
+  }
+  return 0;
+}
+
+static int net_agree(int ok)
+{
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return ok;
+}
+
+static void net_close(struct netmesh* M, int n)
+{
+  for (int j = 0; j < n && M->fd; j++) {
+    if (M->fd[j] >= 0)
+      close(M->fd[j]);
+    M->fd[j] = -1;
+  }
+  M->on = 0;
+}
+
+/* Busy polling with more ranks than CPUs on a node spins away the time
+ * slices of the ranks that have work; then an idle sweep yields the CPU, as
+ * Open MPI does when oversubscribed (mpi_yield_when_idle).  The CPUs are the
+ * union of the local ranks' affinity masks. */
+static void net_node_cpus(struct netmesh* M)
+{
+  MPI_Comm node;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set)) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    CPU_ZERO(&set);
+    for (long c = 0; c < online && c < CPU_SETSIZE; c++)
+      CPU_SET((int)c, &set);
+  }
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &M->local);
+  MPI_Allreduce(MPI_IN_PLACE, &set, (int)sizeof set, MPI_BYTE, MPI_BOR, node);
+  MPI_Comm_free(&node);
+  M->cpus = CPU_COUNT(&set);
+  M->yield = M->local > M->cpus;
+}
+
+/* Builds the full mesh at startup: every rank listens, the ports travel by
+ * MPI_Allgather, the lower rank of each pair connects, the higher accepts.
+ * Collective; on any failure every rank ends with no mesh (M->on == 0). */
+static void net_open(struct netmesh* M, const char* addr, int me, int n)
+{
+  struct sockaddr_storage ss;
+  socklen_t len = 0;
+  int* ports = xcalloc((size_t)n, sizeof *ports);
+  M->fd = xcalloc((size_t)n, sizeof *M->fd);
+  for (int j = 0; j < n; j++)
+    M->fd[j] = -1;
+  M->soff = xcalloc((size_t)n, sizeof(size_t));
+  M->slen = xcalloc((size_t)n, sizeof(size_t));
+  M->sdone = xcalloc((size_t)n, sizeof(size_t));
+  M->roff = xcalloc((size_t)n, sizeof(size_t));
+  M->rlen = xcalloc((size_t)n, sizeof(size_t));
+  M->rdone = xcalloc((size_t)n, sizeof(size_t));
+  memset(&ss, 0, sizeof ss);
+  net_node_cpus(M);
+  int lfd = net_listen(addr, n, me, &ss, &len);
+  int port = lfd >= 0 ? net_port(&ss) : -1, ok = lfd >= 0;
+  MPI_Allgather(&port, 1, MPI_INT, ports, 1, MPI_INT, MPI_COMM_WORLD);
+  for (int j = 0; j < n; j++)
+    ok &= ports[j] >= 0;
+  /* Connecting needs no accept (the backlog holds n), so all connects come
+   * first, and no rank waits in accept for a peer that gave up. */
+  for (int j = me + 1; j < n && ok; j++) {
+    struct sockaddr_storage peer = ss;
+    net_set_port(&peer, ports[j]);
+    ok = (M->fd[j] = net_connect(&peer, len, me, j)) >= 0;
+  }
+  if (net_agree(ok))
+    ok = net_agree(net_accept_all(M, lfd, me) == 0);
+  else
+    ok = 0;
+  if (lfd >= 0)
+    close(lfd);
+  free(ports);
+  M->on = ok;
+  if (!ok)
+    net_close(M, n);
+}
+
+static void net_free(struct netmesh* M, int n)
+{
+  net_close(M, n);
+  free(M->fd);
+  free(M->soff); free(M->slen); free(M->sdone);
+  free(M->roff); free(M->rlen); free(M->rdone);
+}
+
+/* Shuts every socket, so that peers waiting on this rank fail at once. */
+static int net_fail(struct bench* b, const char* what, int peer, int err)
+{
+  net_error(b->me, what, peer, err);
+  for (int j = 0; j < b->n; j++)
+    if (b->net.fd[j] >= 0)
+      shutdown(b->net.fd[j], SHUT_RDWR);
+  return -1;
+}
+
+static int net_again(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+
+/* One exchange of the blocks in M->soff/slen and M->roff/rlen.  Returns 0,
+ * or -1 after a socket error or NET_STALL_S without progress. */
+static int net_once(struct bench* b)
+{
+  struct netmesh* M = &b->net;
+  int n = b->n, me = b->me, pending = 0, copied = 0;
+  unsigned idle = 0;
+  double idle_t0 = 0.0;
+  for (int j = 0; j < n; j++) {
+    M->sdone[j] = M->rdone[j] = 0;
+    pending += j != me && M->slen[j] > 0;
+    pending += j != me && M->rlen[j] > 0;
+  }
+  for (;;) {
+    int progress = 0;
+    /* Starting at the next rank spreads the first sends over the peers. */
+    for (int k = 1; k < n; k++) {
+      int j = (me + k) % n, fd = M->fd[j];
+      if (M->sdone[j] < M->slen[j]) {
+        ssize_t w = send(fd, b->B.send + M->soff[j] + M->sdone[j], M->slen[j] - M->sdone[j],
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && !net_again(errno))
+          return net_fail(b, "send to", j, errno);
+        if (w > 0) {
+          progress = 1;
+          M->sdone[j] += (size_t)w;
+          pending -= M->sdone[j] == M->slen[j];
+        }
+      }
+      if (M->rdone[j] < M->rlen[j]) {
+        ssize_t r = recv(fd, b->B.recv + M->roff[j] + M->rdone[j], M->rlen[j] - M->rdone[j],
+                         MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && !net_again(errno)))
+          return net_fail(b, "receive from", j, r == 0 ? 0 : errno);
+        if (r > 0) {
+          progress = 1;
+          M->rdone[j] += (size_t)r;
+          pending -= M->rdone[j] == M->rlen[j];
+        }
+      }
+    }
+    /* The own block, once the first sends are under way. */
+    if (!copied) {
+      memcpy(b->B.recv + M->roff[me], b->B.send + M->soff[me], M->slen[me]);
+      copied = 1;
+    }
+    if (!pending)
+      return 0;
+    if (progress) {
+      idle = 0;
+      continue;
+    }
+    if (M->yield)
+      sched_yield();
+    if (idle++ == 0) {
+      idle_t0 = MPI_Wtime();
+    } else if (idle % 4096 == 0 && MPI_Wtime() - idle_t0 > NET_STALL_S) {
+      char what[48];
+      snprintf(what, sizeof what, "no byte moved for %d s", NET_STALL_S);
+      return net_fail(b, what, -1, ETIMEDOUT);
+    }
+  }
+}
+
+/* Times the exchange of the current layout as the copy roofline times its
+ * copy: warmup, then reps of iters exchanges after a barrier, the median of
+ * the reps, the slowest rank.  With the check on, the blocks that arrived
+ * are verified as a library's.  Returns us, or -1 when not measured (any
+ * socket error ends the mesh for the rest of the run). */
+static double net_roofline_us(struct bench* b)
+{
+  struct netmesh* M = &b->net;
+  const struct opts* o = b->o;
+  const struct layout* L = &b->L;
+  size_t ts = o->dt->size;
+  if (!M->on)
+    return -1.0;
+  for (int j = 0; j < b->n; j++) {
+    M->soff[j] = L->sd[j] * ts;
+    M->slen[j] = L->sc[j] * ts;
+    M->roff[j] = L->rd[j] * ts;
+    M->rlen[j] = L->rc[j] * ts;
+  }
+  if (o->check) {
+    fill_send(b);
+    memset(b->B.recv, SENTINEL, L->recv_elems * ts + GUARD_BYTES);
+  }
+  double* t = xcalloc((size_t)o->reps, sizeof *t);
+  int bad = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < o->warmup && !bad; i++)
+    bad = net_once(b) != 0;
+  for (int rep = 0; rep < o->reps; rep++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < o->iters && !bad; i++)
+      bad = net_once(b) != 0;
+    t[rep] = (MPI_Wtime() - t0) / o->iters * 1e6;
+  }
+  double v[3] = {median(t, o->reps), bad, !bad && o->check ? (double)verify_recv(b) : 0.0};
+  free(t);
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &v[2], 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  if (v[1] > 0.0) {
+    if (b->me == 0)
+      printf("# net roofline: a socket failed at size %zu (see stderr); skipped from here on\n",
+             L->bytes);
+    net_close(M, b->n);
+    return -1.0;
+  }
+  if (v[2] > 0.0) {
+    if (b->me == 0)
+      printf("# net roofline: %.0f wrong elements at size %zu; not shown\n", v[2], L->bytes);
+    return -1.0;
+  }
+  return v[0];
+}
+
 /* ---- output ------------------------------------------------------------- */
 
 static double algbw(size_t bytes, double us) { return us > 0.0 ? (double)bytes / (us * 1e3) : 0.0; }
@@ -879,7 +1285,8 @@ static void print_rank_list(int me, int n)
   free(pids);
 }
 
-static void print_header(const struct opts* o, int me, int n, char** algos, int nalgos)
+static void print_header(const struct opts* o, const struct netmesh* net, int me, int n,
+                         char** algos, int nalgos)
 {
   int ver = 0, len = 0;
   char mpiver[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -896,17 +1303,29 @@ static void print_header(const struct opts* o, int me, int n, char** algos, int 
            o->memalloc ? "moecclMemAlloc" : "malloc");
     for (int i = 0; i < nalgos; i++)
       printf("%s%s", i ? "," : " ", algos[i] ? algos[i] : "(library choice)");
-    printf("\n#\n");
+    printf("\n");
+    if (o->net_roof && net->on) {
+      printf("# net roofline: bare TCP on %s, one socket per pair, TCP_NODELAY, busy polling",
+             o->net_addr);
+      if (net->yield)
+        printf(" (yielding: %d ranks on %d CPUs)", net->local, net->cpus);
+      printf(", + own block memcpy\n");
+    }
+    else if (o->net_roof)
+      printf("# net roofline: skipped, the socket mesh on %s failed (see stderr)\n", o->net_addr);
+    printf("#\n");
   }
   print_rank_list(me, n);
   if (me == 0) {
-    printf("#\n#%60s%-35s%-35s\n", "", "moeccl", "mpi");
-    printf("#%13s %12s %8s %12s %10s %10s %7s %7s %7s %10s %7s %7s %7s %8s %10s %6s\n", "size",
-           "count", "type", "dist", "algo", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-           "busbw", "#wrong", "speedup", "roofline", "%roof");
-    printf("#%13s %12s %8s %12s %10s %10s %7s %7s %7s %10s %7s %7s %7s %8s %10s %6s\n", "(B)",
+    printf("#\n#%60s%-35s%-35s%9s%s\n", "", "moeccl", "mpi", "",
+           o->net_roof ? "net roofline" : "copy roofline");
+    printf("#%13s %12s %8s %12s %10s %10s %7s %7s %7s %10s %7s %7s %7s %8s %10s %6s %8s\n",
+           "size", "count", "type", "dist", "algo", "time", "algbw", "busbw", "#wrong", "time",
+           "algbw", "busbw", "#wrong", "speedup", o->net_roof ? "netroof" : "roofline", "%roof",
+           "mpi/roof");
+    printf("#%13s %12s %8s %12s %10s %10s %7s %7s %7s %10s %7s %7s %7s %8s %10s %6s %8s\n", "(B)",
            "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-           "", "mpi/moe", "(us)", "");
+           "", "mpi/moe", "(us)", "moeccl", "");
     fflush(stdout);
   }
 }
@@ -919,10 +1338,17 @@ static void fmt_wrong(char* s, size_t len, long long w)
     snprintf(s, len, "%lld", w);
 }
 
+/* The roofline the table shows: the net one with --net-roofline (< 0 when
+ * it could not be measured), else the copy one. */
+static double shown_roof(const struct row* r, const struct opts* o)
+{
+  return o->net_roof ? r->net_us : r->roof_us;
+}
+
 static void print_row(const struct row* r, const struct opts* o, int n)
 {
-  double f = (double)(n - 1) / n;
-  char mw[24], pw[24], pt[24], pa[24], pb[24], sp[24];
+  double f = (double)(n - 1) / n, roof = shown_roof(r, o);
+  char mw[24], pw[24], pt[24], pa[24], pb[24], sp[24], rt[24], rp[24], rm[24];
   fmt_wrong(mw, sizeof mw, r->moe_wrong);
   fmt_wrong(pw, sizeof pw, r->mpi_wrong);
   if (r->mpi_us >= 0.0) {
@@ -937,10 +1363,15 @@ static void print_row(const struct row* r, const struct opts* o, int n)
     snprintf(sp, sizeof sp, "n/a");
     snprintf(pw, sizeof pw, "n/a");
   }
-  printf(" %13zu %12zu %8s %12s %10s %10.2f %7.2f %7.2f %7s %10s %7s %7s %7s %8s %10.2f %6.1f\n",
+  snprintf(rt, sizeof rt, roof >= 0.0 ? "%.2f" : "n/a", roof);
+  snprintf(rp, sizeof rp, roof >= 0.0 ? "%.1f" : "n/a",
+           r->moe_us > 0.0 ? roof / r->moe_us * 100.0 : 0.0);
+  snprintf(rm, sizeof rm, roof > 0.0 && r->mpi_us >= 0.0 ? "%.2f" : "n/a",
+           roof > 0.0 ? r->mpi_us / roof : 0.0);
+  printf(" %13zu %12zu %8s %12s %10s %10.2f %7.2f %7.2f %7s %10s %7s %7s %7s %8s %10s %6s %8s\n",
          r->bytes, r->count, o->dt->name, o->dist_name, r->algo, r->moe_us,
-         algbw(r->bytes, r->moe_us), algbw(r->bytes, r->moe_us) * f, mw, pt, pa, pb, pw, sp,
-         r->roof_us, r->moe_us > 0.0 ? r->roof_us / r->moe_us * 100.0 : 0.0);
+         algbw(r->bytes, r->moe_us), algbw(r->bytes, r->moe_us) * f, mw, pt, pa, pb, pw, sp, rt,
+         rp, rm);
   fflush(stdout);
 }
 
@@ -970,7 +1401,7 @@ static void json_num(FILE* f, const char* key, double v, int valid)
 static void json_row(FILE* f, const struct row* r, const struct opts* o, int n)
 {
   double bf = (double)(n - 1) / n;
-  int mpi = r->mpi_us >= 0.0;
+  int mpi = r->mpi_us >= 0.0, net = r->net_us >= 0.0;
   fprintf(f, "  {\"size\": %zu, \"count\": %zu, \"type\": ", r->bytes, r->count);
   json_str(f, o->dt->name);
   fprintf(f, ", \"dist\": ");
@@ -989,6 +1420,12 @@ static void json_row(FILE* f, const struct row* r, const struct opts* o, int n)
   json_num(f, "speedup", r->moe_us > 0.0 ? r->mpi_us / r->moe_us : 0.0, mpi && r->moe_us > 0.0);
   json_num(f, "roofline_us", r->roof_us, 1);
   json_num(f, "pct_roof", r->moe_us > 0.0 ? r->roof_us / r->moe_us * 100.0 : 0.0, 1);
+  json_num(f, "mpi_over_roof", r->roof_us > 0.0 ? r->mpi_us / r->roof_us : 0.0,
+           mpi && r->roof_us > 0.0);
+  json_num(f, "netroof_us", r->net_us, net);
+  json_num(f, "pct_netroof", r->moe_us > 0.0 ? r->net_us / r->moe_us * 100.0 : 0.0, net);
+  json_num(f, "mpi_over_netroof", net && r->net_us > 0.0 ? r->mpi_us / r->net_us : 0.0,
+           mpi && net && r->net_us > 0.0);
   fprintf(f, "}");
 }
 
@@ -1188,6 +1625,7 @@ static int bench_size(struct bench* b, struct model* m, size_t req, char** algos
   r.recv_max = (size_t)recv_max;
   r.mpi_wrong = mpi_on && b->o->check ? check_once(b, LIB_MPI) : -1;
   r.roof_us = roofline_us(b, (size_t)recv_bytes);
+  r.net_us = net_roofline_us(b);
   for (int a = 0; a < nalgos; a++) {
     b->comm = comms[a];
     if (bench_algo(b, &r, algos[a], mpi_on))
@@ -1259,7 +1697,9 @@ static int run(const struct opts* o, char** algos, moecclComm_t* comms, int nalg
   layout_alloc(&b.L, n);
   footprint(o, &m, me, &send_max, &recv_max);
   buffers_alloc(&b.B, send_max, recv_max, o->memalloc);
-  print_header(o, me, n, algos, nalgos);
+  if (o->net_roof)
+    net_open(&b.net, o->net_addr, me, n);
+  print_header(o, &b.net, me, n, algos, nalgos);
   for (size_t s = o->minbytes; s <= o->maxbytes && !failed;) {
     failed = bench_size(&b, &m, s, algos, comms, nalgos, &rows) != 0;
     if (o->step < 2 || s > o->maxbytes / o->step)
@@ -1274,6 +1714,8 @@ static int run(const struct opts* o, char** algos, moecclComm_t* comms, int nalg
   }
   MPI_Bcast(&wrong, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   free(rows.v);
+  if (o->net_roof)
+    net_free(&b.net, n);
   buffers_free(&b.B);
   layout_free(&b.L);
   model_free(&m);
