@@ -183,9 +183,15 @@ static moecclResult_t split_build(moeccl_comm_t* parent, const split_entry_t* me
     c->peers[i].rank = i;
     c->peers[i].listen_addr = members[i].listen_addr;
   }
+  int* old_ranks = malloc(sizeof(int) * (size_t)m);
+  if (!old_ranks) return close(listen_fd), comm_free(c), moecclSystemError;
+  for (int i = 0; i < m; i++) old_ranks[i] = members[i].old_rank;
+  c->parent_topo = parent->topo, c->parent_ranks = old_ranks;
   moecclResult_t rc =
       moeccl_bootstrap_ring(nonce, me, m, c->timeout, listen_fd, c->peers, &c->boot);
   if (rc == moecclSuccess) rc = comm_finish_init(c, config);
+  c->parent_topo = NULL, c->parent_ranks = NULL;
+  free(old_ranks);
   if (rc != moecclSuccess) return comm_free(c), rc;
   *out = c;
   return moecclSuccess;

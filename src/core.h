@@ -56,6 +56,10 @@ struct moecclComm {
   int a2a_window;  /* MOECCL_A2A_WINDOW */
   struct moeccl_topo* topo;          /* where the ranks sit, link costs (src/topo) */
   struct moeccl_tuner* tuner;        /* the tuner's cache and scratch (src/tune) */
+  /* During moecclCommSplit only: the parent's topology and each new rank's
+   * parent rank, so the child inherits placement, groups and costs. */
+  const struct moeccl_topo* parent_topo;
+  const int* parent_ranks;
   /* Count rows of other ranks for v-calls of hierarchical algorithms: member
    * m of the scope has its send row at meta_rows[2m*n], recv row after it. */
   size_t* meta_rows;

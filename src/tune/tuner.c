@@ -85,7 +85,31 @@ static uint64_t topo_hash(const moeccl_topo_t* t) {
   return fnv(h, &t->copy_overhead_us, sizeof(t->copy_overhead_us));
 }
 
+/* A split communicator keeps its ranks' nodes, groups of the same size, the
+ * rails and the link costs of its parent (whose topology may have come from
+ * a file that describes the parent's ranks, not the child's). */
+static moecclResult_t inherit_topo(moeccl_comm_t* c) {
+  const moeccl_topo_t* p = c->parent_topo;
+  uint64_t* node_of = malloc(sizeof(uint64_t) * (size_t)c->nranks);
+  if (!node_of) return moeccl_error(c, moecclSystemError, "out of memory");
+  for (int r = 0; r < c->nranks; r++) node_of[r] = (uint64_t)p->rank_node[c->parent_ranks[r]];
+  moecclResult_t rc = moeccl_topo_from_nodes(c->topo, c->nranks, node_of, p->nodes_per_group,
+                                             p->nrails);
+  free(node_of);
+  if (rc != moecclSuccess) return moeccl_error(c, rc, "topology: cannot build it");
+  moeccl_topo_t* t = c->topo;
+  memcpy(t->link, p->link, sizeof(t->link));
+  t->copy_GBps = p->copy_GBps, t->copy_overhead_us = p->copy_overhead_us;
+  snprintf(t->source, sizeof(t->source), "split of %.100s", p->source);
+  snprintf(t->hw, sizeof(t->hw), "%s", p->hw);
+  return moecclSuccess;
+}
+
 static moecclResult_t build_topo(moeccl_comm_t* c, int* costs_given) {
+  if (c->parent_topo) {
+    *costs_given = 1;
+    return inherit_topo(c);
+  }
   uint64_t* node_of = malloc(sizeof(uint64_t) * (size_t)c->nranks);
   if (!node_of) return moeccl_error(c, moecclSystemError, "out of memory");
   for (int r = 0; r < c->nranks; r++) node_of[r] = c->peers[r].host_hash;
