@@ -60,13 +60,16 @@ static const moeccl_link_t* cost_of(const char* transport) {
   return NULL;
 }
 
-/* The transport that carries traffic to ranks of class cls from this rank
- * (the first such peer's), or NULL when no peer is of that class. */
-static const char* class_transport(const moeccl_comm_t* c, moeccl_link_class_t cls) {
-  for (int r = 0; r < c->nranks; r++)
-    if (r != c->rank && moeccl_topo_class(c->topo, c->rank, r) == cls)
-      return c->transport_ops[c->peer_transport[r]]->name;
-  return NULL;
+/* The network transport this rank uses (index into net names), or -1. */
+static const char* const net_names[] = {"ofi", "ucx"};
+static int32_t my_network(const moeccl_comm_t* c) {
+  for (int r = 0; r < c->nranks; r++) {
+    if (r == c->rank || c->peer_transport[r] == 0xff) continue;
+    const char* name = c->transport_ops[c->peer_transport[r]]->name;
+    for (int32_t i = 0; i < (int32_t)(sizeof(net_names) / sizeof(net_names[0])); i++)
+      if (strcmp(name, net_names[i]) == 0) return i;
+  }
+  return -1;
 }
 
 static uint64_t fnv(uint64_t h, const void* p, size_t n) {
@@ -124,15 +127,18 @@ static moecclResult_t build_topo(moeccl_comm_t* c, int* costs_given) {
   return moecclSuccess;
 }
 
-/* Costs of the classes from the transports that carry them. */
-static void transport_defaults(moeccl_comm_t* c) {
+/* Costs of the classes from the transports that carry them: shared memory
+ * within a node (unless disabled), the network transport `net` (agreed by
+ * all ranks: a rank alone on its node still prices the same) between nodes. */
+static void transport_defaults(moeccl_comm_t* c, int32_t net) {
   moeccl_topo_t* t = c->topo;
-  const char* node = class_transport(c, MOECCL_LINK_NODE);
-  const char* net = class_transport(c, MOECCL_LINK_GROUP);
-  if (!net) net = class_transport(c, MOECCL_LINK_GLOBAL);
-  const moeccl_link_t* l;
-  if (node && (l = cost_of(node))) t->link[MOECCL_LINK_NODE] = *l;
-  if (net && (l = cost_of(net))) t->link[MOECCL_LINK_GROUP] = t->link[MOECCL_LINK_GLOBAL] = *l;
+  const moeccl_link_t* l = net >= 0 ? cost_of(net_names[net]) : NULL;
+  if (l) t->link[MOECCL_LINK_GROUP] = t->link[MOECCL_LINK_GLOBAL] = *l;
+  if (moeccl_param_bool("MOECCL_SHM_DISABLE")) {
+    if (l) t->link[MOECCL_LINK_NODE] = *l;
+  } else {
+    t->link[MOECCL_LINK_NODE] = *cost_of("shm");
+  }
 }
 
 moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
@@ -145,18 +151,26 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   if (c->a2a_window < 0) c->a2a_window = 0;
   int costs_given = 0;
   MOECCL_CHECK(build_topo(c, &costs_given));
-  if (!costs_given) transport_defaults(c);
 
-  /* Every rank must hold the same topology, or their choices could differ. */
-  uint64_t* hashes = calloc((size_t)c->nranks, sizeof(uint64_t));
-  if (!hashes) return moeccl_error(c, moecclSystemError, "out of memory");
-  hashes[c->rank] = topo_hash(c->topo);
-  moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, hashes, sizeof(uint64_t));
+  /* Every rank must hold the same topology, or their choices could differ;
+   * and all price the network the same way. */
+  struct {
+    uint64_t hash;
+    int32_t net, pad;
+  }* all = calloc((size_t)c->nranks, sizeof(*all));
+  if (!all) return moeccl_error(c, moecclSystemError, "out of memory");
+  all[c->rank].hash = topo_hash(c->topo);
+  all[c->rank].net = my_network(c);
+  moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, all, sizeof(*all));
   int differs = -1;
-  for (int r = 0; rc == moecclSuccess && r < c->nranks && differs < 0; r++)
-    if (hashes[r] != hashes[0]) differs = r;
-  free(hashes);
+  int32_t net = -1;
+  for (int r = 0; rc == moecclSuccess && r < c->nranks; r++) {
+    if (all[r].hash != all[0].hash && differs < 0) differs = r;
+    if (net < 0) net = all[r].net;
+  }
+  free(all);
   MOECCL_CHECK(rc);
+  if (!costs_given) transport_defaults(c, net);
   if (differs >= 0)
     return moeccl_error(c, moecclInvalidUsage,
                         "rank %d and rank 0 see different topologies or link costs: "
