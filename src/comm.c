@@ -57,6 +57,7 @@ static void fill_self_info(moeccl_peer_info_t* self, int rank) {
   self->pid = (int32_t)getpid();
   self->pid_start = moeccl_pid_start_time(getpid());
   self->host_hash = moeccl_host_hash(self->hostname, sizeof(self->hostname));
+  self->machine_hash = moeccl_machine_hash();
   self->cma_probe_addr = (uint64_t)(uintptr_t)moeccl_cma_probe_word();
 }
 
@@ -284,7 +285,9 @@ moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* c) {
   if (!c->local_ranks || !c->peer_local_index) return moecclSystemError;
   uint64_t me = c->peers[c->rank].host_hash;
   c->nlocal = 0;
+  c->nmachine = 0;
   for (int r = 0; r < c->nranks; r++) {
+    c->nmachine += c->peers[r].machine_hash == c->peers[c->rank].machine_hash;
     c->peer_local_index[r] = -1;
     if (c->peers[r].host_hash != me) continue;
     if (r == c->rank) c->local_rank = c->nlocal;

@@ -20,7 +20,8 @@ typedef struct {
   int32_t rank;
   int32_t pid;
   uint64_t pid_start; /* process start time, guards against pid reuse */
-  uint64_t host_hash; /* node identity (MOECCL_HOSTID or hostname + boot id) */
+  uint64_t host_hash;    /* node identity (MOECCL_HOSTID or hostname + boot id) */
+  uint64_t machine_hash; /* the machine (hostname + boot id), whatever MOECCL_HOSTID says */
   char hostname[MOECCL_HOSTNAME_MAX];
   moeccl_sockaddr_t listen_addr; /* bootstrap ring socket */
   moeccl_sockaddr_t alive_addr;  /* process liveness socket (bootstrap.c), port 0 if none */
@@ -38,6 +39,7 @@ struct moecclComm {
   char name[64];
   moeccl_peer_info_t* peers;
   int local_rank, nlocal;
+  int nmachine; /* ranks on this machine (>= nlocal with MOECCL_HOSTID): they share its cores */
   int* local_ranks;      /* comm ranks on this node, ascending */
   int* peer_local_index; /* comm rank -> local index or -1 */
   struct moeccl_bootstrap* boot;
@@ -130,6 +132,7 @@ void moeccl_comm_drain(moeccl_comm_t* comm);
 
 /* Node identity. */
 uint64_t moeccl_host_hash(char* hostname, size_t len);
+uint64_t moeccl_machine_hash(void);
 uint64_t moeccl_pid_start_time(pid_t pid); /* 0 if the process is gone */
 /* 1 if the process (pid, start) still runs (not a zombie). */
 int moeccl_process_alive(pid_t pid, uint64_t start);

@@ -185,8 +185,9 @@ static int spin_limit(const moeccl_comm_t* c) {
   static long ncpus;
   if (!ncpus) ncpus = sysconf(_SC_NPROCESSORS_ONLN);
   int spins = (int)moeccl_param_int("MOECCL_SPIN_COUNT");
-  /* More ranks than cores: a spinning rank steals the core its peer needs. */
-  if (c->nlocal > ncpus && spins > 1) spins = 1;
+  /* More ranks than cores: a spinning rank steals the core its peer needs
+   * (ranks of this machine, also those MOECCL_HOSTID puts on other nodes). */
+  if (c->nmachine > ncpus && spins > 1) spins = 1;
   return spins < 0 ? 0 : spins;
 }
 

@@ -13,22 +13,36 @@ static uint64_t fnv1a(uint64_t h, const char* s) {
   return h;
 }
 
-/* MOECCL_HOSTID when set; otherwise hostname plus the kernel boot id, so two
- * containers with one hostname on different machines still differ. */
+static void read_boot_id(char* boot, size_t len) {
+  boot[0] = '\0';
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f) return;
+  if (!fgets(boot, (int)len, f)) boot[0] = '\0';
+  fclose(f);
+}
+
+/* The machine whose CPUs a process runs on: the kernel's boot id, which
+ * containers and network namespaces of one machine share (and which
+ * MOECCL_HOSTID does not change); the hostname where it cannot be read. */
+uint64_t moeccl_machine_hash(void) {
+  char boot[64];
+  read_boot_id(boot, sizeof(boot));
+  if (!boot[0]) gethostname(boot, sizeof(boot) - 1), boot[sizeof(boot) - 1] = '\0';
+  return fnv1a(fnv1a(0xcbf29ce484222325ULL, "machine:"), boot);
+}
+
+/* Node identity: MOECCL_HOSTID when set; otherwise hostname plus the kernel
+ * boot id, so two containers with one hostname on different machines still
+ * differ. */
 uint64_t moeccl_host_hash(char* hostname, size_t len) {
   gethostname(hostname, len - 1);
   hostname[len - 1] = '\0';
   uint64_t h = 0xcbf29ce484222325ULL;
   const char* forced = moeccl_param_str("MOECCL_HOSTID");
   if (forced && *forced) return fnv1a(fnv1a(h, "hostid:"), forced);
-  h = fnv1a(h, hostname);
-  char boot[64] = "";
-  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    if (!fgets(boot, sizeof(boot), f)) boot[0] = '\0';
-    fclose(f);
-  }
-  return fnv1a(h, boot);
+  char boot[64];
+  read_boot_id(boot, sizeof(boot));
+  return fnv1a(fnv1a(h, hostname), boot);
 }
 
 /* Field 22 of /proc/pid/stat (start time in clock ticks); state in *state. */
