@@ -15,7 +15,7 @@ libmoeccl_core_la_SOURCES = \
   src/schedule.c src/schedule.h \
   src/socket.c src/socket.h \
   src/topo/node.c src/topo/topo.c src/topo/topo.h \
-  src/tune/model.h \
+  src/tune/model.c src/tune/model.h \
   src/transport/transport.c src/transport/transport.h src/transport/shm.c
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
 libmoeccl_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden

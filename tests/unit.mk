@@ -9,3 +9,8 @@ check_PROGRAMS += tests/test_param
 TESTS += tests/test_param
 tests_test_param_SOURCES = tests/test_param.c
 tests_test_param_LDADD = libmoeccl_core.la
+
+check_PROGRAMS += tests/test_model
+TESTS += tests/test_model
+tests_test_model_SOURCES = tests/test_model.c
+tests_test_model_LDADD = libmoeccl_core.la -lm
