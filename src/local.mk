@@ -15,6 +15,7 @@ libmoeccl_core_la_SOURCES = \
   src/schedule.c src/schedule.h \
   src/socket.c src/socket.h \
   src/topo/node.c src/topo/topo.c src/topo/topo.h \
+  src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
   src/tune/model.c src/tune/model.h \
   src/transport/transport.c src/transport/transport.h src/transport/shm.c
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
@@ -23,8 +24,15 @@ libmoeccl_la_SOURCES = include/moeccl.h
 libmoeccl_la_LIBADD = libmoeccl_core.la
 libmoeccl_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^moeccl[A-Z]'
 
-# Network transports, each behind its own conditional (see its .mk); they
-# append their libraries here.
+# Optional libraries append themselves here: hwloc below, the network
+# transports in their .mk.
 libmoeccl_core_la_LIBADD =
+# hwloc describes the host in src/topo/topo_hw.c; without it the topology
+# still builds from node ids and files.
+if HAVE_HWLOC
+libmoeccl_core_la_CPPFLAGS += $(hwloc_CPPFLAGS)
+libmoeccl_core_la_LIBADD += $(hwloc_LDFLAGS) $(hwloc_LIBS)
+endif
+# Network transports, each behind its own conditional (see its .mk).
 include src/transport/ofi.mk
 include src/transport/ucx.mk

@@ -10,6 +10,15 @@ TESTS += tests/test_param
 tests_test_param_SOURCES = tests/test_param.c
 tests_test_param_LDADD = libmoeccl_core.la
 
+check_PROGRAMS += tests/test_topo
+TESTS += tests/test_topo
+tests_test_topo_SOURCES = tests/test_topo.c
+tests_test_topo_LDADD = libmoeccl_core.la
+
+# The same binary's hwloc part on a made-up GPU node (hwloc XML).
+TESTS += tests/test_topo_hw.sh
+EXTRA_DIST += tests/test_topo_hw.sh tests/data/topo-gpu-node.xml
+
 check_PROGRAMS += tests/test_model
 TESTS += tests/test_model
 tests_test_model_SOURCES = tests/test_model.c

@@ -27,7 +27,7 @@ void moeccl_topo_free(moeccl_topo_t* t) {
   memset(t, 0, sizeof(*t));
 }
 
-static void set_default_costs(moeccl_topo_t* t) {
+void moeccl_topo_default_costs(moeccl_topo_t* t) {
   memcpy(t->link, default_link, sizeof(default_link));
   t->copy_overhead_us = 0.2;
   t->copy_GBps = 8.0;
@@ -88,7 +88,7 @@ moecclResult_t moeccl_topo_from_nodes(moeccl_topo_t* t, int nranks, const uint64
     t->rank_node[r] = k;
   }
   free(ids);
-  set_default_costs(t);
+  moeccl_topo_default_costs(t);
   snprintf(t->source, sizeof(t->source), "discovered");
   return finish(t, nodes_per_group, nrails);
 }
@@ -103,8 +103,34 @@ moecclResult_t moeccl_topo_regular_shape(moeccl_topo_t* t, int nnodes, int ranks
   t->rank_node = malloc((size_t)t->nranks * sizeof(int));
   if (!t->rank_node) return moecclSystemError;
   for (int r = 0; r < t->nranks; r++) t->rank_node[r] = r / ranks_per_node;
-  set_default_costs(t);
+  moeccl_topo_default_costs(t);
   snprintf(t->source, sizeof(t->source), "regular %dx%d", nnodes, ranks_per_node);
+  return finish(t, nodes_per_group, nrails);
+}
+
+/* 1 when rank_node[] numbers nodes 0..nnodes-1 in order of their lowest rank
+ * and leaves none empty (the numbering from_nodes produces). */
+static int placement_valid(int nranks, int nnodes, const int* rank_node) {
+  int next = 0; /* the node a rank may open next */
+  for (int r = 0; r < nranks; r++) {
+    if (rank_node[r] < 0 || rank_node[r] > next || rank_node[r] >= nnodes) return 0;
+    if (rank_node[r] == next) next++;
+  }
+  return next == nnodes;
+}
+
+moecclResult_t moeccl_topo_from_placement(moeccl_topo_t* t, int nranks, int nnodes,
+                                          const int* rank_node, int nodes_per_group, int nrails) {
+  memset(t, 0, sizeof(*t));
+  if (nranks <= 0 || nnodes <= 0 || !rank_node || !placement_valid(nranks, nnodes, rank_node))
+    return moecclInvalidArgument;
+  t->nranks = nranks;
+  t->nnodes = nnodes;
+  t->rank_node = malloc((size_t)nranks * sizeof(int));
+  if (!t->rank_node) return moecclSystemError;
+  memcpy(t->rank_node, rank_node, (size_t)nranks * sizeof(int));
+  moeccl_topo_default_costs(t);
+  snprintf(t->source, sizeof(t->source), "placement");
   return finish(t, nodes_per_group, nrails);
 }
 

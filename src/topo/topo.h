@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "moeccl.h"
 
@@ -87,21 +88,51 @@ moecclResult_t moeccl_topo_from_nodes(moeccl_topo_t* t, int nranks, const uint64
 /* Regular shape: nnodes nodes of ranks_per_node ranks placed by blocks. */
 moecclResult_t moeccl_topo_regular_shape(moeccl_topo_t* t, int nnodes, int ranks_per_node,
                                          int nodes_per_group, int nrails);
+/* Explicit placement: rank r on node rank_node[r], nodes numbered 0..nnodes-1
+ * in order of their lowest rank, none empty (else moecclInvalidArgument). */
+moecclResult_t moeccl_topo_from_placement(moeccl_topo_t* t, int nranks, int nnodes,
+                                          const int* rank_node, int nodes_per_group, int nrails);
+/* Sets t's link and copy costs to the built-in defaults. */
+void moeccl_topo_default_costs(moeccl_topo_t* t);
 /* Parses the file format above; nranks > 0 requires the file to describe
  * exactly that many ranks.  On error returns moecclInvalidArgument and
- * writes "path:line: why" into err. */
+ * writes "path:line: why" into err.  docs/TOPOLOGY.md has the full rules.
+ * Link costs start from the defaults; t->hw takes the first hw line. A
+ * read error or no memory is moecclSystemError.  On any error t is left
+ * zeroed (safe to free). */
 moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, char* err,
                                 size_t errlen);
-/* Reads link/copy statements (MOECCL_TUNE_FILE) over t's link costs. */
+/* Reads link/copy statements (MOECCL_TUNE_FILE) over t's link costs; the
+ * header is optional and placement statements are checked but ignored, so a
+ * dumped topology works as a tune file.  On error t is unchanged. */
 moecclResult_t moeccl_topo_load_costs(moeccl_topo_t* t, const char* path, char* err,
                                       size_t errlen);
-/* Writes t in the file format (loadable by moeccl_topo_load). */
+/* Writes t in the file format (loadable by moeccl_topo_load, which rebuilds
+ * an identical t), then, when t->hw is this host's summary, the details of
+ * moeccl_topo_dump_hw as comments.  I/O errors: moecclSystemError. */
 moecclResult_t moeccl_topo_dump(const moeccl_topo_t* t, const char* path, char* err,
                                 size_t errlen);
 /* This node's hardware through hwloc (packages, NUMA nodes, cores, GPUs, NICs
  * and their PCI locality) as one line into t->hw, and the number of network
- * NICs found (0 without hwloc). */
+ * NICs found (0 without hwloc).  When some NICs are RDMA devices (hwloc
+ * OpenFabrics devices: InfiniBand, RoCE), only those count: an Ethernet port
+ * next to InfiniBand NICs is not a rail.  hwloc runs once per process; later calls reuse it. */
 int moeccl_topo_discover_hw(moeccl_topo_t* t);
+/* Writes this host's hardware in detail (each device, its PCI address and
+ * NUMA/package locality, the PCI path class of each GPU-NIC pair) as lines
+ * starting "# hw ".  Writes nothing when summary is "" or not this host's
+ * summary (a topology from elsewhere); NULL: always.  Returns lines written. */
+int moeccl_topo_dump_hw(FILE* f, const char* summary);
+/* The topology of a new communicator, without any communication: the file
+ * MOECCL_TOPO_FILE when set (it must describe nranks ranks; its groups and
+ * rails win over MOECCL_TOPO_GROUP_SIZE and MOECCL_TOPO_RAILS), else the
+ * ranks' node ids (node_of[r]) with groups of MOECCL_TOPO_GROUP_SIZE nodes
+ * and MOECCL_TOPO_RAILS rails (0: hwloc's NIC count, at least 1); then the
+ * costs of MOECCL_TUNE_FILE when set, and t->hw from discover_hw.  On error
+ * returns moecclInvalidArgument (or moecclSystemError), explains it in err
+ * and leaves t zeroed. */
+moecclResult_t moeccl_topo_configure(moeccl_topo_t* t, int nranks, const uint64_t* node_of,
+                                     char* err, size_t errlen);
 void moeccl_topo_free(moeccl_topo_t* t);
 
 #endif
