@@ -39,7 +39,10 @@ enum dist_kind { DIST_UNIFORM, DIST_ZIPF, DIST_MOE };
 
 struct opts {
   const char* preset;
-  int nodes, ppn, group, rails, ranks; /* 0: from the preset */
+  int nodes, ppn, group, rails, ranks; /* < 0 (ranks: 0): from the preset */
+  int preset_given;
+  const char* topo_file;  /* --topo: shape and costs from a file */
+  const char* costs_file; /* --costs: link and copy lines over them */
   size_t minbytes, maxbytes, step;
   int per_rank; /* -b/-e are bytes per rank, as a2a_perf, not per peer */
   const char* algos;
@@ -180,6 +183,8 @@ static void usage(const char* prog) {
          "      --group G            nodes per group (0: one group)\n"
          "      --rails K            NICs per node\n"
          "      --ranks R            nodes = R / ppn\n"
+         "      --topo FILE          shape and costs from a topology file (MOECCL_TOPO_FILE)\n"
+         "      --costs FILE         link and copy lines over the costs (MOECCL_TUNE_FILE)\n"
          "      --link CLASS:K=V,..  CLASS node|group|global; K latency_us|overhead_us|bw_GBps\n"
          "      --copy K=V,..        K overhead_us|bw_GBps: local copies\n"
          "  sizes:\n"
@@ -263,6 +268,8 @@ enum {
   OPT_GROUP,
   OPT_RAILS,
   OPT_RANKS,
+  OPT_TOPO,
+  OPT_COSTS,
   OPT_LINK,
   OPT_COPY,
   OPT_PER_RANK,
@@ -280,6 +287,8 @@ static const struct option long_opts[] = {{"preset", required_argument, NULL, OP
                                           {"group", required_argument, NULL, OPT_GROUP},
                                           {"rails", required_argument, NULL, OPT_RAILS},
                                           {"ranks", required_argument, NULL, OPT_RANKS},
+                                          {"topo", required_argument, NULL, OPT_TOPO},
+                                          {"costs", required_argument, NULL, OPT_COSTS},
                                           {"link", required_argument, NULL, OPT_LINK},
                                           {"copy", required_argument, NULL, OPT_COPY},
                                           {"minbytes", required_argument, NULL, 'b'},
@@ -312,12 +321,14 @@ static int add_override(struct opts* o, char* arg) {
 static int apply_opt(int c, char* arg, struct opts* o) {
   int v;
   switch (c) {
-    case OPT_PRESET: o->preset = arg; return 0;
+    case OPT_PRESET: o->preset = arg, o->preset_given = 1; return 0;
     case OPT_NODES: return parse_int(arg, 1, 1 << 24, &o->nodes);
     case OPT_PPN: return parse_int(arg, 1, 1 << 16, &o->ppn);
     case OPT_GROUP: return parse_int(arg, 0, 1 << 24, &o->group);
     case OPT_RAILS: return parse_int(arg, 0, 1 << 10, &o->rails);
     case OPT_RANKS: return parse_int(arg, 1, 1 << 26, &o->ranks);
+    case OPT_TOPO: o->topo_file = arg; return 0;
+    case OPT_COSTS: o->costs_file = arg; return 0;
     case OPT_LINK:
     case OPT_COPY: return add_override(o, arg);
     case 'b': return parse_size(arg, &o->minbytes);
@@ -378,6 +389,9 @@ static int parse_opts(int argc, char** argv, struct opts* o) {
   else if (o->minbytes == 0 || o->minbytes > o->maxbytes) why = "need 0 < minbytes <= maxbytes";
   else if (o->step < 2 && o->minbytes != o->maxbytes)
     why = "stepfactor must be >= 2 unless minbytes == maxbytes";
+  else if (o->topo_file && (o->nodes > 0 || o->ppn > 0 || o->group >= 0 || o->rails >= 0 ||
+                            o->ranks > 0 || o->preset_given))
+    why = "--topo gives the shape: no --preset, --nodes, --ppn, --group, --rails or --ranks";
   if (why) fprintf(stderr, "a2a_sim: %s (see -h)\n", why);
   return why ? 2 : 0;
 }
@@ -402,7 +416,7 @@ static int apply_costs(char* list, moeccl_link_t* link, moeccl_topo_t* t) {
     if (strcmp(kv, "latency_us") == 0 && link) link->latency_us = v;
     else if (strcmp(kv, "overhead_us") == 0)
       *(link ? &link->overhead_us : &t->copy_overhead_us) = v;
-    else if (strcmp(kv, "bw_GBps") == 0) *(link ? &link->bw_GBps : &t->copy_GBps) = v;
+    else if (strcmp(kv, "bw_GBps") == 0 && v > 0.0) *(link ? &link->bw_GBps : &t->copy_GBps) = v;
     else return -1;
   }
   return 0;
@@ -420,7 +434,7 @@ static int apply_override(moeccl_topo_t* t, const char* arg) {
   return -1;
 }
 
-static int build_topo(const struct opts* o, moeccl_topo_t* t) {
+static int preset_topo(const struct opts* o, moeccl_topo_t* t) {
   const struct preset* p = find_preset(o->preset);
   if (!p) {
     fprintf(stderr, "a2a_sim: unknown preset '%s' (fattree, dragonfly)\n", o->preset);
@@ -445,6 +459,25 @@ static int build_topo(const struct opts* o, moeccl_topo_t* t) {
   t->copy_overhead_us = p->copy_overhead_us;
   t->copy_GBps = p->copy_GBps;
   snprintf(t->source, sizeof t->source, "preset %s", p->name);
+  return 0;
+}
+
+/* The cluster: a preset or a file for the shape, then --costs, then the
+ * --link and --copy overrides in order. */
+static int build_topo(const struct opts* o, moeccl_topo_t* t) {
+  char err[512] = "";
+  if (o->topo_file) {
+    if (moeccl_topo_load(t, o->topo_file, 0, err, sizeof err) != moecclSuccess) {
+      fprintf(stderr, "a2a_sim: %s\n", err[0] ? err : o->topo_file);
+      return -1;
+    }
+  } else if (preset_topo(o, t)) {
+    return -1;
+  }
+  if (o->costs_file && moeccl_topo_load_costs(t, o->costs_file, err, sizeof err) != moecclSuccess) {
+    fprintf(stderr, "a2a_sim: %s\n", err[0] ? err : o->costs_file);
+    return -1;
+  }
   for (int i = 0; i < o->noverrides; i++) {
     if (apply_override(t, o->overrides[i])) {
       fprintf(stderr, "a2a_sim: bad cost override '%s' (see -h)\n", o->overrides[i]);
@@ -801,24 +834,30 @@ static void print_best(const struct run* r) {
   }
 }
 
+static void json_row(FILE* f, const struct run* r, const struct row* row) {
+  const moeccl_cost_t* c = &row->cost;
+  int n = r->topo.nranks;
+  double bw = algbw(row->size, c->total_us);
+  fprintf(f, "  {\"peer_bytes\": %zu, \"size\": %zu, \"algo\": \"%s\", \"runs\": \"%s\", ",
+          row->peer_bytes, row->size, row->algo, row->runs_direct ? "direct" : row->algo);
+  fprintf(f, "\"dist\": \"%s\", \"nranks\": %d, \"time_us\": %.6g, \"algbw\": %.6g, ",
+          r->o->dist_name, n, c->total_us, bw);
+  fprintf(f, "\"busbw\": %.6g, \"steps\": %d, \"msgs_node\": %d, \"msgs_group\": %d, ",
+          bw * (n - 1) / n, c->nsteps, c->msgs[MOECCL_LINK_NODE], c->msgs[MOECCL_LINK_GROUP]);
+  fprintf(f, "\"msgs_global\": %d, \"copies\": %d, \"bytes_node\": %.0f, ",
+          c->msgs[MOECCL_LINK_GLOBAL], c->msgs[MOECCL_LINK_SELF], c->bytes[MOECCL_LINK_NODE]);
+  fprintf(f, "\"bytes_group\": %.0f, \"bytes_global\": %.0f, \"bytes_copied\": %.0f, ",
+          c->bytes[MOECCL_LINK_GROUP], c->bytes[MOECCL_LINK_GLOBAL], c->bytes[MOECCL_LINK_SELF]);
+  fprintf(f, "\"cpu_us\": %.6g, \"link_us\": %.6g, \"latency_us\": %.6g, ", c->cpu_us, c->link_us,
+          c->latency_us);
+  fprintf(f, "\"rank\": %d, \"best\": %s}", row->rank, row->best ? "true" : "false");
+}
+
 static void write_json(const struct run* r, FILE* f) {
   fprintf(f, "[\n");
   for (size_t i = 0; i < r->nrows; i++) {
-    const struct row* row = &r->rows[i];
-    const moeccl_cost_t* c = &row->cost;
-    double bw = algbw(row->size, c->total_us);
-    fprintf(f,
-            "  {\"peer_bytes\": %zu, \"size\": %zu, \"algo\": \"%s\", \"runs\": \"%s\", "
-            "\"dist\": \"%s\", \"nranks\": %d, \"time_us\": %.6g, \"algbw\": %.6g, "
-            "\"busbw\": %.6g, \"steps\": %d, \"msgs_node\": %d, \"msgs_group\": %d, "
-            "\"msgs_global\": %d, \"copies\": %d, \"cpu_us\": %.6g, \"link_us\": %.6g, "
-            "\"latency_us\": %.6g, \"rank\": %d, \"best\": %s}%s\n",
-            row->peer_bytes, row->size, row->algo, row->runs_direct ? "direct" : row->algo,
-            r->o->dist_name, r->topo.nranks, c->total_us, bw,
-            bw * (r->topo.nranks - 1) / r->topo.nranks, c->nsteps, c->msgs[MOECCL_LINK_NODE],
-            c->msgs[MOECCL_LINK_GROUP], c->msgs[MOECCL_LINK_GLOBAL], c->msgs[MOECCL_LINK_SELF],
-            c->cpu_us, c->link_us, c->latency_us, row->rank, row->best ? "true" : "false",
-            i + 1 < r->nrows ? "," : "");
+    json_row(f, r, &r->rows[i]);
+    fprintf(f, "%s\n", i + 1 < r->nrows ? "," : "");
   }
   fprintf(f, "]\n");
 }
