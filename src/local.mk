@@ -5,6 +5,8 @@ lib_LTLIBRARIES += libmoeccl.la
 libmoeccl_core_la_SOURCES = \
   src/algos/algos.c src/algos/algos.h \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \
+  src/algos/alltoall_hier2.c src/algos/alltoall_hier3.c src/algos/alltoall_rail.c \
+  src/algos/relay.c src/algos/relay.h \
   src/bootstrap.c src/bootstrap.h \
   src/coll.c src/comm.c src/copy.c src/copy.h src/core.h \
   src/debug.c src/debug.h \

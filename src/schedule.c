@@ -27,6 +27,7 @@ void moeccl_sched_free(moeccl_sched_t* s) {
   free(s->ops);
   free(s->step_end);
   free(s->bufs);
+  free(s->work);
   memset(s, 0, sizeof(*s));
 }
 
@@ -68,5 +69,16 @@ moecclResult_t moeccl_sched_add_buf(moeccl_sched_t* s, void* buf, uint32_t* inde
     return moecclSystemError;
   s->bufs[s->nbufs] = buf;
   *index = (uint32_t)s->nbufs++;
+  return moecclSuccess;
+}
+
+moecclResult_t moeccl_sched_workspace(moeccl_sched_t* s, size_t bytes, void** work) {
+  if (bytes > s->work_bytes) {
+    void* p = realloc(s->work, bytes);
+    if (!p) return moecclSystemError;
+    s->work = p;
+    s->work_bytes = bytes;
+  }
+  *work = s->work;
   return moecclSuccess;
 }

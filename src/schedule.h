@@ -41,6 +41,8 @@ typedef struct {
   int nbufs, bufs_cap;
   size_t scratch_bytes; /* size of the scratch buffer the executor provides */
   int scratch_buf;      /* its index in bufs, or -1 when the schedule has none */
+  void* work;           /* generators' planning memory (moeccl_sched_workspace) */
+  size_t work_bytes;
 } moeccl_sched_t;
 
 /* Empties a schedule, keeping its memory for the next call (MoE splits change
@@ -57,6 +59,11 @@ moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s);
 moecclResult_t moeccl_sched_add_buf(moeccl_sched_t* s, void* buf, uint32_t* index);
 /* Makes sure ops and steps can grow by at least n without reallocating. */
 moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps);
+/* Memory of at least bytes (aligned for any type, contents undefined) for a
+ * generator's own tables while it plans; kept for the next call like the op
+ * array, so planning does not allocate on the hot path.  Valid until the
+ * next call of this function or moeccl_sched_free. */
+moecclResult_t moeccl_sched_workspace(moeccl_sched_t* s, size_t bytes, void** work);
 
 struct moeccl_topo;
 

@@ -1,20 +1,32 @@
 /*
  * Unit test of the all-to-all schedule generators, without processes: every
- * rank's schedule is built for random rank counts and uneven splits (zero
- * blocks, gaps between blocks), then all schedules are run by a tiny
- * in-memory simulator with per-pair FIFO matching.  Every byte must reach
- * exactly the right place once; gap bytes must stay untouched; nothing may
- * be left unmatched.  Buffers hold byte identities (uint32 per byte), so a
- * misplaced byte is found, not just a wrong checksum.
+ * rank's schedule is built for random rank counts, topologies (ranks per
+ * node, placements by blocks, shuffled or irregular, nodes per group,
+ * rails), direct's window, and uniform or uneven splits (zero blocks, gaps
+ * between blocks); then all schedules are run by a tiny in-memory simulator
+ * with per-pair FIFO matching.  Every byte must reach exactly the right
+ * place once; gap bytes must stay untouched; nothing may be left unmatched;
+ * no op may reach outside its buffer.  Buffers hold byte identities (uint32
+ * per byte), so a misplaced byte is found, not just a wrong checksum.
+ *
+ * Beyond the bytes: every rank's plan must be O(n) ops in a bounded number
+ * of steps; an algorithm may ask pair_bytes only for pairs its meta scope
+ * covers (src or dst in its node / group); where applies() says no, the
+ * schedule must be exactly direct's; where it says yes, the message counts
+ * must be those of the hierarchy (so a silent fallback to direct fails);
+ * and one rank's plan at 16,384 ranks must take milliseconds.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "algos/algos.h"
+#include "topo/topo.h"
 
 #define SENTINEL 0xffffffffu
+#define ELEM sizeof(uint32_t)
 
 typedef struct {
   int n;
@@ -25,6 +37,23 @@ typedef struct {
   int uniform;        /* plan as moecclAlltoAll: equal blocks, packed */
 } world_t;
 
+/* One generated case: the algorithm, the world, where its ranks sit. */
+typedef struct {
+  const moeccl_a2a_algo_t* algo;
+  const moeccl_topo_t* topo; /* NULL: no topology */
+  int window;
+  int applies;
+  moeccl_meta_scope_t scope; /* what pair_bytes may be asked: none unless applies */
+  int violations;
+  const char* topo_text;
+} case_t;
+
+typedef struct {
+  const world_t* w; /* NULL: sizes from pair_formula */
+  case_t* c;
+  int me;
+} pair_ctx_t;
+
 typedef struct msg {
   uint32_t* data;
   size_t bytes;
@@ -32,6 +61,7 @@ typedef struct msg {
 } msg_t;
 
 static uint64_t rng_state;
+static int hier_cases[MOECCL_A2A_NALGOS]; /* cases run as themselves, per hierarchical algorithm */
 static uint64_t rnd(void) {
   rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
   return rng_state;
@@ -41,8 +71,9 @@ static uint32_t ident(int rank, size_t off) { return ((uint32_t)rank << 22) | (u
 
 /* Random uneven split: about a third of the blocks are empty; displacements
  * leave gaps.  recvcounts mirror sendcounts of the peers. */
-static void make_world(world_t* w, int n, size_t max_block) {
-  w->n = n;
+static void make_world(world_t* w, int n, size_t max_block, int uniform) {
+  memset(w, 0, sizeof(*w));
+  w->n = n, w->uniform = uniform;
   size_t nn = (size_t)n * (size_t)n;
   w->sc = calloc(nn, sizeof(size_t)), w->sd = calloc(nn, sizeof(size_t));
   w->rc = calloc(nn, sizeof(size_t)), w->rd = calloc(nn, sizeof(size_t));
@@ -62,42 +93,67 @@ static void make_world(world_t* w, int n, size_t max_block) {
       w->rd[r * n + q] = ro, ro += w->rc[r * n + q] + (w->uniform ? 0 : rnd() % 3);
     }
     w->send_len[r] = so, w->recv_len[r] = ro;
-    w->send[r] = malloc((so + 1) * sizeof(uint32_t));
-    w->recv[r] = malloc((ro + 1) * sizeof(uint32_t));
+    w->send[r] = malloc((so + 1) * ELEM);
+    w->recv[r] = malloc((ro + 1) * ELEM);
     for (size_t i = 0; i < so; i++) w->send[r][i] = ident(r, i);
     for (size_t i = 0; i < ro; i++) w->recv[r][i] = SENTINEL;
   }
-}
-
-static void make_world_kind(world_t* w, int n, size_t max_block, int uniform) {
-  memset(w, 0, sizeof(*w));
-  w->uniform = uniform;
-  make_world(w, n, max_block);
+  w->scratch = calloc((size_t)n, sizeof(*w->scratch));
 }
 
 static void free_world(world_t* w) {
-  for (int r = 0; r < w->n; r++)
-    free(w->send[r]), free(w->recv[r]), free(w->scratch ? w->scratch[r] : NULL);
+  for (int r = 0; r < w->n; r++) free(w->send[r]), free(w->recv[r]), free(w->scratch[r]);
   free(w->scratch);
   free(w->send), free(w->recv), free(w->send_len), free(w->recv_len);
   free(w->sc), free(w->sd), free(w->rc), free(w->rd);
 }
 
-/* Schedules count "bytes" as elements of 4 bytes (one identity each). */
-static moeccl_a2a_desc_t desc_of(const world_t* w, int r) {
-  if (w->uniform)
-    return (moeccl_a2a_desc_t){.rank = r,
-                               .nranks = w->n,
-                               .block_bytes = w->sc[0] * sizeof(uint32_t),
-                               .elem_size = sizeof(uint32_t)};
-  return (moeccl_a2a_desc_t){.rank = r,
-                             .nranks = w->n,
-                             .send_counts = w->sc + (size_t)r * w->n,
-                             .send_displs = w->sd + (size_t)r * w->n,
-                             .recv_counts = w->rc + (size_t)r * w->n,
-                             .recv_displs = w->rd + (size_t)r * w->n,
-                             .elem_size = sizeof(uint32_t)};
+/* ---- meta scope ---- */
+
+static int in_scope(const case_t* c, int me, int r) {
+  const moeccl_topo_t* t = c->topo;
+  if (c->scope == MOECCL_META_NONE || !t) return 0;
+  int a = t->rank_node[r], b = t->rank_node[me];
+  return c->scope == MOECCL_META_NODE ? a == b : t->node_group[a] == t->node_group[b];
 }
+
+/* Sizes of the 16,384-rank timing plans, where no matrix is kept. */
+static size_t pair_formula(int src, int dst) {
+  return (size_t)(((unsigned)src * 2654435761u + (unsigned)dst * 40503u) >> 7) % 5 * 24;
+}
+
+/* pair_bytes: answers from the whole matrix, but counts each question the
+ * algorithm's meta scope does not cover (neither the send row of src nor
+ * the receive row of dst would have been gathered). */
+static size_t test_pair_bytes(const void* ctx, int src, int dst) {
+  const pair_ctx_t* p = ctx;
+  if (!in_scope(p->c, p->me, src) && !in_scope(p->c, p->me, dst) && p->c->violations++ < 3)
+    fprintf(stderr, "%s: rank %d asked pair_bytes(%d, %d), outside its meta scope\n",
+            p->c->algo->name, p->me, src, dst);
+  if (!p->w) return pair_formula(src, dst);
+  return p->w->sc[(size_t)src * p->w->n + dst] * ELEM;
+}
+
+/* Schedules count "bytes" as elements of 4 bytes (one identity each). */
+static moeccl_a2a_desc_t desc_of(const world_t* w, case_t* c, pair_ctx_t* p, int r) {
+  moeccl_a2a_desc_t d = {.rank = r,
+                         .nranks = w->n,
+                         .elem_size = ELEM,
+                         .window = c->window,
+                         .topo = c->topo,
+                         .pair_bytes = test_pair_bytes,
+                         .pair_ctx = p};
+  *p = (pair_ctx_t){.w = w, .c = c, .me = r};
+  if (w->uniform) {
+    d.block_bytes = w->sc[0] * ELEM;
+  } else {
+    d.send_counts = w->sc + (size_t)r * w->n, d.send_displs = w->sd + (size_t)r * w->n;
+    d.recv_counts = w->rc + (size_t)r * w->n, d.recv_displs = w->rd + (size_t)r * w->n;
+  }
+  return d;
+}
+
+/* ---- simulator ---- */
 
 static uint32_t* buf_of(const world_t* w, const moeccl_sched_t* s, int r, uint32_t b,
                         uint64_t off) {
@@ -105,7 +161,112 @@ static uint32_t* buf_of(const world_t* w, const moeccl_sched_t* s, int r, uint32
                    : b == MOECCL_BUF_RECV                                ? w->recv[r]
                    : (int)b == s->scratch_buf || b == MOECCL_BUF_SCRATCH ? w->scratch[r]
                                                                          : NULL;
-  return base ? base + off / sizeof(uint32_t) : NULL;
+  return base ? base + off / ELEM : NULL;
+}
+
+static int range_ok(const world_t* w, const moeccl_sched_t* s, int r, uint32_t b, uint64_t off,
+                    uint64_t bytes) {
+  uint64_t len = b == MOECCL_BUF_SEND      ? w->send_len[r] * ELEM
+                 : b == MOECCL_BUF_RECV    ? w->recv_len[r] * ELEM
+                 : b == MOECCL_BUF_SCRATCH ? s->scratch_bytes
+                                           : 0;
+  return off % ELEM == 0 && bytes % ELEM == 0 && off <= len && bytes <= len - off;
+}
+
+/* Every op stays inside its buffers, sends and receives name a real peer. */
+static int check_ranges(const world_t* w, const moeccl_sched_t* s, int r) {
+  for (int i = 0; i < s->nops; i++) {
+    const moeccl_sched_op_t* op = &s->ops[i];
+    int ok = op->type == MOECCL_OP_COPY || (op->peer >= 0 && op->peer < w->n && op->peer != r);
+    if (op->type != MOECCL_OP_RECV)
+      ok = ok && range_ok(w, s, r, op->src_buf, op->src_off, op->bytes);
+    if (op->type != MOECCL_OP_SEND)
+      ok = ok && range_ok(w, s, r, op->dst_buf, op->dst_off, op->bytes);
+    if (!ok) {
+      fprintf(stderr,
+              "rank %d op %d (type %d peer %d, %u+%llu -> %u+%llu, %llu bytes) is out of "
+              "bounds (scratch %zu)\n",
+              r, i, op->type, op->peer, op->src_buf, (unsigned long long)op->src_off, op->dst_buf,
+              (unsigned long long)op->dst_off, (unsigned long long)op->bytes, s->scratch_bytes);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Hazards within a step: its sends and receives run concurrently with each
+ * other and with its copies (copies run in order among themselves), so a
+ * receive may not overlap anything else of the step, and a copy may not
+ * write what a send of the step reads. */
+enum { HZ_RECV_W, HZ_SEND_R, HZ_COPY_R, HZ_COPY_W, HZ_KINDS };
+typedef struct {
+  uint32_t buf, kind;
+  uint64_t start, end;
+} span_t;
+
+static int span_cmp(const void* a, const void* b) {
+  const span_t *x = a, *y = b;
+  if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int conflicts(int a, int b) {
+  if (a == HZ_RECV_W || b == HZ_RECV_W) return 1;
+  return (a == HZ_SEND_R && b == HZ_COPY_W) || (a == HZ_COPY_W && b == HZ_SEND_R);
+}
+
+static int step_hazards(span_t* sp, int m) {
+  qsort(sp, (size_t)m, sizeof(*sp), span_cmp);
+  uint64_t reach[HZ_KINDS] = {0}; /* furthest end of each kind so far, this buffer */
+  for (int i = 0; i < m; i++) {
+    if (i && sp[i].buf != sp[i - 1].buf) memset(reach, 0, sizeof(reach));
+    for (int k = 0; k < HZ_KINDS; k++)
+      if (conflicts(k, (int)sp[i].kind) && reach[k] > sp[i].start) return 1;
+    if (sp[i].end > reach[sp[i].kind]) reach[sp[i].kind] = sp[i].end;
+  }
+  return 0;
+}
+
+static int check_hazards(const moeccl_sched_t* s, int r) {
+  span_t* sp = malloc(2 * (size_t)(s->nops + 1) * sizeof(*sp));
+  int errors = 0;
+  for (int st = 0, begin = 0; st < s->nsteps && !errors; begin = s->step_end[st++]) {
+    int m = 0;
+    for (int i = begin; i < s->step_end[st]; i++) {
+      const moeccl_sched_op_t* op = &s->ops[i];
+      if (op->type != MOECCL_OP_RECV)
+        sp[m++] = (span_t){op->src_buf, op->type == MOECCL_OP_SEND ? HZ_SEND_R : HZ_COPY_R,
+                           op->src_off, op->src_off + op->bytes};
+      if (op->type != MOECCL_OP_SEND)
+        sp[m++] = (span_t){op->dst_buf, op->type == MOECCL_OP_RECV ? HZ_RECV_W : HZ_COPY_W,
+                           op->dst_off, op->dst_off + op->bytes};
+    }
+    if (step_hazards(sp, m))
+      fprintf(stderr, "rank %d step %d: an op writes what another op of the step uses\n", r, st),
+          errors++;
+  }
+  free(sp);
+  return errors;
+}
+
+static void post_step(world_t* w, moeccl_sched_t* s, int r, int begin, int end, msg_t** head,
+                      msg_t** tail) {
+  int n = w->n;
+  for (int i = begin; i < end; i++) {
+    moeccl_sched_op_t* op = &s->ops[i];
+    uint32_t* src = op->type != MOECCL_OP_RECV ? buf_of(w, s, r, op->src_buf, op->src_off) : NULL;
+    if (op->type == MOECCL_OP_COPY) {
+      memcpy(buf_of(w, s, r, op->dst_buf, op->dst_off), src, op->bytes);
+    } else if (op->type == MOECCL_OP_SEND) {
+      msg_t* m = calloc(1, sizeof(*m));
+      m->data = malloc(op->bytes), m->bytes = op->bytes;
+      memcpy(m->data, src, op->bytes);
+      size_t q = (size_t)r * n + op->peer;
+      if (tail[q]) tail[q]->next = m;
+      else head[q] = m;
+      tail[q] = m;
+    }
+  }
 }
 
 /* Runs all schedules; sends are buffered, receives match per pair in order.
@@ -123,22 +284,7 @@ static int simulate(world_t* w, moeccl_sched_t* sch) {
       while (step[r] < s->nsteps) {
         int begin = step[r] ? s->step_end[step[r] - 1] : 0, end = s->step_end[step[r]];
         if (!posted[r]) { /* post sends and copies once */
-          for (int i = begin; i < end; i++) {
-            moeccl_sched_op_t* op = &s->ops[i];
-            uint32_t* src =
-                op->type != MOECCL_OP_RECV ? buf_of(w, s, r, op->src_buf, op->src_off) : NULL;
-            if (op->type == MOECCL_OP_COPY) {
-              memcpy(buf_of(w, s, r, op->dst_buf, op->dst_off), src, op->bytes);
-            } else if (op->type == MOECCL_OP_SEND) {
-              msg_t* m = calloc(1, sizeof(*m));
-              m->data = malloc(op->bytes), m->bytes = op->bytes;
-              memcpy(m->data, src, op->bytes);
-              size_t q = (size_t)r * n + op->peer;
-              if (tail[q]) tail[q]->next = m;
-              else head[q] = m;
-              tail[q] = m;
-            }
-          }
+          post_step(w, s, r, begin, end, head, tail);
           posted[r] = 1, next_op[r] = begin, progress = 1;
         }
         for (; next_op[r] < end; next_op[r]++) { /* receives, in order */
@@ -167,8 +313,14 @@ static int simulate(world_t* w, moeccl_sched_t* sch) {
   for (int r = 0; r < n; r++)
     if (step[r] < sch[r].nsteps)
       fprintf(stderr, "rank %d stuck in step %d\n", r, step[r]), errors++;
-  for (size_t q = 0; q < (size_t)n * n; q++)
+  for (size_t q = 0; q < (size_t)n * n; q++) {
     if (head[q]) fprintf(stderr, "unmatched message %zu->%zu\n", q / n, q % n), errors++;
+    for (msg_t* m = head[q]; m;) {
+      msg_t* next = m->next;
+      free(m->data), free(m);
+      m = next;
+    }
+  }
   free(head), free(tail), free(step), free(posted), free(next_op);
   return errors;
 }
@@ -197,55 +349,374 @@ static int verify(const world_t* w) {
   return errors;
 }
 
-static int run_case(const moeccl_a2a_algo_t* algo, int n, size_t max_block, int uniform) {
-  world_t w;
-  w.uniform = uniform;
-  make_world_kind(&w, n, max_block, uniform);
-  moeccl_sched_t* sch = calloc((size_t)n, sizeof(*sch));
+/* ---- shape of each plan ---- */
+
+typedef struct {
+  int sends[MOECCL_LINK_NCLASSES], recvs[MOECCL_LINK_NCLASSES];
+  int copies, off_rail; /* off_rail: messages between nodes to another local index */
+  int off_plane;        /* hier3: messages between groups to another node index */
+  int max_step_sends, max_step_recvs;
+} shape_t;
+
+static shape_t shape_of(const moeccl_sched_t* s, const moeccl_topo_t* t, int r) {
+  shape_t sh = {0};
+  for (int st = 0, begin = 0; st < s->nsteps; begin = s->step_end[st++]) {
+    int sends = 0, recvs = 0;
+    for (int i = begin; i < s->step_end[st]; i++) {
+      const moeccl_sched_op_t* op = &s->ops[i];
+      if (op->type == MOECCL_OP_COPY) {
+        sh.copies++;
+        continue;
+      }
+      int cls = t ? (int)moeccl_topo_class(t, r, op->peer) : MOECCL_LINK_GLOBAL;
+      if (op->type == MOECCL_OP_SEND) sh.sends[cls]++, sends++;
+      else sh.recvs[cls]++, recvs++;
+      if (t && cls >= MOECCL_LINK_GROUP && t->rank_local[op->peer] != t->rank_local[r])
+        sh.off_rail++;
+      if (t && cls == MOECCL_LINK_GLOBAL && t->nodes_per_group &&
+          t->rank_node[op->peer] % t->nodes_per_group != t->rank_node[r] % t->nodes_per_group)
+        sh.off_plane++;
+    }
+    if (sends > sh.max_step_sends) sh.max_step_sends = sends;
+    if (recvs > sh.max_step_recvs) sh.max_step_recvs = recvs;
+  }
+  return sh;
+}
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* Message counts of each hierarchical algorithm on a regular topology. */
+static int check_hier_shape(const case_t* c, const shape_t* sh) {
+  const moeccl_topo_t* t = c->topo;
+  int L = t->ranks_per_node, N = t->nnodes, ng = t->ngroups;
+  int P = t->nodes_per_group ? t->nodes_per_group : N;
+  int node = sh->sends[MOECCL_LINK_NODE], group = sh->sends[MOECCL_LINK_GROUP];
+  int global = sh->sends[MOECCL_LINK_GLOBAL], across = group + global;
+  int racross = sh->recvs[MOECCL_LINK_GROUP] + sh->recvs[MOECCL_LINK_GLOBAL];
+  switch (c->algo->id) {
+    case MOECCL_A2A_HIER2:
+      return across <= ceil_div(N - 1, L) && racross <= ceil_div(N - 1, L) && node <= 2 * (L - 1) &&
+             sh->off_rail == 0;
+    case MOECCL_A2A_RAIL:
+      return across <= N - 1 && racross <= N - 1 && node <= L - 1 && sh->off_rail == 0;
+    case MOECCL_A2A_HIER3:
+      return global <= ng - 1 && group <= P - 1 && node <= L - 1 && sh->off_rail == 0 &&
+             sh->off_plane == 0 && sh->recvs[MOECCL_LINK_GLOBAL] <= ng - 1;
+    default: return 1;
+  }
+}
+
+static int same_ops(const moeccl_sched_t* a, const moeccl_sched_t* b) {
+  if (a->nops != b->nops || a->nsteps != b->nsteps || a->scratch_bytes != b->scratch_bytes)
+    return 0;
+  for (int i = 0; i < a->nops; i++)
+    if (memcmp(&a->ops[i], &b->ops[i], sizeof(a->ops[i]))) return 0;
+  return !memcmp(a->step_end, b->step_end, (size_t)a->nsteps * sizeof(int));
+}
+
+static int direct_steps(int n, int window) {
+  return n <= 1 ? 1 : window > 0 && window < n - 1 ? ceil_div(n - 1, window) : 1;
+}
+
+/* Steps and ops of rank r's plan are bounded, O(n); a fallback is direct. */
+static int check_plan(const world_t* w, case_t* c, const moeccl_a2a_desc_t* d,
+                      const moeccl_sched_t* s) {
+  int n = w->n, log2n = 0, id = c->algo->id;
+  while ((1 << log2n) < n) log2n++;
+  int hier = id >= MOECCL_A2A_HIER2 && c->applies, bruck = id == MOECCL_A2A_BRUCK && w->uniform;
+  int window = id == MOECCL_A2A_DIRECT || (id >= MOECCL_A2A_HIER2 && !c->applies) ? c->window : 0;
+  int max_steps = id == MOECCL_A2A_PAIRWISE || (id == MOECCL_A2A_BRUCK && !bruck) ? n
+                  : bruck                                                         ? 2 * log2n + 1
+                  : hier ? (id == MOECCL_A2A_RAIL ? 5 : 7)
+                         : direct_steps(n, window);
+  int max_ops = bruck ? 4 * n + 4 * log2n : hier ? 5 * n + 16 : 2 * n + 1;
+  shape_t sh = shape_of(s, c->topo, d->rank);
   int errors = 0;
-  for (int r = 0; r < n && !errors; r++) {
-    moeccl_a2a_desc_t d = desc_of(&w, r);
-    moeccl_sched_reset(&sch[r]);
-    if (algo->schedule(&d, &sch[r]) != moecclSuccess) errors++;
-    int log2n = 0;
-    while ((1 << log2n) < n) log2n++;
-    int bruck = algo->id == MOECCL_A2A_BRUCK && uniform;
-    /* O(n) plans, bounded steps: one step, n-1 steps, or 2 per Bruck round */
-    int max_steps = algo->id == MOECCL_A2A_DIRECT ? 1 : bruck ? 2 * log2n + 1 : n;
-    int max_ops = bruck ? 4 * n + 4 * log2n : 2 * n + 1; /* O(n) ops: Bruck copies runs */
-    if (sch[r].nsteps > max_steps || sch[r].nops > max_ops) {
-      fprintf(stderr, "%s n=%d: %d steps, %d ops\n", algo->name, n, sch[r].nsteps, sch[r].nops);
+  if (s->nsteps > max_steps || s->nops > max_ops) {
+    fprintf(stderr, "%s n=%d rank %d: %d steps, %d ops (at most %d, %d)\n", c->algo->name, n,
+            d->rank, s->nsteps, s->nops, max_steps, max_ops);
+    errors++;
+  }
+  if (window && (sh.max_step_sends > window || sh.max_step_recvs > window)) {
+    fprintf(stderr, "%s n=%d: %d sends in a step, window %d\n", c->algo->name, n, sh.max_step_sends,
+            window);
+    errors++;
+  }
+  if (hier && !check_hier_shape(c, &sh)) {
+    fprintf(stderr,
+            "%s n=%d rank %d (%s): sends node %d group %d global %d, %d off rail, "
+            "%d off plane: not hierarchical\n",
+            c->algo->name, n, d->rank, c->topo_text, sh.sends[MOECCL_LINK_NODE],
+            sh.sends[MOECCL_LINK_GROUP], sh.sends[MOECCL_LINK_GLOBAL], sh.off_rail, sh.off_plane);
+    errors++;
+  }
+  if (id >= MOECCL_A2A_HIER2 && !c->applies) {
+    moeccl_sched_t ref = {0};
+    moeccl_sched_reset(&ref);
+    if (moeccl_a2a_direct(d, &ref) != moecclSuccess || !same_ops(s, &ref)) {
+      fprintf(stderr, "%s n=%d rank %d (%s): does not apply, but the plan is not direct's\n",
+              c->algo->name, n, d->rank, c->topo_text);
       errors++;
     }
+    moeccl_sched_free(&ref);
   }
-  w.scratch = calloc((size_t)n, sizeof(*w.scratch));
-  for (int r = 0; r < n; r++) w.scratch[r] = malloc(sch[r].scratch_bytes + 4);
+  return errors;
+}
+
+/* ---- cases ---- */
+
+static int run_case(case_t* c, int n, size_t max_block, int uniform) {
+  world_t w;
+  make_world(&w, n, max_block, uniform);
+  moeccl_sched_t* sch = calloc((size_t)n, sizeof(*sch));
+  pair_ctx_t* pc = calloc((size_t)n, sizeof(*pc));
+  int errors = 0;
+  for (int r = 0; r < n && !errors; r++) {
+    moeccl_a2a_desc_t d = desc_of(&w, c, &pc[r], r);
+    moeccl_sched_reset(&sch[r]);
+    if (c->algo->schedule(&d, &sch[r]) != moecclSuccess) {
+      fprintf(stderr, "%s n=%d rank %d: the generator failed\n", c->algo->name, n, r);
+      errors++;
+      break;
+    }
+    errors += check_plan(&w, c, &d, &sch[r]);
+    errors += check_ranges(&w, &sch[r], r);
+    errors += check_hazards(&sch[r], r);
+    w.scratch[r] = malloc(sch[r].scratch_bytes + ELEM);
+    memset(w.scratch[r], 0xa5,
+           sch[r].scratch_bytes + ELEM); /* no identity: reads of unwritten scratch show */
+  }
+  errors += c->violations;
+  hier_cases[c->algo->id] += c->applies;
   if (!errors) errors += simulate(&w, sch);
   if (!errors) errors += verify(&w);
   for (int r = 0; r < n; r++) moeccl_sched_free(&sch[r]);
-  free(sch);
+  free(sch), free(pc);
   free_world(&w);
   if (errors)
-    fprintf(stderr, "FAIL %s nranks=%d max_block=%zu%s\n", algo->name, n, max_block,
-            uniform ? " uniform" : "");
+    fprintf(stderr, "FAIL %s nranks=%d max_block=%zu%s window=%d topo %s\n", c->algo->name, n,
+            max_block, uniform ? " uniform" : "", c->window, c->topo_text);
   return errors != 0;
+}
+
+/* Whether a hierarchical algorithm must run as itself, from the topology
+ * alone (not from its applies(), which is checked against this). */
+static int should_apply(moeccl_a2a_algo_id_t id, const moeccl_topo_t* t) {
+  if (!t || t->ranks_per_node <= 0) return 0;
+  if (id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_RAIL) return t->nnodes >= 2;
+  if (id != MOECCL_A2A_HIER3 || t->nodes_per_group <= 0) return 0;
+  return t->nnodes % t->nodes_per_group == 0 && t->nnodes / t->nodes_per_group >= 2;
+}
+
+static int finish_case(case_t* c, const moeccl_a2a_algo_t* algo, const moeccl_topo_t* t) {
+  c->algo = algo, c->topo = t, c->violations = 0;
+  c->applies = should_apply(algo->id, t);
+  c->scope = c->applies ? algo->meta : MOECCL_META_NONE;
+  moeccl_a2a_desc_t probe = {.nranks = t ? t->nranks : 0, .topo = t};
+  int says = algo->applies ? algo->applies(&probe) : 0;
+  if (says == c->applies) return 0;
+  fprintf(stderr, "%s: applies() says %d on %s\n", algo->name, says, c->topo_text);
+  return 1;
+}
+
+static int random_window(int n) {
+  switch (rnd() % 6) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return 2 + (int)(rnd() % 3);
+    case 3: return n > 1 ? 1 + (int)(rnd() % (unsigned)n) : 0;
+    case 4: return n + (int)(rnd() % 3) - 1;
+    default: return 64;
+  }
+}
+
+/* Nodes per group: often a divisor of nnodes (regular groups), sometimes not. */
+static int random_group(int nnodes) {
+  if (rnd() % 3 == 0) return (int)(rnd() % (unsigned)(nnodes + 1));
+  int div[64], nd = 0;
+  for (int g = 1; g < nnodes && nd < 64; g++)
+    if (nnodes % g == 0) div[nd++] = g;
+  return nd ? div[rnd() % (unsigned)nd] : 0;
+}
+
+typedef enum { TOPO_NONE, TOPO_BLOCKS, TOPO_SHUFFLED, TOPO_IRREGULAR, TOPO_KINDS } topo_kind_t;
+
+/* A random placement of about max_n ranks; returns nranks, fills t (NULL
+ * for TOPO_NONE) and a description. */
+static int random_topo(moeccl_topo_t* t, topo_kind_t kind, int max_n, char* text, size_t len) {
+  static const int per_node[] = {1, 2, 3, 4, 8};
+  int L = per_node[rnd() % 5], nrails = (int)(rnd() % 3) == 2 ? L : (int)(rnd() % 3);
+  if (kind == TOPO_NONE || max_n < 2) {
+    int n = 1 + (int)(rnd() % (unsigned)max_n);
+    snprintf(text, len, "none");
+    return n;
+  }
+  int N = 1 + (int)(rnd() % (unsigned)(max_n / L > 1 ? max_n / L : 1));
+  int n = kind == TOPO_IRREGULAR ? 1 + (int)(rnd() % (unsigned)max_n) : N * L;
+  uint64_t* node_of = malloc((size_t)n * sizeof(*node_of));
+  int* perm = malloc((size_t)n * sizeof(*perm));
+  for (int r = 0; r < n; r++) perm[r] = r;
+  for (int r = n - 1; r > 0 && kind == TOPO_SHUFFLED; r--) {
+    int k = (int)(rnd() % (unsigned)(r + 1)), tmp = perm[r];
+    perm[r] = perm[k], perm[k] = tmp;
+  }
+  int scatter = kind == TOPO_IRREGULAR && rnd() % 2;
+  for (int r = 0; r < n; r++) node_of[perm[r]] = scatter ? rnd() % (unsigned)N : (uint64_t)r / L;
+  int nnodes = 0;
+  for (int r = 0; r < n; r++)
+    nnodes = node_of[r] + 1 > (uint64_t)nnodes ? (int)node_of[r] + 1 : nnodes;
+  int group = random_group(nnodes);
+  moeccl_topo_from_nodes(t, n, node_of, group, nrails);
+  snprintf(text, len, "%s %d nodes x %d%s, %d per group (%d groups), %d rails",
+           kind == TOPO_BLOCKS     ? "blocks"
+           : kind == TOPO_SHUFFLED ? "shuffled"
+                                   : "irregular",
+           t->nnodes, t->ranks_per_node, t->ranks_per_node ? "" : " (uneven)", t->nodes_per_group,
+           t->ngroups, nrails);
+  free(node_of), free(perm);
+  return n;
+}
+
+static int random_case(const moeccl_a2a_algo_t* algo, int max_n, size_t max_block, int uniform) {
+  /* the hierarchical ones mostly on regular topologies, where they run */
+  topo_kind_t kind = (topo_kind_t)(rnd() % TOPO_KINDS);
+  if (algo->applies && kind == TOPO_IRREGULAR && rnd() % 2) kind = TOPO_BLOCKS;
+  moeccl_topo_t topo;
+  char text[160];
+  int n = random_topo(&topo, kind, max_n, text, sizeof(text));
+  int has_topo = strcmp(text, "none") != 0;
+  case_t c = {.window = random_window(n), .topo_text = text};
+  int failed = finish_case(&c, algo, has_topo ? &topo : NULL);
+  failed |= run_case(&c, n, max_block, uniform);
+  if (has_topo) moeccl_topo_free(&topo);
+  return failed;
+}
+
+/* ---- 16,384 ranks: one rank's plan takes milliseconds ---- */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int timing_check(void) {
+  moeccl_topo_t t;
+  const int nnodes = 2048, L = 8, n = nnodes * L;
+  moeccl_topo_regular_shape(&t, nnodes, L, 16, 8);
+  size_t *counts = malloc(4 * (size_t)n * sizeof(size_t)), *displs = counts + 2 * n;
+  int failed = 0;
+  static const int ranks[] = {0, 9001};
+  for (int a = 0; a < MOECCL_A2A_NALGOS; a++) {
+    case_t c = {.topo_text = "2048 x 8, 16 per group"};
+    failed += finish_case(&c, &moeccl_a2a_algos[a], &t);
+    double worst = 0;
+    int ops = 0;
+    for (int v = 0; v < 2; v++) {
+      for (size_t k = 0; k < sizeof(ranks) / sizeof(ranks[0]); k++) {
+        int r = ranks[k];
+        pair_ctx_t p = {.c = &c, .me = r};
+        moeccl_a2a_desc_t d = {.rank = r,
+                               .nranks = n,
+                               .elem_size = 1,
+                               .block_bytes = 64,
+                               .topo = &t,
+                               .window = 64,
+                               .pair_bytes = test_pair_bytes,
+                               .pair_ctx = &p};
+        if (v) {
+          for (int q = 0; q < n; q++) {
+            counts[q] = pair_formula(r, q), counts[n + q] = pair_formula(q, r);
+            displs[q] = displs[n + q] = (size_t)q * 96;
+          }
+          d.send_counts = counts, d.recv_counts = counts + n;
+          d.send_displs = displs, d.recv_displs = displs + n;
+        }
+        moeccl_sched_t s = {0};
+        moeccl_sched_reset(&s);
+        double t0 = now_ms();
+        moecclResult_t rc = c.algo->schedule(&d, &s);
+        double ms = now_ms() - t0;
+        if (ms > worst) worst = ms;
+        if (s.nops > ops) ops = s.nops;
+        if (rc != moecclSuccess) failed++, fprintf(stderr, "%s at 16384: failed\n", c.algo->name);
+        moeccl_sched_free(&s);
+      }
+    }
+    printf("16384 ranks: %-8s one rank's plan %6.2f ms (at most), %d ops\n", c.algo->name, worst,
+           ops);
+    /* milliseconds; a generous limit for shared or sanitized machines */
+    if (worst > 1000 || c.violations) failed++, fprintf(stderr, "%s too slow\n", c.algo->name);
+  }
+  free(counts);
+  moeccl_topo_free(&t);
+  return failed;
+}
+
+/* ---- what each algorithm costs one rank: 64 nodes x 8, 4 KiB blocks ---- */
+
+static void print_shapes(void) {
+  moeccl_topo_t t;
+  moeccl_topo_regular_shape(&t, 64, 8, 8, 8);
+  int n = t.nranks;
+  printf("64 nodes x 8 ranks, 8 nodes per group, uniform 4 KiB blocks (%d KiB per rank), most "
+         "over ranks:\n",
+         n * 4);
+  printf("  %-8s %5s %5s %6s %6s %6s %6s %10s\n", "algo", "steps", "ops", "copies", "node", "group",
+         "global", "scratch");
+  for (int a = 0; a < MOECCL_A2A_NALGOS; a++) {
+    case_t c = {.topo_text = "64 x 8"};
+    if (finish_case(&c, &moeccl_a2a_algos[a], &t)) continue;
+    int worst[6] = {0};
+    size_t scratch = 0;
+    for (int r = 0; r < n; r++) {
+      moeccl_a2a_desc_t d = {
+          .rank = r, .nranks = n, .elem_size = 1, .block_bytes = 4096, .topo = &t, .window = 0};
+      moeccl_sched_t s = {0};
+      moeccl_sched_reset(&s);
+      c.algo->schedule(&d, &s);
+      shape_t sh = shape_of(&s, &t, r);
+      int v[6] = {s.nsteps,
+                  s.nops,
+                  sh.copies,
+                  sh.sends[MOECCL_LINK_NODE],
+                  sh.sends[MOECCL_LINK_GROUP],
+                  sh.sends[MOECCL_LINK_GLOBAL]};
+      for (int k = 0; k < 6; k++)
+        if (v[k] > worst[k]) worst[k] = v[k];
+      if (s.scratch_bytes > scratch) scratch = s.scratch_bytes;
+      moeccl_sched_free(&s);
+    }
+    printf("  %-8s %5d %5d %6d %6d %6d %6d %7zu KiB\n", c.algo->name, worst[0], worst[1], worst[2],
+           worst[3], worst[4], worst[5], scratch / 1024);
+  }
+  moeccl_topo_free(&t);
 }
 
 int main(void) {
   int failed = 0, cases = 0;
   rng_state = 0x9e3779b97f4a7c15ULL;
+  double t0 = now_ms();
   static const int fixed[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};
   for (int a = 0; a < MOECCL_A2A_NALGOS; a++) {
     const moeccl_a2a_algo_t* algo = &moeccl_a2a_algos[a];
     for (int uniform = 0; uniform < 2; uniform++) {
-      for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++, cases++)
-        failed += run_case(algo, fixed[i], 40, uniform);
-      for (int k = 0; k < 12; k++, cases++)
-        failed += run_case(algo, 1 + (int)(rnd() % 1024), k % 2 ? 3 : 0, uniform);
-      for (int k = 0; k < 20; k++, cases++)
-        failed += run_case(algo, 1 + (int)(rnd() % 64), 64, uniform);
+      for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++, cases++) {
+        case_t c = {.topo_text = "none"};
+        failed += finish_case(&c, algo, NULL) | run_case(&c, fixed[i], 40, uniform);
+      }
+      for (int k = 0; k < 40; k++, cases++) failed += random_case(algo, 64, 40, uniform);
+      for (int k = 0; k < 12; k++, cases++) failed += random_case(algo, 256, 8, uniform);
+      for (int k = 0; k < 4; k++, cases++)
+        failed += random_case(algo, 1024, k % 2 ? 3 : 1, uniform);
     }
   }
-  printf("%d passed, %d failed\n", cases - failed, failed);
+  for (int a = MOECCL_A2A_HIER2; a < MOECCL_A2A_NALGOS; a++) {
+    printf("%s ran as itself in %d cases\n", moeccl_a2a_algos[a].name, hier_cases[a]);
+    if (hier_cases[a] < 20) failed++, fprintf(stderr, "too few hierarchical cases\n");
+  }
+  print_shapes();
+  failed += timing_check();
+  printf("%d passed, %d failed (%.1f s)\n", cases - failed, failed, (now_ms() - t0) / 1e3);
   return failed ? 1 : 0;
 }

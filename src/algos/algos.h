@@ -54,6 +54,17 @@ moecclResult_t moeccl_a2a_hier2(const moeccl_a2a_desc_t* desc, moeccl_sched_t* o
 moecclResult_t moeccl_a2a_hier3(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 moecclResult_t moeccl_a2a_rail(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 
+/* The algorithms' applies(): hier2 and rail need the same number of ranks on
+ * every node and at least two nodes; hier3 also the same number of nodes in
+ * every group and at least two groups. */
+int moeccl_a2a_hier2_applies(const moeccl_a2a_desc_t* desc);
+int moeccl_a2a_hier3_applies(const moeccl_a2a_desc_t* desc);
+int moeccl_a2a_rail_applies(const moeccl_a2a_desc_t* desc);
+/* 1 when desc->topo describes desc's ranks, is regular for levels (2: nodes,
+ * 3: nodes and groups) and has at least two nodes (levels 2) or two groups
+ * (levels 3). */
+int moeccl_a2a_topo_fits(const moeccl_a2a_desc_t* desc, int levels);
+
 /* This rank's send of its block to `to` and receive of `from`'s block. */
 moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out, int to,
                                        int from);
