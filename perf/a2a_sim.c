@@ -5,7 +5,8 @@
  * (src/algos) for a sample of ranks, prices each schedule with the tuner's
  * cost model (src/tune/model.h) on a modelled topology, and prints the
  * slowest rank's prediction in the columns of nccl-tests' alltoall_perf.
- * Nothing is sent: a 16,384-rank cluster is priced in seconds on a laptop.
+ * Nothing is sent: every algorithm on a 16,384-rank cluster is priced in
+ * under a second on one core.
  *
  * Uniform calls on regular topologies give every rank a schedule of the same
  * shape, so a sample spread over nodes, local indices and groups (plus ranks
@@ -69,32 +70,30 @@ struct preset {
 };
 
 static const struct preset presets[] = {
-    {"fattree",
-     "rail-optimised non-blocking fat tree: 8 GPUs per node on NVLink/NVSwitch, one 400 Gb/s NIC "
-     "per GPU",
-     64,
-     8,
-     0,
-     8,
-     {[MOECCL_LINK_SELF] = {0.0, 0.0, 0.0},
-      [MOECCL_LINK_NODE] = {2.0, 0.2, 360.0},
-      [MOECCL_LINK_GROUP] = {4.0, 0.5, 50.0},
-      [MOECCL_LINK_GLOBAL] = {4.0, 0.5, 50.0}},
-     0.05,
-     1000.0},
-    {"dragonfly",
-     "dragonfly: 4 GPUs per node, one 200 Gb/s NIC per GPU, groups of 32 nodes, global links "
-     "tapered to half the injection bandwidth",
-     1024,
-     4,
-     32,
-     4,
-     {[MOECCL_LINK_SELF] = {0.0, 0.0, 0.0},
-      [MOECCL_LINK_NODE] = {2.0, 0.2, 200.0},
-      [MOECCL_LINK_GROUP] = {3.0, 0.5, 25.0},
-      [MOECCL_LINK_GLOBAL] = {5.0, 0.5, 12.5}},
-     0.05,
-     1000.0},
+    {.name = "fattree",
+     .what = "rail-optimised non-blocking fat tree, 8 GPUs per node on NVLink/NVSwitch, one "
+             "400 Gb/s NIC per GPU",
+     .nodes = 64,
+     .ppn = 8,
+     .group = 0,
+     .rails = 8,
+     .link = {[MOECCL_LINK_NODE] = {2.0, 0.2, 360.0},
+              [MOECCL_LINK_GROUP] = {4.0, 0.5, 50.0},
+              [MOECCL_LINK_GLOBAL] = {4.0, 0.5, 50.0}},
+     .copy_overhead_us = 0.05,
+     .copy_GBps = 1000.0},
+    {.name = "dragonfly",
+     .what = "dragonfly, 4 GPUs per node, one 200 Gb/s NIC per GPU, groups of 32 nodes, global "
+             "links tapered to half the injection bandwidth",
+     .nodes = 1024,
+     .ppn = 4,
+     .group = 32,
+     .rails = 4,
+     .link = {[MOECCL_LINK_NODE] = {2.0, 0.2, 200.0},
+              [MOECCL_LINK_GROUP] = {3.0, 0.5, 25.0},
+              [MOECCL_LINK_GLOBAL] = {5.0, 0.5, 12.5}},
+     .copy_overhead_us = 0.05,
+     .copy_GBps = 1000.0},
 };
 
 /* Byte counts of an uneven call: counts[src * n + dst], fixed for one size. */
@@ -778,9 +777,13 @@ static void print_header(const struct run* r) {
   const moeccl_topo_t* t = &r->topo;
   const struct opts* o = r->o;
   printf("# a2a_sim: predicted all-to-all times from the cost model (no processes run)\n");
-  printf("# cluster %s: %d ranks = %d nodes x %d, %d group%s of %d nodes, %d rails\n", t->source,
-         t->nranks, t->nnodes, t->ranks_per_node, t->ngroups, t->ngroups == 1 ? "" : "s",
+  char per_node[32] = "irregular";
+  if (t->ranks_per_node > 0) snprintf(per_node, sizeof per_node, "%d", t->ranks_per_node);
+  printf("# cluster %s: %d ranks = %d nodes x %s, %d group%s of %d nodes, %d rails\n", t->source,
+         t->nranks, t->nnodes, per_node, t->ngroups, t->ngroups == 1 ? "" : "s",
          t->nodes_per_group ? t->nodes_per_group : t->nnodes, t->nrails);
+  const struct preset* p = o->topo_file ? NULL : find_preset(o->preset);
+  if (p) printf("#   the preset: %s\n", p->what);
   print_links(t);
   printf("# dist %s  direct window %d  sizes %s bytes %zu..%zu x%zu  priced ranks %d%s\n",
          o->dist_name, o->window, o->per_rank ? "per rank" : "per peer", o->minbytes, o->maxbytes,
@@ -921,6 +924,31 @@ static int setup(struct run* r, unsigned char** seen) {
   return 0;
 }
 
+static void run_free(struct run* r, unsigned char* seen) {
+  moeccl_sched_free(&r->sched);
+  moeccl_topo_free(&r->topo);
+  split_free(&r->split);
+  free(r->sample);
+  free(r->rows);
+  free(seen);
+}
+
+/* Every size, then the summary; returns 0, or 1 when planning or the JSON
+ * file failed. */
+static int run_all(struct run* r, unsigned char* seen) {
+  const struct opts* o = r->o;
+  double t0 = now_s();
+  for (size_t size = o->minbytes; size <= o->maxbytes; size *= o->step) {
+    if (run_size(r, size, seen)) return 1;
+    if (o->step < 2 || size > SIZE_MAX / o->step) break;
+  }
+  double elapsed = now_s() - t0;
+  print_best(r);
+  printf("# planned and priced %lld schedules (%lld ops) in %.2f s\n", r->schedules, r->ops,
+         elapsed);
+  return save_json(r) ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   struct opts o;
   int rc = parse_opts(argc, argv, &o);
@@ -929,26 +957,12 @@ int main(int argc, char** argv) {
   memset(&r, 0, sizeof r);
   r.o = &o;
   unsigned char* seen = NULL;
-  if (setup(&r, &seen)) return 2;
-  print_header(&r);
-  double t0 = now_s();
-  rc = 0;
-  for (size_t size = o.minbytes; size <= o.maxbytes && !rc; size *= o.step) {
-    rc = run_size(&r, size, seen);
-    if (o.step < 2 || size > SIZE_MAX / o.step) break;
+  if (setup(&r, &seen)) {
+    rc = 2;
+  } else {
+    print_header(&r);
+    rc = run_all(&r, seen);
   }
-  double elapsed = now_s() - t0;
-  if (!rc) {
-    print_best(&r);
-    printf("# planned and priced %lld schedules (%lld ops) in %.2f s\n", r.schedules, r.ops,
-           elapsed);
-    rc = save_json(&r);
-  }
-  moeccl_sched_free(&r.sched);
-  moeccl_topo_free(&r.topo);
-  split_free(&r.split);
-  free(r.sample);
-  free(r.rows);
-  free(seen);
-  return rc ? 1 : 0;
+  run_free(&r, seen);
+  return rc;
 }

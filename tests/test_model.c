@@ -233,6 +233,26 @@ static void aggregated_schedule(const moeccl_topo_t* t, int r, size_t block, moe
   REQUIRE_OK(moeccl_sched_end_step(s));
 }
 
+/* The real three-level generator on the same dragonfly: one message per
+ * remote group instead of one per remote rank, so with cheap packing copies
+ * it is priced below direct for small blocks. */
+static void test_hier3_small_blocks(const moeccl_topo_t* t, moeccl_sched_t* s) {
+  const moeccl_a2a_algo_t* hier3 = moeccl_a2a_algo_by_name("hier3");
+  if (!hier3 || !hier3->schedule) return; /* not in this build's table */
+  moeccl_a2a_desc_t d = {
+      .rank = 77, .nranks = t->nranks, .block_bytes = 64, .elem_size = 1, .topo = t};
+  moeccl_cost_t direct, h3;
+  moeccl_sched_reset(s);
+  REQUIRE_OK(moeccl_a2a_direct(&d, s));
+  double direct_us = moeccl_model_price(t, s, d.rank, &direct);
+  moeccl_sched_reset(s);
+  REQUIRE_OK(hier3->schedule(&d, s));
+  double h3_us = moeccl_model_price(t, s, d.rank, &h3);
+  EXPECT(h3.msgs[MOECCL_LINK_GLOBAL] <= t->ngroups - 1, "hier3 sends %d global messages",
+         h3.msgs[MOECCL_LINK_GLOBAL]);
+  EXPECT(h3_us < direct_us / 2, "hier3 %g us, direct %g us", h3_us, direct_us);
+}
+
 static void test_dragonfly_small_blocks(moeccl_sched_t* s) {
   moeccl_topo_t t; /* 4 ranks per node, 8 nodes per group, 16 groups: 512 ranks */
   REQUIRE_OK(moeccl_topo_regular_shape(&t, 128, 4, 8, 4));
@@ -266,6 +286,7 @@ static void test_dragonfly_small_blocks(moeccl_sched_t* s) {
   aggregated_us = moeccl_model_price(&t, s, r, NULL);
   EXPECT(direct_us <= aggregated_us, "large blocks: direct %g us, aggregated %g us", direct_us,
          aggregated_us);
+  test_hier3_small_blocks(&t, s);
   moeccl_topo_free(&t);
 }
 

@@ -23,3 +23,7 @@ check_PROGRAMS += tests/test_model
 TESTS += tests/test_model
 tests_test_model_SOURCES = tests/test_model.c
 tests_test_model_LDADD = libmoeccl_core.la -lm
+
+# perf/a2a_sim end to end (it is built always).
+TESTS += tests/test_a2a_sim.sh
+EXTRA_DIST += tests/test_a2a_sim.sh
