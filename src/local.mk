@@ -18,7 +18,7 @@ libmoeccl_core_la_SOURCES = \
   src/socket.c src/socket.h \
   src/topo/node.c src/topo/topo.c src/topo/topo.h \
   src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
-  src/tune/model.h src/tune/tuner.c src/tune/tuner.h \
+  src/tune/model.c src/tune/model.h src/tune/tuner.c src/tune/tuner.h \
   src/transport/transport.c src/transport/transport.h src/transport/shm.c
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
 libmoeccl_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden

@@ -18,3 +18,12 @@ tests_test_topo_LDADD = libmoeccl_core.la
 # The same binary's hwloc part on a made-up GPU node (hwloc XML).
 TESTS += tests/test_topo_hw.sh
 EXTRA_DIST += tests/test_topo_hw.sh tests/data/topo-gpu-node.xml
+
+check_PROGRAMS += tests/test_model
+TESTS += tests/test_model
+tests_test_model_SOURCES = tests/test_model.c
+tests_test_model_LDADD = libmoeccl_core.la -lm
+
+# perf/a2a_sim end to end (it is built always).
+TESTS += tests/test_a2a_sim.sh
+EXTRA_DIST += tests/test_a2a_sim.sh

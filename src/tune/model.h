@@ -10,8 +10,19 @@
  *   link_c = max(bytes sent, bytes received) on class c / class bandwidth
  *   step   = max(cpu, link_node, link_group, link_global)
  *            + the largest latency among the classes the step uses
- * Bandwidths are per rank under all-to-all load (topo.h), so NIC sharing and
- * global-link taper are contention terms of the model.
+ *   total  = sum of the steps
+ * A message's class is moeccl_topo_class(rank, peer); copies use the SELF
+ * class (its latency, normally 0, and the topology's copy costs).  Times are
+ * in microseconds, bandwidths in GB/s (1e9 bytes/s); a class whose bandwidth
+ * is 0 moves its bytes for free.  This is LogGP with o per message, G as
+ * 1 / bandwidth and L per step: a step is bulk-synchronous, so a rank waits
+ * for the latency of its farthest message once per step, not once per
+ * message, while the overheads of all its messages add up (one CPU posts
+ * them).  Bandwidths are per rank under all-to-all load (topo.h), so NIC
+ * sharing and global-link taper are contention terms of the model.  Each
+ * rank is priced alone: waiting on a slower peer's previous step is not
+ * modelled, so a caller that wants the collective's time takes the maximum
+ * over ranks (or over ranks whose schedules are alike).
  */
 #ifndef MOECCL_MODEL_H_
 #define MOECCL_MODEL_H_
@@ -22,12 +33,15 @@
 typedef struct {
   double total_us; /* predicted time of the whole schedule */
   int nsteps;
-  int msgs[MOECCL_LINK_NCLASSES];      /* messages sent per class */
-  double bytes[MOECCL_LINK_NCLASSES];  /* bytes sent per class (SELF: copies) */
-  double cpu_us, link_us, latency_us;  /* sums over steps of each term */
+  int msgs[MOECCL_LINK_NCLASSES];     /* messages sent per class (SELF: copy ops) */
+  double bytes[MOECCL_LINK_NCLASSES]; /* bytes sent per class (SELF: bytes copied) */
+  double cpu_us, link_us, latency_us; /* sums over steps of each term */
 } moeccl_cost_t;
 
-/* Prices rank's schedule s (s->ops[].peer are ranks of t).  detail may be NULL. */
+/* Prices rank's schedule s (s->ops[].peer are ranks of t) in O(s->nops) time
+ * without allocating: returns the predicted microseconds and, when detail is
+ * not NULL, fills it.  Returns -1 and leaves detail untouched when t or s is
+ * NULL, rank is not a rank of t, or an op names no rank of t. */
 double moeccl_model_price(const moeccl_topo_t* t, const moeccl_sched_t* s, int rank,
                           moeccl_cost_t* detail);
 

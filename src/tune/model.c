@@ -1,0 +1,93 @@
+/* Cost model of a schedule (see model.h): one pass over the ops, step by
+ * step, with constant work per op and per step. */
+#include "tune/model.h"
+
+#include <string.h>
+
+/* What one step of one rank adds up to, before it is turned into time. */
+typedef struct {
+  double cpu_us;                            /* message overheads and copies */
+  double sent[MOECCL_LINK_NCLASSES];        /* bytes sent per class */
+  double received[MOECCL_LINK_NCLASSES];    /* bytes received per class */
+  unsigned char used[MOECCL_LINK_NCLASSES]; /* classes the step touches */
+} step_load_t;
+
+/* Bytes per microsecond of a bandwidth in GB/s (1e9 bytes/s).  A class with
+ * no bandwidth set prices its bytes as free rather than infinite: the file
+ * that left it out did not mean "this link does not exist". */
+static double bytes_per_us(double GBps) { return GBps > 0.0 ? GBps * 1e3 : 0.0; }
+
+static double transfer_us(double bytes, double GBps) {
+  double rate = bytes_per_us(GBps);
+  return rate > 0.0 ? bytes / rate : 0.0;
+}
+
+/* Adds one op to the step's load and to the whole schedule's counters. */
+static void add_op(const moeccl_topo_t* t, int rank, const moeccl_sched_op_t* op, step_load_t* l,
+                   moeccl_cost_t* d) {
+  if (op->type == MOECCL_OP_COPY) {
+    l->cpu_us += t->copy_overhead_us + transfer_us((double)op->bytes, t->copy_GBps);
+    l->used[MOECCL_LINK_SELF] = 1;
+    d->msgs[MOECCL_LINK_SELF]++;
+    d->bytes[MOECCL_LINK_SELF] += (double)op->bytes;
+    return;
+  }
+  moeccl_link_class_t c = moeccl_topo_class(t, rank, op->peer);
+  l->cpu_us += t->link[c].overhead_us;
+  l->used[c] = 1;
+  if (op->type == MOECCL_OP_SEND) {
+    l->sent[c] += (double)op->bytes;
+    d->msgs[c]++;
+    d->bytes[c] += (double)op->bytes;
+  } else {
+    l->received[c] += (double)op->bytes;
+  }
+}
+
+/* Turns a step's load into time: CPU and every link class work at once, the
+ * slowest of them decides, and the step pays one start-up latency, that of
+ * the farthest class it uses. */
+static double step_us(const moeccl_topo_t* t, const step_load_t* l, moeccl_cost_t* d) {
+  double link = 0.0, latency = 0.0;
+  for (int c = 0; c < MOECCL_LINK_NCLASSES; c++) {
+    if (!l->used[c]) continue;
+    if (c != MOECCL_LINK_SELF) {
+      double bytes = l->sent[c] > l->received[c] ? l->sent[c] : l->received[c];
+      double us = transfer_us(bytes, t->link[c].bw_GBps);
+      if (us > link) link = us;
+    }
+    if (t->link[c].latency_us > latency) latency = t->link[c].latency_us;
+  }
+  d->cpu_us += l->cpu_us;
+  d->link_us += link;
+  d->latency_us += latency;
+  return (l->cpu_us > link ? l->cpu_us : link) + latency;
+}
+
+static int valid_ops(const moeccl_topo_t* t, const moeccl_sched_t* s) {
+  for (int i = 0; i < s->nops; i++) {
+    const moeccl_sched_op_t* op = &s->ops[i];
+    if (op->type > MOECCL_OP_COPY) return 0;
+    if (op->type != MOECCL_OP_COPY && (op->peer < 0 || op->peer >= t->nranks)) return 0;
+  }
+  return 1;
+}
+
+double moeccl_model_price(const moeccl_topo_t* t, const moeccl_sched_t* s, int rank,
+                          moeccl_cost_t* detail) {
+  moeccl_cost_t d;
+  memset(&d, 0, sizeof(d));
+  if (!t || !s || !t->rank_node || rank < 0 || rank >= t->nranks || !valid_ops(t, s)) return -1.0;
+  int begin = 0;
+  for (int step = 0; step < s->nsteps; step++) {
+    step_load_t load;
+    memset(&load, 0, sizeof(load));
+    int end = s->step_end[step];
+    for (int i = begin; i < end; i++) add_op(t, rank, &s->ops[i], &load, &d);
+    d.total_us += step_us(t, &load, &d);
+    begin = end;
+  }
+  d.nsteps = s->nsteps;
+  if (detail) *detail = d;
+  return d.total_us;
+}
