@@ -28,7 +28,8 @@ typedef enum {
 typedef enum {
   MOECCL_META_NONE = 0,
   MOECCL_META_NODE = 1,
-  MOECCL_META_GROUP = 2
+  MOECCL_META_GROUP = 2,
+  MOECCL_META_ALL = 3 /* every rank's rows, gathered in ceil(log2 n) rounds */
 } moeccl_meta_scope_t;
 
 typedef struct {
