@@ -270,6 +270,9 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
 
 static const mp_variant variants[] = {
     {"small-shm", {"MOECCL_SHM_EAGER_SIZE=256", "MOECCL_SHM_SLOTS=2", "MOECCL_SHM_CHUNK_SIZE=40000"}, "3"},
+    /* Streams and groups of v-calls whose count rows are exchanged first. */
+    {"hier2-ppn2", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=2"}, "4,6"},
+    {"hier3-ppn1-g2", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=1", "MOECCL_TOPO_GROUP_SIZE=2"}, "4"},
     {NULL, {NULL}, NULL},
 };
 
