@@ -5,8 +5,10 @@
  *
  * Link costs come, in order of precedence, from MOECCL_TUNE_FILE, from
  * MOECCL_TOPO_FILE, or from the defaults of the transport that carries each
- * class here (table below, fitted to `a2a_perf -a all` sweeps on the
- * development machine: shared memory, and ucx or ofi over kernel TCP).
+ * class here (table below, fitted with a2a_sim --topo to `a2a_perf -a all`
+ * sweeps on the development machine, 4 ranks as 2 simulated nodes: shared
+ * memory, and ucx or ofi over kernel TCP; on other fabrics give the
+ * machine's numbers in MOECCL_TUNE_FILE).
  *
  * Consistency: ranks must never disagree on the algorithm of a call.  The
  * topology and costs are checked equal on every rank at init (a hash through
@@ -49,10 +51,13 @@ typedef struct {
 } transport_cost_t;
 
 static const transport_cost_t transport_costs[] = {
-    {"shm", {1.0, 0.6, 5.0}},
-    {"ucx", {18.0, 3.0, 1.0}},
-    {"ofi", {30.0, 8.0, 0.9}},
+    {"shm", {1.0, 0.6, 10.0}},
+    {"ucx", {5.0, 4.5, 1.0}},
+    {"ofi", {10.0, 15.0, 1.0}},
 };
+/* Packing copies in host memory (per copy op, GB/s). */
+#define HOST_COPY_OVERHEAD_US 0.1
+#define HOST_COPY_GBPS 20.0
 
 static const moeccl_link_t* cost_of(const char* transport) {
   for (size_t i = 0; i < sizeof(transport_costs) / sizeof(transport_costs[0]); i++)
@@ -132,6 +137,7 @@ static moecclResult_t build_topo(moeccl_comm_t* c, int* costs_given) {
  * all ranks: a rank alone on its node still prices the same) between nodes. */
 static void transport_defaults(moeccl_comm_t* c, int32_t net) {
   moeccl_topo_t* t = c->topo;
+  t->copy_overhead_us = HOST_COPY_OVERHEAD_US, t->copy_GBps = HOST_COPY_GBPS;
   const moeccl_link_t* l = net >= 0 ? cost_of(net_names[net]) : NULL;
   if (l) t->link[MOECCL_LINK_GROUP] = t->link[MOECCL_LINK_GLOBAL] = *l;
   if (moeccl_param_bool("MOECCL_SHM_DISABLE")) {
