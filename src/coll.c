@@ -20,9 +20,11 @@ static size_t meta_pair_bytes(const void* ctx, int src, int dst) {
   return 0; /* outside the algorithm's scope: test_sched checks none asks */
 }
 
-/* The exchange of count rows within the algorithm's scope (the node, or the
- * group of nodes): every member sends its send and recv count rows to every
- * other member.  Members are numbered in rank order. */
+/* The exchange of count rows within the algorithm's scope (the node, the
+ * group of nodes, or every rank): every member sends its send and recv count
+ * rows to every other member.  Members are numbered in rank order.  For
+ * MOECCL_META_ALL that is n-1 messages each way per rank (correct, not the
+ * ceil(log2 n)-round gather algos.h describes). */
 static moecclResult_t meta_plan(moeccl_comm_t* c, const moeccl_a2a_algo_t* a,
                                 const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
   const moeccl_topo_t* t = c->topo;
@@ -33,8 +35,9 @@ static moecclResult_t meta_plan(moeccl_comm_t* c, const moeccl_a2a_algo_t* a,
   }
   for (int r = 0; r < n; r++) {
     int node = t->rank_node[r];
-    int in = a->meta == MOECCL_META_NODE ? node == mynode
-                                         : t->node_group[node] == t->node_group[mynode];
+    int in = a->meta == MOECCL_META_ALL    ? 1
+             : a->meta == MOECCL_META_NODE ? node == mynode
+                                           : t->node_group[node] == t->node_group[mynode];
     c->meta_index[r] = in ? members++ : -1;
   }
   size_t need = 2 * (size_t)members * (size_t)n;
