@@ -11,7 +11,10 @@
  *
  * Beyond the bytes: every rank's plan must be O(n) ops in a bounded number
  * of steps; an algorithm may ask pair_bytes only for pairs its meta scope
- * covers (src or dst in its node / group); where applies() says no, the
+ * covers (src or dst in its node / group; any pair for MOECCL_META_ALL);
+ * Bruck must send and receive at most one message per round, to rank + 2^k
+ * and from rank - 2^k, uniform or not (so a fallback to pairwise fails),
+ * on zero, skewed and dense splits as well as random ones; where applies() says no, the
  * schedule must be exactly direct's; where it says yes, the message counts
  * must be those of the hierarchy (so a silent fallback to direct fails);
  * and one rank's plan at 16,384 ranks must take milliseconds.
@@ -28,8 +31,18 @@
 #define SENTINEL 0xffffffffu
 #define ELEM sizeof(uint32_t)
 
+/* How the counts of a world are drawn. */
+typedef enum {
+  SPLIT_RANDOM,  /* about a third of the blocks empty, the rest 0..max_block */
+  SPLIT_UNIFORM, /* moecclAlltoAll: one count, packed blocks */
+  SPLIT_ZERO,    /* an alltoallv with every count 0 */
+  SPLIT_SKEWED,  /* MoE-like: a few hot destinations and one heavy sender, most blocks empty */
+  SPLIT_DENSE    /* every block 1..max_block (no empty block: every message is sent) */
+} split_t;
+
 typedef struct {
   int n;
+  split_t split;
   size_t *sc, *sd, *rc, *rd; /* n*n each: [rank*n + peer], in elements of 1 "byte" */
   uint32_t **send, **recv;   /* per rank, identities */
   size_t *send_len, *recv_len;
@@ -69,17 +82,29 @@ static uint64_t rnd(void) {
 
 static uint32_t ident(int rank, size_t off) { return ((uint32_t)rank << 22) | (uint32_t)off; }
 
-/* Random uneven split: about a third of the blocks are empty; displacements
- * leave gaps.  recvcounts mirror sendcounts of the peers. */
-static void make_world(world_t* w, int n, size_t max_block, int uniform) {
+static size_t split_count(split_t split, int n, int src, int dst, size_t max_block) {
+  switch (split) {
+    case SPLIT_ZERO: return 0;
+    case SPLIT_DENSE: return 1 + rnd() % (max_block ? max_block : 1);
+    case SPLIT_SKEWED:
+      if (dst % 8 == 3 || dst == n - 1) return 4 * max_block + rnd() % (max_block + 1);
+      if (src == n / 2) return 2 * max_block;
+      return rnd() % 4 == 0 ? rnd() % (max_block / 2 + 1) : 0;
+    default: return rnd() % 3 == 0 ? 0 : rnd() % (max_block + 1);
+  }
+}
+
+/* Uneven splits (split_t); displacements leave gaps.  recvcounts mirror
+ * sendcounts of the peers. */
+static void make_world(world_t* w, int n, size_t max_block, split_t split) {
   memset(w, 0, sizeof(*w));
-  w->n = n, w->uniform = uniform;
+  w->n = n, w->split = split, w->uniform = split == SPLIT_UNIFORM;
   size_t nn = (size_t)n * (size_t)n;
   w->sc = calloc(nn, sizeof(size_t)), w->sd = calloc(nn, sizeof(size_t));
   w->rc = calloc(nn, sizeof(size_t)), w->rd = calloc(nn, sizeof(size_t));
   size_t fixed = rnd() % (max_block + 1);
   for (size_t i = 0; i < nn; i++)
-    w->sc[i] = w->uniform ? fixed : rnd() % 3 == 0 ? 0 : rnd() % (max_block + 1);
+    w->sc[i] = w->uniform ? fixed : split_count(split, n, (int)(i / n), (int)(i % n), max_block);
   for (int r = 0; r < n; r++)
     for (int p = 0; p < n; p++) w->rc[r * n + p] = w->sc[p * n + r];
   w->send = calloc((size_t)n, sizeof(*w->send)), w->recv = calloc((size_t)n, sizeof(*w->recv));
@@ -112,6 +137,7 @@ static void free_world(world_t* w) {
 
 static int in_scope(const case_t* c, int me, int r) {
   const moeccl_topo_t* t = c->topo;
+  if (c->scope == MOECCL_META_ALL) return 1;
   if (c->scope == MOECCL_META_NONE || !t) return 0;
   int a = t->rank_node[r], b = t->rank_node[me];
   return c->scope == MOECCL_META_NODE ? a == b : t->node_group[a] == t->node_group[b];
@@ -418,20 +444,50 @@ static int direct_steps(int n, int window) {
   return n <= 1 ? 1 : window > 0 && window < n - 1 ? ceil_div(n - 1, window) : 1;
 }
 
+/* Bruck's messages: round k sends to rank + 2^k and receives from rank - 2^k,
+ * rounds in order, one message each way per step, in at most ceil(log2 n)
+ * steps; all of them when no block is empty. */
+static int check_bruck_shape(const world_t* w, const moeccl_sched_t* s, int r, int log2n) {
+  int n = w->n, ks = 0, kr = 0, sends = 0, recvs = 0, data_steps = 0, bad = 0;
+  for (int st = 0, begin = 0; st < s->nsteps; begin = s->step_end[st++]) {
+    int step_sends = 0, step_recvs = 0;
+    for (int i = begin; i < s->step_end[st]; i++) {
+      const moeccl_sched_op_t* op = &s->ops[i];
+      if (op->type == MOECCL_OP_SEND) {
+        while (ks < log2n && op->peer != (r + (1 << ks)) % n) ks++;
+        bad |= ks++ >= log2n, sends++, step_sends++;
+      } else if (op->type == MOECCL_OP_RECV) {
+        while (kr < log2n && op->peer != (r - (1 << kr) % n + n) % n) kr++;
+        bad |= kr++ >= log2n, recvs++, step_recvs++;
+      }
+    }
+    bad |= step_sends > 1 || step_recvs > 1;
+    data_steps += step_sends || step_recvs;
+  }
+  int dense = w->split == SPLIT_DENSE || (w->uniform && w->sc[0]);
+  bad |= data_steps > log2n || (dense && (sends != log2n || recvs != log2n));
+  if (bad)
+    fprintf(stderr, "bruck n=%d rank %d: %d sends, %d receives in %d steps: not Bruck's rounds\n",
+            n, r, sends, recvs, data_steps);
+  return bad;
+}
+
 /* Steps and ops of rank r's plan are bounded, O(n); a fallback is direct. */
 static int check_plan(const world_t* w, case_t* c, const moeccl_a2a_desc_t* d,
                       const moeccl_sched_t* s) {
   int n = w->n, log2n = 0, id = c->algo->id;
   while ((1 << log2n) < n) log2n++;
-  int hier = id >= MOECCL_A2A_HIER2 && c->applies, bruck = id == MOECCL_A2A_BRUCK && w->uniform;
+  int hier = id >= MOECCL_A2A_HIER2 && c->applies, bruck = id == MOECCL_A2A_BRUCK;
   int window = id == MOECCL_A2A_DIRECT || (id >= MOECCL_A2A_HIER2 && !c->applies) ? c->window : 0;
-  int max_steps = id == MOECCL_A2A_PAIRWISE || (id == MOECCL_A2A_BRUCK && !bruck) ? n
-                  : bruck                                                         ? 2 * log2n + 1
-                  : hier ? (id == MOECCL_A2A_RAIL ? 5 : 7)
-                         : direct_steps(n, window);
-  int max_ops = bruck ? 4 * n + 4 * log2n : hier ? 5 * n + 16 : 2 * n + 1;
+  int max_steps = id == MOECCL_A2A_PAIRWISE ? n
+                  : bruck                   ? 2 * log2n + 1
+                  : hier                    ? (id == MOECCL_A2A_RAIL ? 5 : 7)
+                                            : direct_steps(n, window);
+  /* uneven Bruck: self copy, n-1 own blocks packed, at most about n merged
+   * runs of relayed blocks, n-1 final copies */
+  int max_ops = bruck ? (w->uniform ? 4 * n : 3 * n) + 4 * log2n : hier ? 5 * n + 16 : 2 * n + 1;
   shape_t sh = shape_of(s, c->topo, d->rank);
-  int errors = 0;
+  int errors = bruck ? check_bruck_shape(w, s, d->rank, log2n) : 0;
   if (s->nsteps > max_steps || s->nops > max_ops) {
     fprintf(stderr, "%s n=%d rank %d: %d steps, %d ops (at most %d, %d)\n", c->algo->name, n,
             d->rank, s->nsteps, s->nops, max_steps, max_ops);
@@ -465,9 +521,11 @@ static int check_plan(const world_t* w, case_t* c, const moeccl_a2a_desc_t* d,
 
 /* ---- cases ---- */
 
-static int run_case(case_t* c, int n, size_t max_block, int uniform) {
+static const char* const split_names[] = {"", " uniform", " all-zero", " skewed", " dense"};
+
+static int run_case(case_t* c, int n, size_t max_block, split_t split) {
   world_t w;
-  make_world(&w, n, max_block, uniform);
+  make_world(&w, n, max_block, split);
   moeccl_sched_t* sch = calloc((size_t)n, sizeof(*sch));
   pair_ctx_t* pc = calloc((size_t)n, sizeof(*pc));
   int errors = 0;
@@ -495,7 +553,7 @@ static int run_case(case_t* c, int n, size_t max_block, int uniform) {
   free_world(&w);
   if (errors)
     fprintf(stderr, "FAIL %s nranks=%d max_block=%zu%s window=%d topo %s\n", c->algo->name, n,
-            max_block, uniform ? " uniform" : "", c->window, c->topo_text);
+            max_block, split_names[split], c->window, c->topo_text);
   return errors != 0;
 }
 
@@ -511,7 +569,8 @@ static int should_apply(moeccl_a2a_algo_id_t id, const moeccl_topo_t* t) {
 static int finish_case(case_t* c, const moeccl_a2a_algo_t* algo, const moeccl_topo_t* t) {
   c->algo = algo, c->topo = t, c->violations = 0;
   c->applies = should_apply(algo->id, t);
-  c->scope = c->applies ? algo->meta : MOECCL_META_NONE;
+  /* an algorithm without applies() always runs as itself */
+  c->scope = c->applies || !algo->applies ? algo->meta : MOECCL_META_NONE;
   moeccl_a2a_desc_t probe = {.nranks = t ? t->nranks : 0, .topo = t};
   int says = algo->applies ? algo->applies(&probe) : 0;
   if (says == c->applies) return 0;
@@ -577,7 +636,7 @@ static int random_topo(moeccl_topo_t* t, topo_kind_t kind, int max_n, char* text
   return n;
 }
 
-static int random_case(const moeccl_a2a_algo_t* algo, int max_n, size_t max_block, int uniform) {
+static int random_case(const moeccl_a2a_algo_t* algo, int max_n, size_t max_block, split_t split) {
   /* the hierarchical ones mostly on regular topologies, where they run */
   topo_kind_t kind = (topo_kind_t)(rnd() % TOPO_KINDS);
   if (algo->applies && kind == TOPO_IRREGULAR && rnd() % 2) kind = TOPO_BLOCKS;
@@ -587,7 +646,7 @@ static int random_case(const moeccl_a2a_algo_t* algo, int max_n, size_t max_bloc
   int has_topo = strcmp(text, "none") != 0;
   case_t c = {.window = random_window(n), .topo_text = text};
   int failed = finish_case(&c, algo, has_topo ? &topo : NULL);
-  failed |= run_case(&c, n, max_block, uniform);
+  failed |= run_case(&c, n, max_block, split);
   if (has_topo) moeccl_topo_free(&topo);
   return failed;
 }
@@ -693,6 +752,79 @@ static void print_shapes(void) {
   moeccl_topo_free(&t);
 }
 
+/* ---- uneven Bruck: its plan per rank on a skewed split ---- */
+
+static void print_bruck_v(void) {
+  static const int sizes[] = {8, 64, 1024};
+  const moeccl_a2a_algo_t* algo = moeccl_a2a_algo_by_name("bruck");
+  printf("bruck alltoallv, skewed split (max_block 16 x 4 B), most over ranks:\n");
+  printf("  %5s %5s %5s %6s %5s %5s %9s %9s %8s\n", "ranks", "steps", "ops", "copies", "sends",
+         "recvs", "scratch", "sent", "plan ms");
+  for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+    world_t w;
+    make_world(&w, sizes[k], 16, SPLIT_SKEWED);
+    case_t c = {.topo_text = "none"};
+    finish_case(&c, algo, NULL);
+    int worst[5] = {0};
+    size_t scratch = 0, sent = 0;
+    double ms = 0;
+    for (int r = 0; r < w.n; r++) {
+      pair_ctx_t p;
+      moeccl_a2a_desc_t d = desc_of(&w, &c, &p, r);
+      moeccl_sched_t s = {0};
+      moeccl_sched_reset(&s);
+      double t0 = now_ms();
+      algo->schedule(&d, &s);
+      ms += now_ms() - t0;
+      shape_t sh = shape_of(&s, NULL, r);
+      int v[5] = {s.nsteps, s.nops, sh.copies, sh.sends[MOECCL_LINK_GLOBAL],
+                  sh.recvs[MOECCL_LINK_GLOBAL]};
+      for (int i = 0; i < 5; i++)
+        if (v[i] > worst[i]) worst[i] = v[i];
+      if (s.scratch_bytes > scratch) scratch = s.scratch_bytes;
+      size_t bytes = 0;
+      for (int q = 0; q < w.n; q++) bytes += w.sc[(size_t)r * w.n + q] * ELEM;
+      if (bytes > sent) sent = bytes;
+      moeccl_sched_free(&s);
+    }
+    printf("  %5d %5d %5d %6d %5d %5d %9zu %9zu %8.3f\n", w.n, worst[0], worst[1], worst[2],
+           worst[3], worst[4], scratch, sent, ms / w.n);
+    free_world(&w);
+  }
+}
+
+/* Splits beyond the random one for every algorithm on a few rank counts,
+ * and Bruck's uneven variant on many, up to 1,024 ranks. */
+static int split_cases(int* cases) {
+  static const int small[] = {1, 2, 3, 5, 8, 33};
+  static const int bruck_n[] = {1,  2,  3,  4,  5,   6,   7,   9,   12,  15,  16,   17,
+                                31, 63, 64, 65, 100, 127, 128, 129, 255, 257, 1000, 1024};
+  static const split_t splits[] = {SPLIT_ZERO, SPLIT_SKEWED, SPLIT_DENSE};
+  int failed = 0;
+  for (int a = 0; a < MOECCL_A2A_NALGOS; a++)
+    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++)
+      for (size_t k = 0; k < sizeof(splits) / sizeof(splits[0]); k++, (*cases)++) {
+        case_t c = {.topo_text = "none"};
+        failed +=
+            finish_case(&c, &moeccl_a2a_algos[a], NULL) | run_case(&c, small[i], 12, splits[k]);
+      }
+  const moeccl_a2a_algo_t* bruck = moeccl_a2a_algo_by_name("bruck");
+  for (size_t i = 0; i < sizeof(bruck_n) / sizeof(bruck_n[0]); i++) {
+    int n = bruck_n[i];
+    size_t max_block = n <= 64 ? 40 : n <= 256 ? 8 : 1;
+    for (int split = SPLIT_RANDOM; split <= SPLIT_DENSE; split++) {
+      /* uniform and random calls run above; keep the largest ones brief */
+      if (split == SPLIT_UNIFORM || (n >= 1000 && split == SPLIT_RANDOM) ||
+          (n == 1000 && split == SPLIT_DENSE))
+        continue;
+      case_t c = {.topo_text = "none"};
+      failed += finish_case(&c, bruck, NULL) | run_case(&c, n, max_block, (split_t)split);
+      (*cases)++;
+    }
+  }
+  return failed;
+}
+
 int main(void) {
   int failed = 0, cases = 0;
   rng_state = 0x9e3779b97f4a7c15ULL;
@@ -700,22 +832,24 @@ int main(void) {
   static const int fixed[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};
   for (int a = 0; a < MOECCL_A2A_NALGOS; a++) {
     const moeccl_a2a_algo_t* algo = &moeccl_a2a_algos[a];
-    for (int uniform = 0; uniform < 2; uniform++) {
+    for (int u = 0; u < 2; u++) {
+      split_t split = u ? SPLIT_UNIFORM : SPLIT_RANDOM;
       for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++, cases++) {
         case_t c = {.topo_text = "none"};
-        failed += finish_case(&c, algo, NULL) | run_case(&c, fixed[i], 40, uniform);
+        failed += finish_case(&c, algo, NULL) | run_case(&c, fixed[i], 40, split);
       }
-      for (int k = 0; k < 40; k++, cases++) failed += random_case(algo, 64, 40, uniform);
-      for (int k = 0; k < 12; k++, cases++) failed += random_case(algo, 256, 8, uniform);
-      for (int k = 0; k < 4; k++, cases++)
-        failed += random_case(algo, 1024, k % 2 ? 3 : 1, uniform);
+      for (int k = 0; k < 40; k++, cases++) failed += random_case(algo, 64, 40, split);
+      for (int k = 0; k < 12; k++, cases++) failed += random_case(algo, 256, 8, split);
+      for (int k = 0; k < 4; k++, cases++) failed += random_case(algo, 1024, k % 2 ? 3 : 1, split);
     }
   }
+  failed += split_cases(&cases);
   for (int a = MOECCL_A2A_HIER2; a < MOECCL_A2A_NALGOS; a++) {
     printf("%s ran as itself in %d cases\n", moeccl_a2a_algos[a].name, hier_cases[a]);
     if (hier_cases[a] < 20) failed++, fprintf(stderr, "too few hierarchical cases\n");
   }
   print_shapes();
+  print_bruck_v();
   failed += timing_check();
   printf("%d passed, %d failed (%.1f s)\n", cases - failed, failed, (now_ms() - t0) / 1e3);
   return failed ? 1 : 0;

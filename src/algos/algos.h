@@ -2,7 +2,8 @@
  * All-to-all algorithms are schedule generators: given the call's byte counts
  * they append this rank's ops to a schedule and never touch a transport.  Each
  * is one row of moeccl_a2a_algos[]; the tuner (tuner.c) picks a row per call.
- * Generators must cost O(nranks) time and memory per call.
+ * Generators must cost O(nranks) time and memory per call (uneven Bruck:
+ * O(n log n) time, one block size per slot and round; O(n) ops and memory).
  */
 #ifndef MOECCL_ALGOS_H_
 #define MOECCL_ALGOS_H_

@@ -287,7 +287,8 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   double best_us = -1.0;
   for (int i = 0; i < MOECCL_A2A_NALGOS; i++) {
     const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[i];
-    if (!a->schedule || (v && a->id == MOECCL_A2A_BRUCK)) continue; /* bruck: pairwise on v */
+    /* bruck's alltoallv first gathers every rank's counts: not priced */
+    if (!a->schedule || (v && a->id == MOECCL_A2A_BRUCK)) continue;
     double us = price(c, a, block, NULL);
     if (us < 0) continue;
     if (len < (int)sizeof(line))
