@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CACHE_SLOTS 32
 #define MAX_SAMPLE 8
@@ -41,7 +42,19 @@ struct moeccl_tuner {
   unsigned clock;
   moeccl_sched_t sched; /* candidates' schedules while pricing */
   size_t v_bytes;       /* MOECCL_TUNE_V_BYTES */
+  /* Machines with more ranks than cores (ranks MOECCL_HOSTID puts on
+   * separate nodes of one machine, or oversubscribed runs): their ranks'
+   * CPU work shares the cores, so a call takes at least the machine's summed
+   * CPU time over its cores.  Set only when some machine is oversubscribed
+   * and the communicator is small enough to price every rank. */
+  int oversubscribed;
+  int* machine_of; /* [nranks] machine index */
+  int* machine_cpus; /* [machines] cores */
+  double* machine_cpu_us; /* [machines] scratch while pricing */
+  int nmachines;
 };
+
+#define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
 
 /* Default costs per transport (latency us, overhead us per message, GB/s
  * per rank). */
@@ -51,7 +64,7 @@ typedef struct {
 } transport_cost_t;
 
 static const transport_cost_t transport_costs[] = {
-    {"shm", {1.0, 0.6, 10.0}},
+    {"shm", {1.5, 0.3, 10.0}},
     {"ucx", {5.0, 4.5, 1.0}},
     {"ofi", {10.0, 15.0, 1.0}},
 };
@@ -147,6 +160,36 @@ static void transport_defaults(moeccl_comm_t* c, int32_t net) {
   }
 }
 
+/* Groups the ranks by machine (peers' machine_hash) with each machine's
+ * core count (cpus: first rank's entry, stride bytes apart), and notes
+ * whether any machine has more ranks than cores. */
+static moecclResult_t machines_init(moeccl_comm_t* c, const int32_t* cpus, size_t stride) {
+  struct moeccl_tuner* tu = c->tuner;
+  int n = c->nranks;
+  if (n <= 0 || n > MAX_MACHINE_PRICED) return moecclSuccess; /* large: no machine bound */
+  tu->machine_of = malloc(sizeof(int) * (size_t)n);
+  tu->machine_cpus = calloc((size_t)n, sizeof(int));
+  tu->machine_cpu_us = calloc((size_t)n, sizeof(double));
+  int* count = calloc((size_t)n, sizeof(int));
+  if (!tu->machine_of || !tu->machine_cpus || !tu->machine_cpu_us || !count)
+    return free(count), moeccl_error(c, moecclSystemError, "out of memory");
+  for (int r = 0; r < n; r++) {
+    int m = -1;
+    for (int q = 0; q < r && m < 0; q++)
+      if (c->peers[q].machine_hash == c->peers[r].machine_hash) m = tu->machine_of[q];
+    if (m < 0) m = tu->nmachines++;
+    tu->machine_of[r] = m;
+    count[m]++;
+    int32_t cores = *(const int32_t*)((const char*)cpus + (size_t)r * stride);
+    if (cores > 0 && (tu->machine_cpus[m] == 0 || cores < tu->machine_cpus[m]))
+      tu->machine_cpus[m] = cores;
+  }
+  for (int m = 0; m < tu->nmachines; m++)
+    if (tu->machine_cpus[m] > 0 && count[m] > tu->machine_cpus[m]) tu->oversubscribed = 1;
+  free(count);
+  return moecclSuccess;
+}
+
 moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   c->tuner = calloc(1, sizeof(*c->tuner));
   c->topo = calloc(1, sizeof(*c->topo));
@@ -162,11 +205,12 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
    * and all price the network the same way. */
   struct {
     uint64_t hash;
-    int32_t net, pad;
+    int32_t net, cpus;
   }* all = calloc((size_t)c->nranks, sizeof(*all));
   if (!all) return moeccl_error(c, moecclSystemError, "out of memory");
   all[c->rank].hash = topo_hash(c->topo);
   all[c->rank].net = my_network(c);
+  all[c->rank].cpus = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
   moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, all, sizeof(*all));
   int differs = -1;
   int32_t net = -1;
@@ -174,6 +218,7 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     if (all[r].hash != all[0].hash && differs < 0) differs = r;
     if (net < 0) net = all[r].net;
   }
+  if (rc == moecclSuccess) rc = machines_init(c, &all[0].cpus, sizeof(*all));
   free(all);
   MOECCL_CHECK(rc);
   if (!costs_given) transport_defaults(c, net);
@@ -202,7 +247,12 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
 }
 
 void moeccl_tuner_fini(moeccl_comm_t* c) {
-  if (c->tuner) moeccl_sched_free(&c->tuner->sched);
+  if (c->tuner) {
+    moeccl_sched_free(&c->tuner->sched);
+    free(c->tuner->machine_of);
+    free(c->tuner->machine_cpus);
+    free(c->tuner->machine_cpu_us);
+  }
   free(c->tuner);
   c->tuner = NULL;
   if (c->topo) moeccl_topo_free(c->topo);
@@ -239,17 +289,20 @@ static int sample_ranks(const moeccl_topo_t* t, int* out) {
  * the sampled ranks; < 0 when the algorithm does not apply. */
 static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block,
                     moeccl_cost_t* detail) {
+  struct moeccl_tuner* tu = c->tuner;
   moeccl_a2a_desc_t d = {.nranks = c->nranks,
                          .block_bytes = block,
                          .elem_size = 1,
                          .window = c->a2a_window,
                          .topo = c->topo};
   if (a->applies && !a->applies(&d)) return -1.0;
-  int ranks[MAX_SAMPLE], k = sample_ranks(c->topo, ranks);
+  int ranks[MAX_SAMPLE], k = tu->oversubscribed ? c->nranks : sample_ranks(c->topo, ranks);
   double worst = -1.0;
+  if (tu->oversubscribed)
+    for (int m = 0; m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
   for (int i = 0; i < k; i++) {
-    d.rank = ranks[i];
-    moeccl_sched_t* s = &c->tuner->sched;
+    d.rank = tu->oversubscribed ? i : ranks[i];
+    moeccl_sched_t* s = &tu->sched;
     moeccl_sched_reset(s);
     uint32_t b;
     for (int j = 0; j < MOECCL_BUF_NSTD; j++)
@@ -258,10 +311,16 @@ static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block,
     if (a->schedule(&d, s) != moecclSuccess) return -1.0;
     moeccl_cost_t cost;
     double us = moeccl_model_price(c->topo, s, d.rank, &cost);
+    if (tu->oversubscribed) tu->machine_cpu_us[tu->machine_of[d.rank]] += cost.cpu_us;
     if (us > worst) {
       worst = us;
       if (detail) *detail = cost;
     }
+  }
+  /* Oversubscribed machines: their ranks' CPU work shares the cores. */
+  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) {
+    double bound = tu->machine_cpus[m] > 0 ? tu->machine_cpu_us[m] / tu->machine_cpus[m] : 0.0;
+    if (bound > worst) worst = bound;
   }
   return worst;
 }
