@@ -1,9 +1,9 @@
 /*
  * a2a_perf - all-to-all benchmark in the style of nccl-tests' alltoall_perf.
  *
- * moeccl and the MPI baseline run on the same processes and the same buffers
- * in one run, interleaved rep by rep, so that their ratio is taken under the
- * same machine noise.  A single-thread memcpy of the bytes each rank
+ * moeccl (every algorithm of -a) and the MPI baseline run on the same
+ * processes and the same buffers in one run, interleaved rep by rep, so that
+ * their ratios are taken under the same machine noise.  A single-thread memcpy of the bytes each rank
  * receives, timed in the same run, gives the copy roofline.  With
  * --net-roofline, a full mesh of plain TCP sockets between the ranks moves
  * the same blocks, also in the same run, as the network roofline.
@@ -247,7 +247,7 @@ static void usage(const char* prog)
          "  -a, --algo ALGO|all      set MOECCL_ALGO per series; all = $MOECCL_ALGO_LIST\n"
          "                           or every algorithm and auto (the tuner's choice);\n"
          "                           a comma list also works\n"
-         "  -r, --reps N             reps per size, moeccl and MPI interleaved; the\n"
+         "  -r, --reps N             reps per size, algorithms and MPI interleaved; the\n"
          "                           median is reported (default 5)\n"
          "  -M, --memalloc           buffers from moecclMemAlloc instead of malloc\n"
          "      --baseline mpi|none  baseline library (default mpi)\n"
@@ -1557,42 +1557,51 @@ static void algo_label(char* dst, size_t len, const char* name)
   snprintf(dst, len, "%s", name ? name : env && *env ? env : "auto");
 }
 
-/* Warmup, then reps of moeccl and MPI interleaved; the order flips every rep
- * so neither library always runs on the caches the other left.  Returns -1
- * when a moeccl call failed. */
-static int time_pair(struct bench* b, int mpi_on, struct row* r)
+/* Checks every algorithm's result once, warms each up, then runs the reps:
+ * in every rep each algorithm's series and MPI's, the algorithms in an order
+ * rotated by one each rep and MPI first or last in turn, so that the machine's
+ * slow moments fall on all of them alike and their medians compare.  rows[a]
+ * gets algorithm a's median and MPI's.  Returns -1 when a moeccl call
+ * failed. */
+static int time_all(struct bench* b, char** algos, moecclComm_t* comms, int nalgos, int mpi_on,
+                    struct row* rows)
 {
   const struct opts* o = b->o;
-  double* tm = xcalloc((size_t)o->reps, sizeof *tm);
-  double* tp = xcalloc((size_t)o->reps, sizeof *tp);
-  int failed = 0, f2 = 0;
-  run_series(b, LIB_MOECCL, o->warmup, &failed);
+  int reps = o->reps, failed = 0, f2 = 0;
+  double* tm = xcalloc((size_t)reps * (size_t)nalgos, sizeof *tm);
+  double* tp = xcalloc((size_t)reps, sizeof *tp);
+  for (int a = 0; a < nalgos && !failed; a++) {
+    b->comm = comms[a];
+    set_algo_env(algos[a]);
+    algo_label(rows[a].algo, sizeof rows[a].algo, algos[a]);
+    rows[a].moe_wrong = -1;
+    if (o->check && (rows[a].moe_wrong = check_once(b, LIB_MOECCL)) < 0)
+      failed = 1;
+    if (!failed)
+      run_series(b, LIB_MOECCL, o->warmup, &failed);
+  }
   if (!failed && mpi_on)
     run_series(b, LIB_MPI, o->warmup, &f2);
-  for (int rep = 0; rep < o->reps && !failed; rep++) {
+  for (int rep = 0; rep < reps && !failed; rep++) {
     if (mpi_on && rep % 2)
       tp[rep] = run_series(b, LIB_MPI, o->iters, &f2);
-    tm[rep] = run_series(b, LIB_MOECCL, o->iters, &failed);
+    for (int k = 0; k < nalgos && !failed; k++) {
+      int a = (k + rep) % nalgos;
+      b->comm = comms[a];
+      set_algo_env(algos[a]);
+      tm[(size_t)a * (size_t)reps + (size_t)rep] = run_series(b, LIB_MOECCL, o->iters, &failed);
+    }
     if (mpi_on && rep % 2 == 0)
       tp[rep] = run_series(b, LIB_MPI, o->iters, &f2);
   }
-  r->moe_us = median(tm, o->reps);
-  r->mpi_us = mpi_on ? median(tp, o->reps) : -1.0;
+  double mpi_us = mpi_on ? median(tp, reps) : -1.0;
+  for (int a = 0; a < nalgos; a++) {
+    rows[a].moe_us = median(tm + (size_t)a * (size_t)reps, reps);
+    rows[a].mpi_us = mpi_us;
+  }
   free(tm);
   free(tp);
   return failed ? -1 : 0;
-}
-
-static int bench_algo(struct bench* b, struct row* r, const char* algo, int mpi_on)
-{
-  /* Set for a library that reads it per call; the comm of this algorithm
-   * was made with it set, for a library that reads it at init. */
-  set_algo_env(algo);
-  algo_label(r->algo, sizeof r->algo, algo);
-  r->moe_wrong = -1;
-  if (b->o->check && (r->moe_wrong = check_once(b, LIB_MOECCL)) < 0)
-    return -1;
-  return time_pair(b, mpi_on, r);
 }
 
 static void agree_on_layout(const struct layout* L)
@@ -1626,15 +1635,17 @@ static int bench_size(struct bench* b, struct model* m, size_t req, char** algos
   r.mpi_wrong = mpi_on && b->o->check ? check_once(b, LIB_MPI) : -1;
   r.roof_us = roofline_us(b, (size_t)recv_bytes);
   r.net_us = net_roofline_us(b);
-  for (int a = 0; a < nalgos; a++) {
-    b->comm = comms[a];
-    if (bench_algo(b, &r, algos[a], mpi_on))
-      return -1;
+  struct row* out = xcalloc((size_t)nalgos, sizeof *out);
+  for (int a = 0; a < nalgos; a++)
+    out[a] = r;
+  int rc = time_all(b, algos, comms, nalgos, mpi_on, out);
+  for (int a = 0; a < nalgos && rc == 0; a++) {
     if (b->me == 0)
-      print_row(&r, b->o, b->n);
-    rows_push(rows, &r);
+      print_row(&out[a], b->o, b->n);
+    rows_push(rows, &out[a]);
   }
-  return 0;
+  free(out);
+  return rc;
 }
 
 /* Largest send and receive footprint over all sizes, so one pair of buffers
