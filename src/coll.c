@@ -20,9 +20,6 @@ static size_t meta_pair_bytes(const void* ctx, int src, int dst) {
   return 0; /* outside the algorithm's scope: test_sched checks none asks */
 }
 
-/* The exchange of count rows within the algorithm's scope (the node, or the
- * group of nodes): every member sends its send and recv count rows to every
- * other member.  Members are numbered in rank order. */
 /* Every rank's rows (MOECCL_META_ALL), in ceil(log2 n) rounds (Bruck's
  * allgather): member m holds the rows of rank (me + m) mod n; in round k each
  * rank sends the first min(2^k, n - 2^k) members it holds to rank me - 2^k

@@ -238,6 +238,9 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     for (int k = MOECCL_LINK_NODE; k < MOECCL_LINK_NCLASSES; k++)
       INFO(ALGO, "link %s: latency %.2f us, overhead %.2f us, %.3g GB/s per rank", names[k],
            t->link[k].latency_us, t->link[k].overhead_us, t->link[k].bw_GBps);
+    if (c->tuner->oversubscribed)
+      INFO(ALGO, "a machine holds more ranks than cores: candidates priced on every rank, "
+                 "with the machine's summed CPU time over its cores as a floor");
     const char* dump = moeccl_param_str("MOECCL_TOPO_DUMP_FILE");
     char err[256] = "";
     if (dump && *dump && moeccl_topo_dump(t, dump, err, sizeof(err)) != moecclSuccess)
