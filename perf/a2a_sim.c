@@ -184,7 +184,8 @@ static void usage(const char* prog) {
          "      --ranks R            nodes = R / ppn\n"
          "      --topo FILE          shape and costs from a topology file (MOECCL_TOPO_FILE)\n"
          "      --costs FILE         link and copy lines over the costs (MOECCL_TUNE_FILE)\n"
-         "      --link CLASS:K=V,..  CLASS node|group|global; K latency_us|overhead_us|bw_GBps\n"
+         "      --link CLASS:K=V,..  CLASS node|group|global; K latency_us|overhead_us|bw_GBps|\n"
+         "                           rndv_bytes\n"
          "      --copy K=V,..        K overhead_us|bw_GBps: local copies\n"
          "  sizes:\n"
          "  -b, --minbytes SIZE      smallest size, bytes per peer (K/M/G; default 8)\n"
@@ -416,6 +417,7 @@ static int apply_costs(char* list, moeccl_link_t* link, moeccl_topo_t* t) {
     else if (strcmp(kv, "overhead_us") == 0)
       *(link ? &link->overhead_us : &t->copy_overhead_us) = v;
     else if (strcmp(kv, "bw_GBps") == 0 && v > 0.0) *(link ? &link->bw_GBps : &t->copy_GBps) = v;
+    else if (strcmp(kv, "rndv_bytes") == 0 && link && v >= 0.0) link->rndv_bytes = v;
     else return -1;
   }
   return 0;
@@ -768,8 +770,8 @@ static double algbw(size_t bytes, double us) { return us > 0.0 ? (double)bytes /
 static void print_links(const moeccl_topo_t* t) {
   static const char* names[MOECCL_LINK_NCLASSES] = {"self", "node", "group", "global"};
   for (int c = MOECCL_LINK_NODE; c < MOECCL_LINK_NCLASSES; c++)
-    printf("# link %-6s latency_us=%g overhead_us=%g bw_GBps=%g\n", names[c], t->link[c].latency_us,
-           t->link[c].overhead_us, t->link[c].bw_GBps);
+    printf("# link %-6s latency_us=%g overhead_us=%g bw_GBps=%g rndv_bytes=%g\n", names[c],
+           t->link[c].latency_us, t->link[c].overhead_us, t->link[c].bw_GBps, t->link[c].rndv_bytes);
   printf("# copy        overhead_us=%g bw_GBps=%g\n", t->copy_overhead_us, t->copy_GBps);
 }
 

@@ -98,6 +98,31 @@ static void test_copy(const moeccl_topo_t* t, moeccl_sched_t* s) {
   EXPECT_NEAR(moeccl_model_price(t, s, 0, NULL), 2.75 + 1.0);
 }
 
+/* Rendezvous: a group message above rndv_bytes costs a second overhead and
+ * three latencies; at or below it, one of each. */
+static void test_rendezvous(moeccl_topo_t* t, moeccl_sched_t* s) {
+  t->link[MOECCL_LINK_GROUP].rndv_bytes = 4000;
+  moeccl_sched_reset(s);
+  add(s, MOECCL_OP_SEND, 2, 4000); /* eager: cpu 1, link 2, latency 5 */
+  REQUIRE_OK(moeccl_sched_end_step(s));
+  EXPECT_NEAR(moeccl_model_price(t, s, 0, NULL), 2.0 + 5.0);
+  moeccl_sched_reset(s);
+  add(s, MOECCL_OP_SEND, 2, 6000); /* rendezvous: cpu 2, link 3, latency 15 */
+  REQUIRE_OK(moeccl_sched_end_step(s));
+  moeccl_cost_t d;
+  EXPECT_NEAR(moeccl_model_price(t, s, 0, &d), 3.0 + 15.0);
+  EXPECT_NEAR(d.cpu_us, 2.0);
+  EXPECT_NEAR(d.latency_us, 15.0);
+  /* Another class's threshold does not apply, and a node message next to
+   * the rendezvous does not raise the step's latency further. */
+  moeccl_sched_reset(s);
+  add(s, MOECCL_OP_SEND, 1, 6000); /* node: cpu 0.25 */
+  add(s, MOECCL_OP_RECV, 2, 6000); /* group, rendezvous: cpu 2 */
+  REQUIRE_OK(moeccl_sched_end_step(s));
+  EXPECT_NEAR(moeccl_model_price(t, s, 0, NULL), 3.0 + 15.0);
+  t->link[MOECCL_LINK_GROUP].rndv_bytes = 0;
+}
+
 static void test_two_steps(const moeccl_topo_t* t, moeccl_sched_t* s) {
   moeccl_sched_reset(s);
   add(s, MOECCL_OP_SEND, 1, 50000); /* step 1 (node): max(0.25, 5) + 1 = 6 */
@@ -299,6 +324,7 @@ int main(void) {
   test_copy(&t, &s);
   test_two_steps(&t, &s);
   test_mixed(&t, &s);
+  test_rendezvous(&t, &s);
   test_invalid(&t, &s);
   test_monotone_random(&t, &s);
   test_monotone_algos(&s);

@@ -217,6 +217,7 @@ static void random_costs(moeccl_topo_t* t, unsigned* seed) {
     t->link[c].overhead_us = rand_r(seed) % 4 ? random_double(seed, 10.0) : 0.0;
     t->link[c].bw_GBps =
         rand_r(seed) % 4 ? random_double(seed, 500.0) + 1e-3 : odd[rand_r(seed) % 6];
+    t->link[c].rndv_bytes = rand_r(seed) % 2 ? (double)(rand_r(seed) % 1000000) : 0.0;
   }
   t->copy_overhead_us = random_double(seed, 1.0);
   t->copy_GBps = odd[rand_r(seed) % 6];

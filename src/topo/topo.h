@@ -14,7 +14,7 @@
  *   rank R node N            or explicit placement, one line per rank
  *   nodes_per_group G        0 or absent: one group
  *   rails K                  NICs per node; rail of local rank l is l % K
- *   link CLASS latency_us=A overhead_us=O bw_GBps=B
+ *   link CLASS latency_us=A overhead_us=O bw_GBps=B [rndv_bytes=R]
  *                            CLASS: node, group or global
  *   copy overhead_us=O bw_GBps=B
  *   hw ...                   discovered hardware (hwloc), informative only
@@ -43,6 +43,10 @@ typedef struct {
    * rank drives its links at once: NIC sharing between the ranks of a node
    * and global-link taper are folded in here. */
   double bw_GBps;
+  /* Messages larger than this go by rendezvous (a request and a clear to
+   * send before the data: one more round trip and control message); 0: all
+   * go eager. */
+  double rndv_bytes;
 } moeccl_link_t;
 
 typedef struct moeccl_topo {

@@ -140,17 +140,17 @@ static moecclResult_t parse_rank(parse_t* p, char** w, int nw) {
 /* key=value words of a link or copy line over *l; copy has no latency. */
 static moecclResult_t parse_costs(parse_t* p, char** w, int nw, int with_latency,
                                   moeccl_link_t* l) {
-  static const char* const keys[3] = {"latency_us", "overhead_us", "bw_GBps"};
-  double* fields[3] = {&l->latency_us, &l->overhead_us, &l->bw_GBps};
-  int seen[3] = {0, 0, 0};
+  static const char* const keys[4] = {"latency_us", "overhead_us", "bw_GBps", "rndv_bytes"};
+  double* fields[4] = {&l->latency_us, &l->overhead_us, &l->bw_GBps, &l->rndv_bytes};
+  int seen[4] = {0, 0, 0, 0}, nkeys = with_latency ? 4 : 3;
   if (nw == 0) return fail_at(p, p->line, "no costs given (latency_us=, overhead_us=, bw_GBps=)");
   for (int i = 0; i < nw; i++) {
     char* eq = strchr(w[i], '=');
     if (!eq) return fail_at(p, p->line, "expected key=value, got '%s'", w[i]);
     *eq = '\0';
     int k = with_latency ? 0 : 1;
-    while (k < 3 && strcmp(w[i], keys[k]) != 0) k++;
-    if (k == 3) return fail_at(p, p->line, "unknown key '%s'", w[i]);
+    while (k < nkeys && strcmp(w[i], keys[k]) != 0) k++;
+    if (k == nkeys) return fail_at(p, p->line, "unknown key '%s'", w[i]);
     if (seen[k]++) return fail_at(p, p->line, "%s given twice", keys[k]);
     double v;
     if (word_to_double(eq + 1, &v))
@@ -178,7 +178,7 @@ static moecclResult_t parse_link(parse_t* p, char** w, int nw) {
 
 /* "copy overhead_us=O bw_GBps=B" */
 static moecclResult_t parse_copy(parse_t* p, char** w, int nw) {
-  moeccl_link_t l = {0.0, p->copy_overhead_us, p->copy_GBps};
+  moeccl_link_t l = {0.0, p->copy_overhead_us, p->copy_GBps, 0.0};
   moecclResult_t res = parse_costs(p, w + 1, nw - 1, 0, &l);
   if (res != moecclSuccess) return res;
   p->copy_overhead_us = l.overhead_us;
@@ -447,6 +447,7 @@ static void put_topo(FILE* f, const moeccl_topo_t* t) {
     put_number(f, "latency_us", t->link[c].latency_us);
     put_number(f, "overhead_us", t->link[c].overhead_us);
     put_number(f, "bw_GBps", t->link[c].bw_GBps);
+    if (t->link[c].rndv_bytes > 0) put_number(f, "rndv_bytes", t->link[c].rndv_bytes);
     fputc('\n', f);
   }
   fputs("copy", f);

@@ -10,6 +10,7 @@ typedef struct {
   double sent[MOECCL_LINK_NCLASSES];        /* bytes sent per class */
   double received[MOECCL_LINK_NCLASSES];    /* bytes received per class */
   unsigned char used[MOECCL_LINK_NCLASSES]; /* classes the step touches */
+  unsigned char rndv[MOECCL_LINK_NCLASSES]; /* ... with a rendezvous message */
 } step_load_t;
 
 /* Bytes per microsecond of a bandwidth in GB/s (1e9 bytes/s).  A class with
@@ -35,6 +36,10 @@ static void add_op(const moeccl_topo_t* t, int rank, const moeccl_sched_op_t* op
   moeccl_link_class_t c = moeccl_topo_class(t, rank, op->peer);
   l->cpu_us += t->link[c].overhead_us;
   l->used[c] = 1;
+  if (t->link[c].rndv_bytes > 0 && (double)op->bytes > t->link[c].rndv_bytes) {
+    l->cpu_us += t->link[c].overhead_us; /* the control message */
+    l->rndv[c] = 1;
+  }
   if (op->type == MOECCL_OP_SEND) {
     l->sent[c] += (double)op->bytes;
     d->msgs[c]++;
@@ -56,7 +61,9 @@ static double step_us(const moeccl_topo_t* t, const step_load_t* l, moeccl_cost_
       double us = transfer_us(bytes, t->link[c].bw_GBps);
       if (us > link) link = us;
     }
-    if (t->link[c].latency_us > latency) latency = t->link[c].latency_us;
+    /* A rendezvous waits a round trip for the clear to send first. */
+    double lat = t->link[c].latency_us * (l->rndv[c] ? 3.0 : 1.0);
+    if (lat > latency) latency = lat;
   }
   d->cpu_us += l->cpu_us;
   d->link_us += link;

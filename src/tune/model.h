@@ -11,6 +11,10 @@
  *   step   = max(cpu, link_node, link_group, link_global)
  *            + the largest latency among the classes the step uses
  *   total  = sum of the steps
+ * A message larger than its class's rndv_bytes (when set) goes by
+ * rendezvous: it costs a second overhead (the control message) and its
+ * step waits three latencies of that class instead of one (request, clear
+ * to send, data).
  * A message's class is moeccl_topo_class(rank, peer); copies use the SELF
  * class (its latency, normally 0, and the topology's copy costs).  Times are
  * in microseconds, bandwidths in GB/s (1e9 bytes/s); a class whose bandwidth

@@ -57,7 +57,7 @@ struct moeccl_tuner {
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
 
 /* Default costs per transport (latency us, overhead us per message, GB/s
- * per rank). */
+ * per rank, rendezvous above this many bytes or 0). */
 typedef struct {
   const char* transport;
   moeccl_link_t link;
@@ -66,7 +66,7 @@ typedef struct {
 static const transport_cost_t transport_costs[] = {
     {"shm", {1.5, 0.3, 10.0}},
     {"ucx", {5.0, 4.5, 1.0}},
-    {"ofi", {10.0, 15.0, 1.0}},
+    {"ofi", {10.0, 15.0, 1.0, 16384}}, /* tcp;ofi_rxm: eager up to its 16 KiB buffers */
 };
 /* Packing copies in host memory (per copy op, GB/s). */
 #define HOST_COPY_OVERHEAD_US 0.1
