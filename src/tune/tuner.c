@@ -33,6 +33,7 @@
 
 typedef struct {
   size_t block; /* per-peer bytes priced */
+  int v;        /* an alltoallv (its count exchange priced too) */
   int algo;     /* chosen id, -1: empty slot */
   unsigned age;
 } cache_entry_t;
@@ -288,9 +289,38 @@ static int sample_ranks(const moeccl_topo_t* t, int* out) {
   return k;
 }
 
-/* Predicted time of algorithm a for blocks of `block` bytes: the slowest of
- * the sampled ranks; < 0 when the algorithm does not apply. */
-static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block,
+/* Appends rank's count-row exchange of a v-call of algorithm a (as
+ * moeccl_a2a_prepare runs it first: coll.c's meta_plan), for pricing: rows
+ * of 2 n counts to every member of the node or group, or every rank's rows
+ * gathered in ceil(log2 n) rounds. */
+static moecclResult_t meta_sched(const moeccl_topo_t* t, int rank, moeccl_meta_scope_t scope,
+                                 moeccl_sched_t* s) {
+  int n = t->nranks;
+  uint64_t row = 2 * (uint64_t)n * sizeof(size_t);
+  if (scope == MOECCL_META_ALL) {
+    for (int k = 1; k < n; k *= 2) {
+      uint64_t bytes = (uint64_t)(k < n - k ? k : n - k) * row;
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, (rank - k + n) % n, 0, 0, 0, 0, bytes));
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, (rank + k) % n, 0, 0, 0, 0, bytes));
+      MOECCL_CHECK(moeccl_sched_end_step(s));
+    }
+    return moecclSuccess;
+  }
+  int mine = t->rank_node[rank];
+  for (int r = 0; r < n; r++) {
+    int node = t->rank_node[r];
+    int in = scope == MOECCL_META_NODE ? node == mine : t->node_group[node] == t->node_group[mine];
+    if (!in || r == rank) continue;
+    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, r, 0, 0, 0, 0, row));
+    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, r, 0, 0, 0, 0, row));
+  }
+  return moeccl_sched_end_step(s);
+}
+
+/* Predicted time of algorithm a for blocks of `block` bytes (v: a v-call,
+ * whose count exchange, if any, is priced with it): the slowest of the
+ * sampled ranks; < 0 when the algorithm does not apply. */
+static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block, int v,
                     moeccl_cost_t* detail) {
   struct moeccl_tuner* tu = c->tuner;
   moeccl_a2a_desc_t d = {.nranks = c->nranks,
@@ -314,6 +344,15 @@ static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block,
     if (a->schedule(&d, s) != moecclSuccess) return -1.0;
     moeccl_cost_t cost;
     double us = moeccl_model_price(c->topo, s, d.rank, &cost);
+    if (v && a->meta != MOECCL_META_NONE) {
+      moeccl_cost_t mc;
+      moeccl_sched_reset(s);
+      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess ||
+          meta_sched(c->topo, d.rank, a->meta, s) != moecclSuccess)
+        return -1.0;
+      us += moeccl_model_price(c->topo, s, d.rank, &mc);
+      cost.cpu_us += mc.cpu_us;
+    }
     if (tu->oversubscribed) tu->machine_cpu_us[tu->machine_of[d.rank]] += cost.cpu_us;
     if (us > worst) {
       worst = us;
@@ -337,7 +376,7 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   cache_entry_t* slot = &tu->cache[0];
   for (int i = 0; i < CACHE_SLOTS; i++) {
     cache_entry_t* e = &tu->cache[i];
-    if (e->algo >= 0 && e->block == block) {
+    if (e->algo >= 0 && e->block == block && e->v == v) {
       e->age = tu->clock;
       return &moeccl_a2a_algos[e->algo];
     }
@@ -350,15 +389,15 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   for (int i = 0; i < MOECCL_A2A_NALGOS; i++) {
     const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[i];
     /* bruck's alltoallv first gathers every rank's counts: not priced */
-    if (!a->schedule || (v && a->id == MOECCL_A2A_BRUCK)) continue;
-    double us = price(c, a, block, NULL);
+    if (!a->schedule) continue;
+    double us = price(c, a, block, v, NULL);
     if (us < 0) continue;
     if (len < (int)sizeof(line))
       len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "",
                       a->name, us);
     if (best_us < 0 || us < best_us) best_us = us, best = i;
   }
-  slot->block = block, slot->algo = best, slot->age = tu->clock;
+  slot->block = block, slot->v = v, slot->algo = best, slot->age = tu->clock;
   INFO(ALGO, "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s)",
          c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
          moeccl_a2a_algos[best].name, len ? line : "none");
