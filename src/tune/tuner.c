@@ -101,7 +101,6 @@ static uint64_t topo_hash(const moeccl_topo_t* t) {
   uint64_t h = 0xcbf29ce484222325ULL;
   h = fnv(h, t->rank_node, sizeof(int) * (size_t)t->nranks);
   h = fnv(h, t->node_group, sizeof(int) * (size_t)t->nnodes);
-  h = fnv(h, &t->nrails, sizeof(t->nrails));
   h = fnv(h, t->link, sizeof(t->link));
   h = fnv(h, &t->copy_GBps, sizeof(t->copy_GBps));
   return fnv(h, &t->copy_overhead_us, sizeof(t->copy_overhead_us));
@@ -206,18 +205,21 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
    * and all price the network the same way. */
   struct {
     uint64_t hash;
-    int32_t net, cpus;
+    int32_t net, cpus, rails, pad;
   }* all = calloc((size_t)c->nranks, sizeof(*all));
   if (!all) return moeccl_error(c, moecclSystemError, "out of memory");
   all[c->rank].hash = topo_hash(c->topo);
   all[c->rank].net = my_network(c);
   all[c->rank].cpus = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+  all[c->rank].rails = c->topo->nrails;
   moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, all, sizeof(*all));
   int differs = -1;
   int32_t net = -1;
   for (int r = 0; rc == moecclSuccess && r < c->nranks; r++) {
     if (all[r].hash != all[0].hash && differs < 0) differs = r;
     if (net < 0) net = all[r].net;
+    /* Rails found by hwloc may differ between machines: all take the least. */
+    if (all[r].rails < c->topo->nrails) c->topo->nrails = all[r].rails;
   }
   if (rc == moecclSuccess) rc = machines_init(c, &all[0].cpus, sizeof(*all));
   free(all);
@@ -226,8 +228,8 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   if (differs >= 0)
     return moeccl_error(c, moecclInvalidUsage,
                         "rank %d and rank 0 see different topologies or link costs: "
-                        "MOECCL_TOPO_FILE, MOECCL_TOPO_GROUP_SIZE, MOECCL_TOPO_RAILS and "
-                        "MOECCL_TUNE_FILE must be the same on every rank",
+                        "MOECCL_TOPO_FILE, MOECCL_TOPO_GROUP_SIZE and MOECCL_TUNE_FILE must be "
+                        "the same on every rank",
                         differs);
   const moeccl_topo_t* t = c->topo;
   if (c->rank == 0) {
