@@ -206,9 +206,25 @@ static int prov_score(const char* name) {
   return 1;
 }
 
+/* Defaults for libfabric's own variables, set before it reads them (at the
+ * first fi_getinfo of the process) and only where the user left them unset
+ * (setenv never overwrites).  rxm sends eagerly only up to 16 KiB by
+ * default, and between that and moeccl's eager size it segments messages
+ * through its bounce buffers: a 32 KiB message took 36 us there against 18
+ * us eager (2 ranks over tcp;ofi_rxm here, a2a_perf 64 KiB per rank, 0.41x
+ * -> 0.82x of MPI).  So rxm's eager limit follows MOECCL_NET_EAGER_SIZE;
+ * above it moeccl's own rendezvous (RMA or chunks) takes over anyway.  Over
+ * tcp the limit may exceed rxm's buffer size, which keeps its memory use. */
+static void apply_defaults(void) {
+  char v[32];
+  snprintf(v, sizeof(v), "%zu", moeccl_param_size("MOECCL_NET_EAGER_SIZE"));
+  setenv("FI_OFI_RXM_EAGER_LIMIT", v, 0);
+}
+
 /* fi_getinfo for RDM tagged messaging; rma adds the RMA capabilities,
  * mr_local lets the provider ask for registered local buffers. */
 static struct fi_info* query(const char* prov, int rma, int mr_local) {
+  apply_defaults();
   struct fi_info* hints = fi_allocinfo();
   if (!hints) return NULL;
   hints->caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;

@@ -58,7 +58,7 @@ struct moeccl_tuner {
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
 
 /* Default costs per transport (latency us, overhead us per message, GB/s
- * per rank, rendezvous above this many bytes or 0). */
+ * per rank, rendezvous above this many bytes or 0; -1: MOECCL_NET_EAGER_SIZE). */
 typedef struct {
   const char* transport;
   moeccl_link_t link;
@@ -67,7 +67,7 @@ typedef struct {
 static const transport_cost_t transport_costs[] = {
     {"shm", {1.5, 0.3, 10.0}},
     {"ucx", {5.0, 4.5, 1.0}},
-    {"ofi", {10.0, 15.0, 1.0, 16384}}, /* tcp;ofi_rxm: eager up to its 16 KiB buffers */
+    {"ofi", {10.0, 15.0, 1.0, -1.0}}, /* rendezvous: above MOECCL_NET_EAGER_SIZE (ofi.c) */
 };
 /* Packing copies in host memory (per copy op, GB/s). */
 #define HOST_COPY_OVERHEAD_US 0.1
@@ -151,7 +151,15 @@ static moecclResult_t build_topo(moeccl_comm_t* c, int* costs_given) {
 static void transport_defaults(moeccl_comm_t* c, int32_t net) {
   moeccl_topo_t* t = c->topo;
   t->copy_overhead_us = HOST_COPY_OVERHEAD_US, t->copy_GBps = HOST_COPY_GBPS;
-  const moeccl_link_t* l = net >= 0 ? cost_of(net_names[net]) : NULL;
+  const moeccl_link_t* known = net >= 0 ? cost_of(net_names[net]) : NULL;
+  moeccl_link_t net_link;
+  const moeccl_link_t* l = NULL;
+  if (known) {
+    net_link = *known;
+    if (net_link.rndv_bytes < 0)
+      net_link.rndv_bytes = (double)moeccl_param_size("MOECCL_NET_EAGER_SIZE");
+    l = &net_link;
+  }
   if (l) t->link[MOECCL_LINK_GROUP] = t->link[MOECCL_LINK_GLOBAL] = *l;
   if (moeccl_param_bool("MOECCL_SHM_DISABLE")) {
     if (l) t->link[MOECCL_LINK_NODE] = *l;
