@@ -88,17 +88,36 @@ static moecclResult_t meta_plan(moeccl_comm_t* c, const moeccl_a2a_algo_t* a,
   return moeccl_sched_end_step(s);
 }
 
+/* Whether a v-call of algo exchanges count rows first.  Every rank's rows
+ * (MOECCL_META_ALL) grow as n^2 (16 n^2 bytes held, the last round sends
+ * half of them): past MOECCL_META_ALL_MAX_RANKS the exchange is skipped and
+ * the generator, without pair_bytes, falls back (bruck: pairwise).  This
+ * depends only on the algorithm, n and the agreed topology, so every rank
+ * decides alike. */
+int moeccl_a2a_needs_meta(const moeccl_a2a_algo_t* algo, const moeccl_a2a_desc_t* d) {
+  if (!d->send_counts || algo->meta == MOECCL_META_NONE) return 0;
+  if (algo->meta == MOECCL_META_ALL && d->nranks > MOECCL_META_ALL_MAX_RANKS) return 0;
+  return !algo->applies || algo->applies(d);
+}
+
 moecclResult_t moeccl_a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
                                   int* need_meta) {
-  const moeccl_a2a_algo_t* algo = moeccl_tuner_pick(comm, desc);
-  comm->cur_algo = (int)algo->id;
   *need_meta = 0;
-  if (!desc->send_counts || algo->meta == MOECCL_META_NONE) return moecclSuccess;
+  const moeccl_a2a_algo_t* algo = moeccl_tuner_pick(comm, desc);
+  if (!algo)
+    return moeccl_comm_fail(comm, moecclSystemError,
+                            "the tuner could not price the candidates (out of memory); the ranks "
+                            "may now disagree, abort the communicator");
+  comm->cur_algo = (int)algo->id;
   moeccl_a2a_desc_t d = *desc;
   d.topo = comm->topo;
-  if (algo->applies && !algo->applies(&d)) return moecclSuccess; /* runs direct */
+  if (!moeccl_a2a_needs_meta(algo, &d)) return moecclSuccess;
   *need_meta = 1;
-  return meta_plan(comm, algo, desc, &comm->meta_sched);
+  moecclResult_t rc = meta_plan(comm, algo, desc, &comm->meta_sched);
+  if (rc != moecclSuccess)
+    return moeccl_comm_fail(comm, rc, "planning the count exchange of %s failed (%s)",
+                            algo->name, moecclGetErrorString(rc));
+  return moecclSuccess;
 }
 
 moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
@@ -109,15 +128,18 @@ moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* des
   moeccl_a2a_desc_t d = *desc;
   d.topo = comm->topo;
   d.window = comm->a2a_window;
-  if (d.send_counts && algo->meta != MOECCL_META_NONE)
-    d.pair_bytes = meta_pair_bytes, d.pair_ctx = comm;
+  if (moeccl_a2a_needs_meta(algo, &d)) d.pair_bytes = meta_pair_bytes, d.pair_ctx = comm;
   moeccl_sched_reset(s);
   uint32_t b;
   MOECCL_CHECK(moeccl_sched_add_buf(s, (void*)sendbuf, &b));
   MOECCL_CHECK(moeccl_sched_add_buf(s, recvbuf, &b));
   MOECCL_CHECK(moeccl_sched_add_buf(s, NULL, &b)); /* scratch, provided by the executor */
   s->scratch_buf = (int)b;
-  return algo->schedule(&d, s);
+  moecclResult_t rc = algo->schedule(&d, s);
+  if (rc != moecclSuccess)
+    return moeccl_error(comm, rc, "planning the all-to-all%s with %s failed (%s)",
+                        desc->send_counts ? "v" : "", algo->name, moecclGetErrorString(rc));
+  return moecclSuccess;
 }
 
 /* Highest byte (exclusive) a v-call touches in a buffer; sets *bad to the
@@ -217,7 +239,12 @@ static moecclResult_t a2a_run_now(moeccl_comm_t* c, const moeccl_a2a_desc_t* d, 
     moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
     rc = moeccl_executor_run(&job, 1);
   }
-  if (rc == moecclSuccess) rc = moeccl_a2a_plan(c, d, sendbuf, recvbuf, &c->sched);
+  if (rc == moecclSuccess) {
+    rc = moeccl_a2a_plan(c, d, sendbuf, recvbuf, &c->sched);
+    /* The peers ran the count exchange and go on to the call itself. */
+    if (rc != moecclSuccess && meta)
+      moeccl_comm_fail(c, rc, "planning failed after the count exchange; abort the communicator");
+  }
   if (rc == moecclSuccess) {
     moeccl_job_t job = {.comm = c, .sched = &c->sched};
     rc = moeccl_executor_run(&job, 1);

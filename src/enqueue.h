@@ -3,6 +3,7 @@
 #ifndef MOECCL_ENQUEUE_H_
 #define MOECCL_ENQUEUE_H_
 
+#include "algos/algos.h"
 #include "core.h"
 
 typedef enum { MOECCL_TASK_A2A = 0, MOECCL_TASK_P2P = 1 } moeccl_task_kind_t;
@@ -58,6 +59,10 @@ moecclResult_t moeccl_a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* 
                                   int* need_meta);
 moecclResult_t moeccl_a2a_plan(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
                                const void* sendbuf, void* recvbuf, moeccl_sched_t* sched);
+/* Whether a v-call of algo (desc->topo set) exchanges count rows first; the
+ * tuner prices that exchange with it. */
+#define MOECCL_META_ALL_MAX_RANKS 1024
+int moeccl_a2a_needs_meta(const moeccl_a2a_algo_t* algo, const moeccl_a2a_desc_t* desc);
 
 /* Checks a stream argument: NULL or a live host stream. */
 moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream);

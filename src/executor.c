@@ -6,6 +6,7 @@
  * liveness check of the peers and a deadline (MOECCL_TIMEOUT without progress).
  */
 #include "executor.h"
+#include "tune/tuner.h"
 #include "bootstrap.h"
 #include "copy.h"
 #include "param.h"
@@ -182,8 +183,8 @@ static moecclResult_t timed_out(moeccl_job_t* jobs, int njobs) {
 }
 
 static int spin_limit(const moeccl_comm_t* c) {
-  static long ncpus;
-  if (!ncpus) ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  static int ncpus;
+  if (!ncpus) ncpus = moeccl_cpus_available();
   int spins = (int)moeccl_param_int("MOECCL_SPIN_COUNT");
   /* More ranks than cores: a spinning rank steals the core its peer needs
    * (ranks of this machine, also those MOECCL_HOSTID puts on other nodes). */

@@ -40,12 +40,25 @@ static moecclResult_t env_count(const char* name, int* out, char* err, size_t er
   return moecclSuccess;
 }
 
-static moecclResult_t from_file(moeccl_topo_t* t, const char* path, int nranks, char* err,
-                                size_t errlen) {
+static moecclResult_t from_env(moeccl_topo_t* t, int nranks, const uint64_t* node_of, char* err,
+                               size_t errlen);
+
+/* The file describes one communicator size (usually the world's); a
+ * communicator of another size (a sub-communicator made from its own unique
+ * id) discovers its topology instead.  That depends only on nranks and the
+ * file, so every rank of the communicator does the same. */
+static moecclResult_t from_file(moeccl_topo_t* t, const char* path, int nranks,
+                                const uint64_t* node_of, char* err, size_t errlen) {
   if (nranks <= 0)
     return fail(moecclInvalidArgument, err, errlen, "MOECCL_TOPO_FILE: %d ranks", nranks);
-  moecclResult_t res = moeccl_topo_load(t, path, nranks, err, errlen);
+  moecclResult_t res = moeccl_topo_load(t, path, 0, err, errlen);
   if (res != moecclSuccess) return blame(res, "MOECCL_TOPO_FILE", err, errlen);
+  if (t->nranks != nranks) {
+    INFO(INIT, "MOECCL_TOPO_FILE %s describes %d ranks, this communicator has %d: discovering its "
+               "topology instead", path, t->nranks, nranks);
+    moeccl_topo_free(t);
+    return from_env(t, nranks, node_of, err, errlen);
+  }
   if (moeccl_param_int("MOECCL_TOPO_GROUP_SIZE") || moeccl_param_int("MOECCL_TOPO_RAILS"))
     INFO(INIT, "MOECCL_TOPO_GROUP_SIZE and MOECCL_TOPO_RAILS are ignored: %s sets groups and rails",
          path);
@@ -75,7 +88,7 @@ moecclResult_t moeccl_topo_configure(moeccl_topo_t* t, int nranks, const uint64_
   memset(t, 0, sizeof(*t));
   if (err && errlen) err[0] = '\0';
   const char* file = moeccl_param_str("MOECCL_TOPO_FILE");
-  moecclResult_t res = file && *file ? from_file(t, file, nranks, err, errlen)
+  moecclResult_t res = file && *file ? from_file(t, file, nranks, node_of, err, errlen)
                                      : from_env(t, nranks, node_of, err, errlen);
   if (res != moecclSuccess) {
     moeccl_topo_free(t);

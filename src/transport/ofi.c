@@ -29,6 +29,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,10 +216,17 @@ static int prov_score(const char* name) {
  * -> 0.82x of MPI).  So rxm's eager limit follows MOECCL_NET_EAGER_SIZE;
  * above it moeccl's own rendezvous (RMA or chunks) takes over anyway.  Over
  * tcp the limit may exceed rxm's buffer size, which keeps its memory use. */
-static void apply_defaults(void) {
+static void set_defaults_once(void) {
   char v[32];
   snprintf(v, sizeof(v), "%zu", moeccl_param_size("MOECCL_NET_EAGER_SIZE"));
   setenv("FI_OFI_RXM_EAGER_LIMIT", v, 0);
+}
+
+/* Once per process: setenv must not race with another thread's getenv
+ * (two threads creating communicators). */
+static void apply_defaults(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, set_defaults_once);
 }
 
 /* fi_getinfo for RDM tagged messaging; rma adds the RMA capabilities,

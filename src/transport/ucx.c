@@ -17,6 +17,7 @@
 #include "transport/transport.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,9 +138,15 @@ static void ureq_release(ureq_t* u) {
  * rank over tcp here (a2a_perf, 2 ranks).  Transport-level settings do not
  * take effect through ucp_config_modify, so they go into this process's
  * environment, which ucp_config_read reads; setenv never overwrites. */
-static void apply_defaults(void) {
+static void set_defaults_once(void) {
   setenv("UCX_TCP_TX_SEG_SIZE", "64k", 0);
   setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
+}
+
+/* Once per process: setenv must not race with another thread's getenv. */
+static void apply_defaults(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, set_defaults_once);
 }
 
 static ucs_status_t open_context(ucp_context_h* ctx, uint64_t features, int nranks) {

@@ -18,11 +18,13 @@
  */
 #include "tune/tuner.h"
 #include "bootstrap.h"
+#include "enqueue.h"
 #include "param.h"
 #include "topo/topo.h"
 #include "transport/transport.h"
 #include "tune/model.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,19 +108,46 @@ static uint64_t topo_hash(const moeccl_topo_t* t) {
   return fnv(h, &t->copy_overhead_us, sizeof(t->copy_overhead_us));
 }
 
-/* A split communicator keeps its ranks' nodes, groups of the same size, the
- * rails and the link costs of its parent (whose topology may have come from
- * a file that describes the parent's ranks, not the child's). */
+/* A split communicator keeps its ranks' nodes, the rails and the link
+ * costs of its parent (whose topology may have come from a file that
+ * describes the parent's ranks, not the child's), and its groups where they
+ * still form consecutive runs of equal size over the child's nodes (groups
+ * are consecutive nodes, topo.h); otherwise all its nodes form one group. */
 static moecclResult_t inherit_topo(moeccl_comm_t* c) {
   const moeccl_topo_t* p = c->parent_topo;
-  uint64_t* node_of = malloc(sizeof(uint64_t) * (size_t)c->nranks);
+  int n = c->nranks;
+  uint64_t* node_of = malloc(sizeof(uint64_t) * (size_t)n);
   if (!node_of) return moeccl_error(c, moecclSystemError, "out of memory");
-  for (int r = 0; r < c->nranks; r++) node_of[r] = (uint64_t)p->rank_node[c->parent_ranks[r]];
-  moecclResult_t rc = moeccl_topo_from_nodes(c->topo, c->nranks, node_of, p->nodes_per_group,
-                                             p->nrails);
-  free(node_of);
-  if (rc != moecclSuccess) return moeccl_error(c, rc, "topology: cannot build it");
+  for (int r = 0; r < n; r++) node_of[r] = (uint64_t)p->rank_node[c->parent_ranks[r]];
+  moecclResult_t rc = moeccl_topo_from_nodes(c->topo, n, node_of, 0, p->nrails);
+  if (rc != moecclSuccess) return free(node_of), moeccl_error(c, rc, "topology: cannot build it");
   moeccl_topo_t* t = c->topo;
+  /* Parent group of each child node, in the child's node order. */
+  int per = 0, run = 0, consecutive = 1;
+  for (int k = 0; k < t->nnodes; k++) {
+    int g = p->node_group[node_of[t->node_ranks[t->node_first[k]]]];
+    int prev = k ? p->node_group[node_of[t->node_ranks[t->node_first[k - 1]]]] : -1;
+    if (k && g == prev) {
+      run++;
+      continue;
+    }
+    if (k) {
+      if (per == 0) per = run;
+      else if (run != per) consecutive = 0;
+    }
+    run = 1;
+    for (int j = 0; j < k && consecutive; j++) /* a group seen before: not one run */
+      if (p->node_group[node_of[t->node_ranks[t->node_first[j]]]] == g) consecutive = 0;
+  }
+  if (per == 0) per = run;
+  else if (run != per) consecutive = 0;
+  free(node_of);
+  int nodes_per_group = consecutive && per < t->nnodes ? per : 0;
+  if (nodes_per_group) {
+    t->nodes_per_group = nodes_per_group;
+    for (int k = 0; k < t->nnodes; k++) t->node_group[k] = k / nodes_per_group;
+    t->ngroups = t->nnodes / nodes_per_group;
+  }
   memcpy(t->link, p->link, sizeof(t->link));
   t->copy_GBps = p->copy_GBps, t->copy_overhead_us = p->copy_overhead_us;
   snprintf(t->source, sizeof(t->source), "split of %.100s", p->source);
@@ -198,6 +227,25 @@ static moecclResult_t machines_init(moeccl_comm_t* c, const int32_t* cpus, size_
   return moecclSuccess;
 }
 
+/* Cores this process may run on (its affinity mask: cpusets, Slurm,
+ * container limits), else the machine's. */
+int moeccl_cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+/* Everything a price depends on besides the call: placement, groups,
+ * rails, every cost, the direct window and the alltoallv block size. */
+static uint64_t pricing_hash(const moeccl_comm_t* c) {
+  const moeccl_topo_t* t = c->topo;
+  uint64_t h = topo_hash(t);
+  h = fnv(h, &t->nrails, sizeof(t->nrails));
+  h = fnv(h, &c->a2a_window, sizeof(c->a2a_window));
+  return fnv(h, &c->tuner->v_bytes, sizeof(c->tuner->v_bytes));
+}
+
 moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   c->tuner = calloc(1, sizeof(*c->tuner));
   c->topo = calloc(1, sizeof(*c->topo));
@@ -207,37 +255,54 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   c->a2a_window = (int)moeccl_param_int("MOECCL_A2A_WINDOW");
   if (c->a2a_window < 0) c->a2a_window = 0;
   int costs_given = 0;
-  MOECCL_CHECK(build_topo(c, &costs_given));
+  moecclResult_t built = build_topo(c, &costs_given);
 
-  /* Every rank must hold the same topology, or their choices could differ;
-   * and all price the network the same way. */
+  /* First round: whether every rank built a topology, which network
+   * transport prices the links, cores and rails per rank. */
   struct {
-    uint64_t hash;
-    int32_t net, cpus, rails, pad;
+    int32_t ok, net, cpus, rails;
   }* all = calloc((size_t)c->nranks, sizeof(*all));
   if (!all) return moeccl_error(c, moecclSystemError, "out of memory");
-  all[c->rank].hash = topo_hash(c->topo);
+  all[c->rank].ok = built == moecclSuccess;
   all[c->rank].net = my_network(c);
-  all[c->rank].cpus = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-  all[c->rank].rails = c->topo->nrails;
+  all[c->rank].cpus = (int32_t)moeccl_cpus_available();
+  all[c->rank].rails = built == moecclSuccess ? c->topo->nrails : 0;
   moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, all, sizeof(*all));
-  int differs = -1;
+  int failed = -1;
   int32_t net = -1;
   for (int r = 0; rc == moecclSuccess && r < c->nranks; r++) {
-    if (all[r].hash != all[0].hash && differs < 0) differs = r;
+    if (!all[r].ok && failed < 0) failed = r;
     if (net < 0) net = all[r].net;
     /* Rails found by hwloc may differ between machines: all take the least. */
-    if (all[r].rails < c->topo->nrails) c->topo->nrails = all[r].rails;
+    if (all[r].ok && all[r].rails < c->topo->nrails) c->topo->nrails = all[r].rails;
   }
-  if (rc == moecclSuccess) rc = machines_init(c, &all[0].cpus, sizeof(*all));
+  if (rc == moecclSuccess && failed < 0) rc = machines_init(c, &all[0].cpus, sizeof(*all));
   free(all);
+  if (built != moecclSuccess) return built; /* its text is set */
   MOECCL_CHECK(rc);
+  if (failed >= 0)
+    return moeccl_error(c, moecclInvalidUsage,
+                        "rank %d could not build its topology (see its log); every rank stops", failed);
   if (!costs_given) transport_defaults(c, net);
+
+  /* Second round: every rank must price alike, or their choices could
+   * differ and a call would hang: same placement, groups, rails, costs,
+   * window and alltoallv block size. */
+  uint64_t* hashes = calloc((size_t)c->nranks, sizeof(uint64_t));
+  if (!hashes) return moeccl_error(c, moecclSystemError, "out of memory");
+  hashes[c->rank] = pricing_hash(c);
+  rc = moeccl_bootstrap_allgather(c->boot, hashes, sizeof(uint64_t));
+  int differs = -1;
+  for (int r = 0; rc == moecclSuccess && r < c->nranks && differs < 0; r++)
+    if (hashes[r] != hashes[0]) differs = r;
+  free(hashes);
+  MOECCL_CHECK(rc);
   if (differs >= 0)
     return moeccl_error(c, moecclInvalidUsage,
-                        "rank %d and rank 0 see different topologies or link costs: "
-                        "MOECCL_TOPO_FILE, MOECCL_TOPO_GROUP_SIZE and MOECCL_TUNE_FILE must be "
-                        "the same on every rank",
+                        "rank %d and rank 0 would price algorithms differently: MOECCL_TOPO_FILE, "
+                        "MOECCL_TOPO_GROUP_SIZE, MOECCL_TUNE_FILE, MOECCL_TUNE_V_BYTES, "
+                        "MOECCL_A2A_WINDOW, MOECCL_NET_EAGER_SIZE and MOECCL_SHM_DISABLE must be the "
+                        "same on every rank",
                         differs);
   const moeccl_topo_t* t = c->topo;
   if (c->rank == 0) {
@@ -329,7 +394,10 @@ static moecclResult_t meta_sched(const moeccl_topo_t* t, int rank, moeccl_meta_s
 
 /* Predicted time of algorithm a for blocks of `block` bytes (v: a v-call,
  * whose count exchange, if any, is priced with it): the slowest of the
- * sampled ranks; < 0 when the algorithm does not apply. */
+ * sampled ranks; -1 when the algorithm does not apply, PRICE_FAILED when a
+ * schedule could not be built (out of memory: the caller must fail, since
+ * dropping the candidate here alone would let ranks choose differently). */
+#define PRICE_FAILED (-2.0)
 static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block, int v,
                     moeccl_cost_t* detail) {
   struct moeccl_tuner* tu = c->tuner;
@@ -338,7 +406,7 @@ static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block, 
                          .elem_size = 1,
                          .window = c->a2a_window,
                          .topo = c->topo};
-  if (a->applies && !a->applies(&d)) return -1.0;
+  if (a->applies && !a->applies(&d)) return -1.0; /* does not apply */
   int ranks[MAX_SAMPLE], k = tu->oversubscribed ? c->nranks : sample_ranks(c->topo, ranks);
   double worst = -1.0;
   if (tu->oversubscribed)
@@ -349,17 +417,17 @@ static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block, 
     moeccl_sched_reset(s);
     uint32_t b;
     for (int j = 0; j < MOECCL_BUF_NSTD; j++)
-      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return -1.0;
+      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return PRICE_FAILED;
     s->scratch_buf = MOECCL_BUF_SCRATCH;
-    if (a->schedule(&d, s) != moecclSuccess) return -1.0;
-    moeccl_cost_t cost;
+    if (a->schedule(&d, s) != moecclSuccess) return PRICE_FAILED;
+    moeccl_cost_t cost = {0};
     double us = moeccl_model_price(c->topo, s, d.rank, &cost);
     if (v && a->meta != MOECCL_META_NONE) {
-      moeccl_cost_t mc;
+      moeccl_cost_t mc = {0};
       moeccl_sched_reset(s);
       if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess ||
           meta_sched(c->topo, d.rank, a->meta, s) != moecclSuccess)
-        return -1.0;
+        return PRICE_FAILED;
       us += moeccl_model_price(c->topo, s, d.rank, &mc);
       cost.cpu_us += mc.cpu_us;
     }
@@ -400,7 +468,11 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
     const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[i];
     /* bruck's alltoallv first gathers every rank's counts: not priced */
     if (!a->schedule) continue;
+    /* Past the cap, an alltoallv of bruck gathers no counts and runs
+     * pairwise, which is priced as itself. */
+    if (v && a->meta == MOECCL_META_ALL && c->nranks > MOECCL_META_ALL_MAX_RANKS) continue;
     double us = price(c, a, block, v, NULL);
+    if (us == PRICE_FAILED) return NULL;
     if (us < 0) continue;
     if (len < (int)sizeof(line))
       len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "",
