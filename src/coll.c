@@ -20,47 +20,16 @@ static size_t meta_pair_bytes(const void* ctx, int src, int dst) {
   return 0; /* outside the algorithm's scope: test_sched checks none asks */
 }
 
-/* Every rank's rows (MOECCL_META_ALL), in ceil(log2 n) rounds (Bruck's
- * allgather): member m holds the rows of rank (me + m) mod n; in round k each
- * rank sends the first min(2^k, n - 2^k) members it holds to rank me - 2^k
- * and receives as many from rank me + 2^k behind its own. */
-static moecclResult_t meta_all_plan(moeccl_comm_t* c, uint32_t rows, size_t rowbytes,
-                                    moeccl_sched_t* s) {
-  int n = c->nranks, me = c->rank;
-  for (int k = 1; k < n; k *= 2) {
-    int cnt = k < n - k ? k : n - k;
-    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, (me - k + n) % n, rows, 0, 0, 0,
-                                  (uint64_t)cnt * rowbytes));
-    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, (me + k) % n, 0, 0, rows,
-                                  (uint64_t)k * rowbytes, (uint64_t)cnt * rowbytes));
-    MOECCL_CHECK(moeccl_sched_end_step(s));
-  }
-  return moecclSuccess;
-}
-
-/* The exchange of count rows within the algorithm's scope (the node, the
- * group of nodes, or every rank): each member's send and recv count rows
- * reach every other member.  Members of a node or group are numbered in rank
- * order and exchange directly; for every rank see meta_all_plan. */
+/* Gathers the count rows of the algorithm's scope (moeccl_meta_schedule)
+ * into comm->meta_rows, where meta_pair_bytes finds them. */
 static moecclResult_t meta_plan(moeccl_comm_t* c, const moeccl_a2a_algo_t* a,
                                 const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
-  const moeccl_topo_t* t = c->topo;
-  int n = c->nranks, members = 0, mynode = t->rank_node[c->rank];
+  int n = c->nranks;
   if (!c->meta_index) {
     c->meta_index = malloc(sizeof(int) * (size_t)n);
     if (!c->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
   }
-  for (int r = 0; r < n; r++) {
-    int node = t->rank_node[r], in;
-    if (a->meta == MOECCL_META_ALL) {
-      c->meta_index[r] = (r - c->rank + n) % n;
-      continue;
-    }
-    in = a->meta == MOECCL_META_NODE ? node == mynode
-                                     : t->node_group[node] == t->node_group[mynode];
-    c->meta_index[r] = in ? members++ : -1;
-  }
-  if (a->meta == MOECCL_META_ALL) members = n;
+  int members = moeccl_meta_members(c->topo, c->rank, a->meta, c->meta_index);
   size_t need = 2 * (size_t)members * (size_t)n;
   if (need > c->meta_cap) {
     size_t* p = realloc(c->meta_rows, need * sizeof(size_t));
@@ -68,24 +37,13 @@ static moecclResult_t meta_plan(moeccl_comm_t* c, const moeccl_a2a_algo_t* a,
     c->meta_rows = p, c->meta_cap = need;
   }
   c->meta_elem = d->elem_size;
-  size_t row = (size_t)n * sizeof(size_t);
   size_t* mine = c->meta_rows + 2 * (size_t)c->meta_index[c->rank] * (size_t)n;
-  memcpy(mine, d->send_counts, row);
-  memcpy(mine + n, d->recv_counts, row);
+  memcpy(mine, d->send_counts, (size_t)n * sizeof(size_t));
+  memcpy(mine + n, d->recv_counts, (size_t)n * sizeof(size_t));
   moeccl_sched_reset(s);
   uint32_t rows;
   MOECCL_CHECK(moeccl_sched_add_buf(s, c->meta_rows, &rows));
-  if (a->meta == MOECCL_META_ALL) return meta_all_plan(c, rows, 2 * row, s);
-  MOECCL_CHECK(moeccl_sched_reserve(s, 2 * members, 1));
-  uint64_t my_off = (uint64_t)((char*)mine - (char*)c->meta_rows);
-  for (int r = 0; r < n; r++) {
-    int m = c->meta_index[r];
-    if (m < 0 || r == c->rank) continue;
-    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, r, rows, my_off, 0, 0, 2 * row));
-    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, r, 0, 0, rows, 2 * (uint64_t)m * row,
-                                  2 * row));
-  }
-  return moeccl_sched_end_step(s);
+  return moeccl_meta_schedule(c->topo, c->rank, a->meta, c->meta_index, rows, s);
 }
 
 /* Whether a v-call of algo exchanges count rows first.  Every rank's rows

@@ -3,7 +3,7 @@
 noinst_LTLIBRARIES += libmoeccl_core.la
 lib_LTLIBRARIES += libmoeccl.la
 libmoeccl_core_la_SOURCES = \
-  src/algos/algos.c src/algos/algos.h \
+  src/algos/algos.c src/algos/algos.h src/algos/meta.c \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \
   src/algos/alltoall_hier2.c src/algos/alltoall_hier3.c src/algos/alltoall_rail.c \
   src/algos/relay.c src/algos/relay.h \

@@ -67,6 +67,21 @@ int moeccl_a2a_rail_applies(const moeccl_a2a_desc_t* desc);
  * (levels 3). */
 int moeccl_a2a_topo_fits(const moeccl_a2a_desc_t* desc, int levels);
 
+/* The count-row exchange of a v-call whose algorithm has a meta scope
+ * (meta.c): every member of rank's scope gets rank's rows, 2n counts
+ * (send row, then recv row).  moeccl_meta_members numbers the members in
+ * index[r] (-1: outside the scope) and returns how many there are: in rank
+ * order within a node or group; for every rank (META_ALL) rank + m is
+ * member m.  moeccl_meta_schedule appends the exchange, member m's rows at
+ * m * 2n counts in buffer buf: directly between the members of a node or
+ * group, in ceil(log2 n) rounds of Bruck's allgather for every rank. */
+struct moeccl_topo;
+int moeccl_meta_members(const struct moeccl_topo* t, int rank, moeccl_meta_scope_t scope,
+                        int* index);
+moecclResult_t moeccl_meta_schedule(const struct moeccl_topo* t, int rank,
+                                    moeccl_meta_scope_t scope, const int* index, uint32_t buf,
+                                    moeccl_sched_t* s);
+
 /* This rank's send of its block to `to` and receive of `from`'s block. */
 moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out, int to,
                                        int from);

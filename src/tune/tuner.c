@@ -54,6 +54,7 @@ struct moeccl_tuner {
   int* machine_of; /* [nranks] machine index */
   int* machine_cpus; /* [machines] cores */
   double* machine_cpu_us; /* [machines] scratch while pricing */
+  int* meta_index;        /* [nranks] scratch: members of a count exchange priced */
   int nmachines;
 };
 
@@ -251,6 +252,8 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   c->topo = calloc(1, sizeof(*c->topo));
   if (!c->tuner || !c->topo) return moeccl_error(c, moecclSystemError, "out of memory");
   for (int i = 0; i < CACHE_SLOTS; i++) c->tuner->cache[i].algo = -1;
+  c->tuner->meta_index = malloc(sizeof(int) * (size_t)c->nranks);
+  if (!c->tuner->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
   c->tuner->v_bytes = moeccl_param_size("MOECCL_TUNE_V_BYTES");
   c->a2a_window = (int)moeccl_param_int("MOECCL_A2A_WINDOW");
   if (c->a2a_window < 0) c->a2a_window = 0;
@@ -331,6 +334,7 @@ void moeccl_tuner_fini(moeccl_comm_t* c) {
     free(c->tuner->machine_of);
     free(c->tuner->machine_cpus);
     free(c->tuner->machine_cpu_us);
+    free(c->tuner->meta_index);
   }
   free(c->tuner);
   c->tuner = NULL;
@@ -362,34 +366,6 @@ static int sample_ranks(const moeccl_topo_t* t, int* out) {
     if (!dup) out[k++] = cand[i];
   }
   return k;
-}
-
-/* Appends rank's count-row exchange of a v-call of algorithm a (as
- * moeccl_a2a_prepare runs it first: coll.c's meta_plan), for pricing: rows
- * of 2 n counts to every member of the node or group, or every rank's rows
- * gathered in ceil(log2 n) rounds. */
-static moecclResult_t meta_sched(const moeccl_topo_t* t, int rank, moeccl_meta_scope_t scope,
-                                 moeccl_sched_t* s) {
-  int n = t->nranks;
-  uint64_t row = 2 * (uint64_t)n * sizeof(size_t);
-  if (scope == MOECCL_META_ALL) {
-    for (int k = 1; k < n; k *= 2) {
-      uint64_t bytes = (uint64_t)(k < n - k ? k : n - k) * row;
-      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, (rank - k + n) % n, 0, 0, 0, 0, bytes));
-      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, (rank + k) % n, 0, 0, 0, 0, bytes));
-      MOECCL_CHECK(moeccl_sched_end_step(s));
-    }
-    return moecclSuccess;
-  }
-  int mine = t->rank_node[rank];
-  for (int r = 0; r < n; r++) {
-    int node = t->rank_node[r];
-    int in = scope == MOECCL_META_NODE ? node == mine : t->node_group[node] == t->node_group[mine];
-    if (!in || r == rank) continue;
-    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, r, 0, 0, 0, 0, row));
-    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, r, 0, 0, 0, 0, row));
-  }
-  return moeccl_sched_end_step(s);
 }
 
 /* Predicted time of algorithm a for blocks of `block` bytes (v: a v-call,
@@ -425,8 +401,9 @@ static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block, 
     if (v && a->meta != MOECCL_META_NONE) {
       moeccl_cost_t mc = {0};
       moeccl_sched_reset(s);
+      moeccl_meta_members(c->topo, d.rank, a->meta, tu->meta_index);
       if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess ||
-          meta_sched(c->topo, d.rank, a->meta, s) != moecclSuccess)
+          moeccl_meta_schedule(c->topo, d.rank, a->meta, tu->meta_index, b, s) != moecclSuccess)
         return PRICE_FAILED;
       us += moeccl_model_price(c->topo, s, d.rank, &mc);
       cost.cpu_us += mc.cpu_us;
