@@ -254,31 +254,10 @@ static const mp_variant variants[] = {
     {"no-cma", {"MOECCL_CMA_DISABLE=1"}, "3"},
     {"small-shm", {"MOECCL_SHM_EAGER_SIZE=256", "MOECCL_SHM_SLOTS=2", "MOECCL_SHM_CHUNK_SIZE=40000"}, "3"},
     {"nt-copy", {"MOECCL_NT_COPY_SIZE=1", "MOECCL_SHM_CHUNK_SIZE=40000"}, "3"},
-    /* Every algorithm on simulated nodes of 1, 2 and 4 ranks (MOECCL_HOSTID):
-     * shared memory within a node, the network transport between nodes. */
-    {"direct-ppn1", {"MOECCL_ALGO=direct", "MP_RANKS_PER_NODE=1"}, "2,5"},
-    {"direct-ppn2", {"MOECCL_ALGO=direct", "MP_RANKS_PER_NODE=2"}, "4,6"},
-    {"direct-ppn4", {"MOECCL_ALGO=direct", "MP_RANKS_PER_NODE=4"}, "8"},
-    {"pairwise-ppn1", {"MOECCL_ALGO=pairwise", "MP_RANKS_PER_NODE=1"}, "2,5"},
-    {"pairwise-ppn2", {"MOECCL_ALGO=pairwise", "MP_RANKS_PER_NODE=2"}, "4,6"},
-    {"pairwise-ppn4", {"MOECCL_ALGO=pairwise", "MP_RANKS_PER_NODE=4"}, "8"},
-    {"bruck-ppn1", {"MOECCL_ALGO=bruck", "MP_RANKS_PER_NODE=1"}, "2,5"},
-    {"bruck-ppn2", {"MOECCL_ALGO=bruck", "MP_RANKS_PER_NODE=2"}, "4,6"},
-    {"bruck-ppn4", {"MOECCL_ALGO=bruck", "MP_RANKS_PER_NODE=4"}, "8"},
-    {"hier2-ppn1", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=1"}, "2,5"},
-    {"hier2-ppn2", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=2"}, "4,6"},
-    {"hier2-ppn4", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=4"}, "8"},
-    {"rail-ppn1", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=1"}, "2,5"},
-    {"rail-ppn2", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=2"}, "4,6"},
-    {"rail-ppn4", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=4"}, "8"},
-    {"hier3-ppn1-g2", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=1", "MOECCL_TOPO_GROUP_SIZE=2"}, "4,6"},
-    {"hier3-ppn2-g2", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=2", "MOECCL_TOPO_GROUP_SIZE=2"}, "8"},
-    {"hier3-ppn4-g1", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=4", "MOECCL_TOPO_GROUP_SIZE=1"}, "8"},
-    {"auto-ppn2", {"MP_RANKS_PER_NODE=2"}, "4,8"},
-    {"auto-ppn2-window", {"MP_RANKS_PER_NODE=2", "MOECCL_A2A_WINDOW=2"}, "5"},
     {NULL, {NULL}, NULL},
 };
 
 int main(int argc, char** argv) {
-  return mp_main(argc, argv, mp_default_ranks, body, NULL, 120, variants);
+  int rc = mp_main(argc, argv, mp_default_ranks, body, NULL, 120, variants);
+  return mp_fold(rc, mp_run_variants(argc, argv, mp_topo_variants, 120));
 }

@@ -600,6 +600,32 @@ int mp_run_variants(int argc, char** argv, const mp_variant* variants, int deadl
   return overall;
 }
 
+/* Every algorithm on simulated nodes of 1, 2 and 4 ranks (MOECCL_HOSTID):
+ * shared memory within a node, the network transport between nodes. */
+const mp_variant mp_topo_variants[] = {
+    {"direct-ppn1", {"MOECCL_ALGO=direct", "MP_RANKS_PER_NODE=1"}, "2,5"},
+    {"direct-ppn2", {"MOECCL_ALGO=direct", "MP_RANKS_PER_NODE=2"}, "4,6"},
+    {"direct-ppn4", {"MOECCL_ALGO=direct", "MP_RANKS_PER_NODE=4"}, "8"},
+    {"pairwise-ppn1", {"MOECCL_ALGO=pairwise", "MP_RANKS_PER_NODE=1"}, "2,5"},
+    {"pairwise-ppn2", {"MOECCL_ALGO=pairwise", "MP_RANKS_PER_NODE=2"}, "4,6"},
+    {"pairwise-ppn4", {"MOECCL_ALGO=pairwise", "MP_RANKS_PER_NODE=4"}, "8"},
+    {"bruck-ppn1", {"MOECCL_ALGO=bruck", "MP_RANKS_PER_NODE=1"}, "2,5"},
+    {"bruck-ppn2", {"MOECCL_ALGO=bruck", "MP_RANKS_PER_NODE=2"}, "4,6"},
+    {"bruck-ppn4", {"MOECCL_ALGO=bruck", "MP_RANKS_PER_NODE=4"}, "8"},
+    {"hier2-ppn1", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=1"}, "2,5"},
+    {"hier2-ppn2", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=2"}, "4,6"},
+    {"hier2-ppn4", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=4"}, "8"},
+    {"rail-ppn1", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=1"}, "2,5"},
+    {"rail-ppn2", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=2"}, "4,6"},
+    {"rail-ppn4", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=4"}, "8"},
+    {"hier3-ppn1-g2", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=1", "MOECCL_TOPO_GROUP_SIZE=2"}, "4,6"},
+    {"hier3-ppn2-g2", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=2", "MOECCL_TOPO_GROUP_SIZE=2"}, "8"},
+    {"hier3-ppn4-g1", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=4", "MOECCL_TOPO_GROUP_SIZE=1"}, "8"},
+    {"auto-ppn2", {"MP_RANKS_PER_NODE=2"}, "4,8"},
+    {"auto-ppn2-window", {"MP_RANKS_PER_NODE=2", "MOECCL_A2A_WINDOW=2"}, "5"},
+    {NULL, {NULL}, NULL},
+};
+
 /* ---- Datatypes ------------------------------------------------------------ */
 
 const mp_dtype_info mp_dtypes[moecclNumTypes] = {

@@ -134,6 +134,9 @@ int mp_want(const char* name);
 /* Only the re-executions of mp_main (for a program with its own main);
  * deadline_s is per rank count of a variant. */
 int mp_run_variants(int argc, char** argv, const mp_variant* variants, int deadline_s);
+/* Every algorithm (MOECCL_ALGO) on simulated nodes of 1, 2 and 4 ranks, and
+ * the tuner's choice: the variants the all-to-all tests share. */
+extern const mp_variant mp_topo_variants[];
 
 /* Folds one mp_run result into an overall program result. */
 int mp_fold(int overall, int result);
