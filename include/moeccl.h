@@ -72,6 +72,23 @@ typedef enum {
   moecclNumTypes = 12
 } moecclDataType_t;
 
+/* Reduction operations: same values as NCCL's ncclRedOp_t.  Ops made by
+ * moecclRedOpCreatePreMulSum take values from moecclNumOps up. */
+typedef enum {
+  moecclSum = 0,
+  moecclProd = 1,
+  moecclMax = 2,
+  moecclMin = 3,
+  moecclAvg = 4,
+  moecclNumOps = 5,
+  moecclMaxRedOp = 0x7fffffff
+} moecclRedOp_t;
+
+/* Where a PreMulSum scalar lives: moecclScalarHostImmediate, read at
+ * creation; moecclScalarDevice, a pointer read when each operation runs
+ * (on host memory builds, any memory the process can read). */
+typedef enum { moecclScalarDevice = 0, moecclScalarHostImmediate = 1 } moecclScalarResidence_t;
+
 /* Color for moecclCommSplit: the calling rank joins no new communicator. */
 #define MOECCL_SPLIT_NOCOLOR -1
 
@@ -167,6 +184,47 @@ moecclResult_t moecclAlltoAllv(const void* sendbuff, const size_t sendcounts[],
                                const size_t sdispls[], void* recvbuff, const size_t recvcounts[],
                                const size_t rdispls[], moecclDataType_t datatype, moecclComm_t comm,
                                moecclStream_t stream);
+/* Reductions and gathers, NCCL's semantics: in place when sendbuff ==
+ * recvbuff (AllReduce, Broadcast, Reduce), sendbuff == recvbuff +
+ * rank*sendcount (AllGather), recvbuff == sendbuff + rank*recvcount
+ * (ReduceScatter).  Root-only buffers: Broadcast and Scatter read sendbuff on
+ * the root only; Reduce and Gather write recvbuff on the root only.  Avg on
+ * integer types is the wrapped sum divided by nranks (C division). */
+moecclResult_t moecclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                               moecclDataType_t datatype, moecclRedOp_t op, moecclComm_t comm,
+                               moecclStream_t stream);
+/* recvcount elements per rank: rank i gets block i of the reduced sendbuff
+ * (nranks * recvcount elements). */
+moecclResult_t moecclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                   moecclDataType_t datatype, moecclRedOp_t op, moecclComm_t comm,
+                                   moecclStream_t stream);
+/* recvbuff (nranks * sendcount elements) holds every rank's sendbuff in rank order. */
+moecclResult_t moecclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                               moecclDataType_t datatype, moecclComm_t comm, moecclStream_t stream);
+moecclResult_t moecclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                               moecclDataType_t datatype, int root, moecclComm_t comm,
+                               moecclStream_t stream);
+/* In-place Broadcast (sendbuff == recvbuff == buff). */
+moecclResult_t moecclBcast(void* buff, size_t count, moecclDataType_t datatype, int root,
+                           moecclComm_t comm, moecclStream_t stream);
+moecclResult_t moecclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                            moecclDataType_t datatype, moecclRedOp_t op, int root,
+                            moecclComm_t comm, moecclStream_t stream);
+/* count elements from every rank into the root's recvbuff, in rank order. */
+moecclResult_t moecclGather(const void* sendbuff, void* recvbuff, size_t count,
+                            moecclDataType_t datatype, int root, moecclComm_t comm,
+                            moecclStream_t stream);
+/* Block i (count elements) of the root's sendbuff to rank i's recvbuff. */
+moecclResult_t moecclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                             moecclDataType_t datatype, int root, moecclComm_t comm,
+                             moecclStream_t stream);
+/* A sum whose every input is multiplied by *scalar (one element of datatype)
+ * first; usable on comm with collectives of that datatype until destroyed. */
+moecclResult_t moecclRedOpCreatePreMulSum(moecclRedOp_t* op, void* scalar,
+                                          moecclDataType_t datatype,
+                                          moecclScalarResidence_t residence, moecclComm_t comm);
+moecclResult_t moecclRedOpDestroy(moecclRedOp_t op, moecclComm_t comm);
+
 /* Point-to-point, matched in issue order per (sender, receiver) pair.  Put
  * sends and receives that depend on each other inside one group. */
 moecclResult_t moecclSend(const void* sendbuff, size_t count, moecclDataType_t datatype, int peer,

@@ -21,6 +21,7 @@ void moeccl_sched_reset(moeccl_sched_t* s) {
   s->nbufs = 0;
   s->scratch_bytes = 0;
   s->scratch_buf = -1;
+  s->red = NULL;
 }
 
 void moeccl_sched_free(moeccl_sched_t* s) {
@@ -41,11 +42,18 @@ moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps) {
 moecclResult_t moeccl_sched_add(moeccl_sched_t* s, moeccl_op_type_t type, int peer,
                                 uint32_t src_buf, uint64_t src_off, uint32_t dst_buf,
                                 uint64_t dst_off, uint64_t bytes) {
+  return moeccl_sched_add_flags(s, type, peer, src_buf, src_off, dst_buf, dst_off, bytes, 0);
+}
+
+moecclResult_t moeccl_sched_add_flags(moeccl_sched_t* s, moeccl_op_type_t type, int peer,
+                                      uint32_t src_buf, uint64_t src_off, uint32_t dst_buf,
+                                      uint64_t dst_off, uint64_t bytes, unsigned flags) {
   if (bytes == 0) return moecclSuccess;
   if (grow((void**)&s->ops, &s->ops_cap, s->nops + 1, sizeof(*s->ops))) return moecclSystemError;
   moeccl_sched_op_t* op = &s->ops[s->nops++];
   memset(op, 0, sizeof(*op));
   op->type = (uint8_t)type;
+  op->flags = (uint8_t)flags;
   op->peer = peer;
   op->src_buf = src_buf;
   op->src_off = src_off;

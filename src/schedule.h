@@ -1,7 +1,10 @@
 /*
  * A schedule is data: the ordered steps one rank runs for one operation.
  * Each op moves a byte range: SEND from a buffer to a peer, RECV from a peer
- * into a buffer, COPY between two local buffers.  Ops in a step may run in
+ * into a buffer, COPY between two local buffers; reductions combine two
+ * ranges with the schedule's reduction (s->red): REDUCE dst = dst (+) src,
+ * RECV_REDUCE dst = src (+) incoming message (the transport reduces straight
+ * out of the peer's memory where it can, else the executor stages it).  Ops in a step may run in
  * any order and concurrently; a step starts when the previous one finished.
  * Messages between a pair of ranks match in the order they are posted.
  * Buffers are named by index into the schedule's buffer table, so the same
@@ -16,14 +19,31 @@
 
 #include "moeccl.h"
 
-typedef enum { MOECCL_OP_SEND = 0, MOECCL_OP_RECV = 1, MOECCL_OP_COPY = 2 } moeccl_op_type_t;
+typedef enum {
+  MOECCL_OP_SEND = 0,
+  MOECCL_OP_RECV = 1,
+  MOECCL_OP_COPY = 2,
+  MOECCL_OP_REDUCE = 3,      /* local: dst = dst (+) src, elementwise */
+  MOECCL_OP_RECV_REDUCE = 4, /* dst = src (+) the message from peer (src may equal dst) */
+  MOECCL_OP_NTYPES
+} moeccl_op_type_t;
+
+/* Op flags (moeccl_sched_op_t.flags), for reductions with a pre-multiplier
+ * (PreMulSum, Avg on floating types): an operand that is some rank's raw
+ * input is scaled by the scalar as it is read, so every contribution is
+ * scaled exactly once.  Ignored when the schedule's reduction has none.
+ *   REDUCE:      PRE_A: dst holds a raw input; PRE_B: src holds one.
+ *   RECV_REDUCE: PRE_A: src holds a raw input; PRE_B: the message is one.
+ *   COPY:        PRE_B: dst = scalar * src (a raw input copied as a result). */
+enum { MOECCL_OPF_PRE_A = 1, MOECCL_OPF_PRE_B = 2 };
 
 /* Standard buffer indices of a collective's schedule. */
 enum { MOECCL_BUF_SEND = 0, MOECCL_BUF_RECV = 1, MOECCL_BUF_SCRATCH = 2, MOECCL_BUF_NSTD = 3 };
 
 typedef struct {
-  uint8_t type; /* moeccl_op_type_t */
-  uint8_t reserved[3];
+  uint8_t type;  /* moeccl_op_type_t */
+  uint8_t flags; /* MOECCL_OPF_* */
+  uint8_t reserved[2];
   int32_t peer;     /* SEND/RECV: comm rank; COPY: -1 */
   uint32_t src_buf; /* SEND/COPY */
   uint32_t dst_buf; /* RECV/COPY */
@@ -43,6 +63,10 @@ typedef struct {
   int scratch_buf;      /* its index in bufs, or -1 when the schedule has none */
   void* work;           /* generators' planning memory (moeccl_sched_workspace) */
   size_t work_bytes;
+  /* The reduction REDUCE and RECV_REDUCE ops apply (reduce.h); NULL when
+   * the schedule has none.  Offsets and sizes of reduction ops are whole
+   * elements of it. */
+  const struct moeccl_red* red;
 } moeccl_sched_t;
 
 /* Empties a schedule, keeping its memory for the next call (MoE splits change
@@ -53,6 +77,10 @@ void moeccl_sched_free(moeccl_sched_t* s);
 moecclResult_t moeccl_sched_add(moeccl_sched_t* s, moeccl_op_type_t type, int peer,
                                 uint32_t src_buf, uint64_t src_off, uint32_t dst_buf,
                                 uint64_t dst_off, uint64_t bytes);
+/* Like moeccl_sched_add, with op flags (MOECCL_OPF_*). */
+moecclResult_t moeccl_sched_add_flags(moeccl_sched_t* s, moeccl_op_type_t type, int peer,
+                                      uint32_t src_buf, uint64_t src_off, uint32_t dst_buf,
+                                      uint64_t dst_off, uint64_t bytes, unsigned flags);
 /* Closes the current step (an empty step is not recorded). */
 moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s);
 /* Appends a buffer to the table, returns its index in *index. */
