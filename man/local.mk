@@ -6,8 +6,12 @@ dist_man_MANS += \
 	man/moeccl-transports.7 \
 	man/moeccl-tuning.7 \
 	man/moeccl.3 \
+	man/moecclAllGather.3 \
+	man/moecclAllReduce.3 \
 	man/moecclAlltoAll.3 \
 	man/moecclAlltoAllv.3 \
+	man/moecclBcast.3 \
+	man/moecclBroadcast.3 \
 	man/moecclCommAbort.3 \
 	man/moecclCommCount.3 \
 	man/moecclCommDestroy.3 \
@@ -16,6 +20,7 @@ dist_man_MANS += \
 	man/moecclCommInitRankConfig.3 \
 	man/moecclCommSplit.3 \
 	man/moecclCommUserRank.3 \
+	man/moecclGather.3 \
 	man/moecclGetErrorString.3 \
 	man/moecclGetLastError.3 \
 	man/moecclGetUniqueId.3 \
@@ -29,6 +34,11 @@ dist_man_MANS += \
 	man/moecclMemAlloc.3 \
 	man/moecclMemFree.3 \
 	man/moecclRecv.3 \
+	man/moecclRedOpCreatePreMulSum.3 \
+	man/moecclRedOpDestroy.3 \
+	man/moecclReduce.3 \
+	man/moecclReduceScatter.3 \
+	man/moecclScatter.3 \
 	man/moecclSend.3
 
 EXTRA_DIST += \
@@ -39,17 +49,25 @@ EXTRA_DIST += \
 	man/moeccl-transports.7.md \
 	man/moeccl-tuning.7.md \
 	man/moeccl.3.md \
+	man/moecclAllGather.3.md \
+	man/moecclAllReduce.3.md \
 	man/moecclAlltoAll.3.md \
 	man/moecclAlltoAllv.3.md \
+	man/moecclBroadcast.3.md \
 	man/moecclCommCount.3.md \
 	man/moecclCommDestroy.3.md \
 	man/moecclCommGetAsyncError.3.md \
 	man/moecclCommInitRank.3.md \
 	man/moecclCommSplit.3.md \
+	man/moecclGather.3.md \
 	man/moecclGetErrorString.3.md \
 	man/moecclGetUniqueId.3.md \
 	man/moecclGetVersion.3.md \
 	man/moecclGroupStart.3.md \
 	man/moecclHostStreamCreate.3.md \
 	man/moecclMemAlloc.3.md \
+	man/moecclRedOpCreatePreMulSum.3.md \
+	man/moecclReduce.3.md \
+	man/moecclReduceScatter.3.md \
+	man/moecclScatter.3.md \
 	man/moecclSend.3.md

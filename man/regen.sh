@@ -26,6 +26,8 @@ aliases=(
   "moecclHostStreamSynchronize.3 moecclHostStreamCreate.3"
   "moecclHostStreamQuery.3 moecclHostStreamCreate.3"
   "moecclHostStreamDestroy.3 moecclHostStreamCreate.3"
+  "moecclBcast.3 moecclBroadcast.3"
+  "moecclRedOpDestroy.3 moecclRedOpCreatePreMulSum.3"
 )
 
 check=no
