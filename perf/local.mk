@@ -1,10 +1,18 @@
-# perf/: benchmarks.  a2a_perf compares moeccl with MPI in the same run, so
-# it is built only when configure found MPI (which the library never links).
+# perf/: benchmarks.  a2a_perf and the *_perf tools of perf/coll.mk compare
+# moeccl with MPI in the same run, so they are built only when configure
+# found MPI (which the library never links).  They share one harness,
+# perf/perf_common.c (launch, flags, buffers, timing, checks, rooflines, the
+# table and --json), as nccl-tests' tests share common.cu.
 if HAVE_MPI
+noinst_LTLIBRARIES += perf/libperf_common.la
+perf_libperf_common_la_SOURCES = perf/perf_common.c perf/perf_common.h
+perf_libperf_common_la_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+PERF_LDADD = perf/libperf_common.la libmoeccl.la $(MPI_LIBS) -lm
+
 bin_PROGRAMS += perf/a2a_perf
-perf_a2a_perf_SOURCES = perf/a2a_perf.c
+perf_a2a_perf_SOURCES = perf/alltoall_perf.c
 perf_a2a_perf_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
-perf_a2a_perf_LDADD = libmoeccl.la $(MPI_LIBS) -lm
+perf_a2a_perf_LDADD = $(PERF_LDADD)
 endif
 
 # a2a_sim prices the algorithms' schedules on modelled clusters: no MPI, no

@@ -1,0 +1,264 @@
+/*
+ * perf_common.h - the harness shared by the moeccl benchmarks (a2a_perf and
+ * the *_perf tools of the other collectives), in the way nccl-tests shares
+ * common.cu between its tests.
+ *
+ * Every tool runs moeccl and the MPI baseline on the same processes and the
+ * same buffers in one run, interleaved rep by rep, so that their ratio is
+ * taken under the same machine noise, and times a memory roofline (every
+ * rank copying with memcpy at once) in the same run.  MPI is the launcher,
+ * the carrier of the unique id and the baseline; the library never sees it.
+ *
+ * Two levels:
+ *  - building blocks (options, buffers, timing, checking, rooflines, the
+ *    table and --json), which a2a_perf (alltoall_perf.c) composes itself;
+ *  - the checking helpers the tools of the other collectives need
+ *    (typed values, exact reduction inputs and results).
+ */
+#ifndef MOECCL_PERF_COMMON_H_
+#define MOECCL_PERF_COMMON_H_
+
+#include <getopt.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#include "moeccl.h"
+
+#define PERF_GUARD_BYTES 4096 /* sentinel area checked after the output */
+#define PERF_SENTINEL 0xA5    /* byte an output buffer holds before a check */
+#define PERF_SEED 0x6d6f6563636cULL
+
+/* ---- types and small helpers -------------------------------------------- */
+
+struct perf_dtype {
+  const char* name;
+  const char* alias;
+  moecclDataType_t type;
+  size_t size;
+};
+
+extern const struct perf_dtype perf_dtypes[];
+extern const int perf_ndtypes;
+
+/* Reduction operations as nccl-tests names them (-o). */
+extern const char* const perf_op_names[moecclNumOps];
+
+/* The program name in messages ("a2a_perf"). */
+extern const char* perf_prog;
+
+void* perf_xcalloc(size_t n, size_t size);
+uint64_t perf_mix64(uint64_t x);
+double perf_median(const double* v, int n);
+/* MPI type for moving elements of t: same-width unsigned integers stand in
+ * for the floats MPI lacks (exact, as nothing is computed on them). */
+MPI_Datatype perf_mpi_move_type(moecclDataType_t t);
+/* MPI type for reducing elements of t; MPI_DATATYPE_NULL where MPI has none
+ * (half, bfloat16, fp8). */
+MPI_Datatype perf_mpi_reduce_type(moecclDataType_t t);
+/* MPI_SUM etc.; MPI_OP_NULL for avg, which MPI lacks. */
+MPI_Op perf_mpi_op(moecclRedOp_t op);
+
+/* ---- options ------------------------------------------------------------ */
+
+struct perf_opts {
+  size_t minbytes, maxbytes, step, stepbytes; /* stepbytes > 0: -i, add instead of multiply */
+  int iters, warmup, check, reps, memalloc, mpi_baseline;
+  const struct perf_dtype* dt; /* NULL with -d all */
+  int op;                      /* -o: moecclRedOp_t, or -1 for all */
+  int root;                    /* -r: root, or -1 for all */
+  const char* json;
+  int net_roof;         /* --net-roofline given */
+  const char* net_addr; /* address every rank listens on */
+};
+
+/* What a tool adds to the common options. */
+struct perf_tool {
+  const char* size_what;   /* -b help: "bytes each rank sends" */
+  const char* help_step;   /* lines after -f (or NULL) */
+  const char* help_dtype;  /* last line of -d (NULL: "(default float)") */
+  const char* help_mid;    /* lines after -d */
+  const char* help_late;   /* lines after --baseline */
+  const char* help_end;    /* lines after --json */
+  const char* help_notes;  /* text after -h */
+  const char* shortopts;   /* extra getopt letters */
+  const struct option* longopts; /* extra long options, {NULL} ended */
+  int types_all;           /* -d all is allowed */
+  /* An extra option; 0, or -1 with the value rejected. */
+  int (*apply)(int c, const char* arg, struct perf_opts* o, void* arg_state);
+  void* state;
+};
+
+/* Every rank parses the same argv; only rank 0 talks.  Returns 0 to run, 1
+ * after -h, 2 on a bad command line. */
+int perf_parse_opts(int argc, char** argv, int me, const struct perf_tool* t, struct perf_opts* o);
+int perf_parse_int(const char* s, int lo, int hi, int* out);
+int perf_parse_size(const char* s, size_t* out);
+/* --net-roofline[=ADDR] */
+int perf_parse_net(const char* arg, struct perf_opts* o);
+/* The sizes of the sweep: first, then next until 0. */
+size_t perf_next_size(const struct perf_opts* o, size_t s);
+
+/* ---- the run ------------------------------------------------------------ */
+
+struct perf_bufs {
+  char *send, *recv;          /* shared by moeccl and MPI */
+  char *copy_src, *copy_dst;  /* roofline only */
+  size_t send_cap, recv_cap;  /* recv_cap includes PERF_GUARD_BYTES */
+  size_t copy_cap;
+  int lib_alloc;              /* send/recv come from moecclMemAlloc */
+};
+
+/* Network roofline: one connected TCP socket per pair of ranks. */
+struct perf_net {
+  int on;                      /* mesh up on every rank; 0 once skipped */
+  int yield;                   /* sched_yield after an idle sweep (oversubscribed) */
+  int local, cpus;             /* ranks on this node, CPUs they may run on */
+  int* fd;                     /* per peer; -1 for this rank and when closed */
+  size_t *soff, *slen, *sdone; /* per peer: send offset, length, progress (bytes) */
+  size_t *roff, *rlen, *rdone; /* per peer: the same for the receive side */
+};
+
+enum perf_lib { PERF_MOECCL, PERF_MPI };
+
+/* One rank's view of the run and of the call being measured. */
+struct perf_ctx {
+  const struct perf_opts* o;
+  int me, n;
+  moecclComm_t comm;
+  moecclResult_t err; /* first moeccl error on this rank */
+  struct perf_bufs B;
+  struct perf_net net;
+  /* The call being measured (a2a_perf sets dt, bytes, count, send/recv_bytes). */
+  const struct perf_dtype* dt;
+  moecclRedOp_t op;
+  int root;
+  size_t count;      /* the call's count argument (elements) */
+  size_t bytes;      /* the size column */
+  size_t send_bytes; /* this rank's input and output, bytes */
+  size_t recv_bytes;
+  size_t roof_bytes; /* the roofline memcpy, bytes */
+  enum perf_lib lib; /* whose result a check is verifying */
+  void* tool;        /* the tool's own state */
+};
+
+/* What the timing and checking drive. */
+struct perf_ops {
+  void (*fill)(struct perf_ctx*);             /* inputs of a check */
+  void (*clear)(struct perf_ctx*);            /* NULL: sentinel recv_bytes + guard */
+  long long (*verify)(struct perf_ctx*);      /* wrong elements on this rank */
+  moecclResult_t (*moe)(struct perf_ctx*);    /* one moeccl call */
+  void (*mpi)(struct perf_ctx*);              /* one MPI call */
+  void (*select)(struct perf_ctx*, int series); /* NULL: a single moeccl series */
+};
+
+/* MPI is up: rank and size into c, perf_prog set. */
+void perf_init(struct perf_ctx* c, const char* prog, const struct perf_opts* o);
+/* Makes a communicator of all ranks (the id goes by MPI_Bcast); -1 when it
+ * failed on any rank. */
+int perf_comm_init(int me, int n, moecclComm_t* comm);
+void perf_bufs_alloc(struct perf_bufs* B, size_t send_max, size_t recv_max, size_t copy_max,
+                     int lib);
+void perf_bufs_free(struct perf_bufs* B);
+
+/* Records the first moeccl failure of this rank and says so on stderr. */
+moecclResult_t perf_moe_result(struct perf_ctx* c, moecclResult_t r, const char* call,
+                               size_t bytes);
+/* One check: ops->fill, ops->clear, a barrier, one call, ops->verify.
+ * Returns the wrong elements summed over ranks, or -1 when a moeccl call
+ * failed on some rank. */
+long long perf_check_once(struct perf_ctx* c, const struct perf_ops* ops, enum perf_lib lib);
+/* Checks each moeccl series once (wrong[s], -1 unchecked), warms each and
+ * MPI up, then runs the reps: in each rep every series and MPI once, the
+ * series in an order rotated by one each rep and MPI first or last in turn;
+ * moe_us[s] and *mpi_us get the medians (mpi_us -1 without MPI).  Returns -1
+ * when a moeccl call failed. */
+int perf_time(struct perf_ctx* c, const struct perf_ops* ops, int nseries, int mpi_on,
+              double* moe_us, double* mpi_us, long long* wrong);
+/* Copy roofline: every rank copies bytes between two buffers touched
+ * beforehand, all at once; the median rep of the slowest rank, us. */
+double perf_roofline_us(struct perf_ctx* c, size_t bytes);
+
+/* Network roofline (--net-roofline): the mesh is made at startup; each size
+ * fills net.soff/slen/roff/rlen (bytes) and times the exchange as the copy
+ * roofline, verifying the blocks with ops when -c is on.  Returns us, or -1
+ * when not measured. */
+void perf_net_open(struct perf_ctx* c);
+void perf_net_free(struct perf_ctx* c);
+double perf_net_roofline_us(struct perf_ctx* c, const struct perf_ops* ops, size_t bytes);
+
+/* Series of -a: one per algorithm name, each with its own communicator
+ * made with the variable env set to the name ("auto" unsets it; NULL, the
+ * single series without -a, leaves it alone).  perf_algo_list returns how
+ * many names arg holds ("all": all_list; a comma list otherwise). */
+int perf_algo_list(const char* arg, const char* all_list, char*** out);
+void perf_algo_env(const char* env, const char* name);
+void perf_algo_label(const char* env, char* dst, size_t len, const char* name);
+int perf_comms_init(const char* env, char** algos, int nalgos, int me, int n, moecclComm_t* comms);
+/* After a failure the peers may be gone: abort locally, never wait. */
+int perf_comms_close(moecclComm_t* comms, int nalgos, int failed, int me);
+
+/* ---- checking helpers --------------------------------------------------- */
+
+/* Raw elements (byte order independent). */
+void perf_put_bits(char* p, size_t ts, uint64_t v);
+uint64_t perf_get_bits(const char* p, size_t ts);
+uint64_t perf_bits_mask(size_t ts);
+/* Values of any type; perf_put_value stores small integers exactly. */
+void perf_put_value(char* p, const struct perf_dtype* dt, double v);
+double perf_get_value(const char* p, const struct perf_dtype* dt);
+/* Moving collectives: bits of element k of rank's input. */
+uint64_t perf_pattern(int rank, size_t k);
+/* Reductions: the input of element k on rank (small integers whose sums,
+ * products, maxima and minima over the ranks are exact in c->dt), and the
+ * expected reduced element; perf_red_ok compares (exact, but one unit in the
+ * last place for avg on floating types, whose 1/n pre-multiplier rounds). */
+double perf_red_input(const struct perf_ctx* c, int rank, size_t k);
+double perf_red_expect(const struct perf_ctx* c, size_t k);
+int perf_red_ok(const struct perf_ctx* c, double got, double want);
+/* Element-sized pieces of len bytes at p that lost the sentinel. */
+long long perf_untouched_wrong(const struct perf_ctx* c, const char* p, size_t len);
+
+/* ---- output ------------------------------------------------------------- */
+
+struct perf_row {
+  size_t bytes, count, extra;
+  const char* type;
+  char label[3][64];              /* the tool's text columns */
+  double moe_us, mpi_us, roof_us; /* mpi_us < 0: not measured */
+  double net_us;                  /* net roofline; < 0: not measured */
+  long long moe_wrong, mpi_wrong; /* < 0: not checked */
+};
+
+struct perf_rows {
+  struct perf_row* v;
+  size_t len, cap;
+};
+
+/* The table's shape. */
+struct perf_table {
+  int nlabels;           /* text columns after type: 2 or 3 */
+  const char* label[3];  /* their headers */
+  int width[3];
+  const char* key[3];    /* their --json keys */
+  double factor;         /* busbw = algbw * factor */
+  const char* coll;      /* --json "collective" (NULL: none) */
+  const char* extra_key; /* --json key of row.extra after nranks (NULL: none) */
+  int json_factor;       /* --json carries busbw_factor */
+  int json_net;          /* --json carries the netroof keys */
+  int show_net;          /* the roofline columns show the net roofline */
+};
+
+void perf_rows_push(struct perf_rows* rows, const struct perf_row* r);
+/* "# prog: moeccl X vs MPI", "# nranks ... validation" (rank 0). */
+void perf_header_top(const struct perf_ctx* c);
+/* "#", the rank list (collective), the column headers (rank 0). */
+void perf_header_columns(const struct perf_ctx* c, const struct perf_table* t);
+void perf_print_row(const struct perf_row* r, const struct perf_table* t);
+/* Averages, geomean speedup, wrong total; returns the wrong total. */
+long long perf_print_summary(const struct perf_rows* rows, const struct perf_table* t, int failed);
+int perf_write_json(const char* path, const struct perf_rows* rows, const struct perf_table* t,
+                    int n);
+
+#endif
