@@ -40,6 +40,8 @@ static void comm_free(moeccl_comm_t* comm) {
   free(comm->meta_index);
   free(comm->reqs);
   free(comm->scratch);
+  free(comm->staging);
+  free(comm->redops);
   free(comm->peers);
   free(comm->local_ranks);
   free(comm->peer_local_index);
@@ -71,6 +73,7 @@ static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_co
   c->timeout = moeccl_param_timeout();
   c->forced_algo = -1;
   c->last_algo = -1;
+  for (int k = 0; k < MOECCL_COLL_NKINDS; k++) c->forced_coll[k] = -1;
   c->failed_peer = -1;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->order_lock, NULL);
@@ -79,6 +82,27 @@ static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_co
   if (!c->peers) return comm_free(c), moecclSystemError;
   *out = c;
   return moecclSuccess;
+}
+
+/* The per-collective override, MOECCL_<COLL>_ALGO (param.c). */
+static const char* const coll_algo_env[MOECCL_COLL_NKINDS] = {
+    [MOECCL_COLL_ALLREDUCE] = "MOECCL_ALLREDUCE_ALGO",
+    [MOECCL_COLL_REDUCE_SCATTER] = "MOECCL_REDUCESCATTER_ALGO",
+    [MOECCL_COLL_ALLGATHER] = "MOECCL_ALLGATHER_ALGO",
+    [MOECCL_COLL_BROADCAST] = "MOECCL_BROADCAST_ALGO",
+    [MOECCL_COLL_REDUCE] = "MOECCL_REDUCE_ALGO",
+    [MOECCL_COLL_GATHER] = "MOECCL_GATHER_ALGO",
+    [MOECCL_COLL_SCATTER] = "MOECCL_SCATTER_ALGO",
+};
+
+static void force_coll(moeccl_comm_t* c, moeccl_coll_kind_t kind) {
+  const char* name = moeccl_param_str(coll_algo_env[kind]);
+  if (!name || !*name) return;
+  const moeccl_coll_algo_t* a = moeccl_coll_algo_by_name(name);
+  if (a && a->schedule[kind]) c->forced_coll[kind] = (int)a->id;
+  else if (c->rank == 0)
+    WARN(ALGO, "%s=%s is not an algorithm of %s; the tuner decides", coll_algo_env[kind], name,
+         moeccl_coll_kind_name(kind));
 }
 
 static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
@@ -90,6 +114,7 @@ static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
     else if (c->rank == 0)
       WARN(ALGO, "MOECCL_ALGO=%s is not an algorithm; the tuner decides", algo);
   }
+  for (int k = 0; k < MOECCL_COLL_NKINDS; k++) force_coll(c, (moeccl_coll_kind_t)k);
 }
 
 /* Everything after the peer table is known: node layout and transports. */

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "algos/coll_algos.h"
 #include "debug.h"
 #include "moeccl.h"
 #include "schedule.h"
@@ -27,6 +28,16 @@ typedef struct {
   moeccl_sockaddr_t alive_addr;  /* process liveness socket (bootstrap.c), port 0 if none */
   uint64_t cma_probe_addr;       /* address of a known word, to test CMA */
 } moeccl_peer_info_t;
+
+/* A reduction op made by moecclRedOpCreatePreMulSum: value moecclNumOps +
+ * its index in comm->redops. */
+typedef struct {
+  int in_use;
+  moecclDataType_t type;
+  moecclScalarResidence_t residence;
+  unsigned char scalar[8]; /* HostImmediate: the element, read at creation */
+  const void* ptr;         /* Device: read when each operation is planned */
+} moeccl_redop_t;
 
 struct moeccl_bootstrap;
 struct moeccl_transport_ops;
@@ -52,9 +63,12 @@ struct moecclComm {
   int ntransports;
   uint8_t* peer_transport;
 
-  int forced_algo; /* -1: tuner decides */
+  int forced_algo; /* all-to-all (MOECCL_ALGO); -1: tuner decides */
   int last_algo;   /* the tuner's previous choice, for logging changes */
-  int cur_algo;    /* chosen by moeccl_a2a_prepare for the call being planned */
+  /* Other collectives (MOECCL_<COLL>_ALGO), by moeccl_coll_kind_t; -1: tuner. */
+  int forced_coll[MOECCL_COLL_NKINDS];
+  moeccl_redop_t* redops; /* PreMulSum ops (moecclRedOpCreatePreMulSum) */
+  int nredops;
   int a2a_window;  /* MOECCL_A2A_WINDOW */
   struct moeccl_topo* topo;          /* where the ranks sit, link costs (src/topo) */
   struct moeccl_tuner* tuner;        /* the tuner's cache and scratch (src/tune) */
@@ -85,6 +99,8 @@ struct moecclComm {
   int reqs_cap;
   void* scratch;
   size_t scratch_bytes;
+  void* staging; /* reducing receives from transports that cannot reduce */
+  size_t staging_bytes;
 
   volatile moecclResult_t async_error; /* sticky: set when the comm broke */
   char last_error[512];
@@ -136,6 +152,8 @@ uint64_t moeccl_machine_hash(void);
 uint64_t moeccl_pid_start_time(pid_t pid); /* 0 if the process is gone */
 /* 1 if the process (pid, start) still runs (not a zombie). */
 int moeccl_process_alive(pid_t pid, uint64_t start);
+/* Cores this process may run on (its affinity mask), at least 1. */
+int moeccl_cpus_available(void);
 
 /* Builds local_ranks etc. from peers[]. */
 moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* comm);

@@ -63,51 +63,22 @@ void moeccl_tasks_free(moeccl_task_list_t* list) {
   list->head = list->tail = NULL;
 }
 
-/* Sends to self must pair with receives from self in the same step; checked
- * before anything is posted so the communicator stays usable. */
-static moecclResult_t p2p_check_self(const moeccl_task_t* t) {
-  int sends = 0, recvs = 0;
-  for (int i = 0; i < t->nops; i++) {
-    if (t->ops[i].peer != t->comm->rank) continue;
-    if (t->ops[i].type == MOECCL_OP_SEND) sends++;
-    else recvs++;
-  }
-  if (sends == recvs) return moecclSuccess;
-  return moeccl_error(t->comm, moecclInvalidUsage,
-                      "%d send(s) to self but %d receive(s) from self (rank %d) in one group",
-                      sends, recvs, t->comm->rank);
-}
-
-static moecclResult_t p2p_plan(const moeccl_task_t* t, moeccl_sched_t* s) {
-  MOECCL_CHECK(p2p_check_self(t));
-  moeccl_sched_reset(s);
-  MOECCL_CHECK(moeccl_sched_reserve(s, t->nops, 1));
-  for (int i = 0; i < t->nops; i++) {
-    const moeccl_p2p_op_t* op = &t->ops[i];
-    uint32_t b;
-    MOECCL_CHECK(moeccl_sched_add_buf(s, op->buf, &b));
-    if (op->type == MOECCL_OP_SEND)
-      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, op->peer, b, 0, 0, 0, op->bytes));
-    else MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, op->peer, 0, 0, b, 0, op->bytes));
-  }
-  return moeccl_sched_end_step(s);
+/* The task's call sees its own p2p ops (the array may have grown). */
+static moeccl_call_t* task_call(moeccl_task_t* t) {
+  if (t->call.kind == MOECCL_CALL_P2P) t->call.p2p = t->ops, t->call.np2p = t->nops;
+  return &t->call;
 }
 
 static moecclResult_t task_plan(moeccl_task_t* t) {
-  if (t->comm->aborting)
-    return moeccl_error(t->comm, moecclInvalidUsage, "communicator was aborted");
-  if (t->kind == MOECCL_TASK_P2P) return p2p_plan(t, &t->comm->sched);
-  return moeccl_a2a_plan(t->comm, &t->desc, t->sendbuf, t->recvbuf, &t->comm->sched);
+  return moeccl_plan_build(t->comm, task_call(t), &t->choice, &t->comm->sched);
 }
 
-/* The algorithm of an all-to-all task, and whether its count exchange
+/* The algorithm of a task, and whether its count exchange
  * (comm->meta_sched) must run before task_plan. */
 static moecclResult_t task_prepare(moeccl_task_t* t, int* need_meta) {
-  *need_meta = 0;
-  if (t->comm->aborting)
-    return moeccl_error(t->comm, moecclInvalidUsage, "communicator was aborted");
-  if (t->kind == MOECCL_TASK_P2P) return moecclSuccess;
-  return moeccl_a2a_prepare(t->comm, &t->desc, need_meta);
+  moecclResult_t rc = moeccl_plan_prepare(t->comm, task_call(t), &t->choice);
+  *need_meta = rc == moecclSuccess && t->choice.need_meta;
+  return rc;
 }
 
 static int cmp_ptr(const void* a, const void* b) {
@@ -214,7 +185,9 @@ moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list) {
   /* Usage errors found before anything is posted leave every communicator
    * usable. */
   for (moeccl_task_t* t = list->head; t; t = t->next) {
-    moecclResult_t bad = t->kind == MOECCL_TASK_P2P ? p2p_check_self(t) : moecclSuccess;
+    moecclResult_t bad = t->call.kind == MOECCL_CALL_P2P
+                             ? moeccl_plan_p2p_check(t->comm, task_call(t))
+                             : moecclSuccess;
     if (bad != moecclSuccess) {
       free(comms);
       moeccl_tasks_abandon(list);
@@ -286,12 +259,12 @@ static moeccl_task_t* p2p_task(moeccl_comm_t* comm, int* is_new) {
   moeccl_task_t* last = NULL;
   for (moeccl_task_t* t = group_tasks.head; group_depth > 0 && t; t = t->next)
     if (t->comm == comm) last = t;
-  *is_new = !(last && last->kind == MOECCL_TASK_P2P);
+  *is_new = !(last && last->call.kind == MOECCL_CALL_P2P);
   if (!*is_new) return last;
   moeccl_task_t* t = calloc(1, sizeof(*t));
   if (t) {
     t->comm = comm;
-    t->kind = MOECCL_TASK_P2P;
+    t->call.kind = MOECCL_CALL_P2P;
   }
   return t;
 }
@@ -354,4 +327,62 @@ MOECCL_EXPORT moecclResult_t moecclRecv(void* recvbuff, size_t count, moecclData
     rc =
         p2p_issue(comm, MOECCL_OP_RECV, recvbuff, count * moeccl_type_size(datatype), peer, stream);
   return rc;
+}
+
+/* ---- collective calls ------------------------------------------------------ */
+
+/* Runs one call now, on the calling thread. */
+static moecclResult_t call_run_now(moeccl_comm_t* c, const moeccl_call_t* issued) {
+  moeccl_call_t call = *issued; /* build may read a scalar into it */
+  moeccl_choice_t choice;
+  moeccl_comm_wait_turn(c, moeccl_comm_issue(c, 1));
+  pthread_mutex_lock(&c->lock);
+  moecclResult_t rc = moeccl_plan_prepare(c, &call, &choice);
+  if (rc == moecclSuccess && choice.need_meta) {
+    moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
+    rc = moeccl_executor_run(&job, 1);
+  }
+  if (rc == moecclSuccess) {
+    rc = moeccl_plan_build(c, &call, &choice, &c->sched);
+    /* The peers ran the count exchange and go on to the call itself. */
+    if (rc != moecclSuccess && choice.need_meta)
+      moeccl_comm_fail(c, rc, "planning failed after the count exchange; abort the communicator");
+  }
+  if (rc == moecclSuccess) {
+    moeccl_job_t job = {.comm = c, .sched = &c->sched};
+    rc = moeccl_executor_run(&job, 1);
+  }
+  pthread_mutex_unlock(&c->lock);
+  moeccl_comm_retire(c, 1);
+  return rc;
+}
+
+/* Captures the call for a group or a host stream; v arrays are copied. */
+static moecclResult_t call_defer(moeccl_comm_t* c, const moeccl_call_t* call,
+                                 moecclStream_t stream) {
+  moeccl_task_t* t = calloc(1, sizeof(*t));
+  if (!t) return moeccl_error(c, moecclSystemError, "out of memory");
+  t->comm = c;
+  t->call = *call;
+  const moeccl_a2a_desc_t* d = &call->a2a;
+  if (call->kind == MOECCL_CALL_A2A && d->send_counts) {
+    size_t n = (size_t)c->nranks;
+    t->counts = malloc(4 * n * sizeof(size_t));
+    if (!t->counts) return free(t), moeccl_error(c, moecclSystemError, "out of memory");
+    memcpy(t->counts, d->send_counts, n * sizeof(size_t));
+    memcpy(t->counts + n, d->send_displs, n * sizeof(size_t));
+    memcpy(t->counts + 2 * n, d->recv_counts, n * sizeof(size_t));
+    memcpy(t->counts + 3 * n, d->recv_displs, n * sizeof(size_t));
+    t->call.a2a.send_counts = t->counts;
+    t->call.a2a.send_displs = t->counts + n;
+    t->call.a2a.recv_counts = t->counts + 2 * n;
+    t->call.a2a.recv_displs = t->counts + 3 * n;
+  }
+  return moeccl_task_submit(t, stream);
+}
+
+moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, const moeccl_call_t* call,
+                                 moecclStream_t stream) {
+  if (stream || moeccl_group_active()) return call_defer(comm, call, stream);
+  return call_run_now(comm, call);
 }

@@ -6,10 +6,10 @@
  * liveness check of the peers and a deadline (MOECCL_TIMEOUT without progress).
  */
 #include "executor.h"
-#include "tune/tuner.h"
 #include "bootstrap.h"
 #include "copy.h"
 #include "param.h"
+#include "reduce.h"
 #include "transport/transport.h"
 
 #include <sched.h>
@@ -62,33 +62,75 @@ static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end) {
   }
 }
 
-/* Posts the network ops of job's current step and does its local copies. */
+/* Fills the request of a SEND, RECV or RECV_REDUCE op.  A reducing receive
+ * from a transport that cannot reduce lands in staging memory first. */
+static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, moeccl_req_t* r,
+                     size_t* staged) {
+  const moeccl_sched_t* s = j->sched;
+  moeccl_comm_t* c = j->comm;
+  memset(r, 0, sizeof(*r));
+  r->type = op->type == MOECCL_OP_SEND ? MOECCL_REQ_SEND : MOECCL_REQ_RECV;
+  r->peer = op->peer;
+  r->buf = op->type == MOECCL_OP_SEND ? buf_at(s, op->src_buf, op->src_off)
+                                      : buf_at(s, op->dst_buf, op->dst_off);
+  r->bytes = op->bytes;
+  r->stream_copy = j->stream_copy;
+  if (op->type != MOECCL_OP_RECV_REDUCE) return;
+  r->red = s->red;
+  r->operand = buf_at(s, op->src_buf, op->src_off);
+  r->red_flags = op->flags;
+  if (c->transport_ops[c->peer_transport[op->peer]]->caps & MOECCL_TRANSPORT_CAP_REDUCE) return;
+  r->stage_dst = r->buf;
+  r->buf = (char*)c->staging + *staged;
+  *staged += op->bytes;
+}
+
+/* The step's local ops: copies (scaled or divided for reductions with a
+ * pre-multiplier or an integer Avg) and reductions. */
+static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
+  const moeccl_sched_t* s = j->sched;
+  void* dst = buf_at(s, op->dst_buf, op->dst_off);
+  const void* src = buf_at(s, op->src_buf, op->src_off);
+  if (op->type == MOECCL_OP_REDUCE) {
+    moeccl_reduce(s->red, dst, dst, src, op->bytes / s->red->elem_size, op->flags);
+  } else if (op->flags & MOECCL_OPF_DIV) {
+    if (dst != src) moeccl_copy(dst, src, op->bytes, j->stream_copy);
+    moeccl_reduce_postdiv(s->red, dst, op->bytes / s->red->elem_size);
+  } else if (op->flags & MOECCL_OPF_PRE_B && s->red && s->red->premul) {
+    moeccl_reduce_scale(s->red, dst, src, op->bytes / s->red->elem_size);
+  } else if (dst != src) {
+    moeccl_copy(dst, src, op->bytes, j->stream_copy);
+  }
+}
+
+static int is_local(const moeccl_sched_op_t* op) {
+  return op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE;
+}
+
+/* Posts the network ops of job's current step and does its local ops. */
 static moecclResult_t start_step(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   const moeccl_sched_t* s = j->sched;
   int begin = j->step ? s->step_end[j->step - 1] : 0, end = s->step_end[j->step];
+  size_t staged = 0;
   j->pending = 0;
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
-    if (op->type == MOECCL_OP_COPY || op->peer == c->rank) continue;
+    if (is_local(op)) continue;
+    if (op->peer == c->rank) {
+      if (op->type == MOECCL_OP_RECV_REDUCE)
+        return moeccl_error(c, moecclInternalError, "a reducing receive from self (rank %d)",
+                            c->rank);
+      continue;
+    }
     moeccl_req_t* r = &c->reqs[j->nreqs++];
-    memset(r, 0, sizeof(*r));
-    r->type = op->type == MOECCL_OP_SEND ? MOECCL_REQ_SEND : MOECCL_REQ_RECV;
-    r->peer = op->peer;
-    r->buf = op->type == MOECCL_OP_SEND ? buf_at(s, op->src_buf, op->src_off)
-                                        : buf_at(s, op->dst_buf, op->dst_off);
-    r->bytes = op->bytes;
-    r->stream_copy = j->stream_copy;
+    make_req(j, op, r, &staged);
     int t = c->peer_transport[op->peer];
     MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
     j->pending++;
   }
-  for (int i = begin; i < end; i++) {
-    const moeccl_sched_op_t* op = &s->ops[i];
-    if (op->type == MOECCL_OP_COPY)
-      moeccl_copy(buf_at(s, op->dst_buf, op->dst_off), buf_at(s, op->src_buf, op->src_off),
-                  op->bytes, j->stream_copy);
-  }
+  for (int i = begin; i < end; i++)
+    if (is_local(&s->ops[i])) run_local_op(j, &s->ops[i]);
   return run_self_ops(j, begin, end);
 }
 
@@ -102,11 +144,23 @@ static moecclResult_t advance(moeccl_job_t* j) {
   return moecclSuccess;
 }
 
+/* A staged reducing receive that completed: reduce it into place. */
+static void finish_staged(moeccl_req_t* r) {
+  moeccl_reduce(r->red, r->stage_dst, r->operand, r->buf, r->bytes / r->red->elem_size,
+                r->red_flags);
+  r->stage_dst = NULL;
+}
+
 static int count_pending(moeccl_job_t* j) {
   int pending = 0;
   for (int i = j->first_req; i < j->nreqs; i++) {
-    if (j->comm->reqs[i].done && i == j->first_req) j->first_req++;
-    else if (!j->comm->reqs[i].done) pending++;
+    moeccl_req_t* r = &j->comm->reqs[i];
+    if (!r->done) {
+      pending++;
+      continue;
+    }
+    if (r->stage_dst) finish_staged(r);
+    if (i == j->first_req) j->first_req++;
   }
   return j->pending = pending;
 }
@@ -261,6 +315,30 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
   }
 }
 
+/* Staging for reducing receives from transports that cannot reduce: the
+ * most any step receives that way. */
+static moecclResult_t reserve_staging(moeccl_job_t* j) {
+  moeccl_comm_t* c = j->comm;
+  const moeccl_sched_t* s = j->sched;
+  size_t most = 0;
+  for (int step = 0, i = 0; step < s->nsteps; step++) {
+    size_t bytes = 0;
+    for (; i < s->step_end[step]; i++) {
+      const moeccl_sched_op_t* op = &s->ops[i];
+      if (op->type != MOECCL_OP_RECV_REDUCE || op->peer == c->rank) continue;
+      if (!(c->transport_ops[c->peer_transport[op->peer]]->caps & MOECCL_TRANSPORT_CAP_REDUCE))
+        bytes += op->bytes;
+    }
+    if (bytes > most) most = bytes;
+  }
+  if (most <= c->staging_bytes) return moecclSuccess;
+  void* p = realloc(c->staging, most);
+  if (!p) return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of staging", most);
+  c->staging = p;
+  c->staging_bytes = most;
+  return moecclSuccess;
+}
+
 static moecclResult_t prepare(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   if (c->async_error != moecclSuccess)
@@ -276,6 +354,7 @@ static moecclResult_t prepare(moeccl_job_t* j) {
     c->scratch_bytes = j->sched->scratch_bytes;
   }
   if (j->sched->scratch_buf >= 0) j->sched->bufs[j->sched->scratch_buf] = c->scratch;
+  MOECCL_CHECK(reserve_staging(j));
   size_t written = 0; /* bytes this rank writes: receives and local copies */
   for (int i = 0; i < j->sched->nops; i++)
     if (j->sched->ops[i].type != MOECCL_OP_SEND) written += j->sched->ops[i].bytes;

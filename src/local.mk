@@ -8,7 +8,8 @@ libmoeccl_core_la_SOURCES = \
   src/algos/alltoall_hier2.c src/algos/alltoall_hier3.c src/algos/alltoall_rail.c \
   src/algos/relay.c src/algos/relay.h \
   src/bootstrap.c src/bootstrap.h \
-  src/coll.c src/comm.c src/copy.c src/copy.h src/core.h \
+  src/coll.c src/collectives.c src/comm.c src/copy.c src/copy.h src/core.h \
+  src/plan.c src/plan.h src/reduce.h \
   src/debug.c src/debug.h \
   src/enqueue.c src/enqueue.h src/error.c \
   src/executor.c src/executor.h \
@@ -38,3 +39,6 @@ endif
 # Network transports, each behind its own conditional (see its .mk).
 include src/transport/ofi.mk
 include src/transport/ucx.mk
+# Reduction kernels and the collectives' generators.
+include src/reduce.mk
+include src/algos/coll.mk

@@ -36,6 +36,9 @@ typedef enum {
  *   RECV_REDUCE: PRE_A: src holds a raw input; PRE_B: the message is one.
  *   COPY:        PRE_B: dst = scalar * src (a raw input copied as a result). */
 enum { MOECCL_OPF_PRE_A = 1, MOECCL_OPF_PRE_B = 2 };
+/* COPY: dst = src / the reduction's post-divisor (integer Avg); the planner
+ * appends it over every rank's own result after the algorithm's steps. */
+enum { MOECCL_OPF_DIV = 4 };
 
 /* Standard buffer indices of a collective's schedule. */
 enum { MOECCL_BUF_SEND = 0, MOECCL_BUF_RECV = 1, MOECCL_BUF_SCRATCH = 2, MOECCL_BUF_NSTD = 3 };

@@ -82,6 +82,13 @@ moecclResult_t moeccl_meta_schedule(const struct moeccl_topo* t, int rank,
                                     moeccl_meta_scope_t scope, const int* index, uint32_t buf,
                                     moeccl_sched_t* s);
 
+/* Whether a v-call of algo (desc->topo set) exchanges count rows first; the
+ * tuner prices that exchange with it.  Every rank's rows (MOECCL_META_ALL)
+ * grow as n^2: past MOECCL_META_ALL_MAX_RANKS the exchange is skipped and
+ * the generator, without pair_bytes, falls back (bruck: pairwise). */
+#define MOECCL_META_ALL_MAX_RANKS 1024
+int moeccl_a2a_needs_meta(const moeccl_a2a_algo_t* algo, const moeccl_a2a_desc_t* desc);
+
 /* This rank's send of its block to `to` and receive of `from`'s block. */
 moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out, int to,
                                        int from);

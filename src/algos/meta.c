@@ -43,3 +43,12 @@ moecclResult_t moeccl_meta_schedule(const moeccl_topo_t* t, int rank, moeccl_met
   }
   return rc == moecclSuccess ? moeccl_sched_end_step(s) : rc;
 }
+
+/* This depends only on the algorithm, n and the agreed topology, so every
+ * rank decides alike (16 n^2 bytes held for META_ALL; the last round sends
+ * half of them). */
+int moeccl_a2a_needs_meta(const moeccl_a2a_algo_t* algo, const moeccl_a2a_desc_t* d) {
+  if (!d->send_counts || algo->meta == MOECCL_META_NONE) return 0;
+  if (algo->meta == MOECCL_META_ALL && d->nranks > MOECCL_META_ALL_MAX_RANKS) return 0;
+  return !algo->applies || algo->applies(d);
+}

@@ -3,6 +3,7 @@
 #include "param.h"
 
 #include <ctype.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,4 +76,13 @@ int moeccl_process_alive(pid_t pid, uint64_t start) {
   uint64_t now = read_stat(pid, &state);
   if (now == 0 || now != start) return 0;
   return state != 'Z' && state != 'X' && state != 'x';
+}
+
+/* Cores this process may run on (its affinity mask: cpusets, Slurm,
+ * container limits), else the machine's. */
+int moeccl_cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }

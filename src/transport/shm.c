@@ -14,6 +14,7 @@
  */
 #include "copy.h"
 #include "param.h"
+#include "reduce.h"
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -108,6 +109,10 @@ typedef struct {
   shm_peer_t* peers; /* by local index */
   uint32_t armed;
   uint64_t map_clock; /* LRU clock of the peers' mapping caches */
+  /* Reducing receives by CMA: a chunk is read here, then reduced into the
+   * destination while it is still in cache. */
+  char* bounce;
+  size_t bounce_bytes;
 } shm_state_t;
 
 static long futex(_Atomic uint32_t* addr, int op, uint32_t val, const struct timespec* ts) {
@@ -223,6 +228,7 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   s->slot_stride = sizeof(slot_hdr_t) + s->slot_bytes;
   s->chunk = moeccl_param_size("MOECCL_SHM_CHUNK_SIZE");
   if (s->chunk < 4096) s->chunk = 4096;
+  s->chunk &= ~(size_t)(CACHELINE - 1); /* whole elements for reducing receives */
   s->peers = calloc((size_t)s->nlocal, sizeof(*s->peers));
   if (!s->peers) return free(s), moecclSystemError;
   for (int l = 0; l < s->nlocal; l++) {
@@ -292,6 +298,7 @@ static void shm_fini(void* state) {
     for (int i = 0; i < MAP_CACHE; i++)
       if (s->peers[l].maps[i].base) munmap(s->peers[l].maps[i].base, s->peers[l].maps[i].size);
   if (s->base) munmap(s->base, s->size);
+  free(s->bounce);
   free(s->peers);
   free(s);
 }
@@ -450,6 +457,42 @@ static const char* map_peer_region(shm_state_t* s, shm_peer_t* p, const slot_hdr
   return base;
 }
 
+/* A process_vm_readv of n bytes from p returned got <= 0. */
+static moecclResult_t cma_failed(shm_state_t* s, shm_peer_t* p, ssize_t got, size_t n) {
+  if (got < 0 && errno == EINTR) return moecclSuccess;
+  /* ESRCH: the process is gone or exiting (its memory already released,
+   * while /proc may still show it running). */
+  if ((got < 0 && errno == ESRCH) || !moeccl_process_alive(p->pid, p->pid_start))
+    return peer_died(s, p);
+  return moeccl_comm_fail(s->comm, moecclRemoteError,
+                          "shm: reading %zu bytes from rank %d (pid %d) failed: %s", n,
+                          p->comm_rank, (int)p->pid, got < 0 ? strerror(errno) : "short read");
+}
+
+/* A reducing receive from memory that cannot be mapped: CMA reads a piece
+ * into the bounce buffer, small enough to stay in cache, and it is reduced
+ * from there; whole elements only (a short read leaves the rest). */
+#define BOUNCE_BYTES (256 << 10)
+static moecclResult_t pull_reduce_cma(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
+                                      moeccl_req_t* r, size_t n) {
+  if (!s->bounce) {
+    s->bounce = malloc(BOUNCE_BYTES);
+    if (!s->bounce)
+      return moeccl_comm_fail(s->comm, moecclSystemError, "shm: out of memory for a bounce buffer");
+    s->bounce_bytes = BOUNCE_BYTES;
+  }
+  if (n > s->bounce_bytes) n = s->bounce_bytes;
+  struct iovec local = {s->bounce, n};
+  struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
+  ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
+  if (got <= 0) return cma_failed(s, p, got, n);
+  size_t elem = r->red->elem_size, whole = (size_t)got / elem;
+  moeccl_reduce(r->red, (char*)r->buf + r->progress, (const char*)r->operand + r->progress,
+                s->bounce, whole, r->red_flags);
+  r->progress += whole * elem;
+  return moecclSuccess;
+}
+
 /* Pulls up to one chunk of a single-copy message from the sender: a plain
  * copy from its mapped moecclMemAlloc memory, else process_vm_readv. */
 static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
@@ -458,26 +501,21 @@ static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t*
   if (n > s->chunk) n = s->chunk;
   const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
   if (region) {
-    moeccl_copy((char*)r->buf + r->progress, region + h->region_off + r->progress, n,
-                r->stream_copy);
+    const char* from = region + h->region_off + r->progress;
+    if (r->red)
+      moeccl_reduce(r->red, (char*)r->buf + r->progress, (const char*)r->operand + r->progress,
+                    from, n / r->red->elem_size, r->red_flags);
+    else moeccl_copy((char*)r->buf + r->progress, from, n, r->stream_copy);
     r->progress += n;
     return moecclSuccess;
   }
+  if (r->red) return pull_reduce_cma(s, p, h, r, n);
   struct iovec local = {(char*)r->buf + r->progress, n};
   struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
   ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
   TRACE(SHM, "pull from rank %d seq %llu addr %p bytes %zu", p->comm_rank,
         (unsigned long long)p->recv_seq, (void*)(uintptr_t)h->addr, n);
-  if (got <= 0) {
-    if (got < 0 && errno == EINTR) return moecclSuccess;
-    /* ESRCH: the process is gone or exiting (its memory already released,
-     * while /proc may still show it running). */
-    if ((got < 0 && errno == ESRCH) || !moeccl_process_alive(p->pid, p->pid_start))
-      return peer_died(s, p);
-    return moeccl_comm_fail(s->comm, moecclRemoteError,
-                            "shm: reading %zu bytes from rank %d (pid %d) failed: %s", n,
-                            p->comm_rank, (int)p->pid, got < 0 ? strerror(errno) : "short read");
-  }
+  if (got <= 0) return cma_failed(s, p, got, n);
   r->progress += (size_t)got;
   return moecclSuccess;
 }
@@ -496,7 +534,10 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
       MOECCL_CHECK(pull_rndv(s, p, h, r));
       slot_done = r->progress == h->msg_bytes;
     } else {
-      memcpy((char*)r->buf + r->progress, (const char*)(h + 1), h->frag_bytes);
+      if (r->red)
+        moeccl_reduce(r->red, (char*)r->buf + r->progress, (const char*)r->operand + r->progress,
+                      h + 1, h->frag_bytes / r->red->elem_size, r->red_flags);
+      else memcpy((char*)r->buf + r->progress, (const char*)(h + 1), h->frag_bytes);
       r->progress += h->frag_bytes;
       slot_done = 1;
     }
@@ -583,6 +624,7 @@ static void shm_cancel_all(void* state) {
 
 const moeccl_transport_ops_t moeccl_shm_ops = {
     .name = "shm",
+    .caps = MOECCL_TRANSPORT_CAP_REDUCE,
     .score = NULL,
     .can_reach = shm_can_reach,
     .init = shm_init,

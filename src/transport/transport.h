@@ -16,6 +16,8 @@
 
 typedef enum { MOECCL_REQ_SEND = 0, MOECCL_REQ_RECV = 1 } moeccl_req_type_t;
 
+struct moeccl_red;
+
 /* One posted send or receive.  Owned by the executor; the transport links it
  * into its queues between post() and completion and must not touch it after
  * setting done. */
@@ -26,14 +28,33 @@ typedef struct moeccl_req {
   size_t bytes;
   volatile int done;
   int stream_copy;         /* copy into buf with streaming stores (executor's choice) */
+  /* A receive that reduces (MOECCL_OP_RECV_REDUCE), posted only to a
+   * transport with MOECCL_TRANSPORT_CAP_REDUCE: buf = operand (+) message,
+   * with moeccl_reduce(red, ..., red_flags) over whole elements (operand
+   * may equal buf).  red is NULL for a plain receive. */
+  const struct moeccl_red* red;
+  const void* operand;
+  unsigned red_flags;
+  /* executor's: a reducing receive staged for a transport without the
+   * capability (buf is staging memory; reduce into stage_dst when done) */
+  void* stage_dst;
   struct moeccl_req* next; /* transport's queue link */
   size_t progress;         /* transport's: bytes moved so far */
   uint64_t seq;            /* transport's: message sequence number */
   uint64_t aux;            /* transport's */
 } moeccl_req_t;
 
+/* Capabilities a transport reports (ops->caps). */
+enum {
+  /* Receives can reduce as the bytes arrive (req->red), straight out of the
+   * peer's memory or a slot, with no staging copy.  Without it the executor
+   * receives into staging memory and reduces when the receive completes. */
+  MOECCL_TRANSPORT_CAP_REDUCE = 1
+};
+
 typedef struct moeccl_transport_ops {
   const char* name;
+  unsigned caps; /* MOECCL_TRANSPORT_CAP_* */
   /* Network transports only (NULL for shm): how well this transport would do
    * here, from local facts alone (its providers or devices), without talking
    * to peers: 0 cannot run, 1 sockets only, 2 a kernel-bypass fabric.

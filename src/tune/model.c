@@ -24,10 +24,15 @@ static double transfer_us(double bytes, double GBps) {
 }
 
 /* Adds one op to the step's load and to the whole schedule's counters. */
+/* A reduction reads two operands and writes one: half as much traffic again
+ * as a copy of the same bytes. */
+#define REDUCE_TRAFFIC 1.5
+
 static void add_op(const moeccl_topo_t* t, int rank, const moeccl_sched_op_t* op, step_load_t* l,
                    moeccl_cost_t* d) {
-  if (op->type == MOECCL_OP_COPY) {
-    l->cpu_us += t->copy_overhead_us + transfer_us((double)op->bytes, t->copy_GBps);
+  if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE) {
+    double traffic = op->type == MOECCL_OP_REDUCE ? REDUCE_TRAFFIC : 1.0;
+    l->cpu_us += t->copy_overhead_us + transfer_us(traffic * (double)op->bytes, t->copy_GBps);
     l->used[MOECCL_LINK_SELF] = 1;
     d->msgs[MOECCL_LINK_SELF]++;
     d->bytes[MOECCL_LINK_SELF] += (double)op->bytes;
@@ -46,6 +51,13 @@ static void add_op(const moeccl_topo_t* t, int rank, const moeccl_sched_op_t* op
     d->bytes[c] += (double)op->bytes;
   } else {
     l->received[c] += (double)op->bytes;
+  }
+  /* Reducing on receive: within a node the copy out of the peer's memory is
+   * the link's cost and the local operand's read comes on top; from the
+   * network the whole reduction is CPU work after the bytes arrive. */
+  if (op->type == MOECCL_OP_RECV_REDUCE) {
+    double extra = c == MOECCL_LINK_NODE ? REDUCE_TRAFFIC - 1.0 : REDUCE_TRAFFIC;
+    l->cpu_us += transfer_us(extra * (double)op->bytes, t->copy_GBps);
   }
 }
 
@@ -74,8 +86,9 @@ static double step_us(const moeccl_topo_t* t, const step_load_t* l, moeccl_cost_
 static int valid_ops(const moeccl_topo_t* t, const moeccl_sched_t* s) {
   for (int i = 0; i < s->nops; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
-    if (op->type > MOECCL_OP_COPY) return 0;
-    if (op->type != MOECCL_OP_COPY && (op->peer < 0 || op->peer >= t->nranks)) return 0;
+    if (op->type >= MOECCL_OP_NTYPES) return 0;
+    int local = op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE;
+    if (!local && (op->peer < 0 || op->peer >= t->nranks)) return 0;
   }
   return 1;
 }

@@ -18,7 +18,6 @@
  */
 #include "tune/tuner.h"
 #include "bootstrap.h"
-#include "enqueue.h"
 #include "param.h"
 #include "topo/topo.h"
 #include "transport/transport.h"
@@ -40,8 +39,16 @@ typedef struct {
   unsigned age;
 } cache_entry_t;
 
+/* A collective's choice, per call shape. */
+typedef struct {
+  int kind, root, algo; /* algo -1: empty slot */
+  size_t count, elem;
+  unsigned age;
+} coll_entry_t;
+
 struct moeccl_tuner {
   cache_entry_t cache[CACHE_SLOTS];
+  coll_entry_t coll_cache[CACHE_SLOTS];
   unsigned clock;
   moeccl_sched_t sched; /* candidates' schedules while pricing */
   size_t v_bytes;       /* MOECCL_TUNE_V_BYTES */
@@ -228,15 +235,6 @@ static moecclResult_t machines_init(moeccl_comm_t* c, const int32_t* cpus, size_
   return moecclSuccess;
 }
 
-/* Cores this process may run on (its affinity mask: cpusets, Slurm,
- * container limits), else the machine's. */
-int moeccl_cpus_available(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
-
 /* Everything a price depends on besides the call: placement, groups,
  * rails, every cost, the direct window and the alltoallv block size. */
 static uint64_t pricing_hash(const moeccl_comm_t* c) {
@@ -252,6 +250,7 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   c->topo = calloc(1, sizeof(*c->topo));
   if (!c->tuner || !c->topo) return moeccl_error(c, moecclSystemError, "out of memory");
   for (int i = 0; i < CACHE_SLOTS; i++) c->tuner->cache[i].algo = -1;
+  for (int i = 0; i < CACHE_SLOTS; i++) c->tuner->coll_cache[i].algo = -1;
   c->tuner->meta_index = malloc(sizeof(int) * (size_t)c->nranks);
   if (!c->tuner->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
   c->tuner->v_bytes = moeccl_param_size("MOECCL_TUNE_V_BYTES");
@@ -462,4 +461,92 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
          moeccl_a2a_algos[best].name, len ? line : "none");
   c->last_algo = best;
   return &moeccl_a2a_algos[best];
+}
+
+/* ---- the other collectives ------------------------------------------------ */
+
+/* The ranks priced for a collective: the all-to-all sample plus the root
+ * (trees and gathers load it most), every rank when oversubscribed. */
+static int coll_sample(moeccl_comm_t* c, int root, int* ranks) {
+  if (c->tuner->oversubscribed) return c->nranks;
+  int k = sample_ranks(c->topo, ranks), dup = 0;
+  for (int i = 0; i < k; i++) dup |= ranks[i] == root;
+  if (!dup) ranks[k++] = root;
+  return k;
+}
+
+/* Predicted time of algorithm a for the call d: the slowest sampled rank
+ * (with the oversubscribed machines' CPU floor, as price() does); -1 when
+ * a does not implement or apply to it, PRICE_FAILED when out of memory. */
+static double price_coll(moeccl_comm_t* c, const moeccl_coll_algo_t* a,
+                         const moeccl_coll_desc_t* desc) {
+  struct moeccl_tuner* tu = c->tuner;
+  moeccl_coll_desc_t d = *desc;
+  if (!a->schedule[d.kind] || (a->applies && !a->applies(&d))) return -1.0;
+  int ranks[MAX_SAMPLE + 1], k = coll_sample(c, d.root, ranks);
+  double worst = -1.0;
+  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
+  for (int i = 0; i < k; i++) {
+    d.rank = tu->oversubscribed ? i : ranks[i];
+    moeccl_sched_t* s = &tu->sched;
+    moeccl_sched_reset(s);
+    uint32_t b;
+    for (int j = 0; j < MOECCL_BUF_NSTD; j++)
+      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return PRICE_FAILED;
+    s->scratch_buf = MOECCL_BUF_SCRATCH;
+    if (a->schedule[d.kind](&d, s) != moecclSuccess ||
+        moeccl_sched_end_step(s) != moecclSuccess)
+      return PRICE_FAILED;
+    moeccl_cost_t cost = {0};
+    double us = moeccl_model_price(c->topo, s, d.rank, &cost);
+    if (tu->oversubscribed) tu->machine_cpu_us[tu->machine_of[d.rank]] += cost.cpu_us;
+    if (us > worst) worst = us;
+  }
+  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) {
+    double bound = tu->machine_cpus[m] > 0 ? tu->machine_cpu_us[m] / tu->machine_cpus[m] : 0.0;
+    if (bound > worst) worst = bound;
+  }
+  return worst;
+}
+
+static coll_entry_t* coll_lookup(struct moeccl_tuner* tu, const moeccl_coll_desc_t* d,
+                                 coll_entry_t** victim) {
+  tu->clock++;
+  *victim = &tu->coll_cache[0];
+  for (int i = 0; i < CACHE_SLOTS; i++) {
+    coll_entry_t* e = &tu->coll_cache[i];
+    if (e->algo >= 0 && e->kind == (int)d->kind && e->count == d->count &&
+        e->elem == d->elem_size && e->root == d->root) {
+      e->age = tu->clock;
+      return e;
+    }
+    if (e->algo < 0 || e->age < (*victim)->age) *victim = e;
+  }
+  return NULL;
+}
+
+int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
+  if (c->forced_coll[d->kind] >= 0) return c->forced_coll[d->kind];
+  coll_entry_t* slot;
+  coll_entry_t* hit = coll_lookup(c->tuner, d, &slot);
+  if (hit) return hit->algo;
+  char line[512];
+  int len = 0, best = -1;
+  double best_us = -1.0;
+  for (int i = 0; i < MOECCL_COLL_NALGOS; i++) {
+    const moeccl_coll_algo_t* a = &moeccl_coll_algos[i];
+    double us = price_coll(c, a, d);
+    if (us == PRICE_FAILED) return -1;
+    if (us < 0) continue;
+    if (len < (int)sizeof(line))
+      len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "",
+                      a->name, us);
+    if (best_us < 0 || us < best_us) best_us = us, best = i;
+  }
+  if (best < 0) best = MOECCL_COLL_DIRECT; /* implements every collective */
+  *slot = (coll_entry_t){(int)d->kind, d->root, best, d->count, d->elem_size, c->tuner->clock};
+  INFO(ALGO, "rank %d: %s of %zu bytes on %d ranks: %s (predicted us: %s)", c->rank,
+       moeccl_coll_kind_name(d->kind), d->count * d->elem_size, c->nranks,
+       moeccl_coll_algos[best].name, len ? line : "none");
+  return best;
 }

@@ -3,6 +3,7 @@
 #define MOECCL_TUNER_H_
 
 #include "algos/algos.h"
+#include "algos/coll_algos.h"
 #include "core.h"
 
 /* Builds comm->topo (MOECCL_TOPO_FILE, else the ranks' nodes, groups and
@@ -12,14 +13,18 @@
 moecclResult_t moeccl_tuner_init(moeccl_comm_t* comm);
 void moeccl_tuner_fini(moeccl_comm_t* comm);
 
-/* Cores this process may run on (its affinity mask), at least 1. */
-int moeccl_cpus_available(void);
-
 /* The algorithm for the call: MOECCL_ALGO, else the candidate whose schedule
  * the cost model prices cheapest.  Every rank picks the same one: uniform
  * calls are priced on the same sample of ranks everywhere, and v-calls at the
  * block size MOECCL_TUNE_V_BYTES, since no rank knows the others' counts.
  * NULL when a candidate could not be priced (out of memory). */
 const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc);
+
+/* The algorithm (a row of moeccl_coll_algos[]) for a collective other than
+ * all-to-all: MOECCL_<COLL>_ALGO, else the candidate whose schedule prices
+ * cheapest among those implementing desc->kind and applying to it (every
+ * rank knows the whole call, so all pick alike).  Cached per call shape.
+ * -1 when a candidate could not be priced (out of memory). */
+int moeccl_tuner_pick_coll(moeccl_comm_t* comm, const moeccl_coll_desc_t* desc);
 
 #endif
