@@ -12,8 +12,9 @@
  * Two levels:
  *  - building blocks (options, buffers, timing, checking, rooflines, the
  *    table and --json), which a2a_perf (alltoall_perf.c) composes itself;
- *  - the checking helpers the tools of the other collectives need
- *    (typed values, exact reduction inputs and results).
+ *  - perf_coll_main(), a whole tool for a collective described by a
+ *    struct perf_coll: all_reduce_perf.c and the others are that struct
+ *    and a few callbacks.
  */
 #ifndef MOECCL_PERF_COMMON_H_
 #define MOECCL_PERF_COMMON_H_
@@ -130,7 +131,7 @@ struct perf_ctx {
   moecclResult_t err; /* first moeccl error on this rank */
   struct perf_bufs B;
   struct perf_net net;
-  /* The call being measured (a2a_perf sets dt, bytes, count, send/recv_bytes). */
+  /* The call being measured (perf_coll_main sets them; a2a_perf only dt). */
   const struct perf_dtype* dt;
   moecclRedOp_t op;
   int root;
@@ -140,6 +141,8 @@ struct perf_ctx {
   size_t recv_bytes;
   size_t roof_bytes; /* the roofline memcpy, bytes */
   enum perf_lib lib; /* whose result a check is verifying */
+  MPI_Datatype mpi_type; /* perf_coll_main: the baseline's type and op */
+  MPI_Op mpi_op;
   void* tool;        /* the tool's own state */
 };
 
@@ -219,6 +222,16 @@ double perf_red_expect(const struct perf_ctx* c, size_t k);
 int perf_red_ok(const struct perf_ctx* c, double got, double want);
 /* Element-sized pieces of len bytes at p that lost the sentinel. */
 long long perf_untouched_wrong(const struct perf_ctx* c, const char* p, size_t len);
+/* The same for the guard after recv_bytes of the receive buffer. */
+long long perf_guard_wrong(const struct perf_ctx* c);
+/* count elements at p: rank's pattern from element k0 on; wrong ones. */
+void perf_pattern_fill(const struct perf_ctx* c, char* p, int rank, size_t k0, size_t count);
+long long perf_pattern_wrong(const struct perf_ctx* c, const char* p, int rank, size_t k0,
+                             size_t count);
+/* count elements at p: this rank's reduction inputs from element k0 on;
+ * results that differ from the expected reduction. */
+void perf_red_fill(const struct perf_ctx* c, char* p, size_t k0, size_t count);
+long long perf_red_wrong(const struct perf_ctx* c, const char* p, size_t k0, size_t count);
 
 /* ---- output ------------------------------------------------------------- */
 
@@ -260,5 +273,28 @@ void perf_print_row(const struct perf_row* r, const struct perf_table* t);
 long long perf_print_summary(const struct perf_rows* rows, const struct perf_table* t, int failed);
 int perf_write_json(const char* path, const struct perf_rows* rows, const struct perf_table* t,
                     int n);
+
+/* ---- a whole tool for one collective ------------------------------------ */
+
+struct perf_coll {
+  const char* prog;   /* "all_reduce_perf" */
+  const char* call;   /* "AllReduce", for messages and --json */
+  int reduces;        /* -o applies */
+  int rooted;         /* -r applies */
+  double (*factor)(int n);   /* busbw / algbw */
+  const char* factor_help;   /* "2(n-1)/n" */
+  const char* algo_env;      /* -a sets it: "MOECCL_ALLREDUCE_ALGO" */
+  const char* algos;         /* -a all: "ring,rhd,...,auto" */
+  const char* size_help;     /* what a size is (help and header) */
+  const char* roof_help;     /* the roofline's formula (help and header) */
+  const char* mpi_help;      /* the baseline call (help and header) */
+  /* For a requested size: c->count, bytes, send_bytes, recv_bytes,
+   * roof_bytes from c->dt, c->n (whole elements; sizes round down). */
+  void (*shape)(struct perf_ctx* c, size_t req);
+  struct perf_ops ops;       /* fill, verify, moe, mpi (clear, select NULL) */
+};
+
+/* MPI_Init to MPI_Finalize; returns main's exit status. */
+int perf_coll_main(int argc, char** argv, const struct perf_coll* coll);
 
 #endif
