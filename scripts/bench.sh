@@ -6,7 +6,12 @@
 #   Zipf-skewed all-to-allv, buffers from moecclMemAlloc (-M: local peers map
 #   them, so moeccl copies once with memcpy; MPI uses the same buffers);
 #   then 2 ranks on plain malloc buffers, where both libraries copy once
-#   with process_vm_readv.
+#   with process_vm_readv;
+# then all_reduce_perf (moecclAllReduce against MPI_Allreduce) at 2 and 4
+# ranks, moecclMemAlloc buffers, float sum, 1 KiB to 64 MiB.
+# Every run also writes its rows as JSON and, with scripts/plot_perf.py, a
+# PNG of bus bandwidth against size (moeccl, MPI, the memory roofline) next
+# to it, in $BENCH_OUT (default build/bench/), e.g. build/bench/a2a-np2-uniform.png.
 # Extra arguments go to every a2a_perf run, e.g. scripts/bench.sh -d half
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -24,12 +29,51 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 
+out=${BENCH_OUT:-build/bench}
+mkdir -p "$out"
+# The Debian package installs matplotlib for the system interpreter, which
+# need not be the python3 first on PATH.
+plot_py=
+for py in python3 /usr/bin/python3; do
+  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' 2>/dev/null; then
+    plot_py=$py
+    break
+  fi
+done
+[ -n "$plot_py" ] || echo "bench.sh: no python3 with matplotlib; the JSON is written, the PNGs are not" >&2
+
+failed=0
+# run NAME NP TOOL ARGS...: one run, its JSON and PNG as $out/NAME.{json,png}.
+run() {
+  local name=$1 np=$2 tool=$3
+  shift 3
+  local json="$out/$name.json"
+  if ! mpirun -np "$np" --oversubscribe "build/perf/$tool" "$@" --json "$json"; then
+    echo "bench.sh: $tool ($name) FAILED" >&2
+    failed=1
+  fi
+  if [ -n "$plot_py" ] && [ -s "$json" ]; then
+    echo "==== plot: $("$plot_py" scripts/plot_perf.py "$json")"
+  fi
+}
+
 sizes=(-b 1K -e 64M -f 4)
 for np in 2 4; do
   for dist in uniform zipf:1.1; do
     echo "==== a2a_perf: $np ranks, $dist, moecclMemAlloc buffers"
-    mpirun -np "$np" --oversubscribe build/perf/a2a_perf "${sizes[@]}" --dist "$dist" -M "$@"
+    run "a2a-np$np-${dist%%:*}" "$np" a2a_perf "${sizes[@]}" --dist "$dist" -M "$@"
   done
 done
 echo "==== a2a_perf: 2 ranks, uniform, malloc buffers"
-mpirun -np 2 --oversubscribe build/perf/a2a_perf "${sizes[@]}" "$@"
+run a2a-np2-uniform-malloc 2 a2a_perf "${sizes[@]}" "$@"
+
+if [ -x build/perf/all_reduce_perf ]; then
+  for np in 2 4; do
+    echo "==== all_reduce_perf: $np ranks, float sum, moecclMemAlloc buffers"
+    run "allreduce-np$np" "$np" all_reduce_perf "${sizes[@]}" -d float -o sum -M
+  done
+else
+  echo "bench.sh: build/perf/all_reduce_perf was not built; skipped" >&2
+fi
+echo "==== JSON and PNG of every run: $out/"
+exit "$failed"

@@ -13,6 +13,7 @@ packages=(
   libcmocka-dev
   valgrind
   iproute2
+  python3-matplotlib
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
