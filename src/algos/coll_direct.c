@@ -1,0 +1,159 @@
+/*
+ * Direct collectives: every rank talks to every peer, so over shared memory
+ * each transfer is one copy (or one reduction) straight out of the peer's
+ * buffer.  Slices are element-aligned (coll_slice_*: the first count % n
+ * get one element more); zero-byte ops drop out on both sides.
+ *
+ * ReduceScatter: n-1 steps; step k sends SEND block r-k to rank r-k and
+ *   reduces block r from rank r+k into RECV (step 1: RECV = own SEND block
+ *   (+) message, both raw; later RECV = RECV (+) message, the message raw).
+ *   (n-1) * count elements each way per rank, no scratch.
+ * AllReduce: that reduce-scatter over n slices of the vector (slice r into
+ *   RECV slice r), then one step sending RECV slice r to every peer and
+ *   receiving slice p from every peer: n steps, 2 (n-1)/n of the vector
+ *   each way, no scratch.
+ * AllGather: one step, own block to every peer (and copied to RECV unless
+ *   in place), every peer's block received.
+ * Broadcast: one step, the root sends to every peer (and copies SEND to
+ *   RECV unless in place).
+ * Reduce: the reduce-scatter of n slices (non-roots into SCRATCH, one
+ *   slice of scratch; the root straight into RECV slice root), then one step
+ *   in which every non-root sends its slice to the root.  n steps.
+ * Gather / Scatter: one step at the root with all n-1 peers; the root
+ *   copies its own block unless in place.
+ * nranks == 1: one copy (scaled by the pre-multiplier for reductions).
+ * In place: SEND slice r is read only by the first reduction into the same
+ * RECV range; other SEND ranges are read by peers before this rank's last
+ * step writes the RECV bytes over them.
+ */
+#include "algos/coll_util.h"
+
+moecclResult_t moeccl_coll_direct_rs(const moeccl_coll_desc_t* d, moeccl_sched_t* s,
+                                     const coll_group_t* g, size_t count, coll_range_t dst) {
+  int n = g->n, me = g->me;
+  COLL_CHECK(moeccl_sched_reserve(s, 2 * n, n));
+  for (int k = 1; k < n; k++) {
+    int to = (me - k + n) % n, from = (me + k) % n;
+    COLL_CHECK(coll_send(s, coll_member(g, to), coll_slices(d, MOECCL_BUF_SEND, 0, count, n, to,
+                                                            to + 1)));
+    coll_range_t src = k == 1 ? coll_slices(d, MOECCL_BUF_SEND, 0, count, n, me, me + 1) : dst;
+    unsigned fl = MOECCL_OPF_PRE_B | (k == 1 ? MOECCL_OPF_PRE_A : 0);
+    COLL_CHECK(coll_recv_reduce(s, coll_member(g, from), src, dst, fl));
+    COLL_CHECK(moeccl_sched_end_step(s));
+  }
+  return moecclSuccess;
+}
+
+moecclResult_t moeccl_coll_direct_ag(const moeccl_coll_desc_t* d, moeccl_sched_t* s,
+                                     const coll_group_t* g, size_t count, uint64_t base) {
+  int n = g->n, me = g->me;
+  COLL_CHECK(moeccl_sched_reserve(s, 2 * n, 1));
+  coll_range_t mine = coll_slices(d, MOECCL_BUF_RECV, base, count, n, me, me + 1);
+  for (int k = 1; k < n; k++) {
+    int p = (me + k) % n;
+    COLL_CHECK(coll_send(s, coll_member(g, p), mine));
+    COLL_CHECK(coll_recv(s, coll_member(g, p), coll_slices(d, MOECCL_BUF_RECV, base, count, n, p,
+                                                           p + 1)));
+  }
+  return moeccl_sched_end_step(s);
+}
+
+moecclResult_t moeccl_reduce_scatter_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+  if (d->nranks == 1) return coll_single(d, s);
+  coll_group_t g = coll_flat(d);
+  coll_range_t dst = coll_range(MOECCL_BUF_RECV, 0, d->count * d->elem_size);
+  return moeccl_coll_direct_rs(d, s, &g, d->count * (size_t)d->nranks, dst);
+}
+
+moecclResult_t moeccl_allreduce_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+  if (d->nranks == 1) return coll_single(d, s);
+  coll_group_t g = coll_flat(d);
+  int r = d->rank;
+  COLL_CHECK(moeccl_coll_direct_rs(d, s, &g, d->count,
+                                   coll_slices(d, MOECCL_BUF_RECV, 0, d->count, d->nranks, r, r + 1)));
+  return moeccl_coll_direct_ag(d, s, &g, d->count, 0);
+}
+
+moecclResult_t moeccl_allgather_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+  int n = d->nranks, r = d->rank;
+  uint64_t b = d->count * d->elem_size;
+  COLL_CHECK(moeccl_sched_reserve(s, 2 * n, 1));
+  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b),
+                       coll_range(MOECCL_BUF_RECV, (uint64_t)r * b, b), 0));
+  for (int k = 1; k < n; k++) {
+    int p = (r + k) % n;
+    COLL_CHECK(coll_send(s, p, coll_range(MOECCL_BUF_SEND, 0, b)));
+    COLL_CHECK(coll_recv(s, p, coll_range(MOECCL_BUF_RECV, (uint64_t)p * b, b)));
+  }
+  return moeccl_sched_end_step(s);
+}
+
+moecclResult_t moeccl_broadcast_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+  int n = d->nranks, r = d->rank;
+  uint64_t b = d->count * d->elem_size;
+  COLL_CHECK(moeccl_sched_reserve(s, n, 1));
+  if (r != d->root) {
+    COLL_CHECK(coll_recv(s, d->root, coll_range(MOECCL_BUF_RECV, 0, b)));
+    return moeccl_sched_end_step(s);
+  }
+  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b), coll_range(MOECCL_BUF_RECV, 0, b),
+                       0));
+  for (int k = 1; k < n; k++)
+    COLL_CHECK(coll_send(s, (r + k) % n, coll_range(MOECCL_BUF_SEND, 0, b)));
+  return moeccl_sched_end_step(s);
+}
+
+moecclResult_t moeccl_reduce_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+  int n = d->nranks, r = d->rank, root = d->root;
+  if (n == 1) return coll_single(d, s);
+  coll_group_t g = coll_flat(d);
+  coll_range_t mine = coll_slices(d, MOECCL_BUF_RECV, 0, d->count, n, r, r + 1);
+  if (r != root) {
+    mine.buf = MOECCL_BUF_SCRATCH, mine.off = 0;
+    coll_need_scratch(s, mine.bytes);
+  }
+  COLL_CHECK(moeccl_coll_direct_rs(d, s, &g, d->count, mine));
+  if (r != root) {
+    COLL_CHECK(coll_send(s, root, mine));
+    return moeccl_sched_end_step(s);
+  }
+  for (int k = 1; k < n; k++) {
+    int p = (r + k) % n;
+    COLL_CHECK(coll_recv(s, p, coll_slices(d, MOECCL_BUF_RECV, 0, d->count, n, p, p + 1)));
+  }
+  return moeccl_sched_end_step(s);
+}
+
+moecclResult_t moeccl_gather_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+  int n = d->nranks, r = d->rank;
+  uint64_t b = d->count * d->elem_size;
+  COLL_CHECK(moeccl_sched_reserve(s, n, 1));
+  if (r != d->root) {
+    COLL_CHECK(coll_send(s, d->root, coll_range(MOECCL_BUF_SEND, 0, b)));
+    return moeccl_sched_end_step(s);
+  }
+  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b),
+                       coll_range(MOECCL_BUF_RECV, (uint64_t)r * b, b), 0));
+  for (int k = 1; k < n; k++) {
+    int p = (r + k) % n;
+    COLL_CHECK(coll_recv(s, p, coll_range(MOECCL_BUF_RECV, (uint64_t)p * b, b)));
+  }
+  return moeccl_sched_end_step(s);
+}
+
+moecclResult_t moeccl_scatter_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+  int n = d->nranks, r = d->rank;
+  uint64_t b = d->count * d->elem_size;
+  COLL_CHECK(moeccl_sched_reserve(s, n, 1));
+  if (r != d->root) {
+    COLL_CHECK(coll_recv(s, d->root, coll_range(MOECCL_BUF_RECV, 0, b)));
+    return moeccl_sched_end_step(s);
+  }
+  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, (uint64_t)r * b, b),
+                       coll_range(MOECCL_BUF_RECV, 0, b), 0));
+  for (int k = 1; k < n; k++) {
+    int p = (r + k) % n;
+    COLL_CHECK(coll_send(s, p, coll_range(MOECCL_BUF_SEND, (uint64_t)p * b, b)));
+  }
+  return moeccl_sched_end_step(s);
+}
