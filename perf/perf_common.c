@@ -1083,7 +1083,9 @@ int perf_red_ok(const struct perf_ctx* c, double got, double want)
     return 0;
   int e;
   frexp(want, &e); /* 2^(e-1) <= want < 2^e */
-  return fabs(got - want) <= ldexp(1.0, e - 1 - mantissa_bits(c->dt->type));
+  /* n rounded products x * fl(1/n) summed with n - 1 roundings: at most
+   * about n+1 units in the last place of the non-negative result. */
+  return fabs(got - want) <= (c->n + 1) * ldexp(1.0, e - 1 - mantissa_bits(c->dt->type));
 }
 
 long long perf_untouched_wrong(const struct perf_ctx* c, const char* p, size_t len)
@@ -1594,8 +1596,8 @@ static void coll_help(const struct perf_coll* coll, struct perf_tool* t, char* m
            "check: %s\n",
            coll->size_help, coll->factor_help, coll->roof_help, coll->mpi_help,
            coll->reduces ? "small integers whose reductions are exact in every type (avg on "
-                           "floats:\n  within one unit in the last place); bytes past the "
-                           "output untouched"
+                           "floats,\n  whose 1/n pre-multiplier rounds: within n+1 units in "
+                           "the last place);\n  bytes past the output untouched"
                          : "a pattern per (rank, element), compared bit for bit; bytes past "
                            "the output\n  untouched");
   t->size_what = "see sizes below";

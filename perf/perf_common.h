@@ -215,8 +215,9 @@ double perf_get_value(const char* p, const struct perf_dtype* dt);
 uint64_t perf_pattern(int rank, size_t k);
 /* Reductions: the input of element k on rank (small integers whose sums,
  * products, maxima and minima over the ranks are exact in c->dt), and the
- * expected reduced element; perf_red_ok compares (exact, but one unit in the
- * last place for avg on floating types, whose 1/n pre-multiplier rounds). */
+ * expected reduced element; perf_red_ok compares (exact, but within n+1
+ * units in the last place for avg on floating types, whose 1/n
+ * pre-multiplier rounds). */
 double perf_red_input(const struct perf_ctx* c, int rank, size_t k);
 double perf_red_expect(const struct perf_ctx* c, size_t k);
 int perf_red_ok(const struct perf_ctx* c, double got, double want);
