@@ -447,7 +447,10 @@ static moecclResult_t ucx_post(void* state, moeccl_req_t* r) {
     h = ucp_tag_send_nbx(p->ep, r->buf, r->bytes, make_tag(KIND_DATA, s->comm->rank, r->seq), &prm);
   } else {
     r->seq = p->recv_seq++;
-    prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    /* The callback reports the received length; an immediate completion
+     * may leave recv_info unset (seen here: length 0), which a reducing
+     * receive staged by the executor relies on. */
+    prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     prm.cb.recv = recv_cb;
     prm.recv_info.tag_info = &info;
     h = ucp_tag_recv_nbx(s->worker, r->buf, r->bytes, make_tag(KIND_DATA, r->peer, r->seq),
