@@ -108,9 +108,9 @@ static int step_of(const moeccl_sched_t* s, int op) {
 /* Prints the case, rank, step and op (op < 0: none) and counts the error. */
 static void fail(int r, int op, const char* fmt, ...) {
   if (errors++ || quiet) return;
-  fprintf(stderr, "FAIL %s %s n=%d count=%zu root=%d in_place=%d elem=%zu topo=%s: rank %d", C->algo->name,
-          moeccl_coll_kind_name(C->kind), C->n, C->count, C->root, C->in_place, C->es,
-          C->topo_name, r);
+  fprintf(stderr, "FAIL %s %s n=%d count=%zu root=%d in_place=%d elem=%zu topo=%s: rank %d",
+          C->algo->name, moeccl_coll_kind_name(C->kind), C->n, C->count, C->root, C->in_place,
+          C->es, C->topo_name, r);
   if (op >= 0) {
     const moeccl_sched_op_t* o = &S[r].ops[op];
     fprintf(stderr, " step %d op %d (%s peer %d src %u+%llu dst %u+%llu %llu bytes flags %u)",
@@ -277,17 +277,14 @@ static int check_op(int r, int i) {
     return fail(r, i, "names peer %d", o->peer), 0;
   if (t != MOECCL_OP_RECV && !range_ok(r, i, o->src_buf, o->src_off, o->bytes, 0)) return 0;
   if (t != MOECCL_OP_SEND && !range_ok(r, i, o->dst_buf, o->dst_off, o->bytes, 1)) return 0;
-  if (t == MOECCL_OP_COPY || red) {
-    if (t == MOECCL_OP_RECV_REDUCE || t == MOECCL_OP_COPY || t == MOECCL_OP_REDUCE) {
-      size_t a = phys(r, o->src_buf, o->src_off), b = phys(r, o->dst_buf, o->dst_off),
-             len = o->bytes / C->es;
-      if (a == b && t == MOECCL_OP_REDUCE) return fail(r, i, "reduces a range with itself"), 0;
-      if (a == b && t == MOECCL_OP_COPY && !o->flags)
-        return fail(r, i, "copies a range onto itself"), 0;
-      if (a != b && a < b + len && b < a + len)
-        return fail(r, i, "source and destination overlap partially"), 0;
-    }
-  }
+  if (t != MOECCL_OP_COPY && !red) return 1;
+  size_t a = phys(r, o->src_buf, o->src_off), b = phys(r, o->dst_buf, o->dst_off),
+         len = o->bytes / C->es;
+  if (a == b && t == MOECCL_OP_REDUCE) return fail(r, i, "reduces a range with itself"), 0;
+  if (a == b && t == MOECCL_OP_COPY && !o->flags)
+    return fail(r, i, "copies a range onto itself"), 0;
+  if (a != b && a < b + len && b < a + len)
+    return fail(r, i, "source and destination overlap partially"), 0;
   return 1;
 }
 
@@ -367,7 +364,8 @@ static void post(int r) {
     int t = s->ops[i].type;
     x->done[i] = 0;
     if (t == MOECCL_OP_COPY || t == MOECCL_OP_REDUCE) local_op(r, i);
-    else if (t == MOECCL_OP_SEND) x->sends[x->nsends++] = (uint64_t)s->ops[i].peer << 32 | (uint32_t)i;
+    else if (t == MOECCL_OP_SEND)
+      x->sends[x->nsends++] = (uint64_t)s->ops[i].peer << 32 | (uint32_t)i;
     else x->recvs[x->nrecvs++] = i;
   }
   qsort(x->sends, (size_t)x->nsends, sizeof(uint64_t), u64_cmp);
@@ -478,7 +476,9 @@ static int check_reduced(int r, const uint64_t* e, size_t idx, size_t where) {
 
 static int check_ident(int r, uint64_t got, int from, size_t idx, size_t where) {
   if (got == ident(from, idx)) return 1;
-  if (!got) fail(r, -1, "RECV element %zu is not written (expected element %zu of rank %d)", where, idx, from);
+  if (!got)
+    fail(r, -1, "RECV element %zu is not written (expected element %zu of rank %d)", where, idx,
+         from);
   else
     fail(r, -1, "RECV element %zu holds element %u of rank %d, expected element %zu of rank %d",
          where, (unsigned)(got & 0xffffffffu) - 1, (int)(got >> 32) - 1, idx, from);
@@ -601,14 +601,13 @@ static int expected_steps(const case_t* c) {
   switch (c->algo->id) {
     case MOECCL_COLL_RING: return c->kind == MOECCL_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
     case MOECCL_COLL_DIRECT:
-      return c->kind == MOECCL_COLL_ALLREDUCE || c->kind == MOECCL_COLL_REDUCE
-                 ? n
-                 : c->kind == MOECCL_COLL_REDUCE_SCATTER ? n - 1 : 1;
+      return c->kind == MOECCL_COLL_ALLREDUCE || c->kind == MOECCL_COLL_REDUCE ? n
+             : c->kind == MOECCL_COLL_REDUCE_SCATTER                           ? n - 1
+                                                                               : 1;
     case MOECCL_COLL_RHD:
       if (c->kind == MOECCL_COLL_ALLREDUCE) return 2 * lp + fold;
       return n == p ? lp : n - 1;
-    case MOECCL_COLL_TREE:
-      return c->kind == MOECCL_COLL_ALLREDUCE ? 2 * ilog2c(n) : ilog2c(n);
+    case MOECCL_COLL_TREE: return c->kind == MOECCL_COLL_ALLREDUCE ? 2 * ilog2c(n) : ilog2c(n);
     default: return -1;
   }
 }
@@ -623,7 +622,7 @@ static void check_shape(const case_t* c) {
   if (!applies && id == MOECCL_COLL_HIER) {
     const moeccl_topo_t* t = c->topo;
     alt = &moeccl_coll_algos[!t || (t->nranks == n && t->nnodes <= 1) ? MOECCL_COLL_DIRECT
-                                                                       : MOECCL_COLL_RING];
+                                                                      : MOECCL_COLL_RING];
   }
   int want = applies ? expected_steps(c) : -1, most = 0;
   for (int r = 0; r < n && !errors; r++) {
@@ -652,7 +651,6 @@ static void check_shape(const case_t* c) {
   if (want >= 0 && most != want && !errors)
     fail(0, -1, "the ranks take up to %d steps, expected %d", most, want);
 }
-
 
 /* Runs one case; mut (may be NULL) breaks the schedules first.  Returns errors. */
 static int run_case(const case_t* c, mutate_fn mut) {
@@ -689,15 +687,16 @@ static int rooted(moeccl_coll_kind_t k) {
 
 /* Words of simulated memory per element of count, summed over ranks. */
 static size_t words_per_count(moeccl_coll_kind_t k, int n) {
-  size_t w = (k == MOECCL_COLL_ALLREDUCE || k == MOECCL_COLL_REDUCE_SCATTER ||
-              k == MOECCL_COLL_REDUCE)
-                 ? 4
-                 : 1;
-  size_t per = k == MOECCL_COLL_REDUCE_SCATTER ? (size_t)n + (size_t)n / 2 + 1
-               : k == MOECCL_COLL_ALLGATHER   ? (size_t)n + 1
+  size_t w =
+      (k == MOECCL_COLL_ALLREDUCE || k == MOECCL_COLL_REDUCE_SCATTER || k == MOECCL_COLL_REDUCE)
+          ? 4
+          : 1;
+  size_t per = k == MOECCL_COLL_REDUCE_SCATTER                       ? (size_t)n + (size_t)n / 2 + 1
+               : k == MOECCL_COLL_ALLGATHER                          ? (size_t)n + 1
                : k == MOECCL_COLL_GATHER || k == MOECCL_COLL_SCATTER ? 3
                                                                      : 4;
-  return w * per * (size_t)n + (k == MOECCL_COLL_GATHER || k == MOECCL_COLL_SCATTER ? (size_t)n : 0);
+  return w * per * (size_t)n +
+         (k == MOECCL_COLL_GATHER || k == MOECCL_COLL_SCATTER ? (size_t)n : 0);
 }
 
 static long total_failed;
@@ -718,9 +717,8 @@ static void run_one(const moeccl_coll_algo_t* a, moeccl_coll_kind_t k, int n, si
 /* Counts of one n: 0, 1, n-1, n, n+1, an odd one, a large one, within the
  * memory budget (full: all of them; else 0 or 1 and one other). */
 static int counts_of(moeccl_coll_kind_t k, int n, size_t* out, int full) {
-  size_t cap = BUDGET_WORDS / words_per_count(k, n), cand[7] = {0, 1, (size_t)n - 1, (size_t)n,
-                                                                 (size_t)n + 1, 2 * (size_t)n + 3,
-                                                                 5000};
+  size_t cap = BUDGET_WORDS / words_per_count(k, n),
+         cand[7] = {0, 1, (size_t)n - 1, (size_t)n, (size_t)n + 1, 2 * (size_t)n + 3, 5000};
   int m = 0, pick = 2 + (int)(rnd() % 5), small = (int)(rnd() % 2);
   for (int i = 0; i < 7; i++) {
     size_t v = cand[i];
@@ -751,8 +749,8 @@ static void run_flat(const moeccl_coll_algo_t* a, moeccl_coll_kind_t k, int n, i
 }
 
 static void run_hier(void) {
-  static const int shapes[][2] = {{2, 2}, {3, 4}, {4, 2}, {5, 3}, {8, 8}, {2, 16}, {6, 2},
-                                  {1, 8}, {4, 1}, {17, 2}, {3, 5}};
+  static const int shapes[][2] = {{2, 2}, {3, 4}, {4, 2}, {5, 3},  {8, 8}, {2, 16},
+                                  {6, 2}, {1, 8}, {4, 1}, {17, 2}, {3, 5}};
   const moeccl_coll_algo_t* h = &moeccl_coll_algos[MOECCL_COLL_HIER];
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
     moeccl_topo_t t;
@@ -766,14 +764,20 @@ static void run_hier(void) {
     size_t counts[8];
     int m = counts_of(MOECCL_COLL_ALLREDUCE, n, counts, 1);
     for (int ci = 0; ci < m; ci++)
-      for (int ip = 0; ip < 2; ip++) run_one(h, MOECCL_COLL_ALLREDUCE, n, counts[ci], 0, ip, &t, name);
+      for (int ip = 0; ip < 2; ip++)
+        run_one(h, MOECCL_COLL_ALLREDUCE, n, counts[ci], 0, ip, &t, name);
     moeccl_topo_free(&t);
   }
   /* Regular but shuffled placement (member lookups through the tables),
    * and irregular ones, where hier falls back to ring. */
   for (int v = 0; v < 3; v++) {
     int n = 12, N = 3, node[12];
-    for (int r = 0; r < n; r++) node[r] = v == 0 ? (r * 7 % 12) % 3 : v == 1 ? (r < 5 ? 0 : r < 8 ? 1 : 2) : (r % 4 == 3 ? 2 : r % 2);
+    for (int r = 0; r < n; r++)
+      node[r] = v == 0   ? (r * 7 % 12) % 3
+                : v == 1 ? (r < 5   ? 0
+                            : r < 8 ? 1
+                                    : 2)
+                         : (r % 4 == 3 ? 2 : r % 2);
     if (v == 2) N = 3;
     moeccl_topo_t t;
     if (moeccl_topo_from_placement(&t, n, N, node, 0, 1) != moecclSuccess) {
@@ -784,7 +788,8 @@ static void run_hier(void) {
     size_t counts[8];
     int m = counts_of(MOECCL_COLL_ALLREDUCE, n, counts, 1);
     for (int ci = 0; ci < m; ci++)
-      for (int ip = 0; ip < 2; ip++) run_one(h, MOECCL_COLL_ALLREDUCE, n, counts[ci], 0, ip, &t, name);
+      for (int ip = 0; ip < 2; ip++)
+        run_one(h, MOECCL_COLL_ALLREDUCE, n, counts[ci], 0, ip, &t, name);
     moeccl_topo_free(&t);
   }
 }
@@ -871,7 +876,8 @@ static void m_race(int n) { /* a copy in the first step writing what that step s
   if (i < 0) return;
   dup_op(s, i);
   moeccl_sched_op_t* o = &s->ops[i + 1];
-  o->type = MOECCL_OP_COPY, o->dst_buf = o->src_buf == MOECCL_BUF_SEND ? MOECCL_BUF_RECV : o->src_buf;
+  o->type = MOECCL_OP_COPY,
+  o->dst_buf = o->src_buf == MOECCL_BUF_SEND ? MOECCL_BUF_RECV : o->src_buf;
   o->dst_off = o->src_off, o->src_buf = MOECCL_BUF_SCRATCH, o->src_off = 0, o->peer = -1;
   s->scratch_bytes += o->bytes;
 }
@@ -908,7 +914,8 @@ static int mutation_tests(void) {
   const mcase_t m[] = {
       {MOECCL_COLL_DIRECT, MOECCL_COLL_ALLREDUCE, 5, 0, 0, 1, 7, m_drop_rr, "drop a RECV_REDUCE"},
       {MOECCL_COLL_RING, MOECCL_COLL_ALLREDUCE, 6, 0, 1, 2, 13, m_drop_send, "drop a SEND"},
-      {MOECCL_COLL_RING, MOECCL_COLL_REDUCE_SCATTER, 4, 0, 0, 0, 3, m_dup_rr, "double a RECV_REDUCE"},
+      {MOECCL_COLL_RING, MOECCL_COLL_REDUCE_SCATTER, 4, 0, 0, 0, 3, m_dup_rr,
+       "double a RECV_REDUCE"},
       {MOECCL_COLL_TREE, MOECCL_COLL_REDUCE, 6, 2, 0, 2, 5, m_clear_pre, "clear a PRE flag"},
       {MOECCL_COLL_RHD, MOECCL_COLL_ALLREDUCE, 6, 0, 0, 4, 9, m_clear_pre, "clear a PRE flag"},
       {MOECCL_COLL_RING, MOECCL_COLL_ALLREDUCE, 5, 0, 0, 1, 10, m_extra_pre, "PRE on a partial"},
@@ -919,12 +926,20 @@ static int mutation_tests(void) {
       {MOECCL_COLL_RD, MOECCL_COLL_ALLREDUCE, 8, 0, 0, 3, 5, m_swap_steps, "swap two steps"},
       {MOECCL_COLL_DIRECT, MOECCL_COLL_GATHER, 5, 3, 1, 0, 2, m_drop_send, "drop a SEND"},
       {MOECCL_COLL_DIRECT, MOECCL_COLL_ALLREDUCE, 5, 0, 0, 2, 6, m_double_count, "count twice"},
-      {MOECCL_COLL_HIER, MOECCL_COLL_ALLREDUCE, 70, 0, 0, 9, 80, m_double_count, "count twice, n>64"},
+      {MOECCL_COLL_HIER, MOECCL_COLL_ALLREDUCE, 70, 0, 0, 9, 80, m_double_count,
+       "count twice, n>64"},
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
-    case_t c = {&moeccl_coll_algos[m[i].algo], m[i].kind, m[i].n, m[i].root, m[i].in_place,
-                m[i].count, 4, NULL, "none"};
+    case_t c = {&moeccl_coll_algos[m[i].algo],
+                m[i].kind,
+                m[i].n,
+                m[i].root,
+                m[i].in_place,
+                m[i].count,
+                4,
+                NULL,
+                "none"};
     g_mut_rank = m[i].rank;
     quiet = 1;
     int clean = run_case(&c, NULL);
@@ -951,6 +966,8 @@ int main(void) {
     }
   }
   if (moeccl_coll_algo_by_name("nope") || moeccl_coll_algo_by_name(NULL)) return 1;
+  const char* seed = getenv("COLL_SCHED_SEED"); /* other random cases, same coverage */
+  if (seed && strtoull(seed, NULL, 0)) rng_state = strtoull(seed, NULL, 0);
   int bad = mutation_tests();
   static const int big[] = {31, 32, 33, 64, 65, 127, 128, 255, 257, 512, 1024};
   int ns[64], nn = 0;
@@ -963,7 +980,8 @@ int main(void) {
         if (moeccl_coll_algos[a].schedule[k])
           run_flat(&moeccl_coll_algos[a], (moeccl_coll_kind_t)k, ns[i], ns[i] <= 17 || ns[i] == 64);
   run_hier();
-  printf("%-7s %-14s %8s %12s\n", "algo", "collective", "cases", "n=64 ops/steps");
+  printf("%-7s %-14s %8s  %s\n", "algo", "collective", "cases",
+         "ops/steps per rank at n=64 (most)");
   for (int a = 0; a < MOECCL_COLL_NALGOS; a++)
     for (int k = 0; k < MOECCL_COLL_NKINDS; k++)
       if (moeccl_coll_algos[a].schedule[k])

@@ -4,7 +4,8 @@
 
 #include "algos/coll_algos.h"
 
-#define ROW(ar, rs, ag, bc, red, ga, sc) {ar, rs, ag, bc, red, ga, sc}
+#define ROW(ar, rs, ag, bc, red, ga, sc)                                                           \
+  { ar, rs, ag, bc, red, ga, sc }
 
 const moeccl_coll_algo_t moeccl_coll_algos[MOECCL_COLL_NALGOS] = {
     {MOECCL_COLL_RING, "ring", "n-1 steps each way, one slice to the next rank per step",

@@ -34,8 +34,8 @@ moecclResult_t moeccl_coll_direct_rs(const moeccl_coll_desc_t* d, moeccl_sched_t
   COLL_CHECK(moeccl_sched_reserve(s, 2 * n, n));
   for (int k = 1; k < n; k++) {
     int to = (me - k + n) % n, from = (me + k) % n;
-    COLL_CHECK(coll_send(s, coll_member(g, to), coll_slices(d, MOECCL_BUF_SEND, 0, count, n, to,
-                                                            to + 1)));
+    COLL_CHECK(
+        coll_send(s, coll_member(g, to), coll_slices(d, MOECCL_BUF_SEND, 0, count, n, to, to + 1)));
     coll_range_t src = k == 1 ? coll_slices(d, MOECCL_BUF_SEND, 0, count, n, me, me + 1) : dst;
     unsigned fl = MOECCL_OPF_PRE_B | (k == 1 ? MOECCL_OPF_PRE_A : 0);
     COLL_CHECK(coll_recv_reduce(s, coll_member(g, from), src, dst, fl));
@@ -52,8 +52,8 @@ moecclResult_t moeccl_coll_direct_ag(const moeccl_coll_desc_t* d, moeccl_sched_t
   for (int k = 1; k < n; k++) {
     int p = (me + k) % n;
     COLL_CHECK(coll_send(s, coll_member(g, p), mine));
-    COLL_CHECK(coll_recv(s, coll_member(g, p), coll_slices(d, MOECCL_BUF_RECV, base, count, n, p,
-                                                           p + 1)));
+    COLL_CHECK(
+        coll_recv(s, coll_member(g, p), coll_slices(d, MOECCL_BUF_RECV, base, count, n, p, p + 1)));
   }
   return moeccl_sched_end_step(s);
 }
@@ -69,8 +69,8 @@ moecclResult_t moeccl_allreduce_direct(const moeccl_coll_desc_t* d, moeccl_sched
   if (d->nranks == 1) return coll_single(d, s);
   coll_group_t g = coll_flat(d);
   int r = d->rank;
-  COLL_CHECK(moeccl_coll_direct_rs(d, s, &g, d->count,
-                                   coll_slices(d, MOECCL_BUF_RECV, 0, d->count, d->nranks, r, r + 1)));
+  COLL_CHECK(moeccl_coll_direct_rs(
+      d, s, &g, d->count, coll_slices(d, MOECCL_BUF_RECV, 0, d->count, d->nranks, r, r + 1)));
   return moeccl_coll_direct_ag(d, s, &g, d->count, 0);
 }
 
@@ -96,8 +96,8 @@ moecclResult_t moeccl_broadcast_direct(const moeccl_coll_desc_t* d, moeccl_sched
     COLL_CHECK(coll_recv(s, d->root, coll_range(MOECCL_BUF_RECV, 0, b)));
     return moeccl_sched_end_step(s);
   }
-  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b), coll_range(MOECCL_BUF_RECV, 0, b),
-                       0));
+  COLL_CHECK(
+      coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b), coll_range(MOECCL_BUF_RECV, 0, b), 0));
   for (int k = 1; k < n; k++)
     COLL_CHECK(coll_send(s, (r + k) % n, coll_range(MOECCL_BUF_SEND, 0, b)));
   return moeccl_sched_end_step(s);

@@ -54,7 +54,8 @@ moecclResult_t moeccl_allreduce_rd(const moeccl_coll_desc_t* d, moeccl_sched_t* 
   for (int j = 0; j < lp; j++, k++) {
     int pr = coll_fold_old(v ^ (1 << j), rem);
     coll_range_t dst = rd_dst(k, t, special, b);
-    unsigned fl = (k == 1 ? MOECCL_OPF_PRE_A : 0) | (j == 0 && pr >= 2 * rem ? MOECCL_OPF_PRE_B : 0);
+    unsigned fl =
+        (k == 1 ? MOECCL_OPF_PRE_A : 0) | (j == 0 && pr >= 2 * rem ? MOECCL_OPF_PRE_B : 0);
     COLL_CHECK(coll_send(s, pr, cur));
     COLL_CHECK(coll_recv_reduce(s, pr, cur, dst, fl));
     COLL_CHECK(moeccl_sched_end_step(s));

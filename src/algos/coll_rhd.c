@@ -29,7 +29,8 @@ int moeccl_coll_rhd_applies(const moeccl_coll_desc_t* d) {
 }
 
 /* Fold step (before) or unfold step (after) of a non-power-of-two group. */
-static moecclResult_t rhd_fold(moeccl_sched_t* s, const coll_group_t* g, coll_range_t vec, int raw, int after) {
+static moecclResult_t rhd_fold(moeccl_sched_t* s, const coll_group_t* g, coll_range_t vec, int raw,
+                               int after) {
   int rem = g->n - coll_pow2_floor(g->n), me = g->me;
   if (me >= 2 * rem) return moecclSuccess;
   coll_range_t in = vec;
@@ -37,8 +38,7 @@ static moecclResult_t rhd_fold(moeccl_sched_t* s, const coll_group_t* g, coll_ra
   if (me % 2 == 0)
     COLL_CHECK(after ? coll_recv(s, coll_member(g, me + 1), vec)
                      : coll_send(s, coll_member(g, me + 1), in));
-  else if (after)
-    COLL_CHECK(coll_send(s, coll_member(g, me - 1), vec));
+  else if (after) COLL_CHECK(coll_send(s, coll_member(g, me - 1), vec));
   else
     COLL_CHECK(coll_recv_reduce(s, coll_member(g, me - 1), in, vec,
                                 raw ? MOECCL_OPF_PRE_A | MOECCL_OPF_PRE_B : 0));
@@ -54,16 +54,16 @@ moecclResult_t moeccl_coll_rhd_ar(const moeccl_coll_desc_t* d, moeccl_sched_t* s
   if (v >= 0) {
     int mine_raw = raw && g->me >= 2 * rem, lo = 0;
     for (int dist = p / 2; dist >= 1; dist /= 2) {
-      int pv = v ^ dist, pr = coll_fold_old(pv, rem), keep = lo + (v & dist), give = lo + (pv & dist);
+      int pv = v ^ dist, pr = coll_fold_old(pv, rem), keep = lo + (v & dist),
+          give = lo + (pv & dist);
       int peer_raw = raw && dist == p / 2 && pr >= 2 * rem;
       uint32_t cur = mine_raw ? MOECCL_BUF_SEND : MOECCL_BUF_RECV;
-      COLL_CHECK(coll_send(s, coll_member(g, pr),
-                           coll_slices(d, cur, base, count, p, give, give + dist)));
+      COLL_CHECK(
+          coll_send(s, coll_member(g, pr), coll_slices(d, cur, base, count, p, give, give + dist)));
       unsigned fl = (mine_raw ? MOECCL_OPF_PRE_A : 0) | (peer_raw ? MOECCL_OPF_PRE_B : 0);
-      COLL_CHECK(coll_recv_reduce(s, coll_member(g, pr),
-                                  coll_slices(d, cur, base, count, p, keep, keep + dist),
-                                  coll_slices(d, MOECCL_BUF_RECV, base, count, p, keep, keep + dist),
-                                  fl));
+      COLL_CHECK(coll_recv_reduce(
+          s, coll_member(g, pr), coll_slices(d, cur, base, count, p, keep, keep + dist),
+          coll_slices(d, MOECCL_BUF_RECV, base, count, p, keep, keep + dist), fl));
       COLL_CHECK(moeccl_sched_end_step(s));
       lo = keep, mine_raw = 0;
     }
@@ -100,13 +100,14 @@ moecclResult_t moeccl_reduce_scatter_rhd(const moeccl_coll_desc_t* d, moeccl_sch
     int first = dist == n / 2;
     uint32_t cur = first ? MOECCL_BUF_SEND : MOECCL_BUF_SCRATCH;
     uint64_t cur_base = first ? 0 : (uint64_t)base * b;
-    COLL_CHECK(coll_send(s, peer, coll_range(cur, (uint64_t)give * b - cur_base, (uint64_t)dist * b)));
+    COLL_CHECK(
+        coll_send(s, peer, coll_range(cur, (uint64_t)give * b - cur_base, (uint64_t)dist * b)));
     coll_range_t src = coll_range(cur, (uint64_t)keep * b - cur_base, (uint64_t)dist * b);
-    coll_range_t dst = dist == 1 ? coll_range(MOECCL_BUF_RECV, 0, b)
-                                 : coll_range(MOECCL_BUF_SCRATCH, (uint64_t)(keep - base) * b,
-                                              (uint64_t)dist * b);
-    COLL_CHECK(coll_recv_reduce(s, peer, src, dst,
-                                first ? MOECCL_OPF_PRE_A | MOECCL_OPF_PRE_B : 0));
+    coll_range_t dst =
+        dist == 1 ? coll_range(MOECCL_BUF_RECV, 0, b)
+                  : coll_range(MOECCL_BUF_SCRATCH, (uint64_t)(keep - base) * b, (uint64_t)dist * b);
+    COLL_CHECK(
+        coll_recv_reduce(s, peer, src, dst, first ? MOECCL_OPF_PRE_A | MOECCL_OPF_PRE_B : 0));
     COLL_CHECK(moeccl_sched_end_step(s));
     lo = keep;
   }
@@ -123,10 +124,12 @@ moecclResult_t moeccl_allgather_rhd(const moeccl_coll_desc_t* d, moeccl_sched_t*
                        coll_range(MOECCL_BUF_RECV, (uint64_t)r * b, b), 0));
   for (int dist = 1; dist < n; dist *= 2) {
     int peer = r ^ dist, a = r & ~(dist - 1), c = peer & ~(dist - 1);
-    coll_range_t mine = dist == 1 ? coll_range(MOECCL_BUF_SEND, 0, b)
-                                  : coll_range(MOECCL_BUF_RECV, (uint64_t)a * b, (uint64_t)dist * b);
+    coll_range_t mine = dist == 1
+                            ? coll_range(MOECCL_BUF_SEND, 0, b)
+                            : coll_range(MOECCL_BUF_RECV, (uint64_t)a * b, (uint64_t)dist * b);
     COLL_CHECK(coll_send(s, peer, mine));
-    COLL_CHECK(coll_recv(s, peer, coll_range(MOECCL_BUF_RECV, (uint64_t)c * b, (uint64_t)dist * b)));
+    COLL_CHECK(
+        coll_recv(s, peer, coll_range(MOECCL_BUF_RECV, (uint64_t)c * b, (uint64_t)dist * b)));
     COLL_CHECK(moeccl_sched_end_step(s));
   }
   return moecclSuccess;
