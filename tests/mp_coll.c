@@ -374,8 +374,14 @@ static uint64_t next_seed(ctx* c) { return mp_mix64(((uint64_t)c->n << 48) ^ (ui
 
 /* A buffer of bytes in region which of kind, with sentinel guards of GUARD
  * bytes on both sides; the payload is filled with the sentinel too. */
+/* Per call, the same on every rank: the kind of each buffer (0 malloc, 1
+ * moecclMemAlloc), whether a non-root passes a buffer it need not pass. */
+#define KIND_S(c) ((int)(mp_mix64((c)->ctr ^ 0x0FF) & 1))
+#define KIND_R(c) ((int)((mp_mix64((c)->ctr ^ 0x0FF) >> 1) & 1))
+#define NONROOT_BUF(c) ((int)((mp_mix64((c)->ctr ^ 0x0FF) >> 2) & 1))
+
 static unsigned char* gbuf(ctx* c, int kind, int which, size_t bytes, size_t es) {
-  size_t off = (c->ctr % (MAX_OFF + 1)) * es;
+  size_t off = (size_t)((mp_mix64(c->ctr ^ 0x0FF) >> 3) % (MAX_OFF + 1)) * es;
   unsigned char* p = c->reg[kind][which] + GUARD + off;
   if (bytes + off + 2 * GUARD > c->cap) {
     fprintf(stderr, "rank %d: buffer of %zu bytes does not fit the regions of %zu\n", c->rank, bytes, c->cap);
@@ -493,7 +499,7 @@ static const char* place_name[] = {"out-of-place", "in-place", "bcast"};
 static int do_allreduce(ctx* c, int t, int op, size_t count, int inplace) {
   size_t es = TI[t].size, bytes = count * es;
   uint64_t seed = next_seed(c);
-  int ks = c->ctr & 1, kr = (c->ctr >> 1) & 1;
+  int ks = KIND_S(c), kr = KIND_R(c);
   WHAT("AllReduce %s %s count %zu %s (call %lu, %s/%s)", mp_dtypes[t].name, op_name[op], count, place_name[inplace],
        c->ctr, ks ? "memalloc" : "malloc", kr ? "memalloc" : "malloc");
   unsigned char* s = gbuf(c, ks, 0, bytes, es);
@@ -511,7 +517,7 @@ static int do_allreduce(ctx* c, int t, int op, size_t count, int inplace) {
 static int do_reducescatter(ctx* c, int t, int op, size_t rc, int inplace) {
   size_t es = TI[t].size, bytes = rc * es, total = bytes * (size_t)c->n;
   uint64_t seed = next_seed(c);
-  int ks = c->ctr & 1, kr = (c->ctr >> 1) & 1;
+  int ks = KIND_S(c), kr = KIND_R(c);
   WHAT("ReduceScatter %s %s recvcount %zu %s (call %lu)", mp_dtypes[t].name, op_name[op], rc, place_name[inplace],
        c->ctr);
   unsigned char* s = gbuf(c, ks, 0, total, es);
@@ -529,7 +535,7 @@ static int do_reducescatter(ctx* c, int t, int op, size_t rc, int inplace) {
 static int do_reduce(ctx* c, int t, int op, size_t count, int root, int inplace) {
   size_t es = TI[t].size, bytes = count * es;
   uint64_t seed = next_seed(c);
-  int ks = c->ctr & 1, kr = (c->ctr >> 1) & 1, give_nonroot_buf = (c->ctr >> 2) & 1;
+  int ks = KIND_S(c), kr = KIND_R(c), give_nonroot_buf = NONROOT_BUF(c);
   int me_root = c->rank == root;
   WHAT("Reduce %s %s count %zu root %d %s (call %lu)", mp_dtypes[t].name, op_name[op], count, root,
        place_name[inplace], c->ctr);
@@ -559,7 +565,7 @@ static int do_reduce(ctx* c, int t, int op, size_t count, int root, int inplace)
 static int do_allgather(ctx* c, int t, size_t sc, int inplace) {
   size_t es = TI[t].size, bytes = sc * es, total = bytes * (size_t)c->n;
   uint64_t seed = next_seed(c);
-  int ks = c->ctr & 1, kr = (c->ctr >> 1) & 1;
+  int ks = KIND_S(c), kr = KIND_R(c);
   WHAT("AllGather %s sendcount %zu %s (call %lu)", mp_dtypes[t].name, sc, place_name[inplace], c->ctr);
   unsigned char* r = gbuf(c, kr, 1, total, es);
   unsigned char* s = inplace ? r + (size_t)c->rank * bytes : gbuf(c, ks, 0, bytes, es);
@@ -584,7 +590,7 @@ static int do_allgather(ctx* c, int t, size_t sc, int inplace) {
 static int do_broadcast(ctx* c, int t, size_t count, int root, int mode) {
   size_t es = TI[t].size, bytes = count * es;
   uint64_t seed = next_seed(c);
-  int ks = c->ctr & 1, kr = (c->ctr >> 1) & 1, give_nonroot_buf = (c->ctr >> 2) & 1;
+  int ks = KIND_S(c), kr = KIND_R(c), give_nonroot_buf = NONROOT_BUF(c);
   int me_root = c->rank == root;
   WHAT("Broadcast %s count %zu root %d %s (call %lu)", mp_dtypes[t].name, count, root, place_name[mode], c->ctr);
   unsigned char* r = gbuf(c, kr, 1, bytes, es);
@@ -614,7 +620,7 @@ static int do_broadcast(ctx* c, int t, size_t count, int root, int mode) {
 static int do_gather(ctx* c, int t, size_t count, int root, int inplace) {
   size_t es = TI[t].size, bytes = count * es, total = bytes * (size_t)c->n;
   uint64_t seed = next_seed(c);
-  int ks = c->ctr & 1, kr = (c->ctr >> 1) & 1, give_nonroot_buf = (c->ctr >> 2) & 1;
+  int ks = KIND_S(c), kr = KIND_R(c), give_nonroot_buf = NONROOT_BUF(c);
   int me_root = c->rank == root;
   WHAT("Gather %s count %zu root %d %s (call %lu)", mp_dtypes[t].name, count, root, place_name[inplace], c->ctr);
   unsigned char* r = (me_root || give_nonroot_buf) ? gbuf(c, kr, 1, total, es) : NULL;
@@ -645,7 +651,7 @@ static int do_gather(ctx* c, int t, size_t count, int root, int inplace) {
 static int do_scatter(ctx* c, int t, size_t count, int root, int inplace) {
   size_t es = TI[t].size, bytes = count * es, total = bytes * (size_t)c->n;
   uint64_t seed = next_seed(c);
-  int ks = c->ctr & 1, kr = (c->ctr >> 1) & 1, give_nonroot_buf = (c->ctr >> 2) & 1;
+  int ks = KIND_S(c), kr = KIND_R(c), give_nonroot_buf = NONROOT_BUF(c);
   int me_root = c->rank == root;
   WHAT("Scatter %s count %zu root %d %s (call %lu)", mp_dtypes[t].name, count, root, place_name[inplace], c->ctr);
   unsigned char* s = (me_root || give_nonroot_buf) ? gbuf(c, ks, 0, total, es) : NULL;
@@ -729,7 +735,7 @@ static int matrix(ctx* c, int coll) {
         for (int place = 0; place < nplaces; place++) {
           /* The quick matrix: one place per (type, op, count), in turn. */
           if (c->quick && nplaces > 1 && place != (int)((t + op + ci) % (unsigned)nplaces)) continue;
-          int root = (int)(c->ctr % (unsigned long)c->n);
+          int root = (int)((c->ctr + c->ctr / 7) % (unsigned long)c->n); /* every root, both places */
           size_t cnt = counts[ci];
           int rc = 0;
           switch (coll) {
