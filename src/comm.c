@@ -61,6 +61,7 @@ static void fill_self_info(moeccl_peer_info_t* self, int rank) {
   self->host_hash = moeccl_host_hash(self->hostname, sizeof(self->hostname));
   self->machine_hash = moeccl_machine_hash();
   self->cma_probe_addr = (uint64_t)(uintptr_t)moeccl_cma_probe_word();
+  moeccl_cpu_mask(self->cpu_mask);
 }
 
 static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_comm_t** out) {
@@ -311,6 +312,7 @@ moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* c) {
   uint64_t me = c->peers[c->rank].host_hash;
   c->nlocal = 0;
   c->nmachine = 0;
+  c->machine_cores = moeccl_machine_cores(c, c->rank);
   for (int r = 0; r < c->nranks; r++) {
     c->nmachine += c->peers[r].machine_hash == c->peers[c->rank].machine_hash;
     c->peer_local_index[r] = -1;

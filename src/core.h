@@ -27,6 +27,7 @@ typedef struct {
   moeccl_sockaddr_t listen_addr; /* bootstrap ring socket */
   moeccl_sockaddr_t alive_addr;  /* process liveness socket (bootstrap.c), port 0 if none */
   uint64_t cma_probe_addr;       /* address of a known word, to test CMA */
+  uint64_t cpu_mask[16];         /* CPUs this process may run on (affinity), one bit each */
 } moeccl_peer_info_t;
 
 /* A reduction op made by moecclRedOpCreatePreMulSum: value moecclNumOps +
@@ -51,6 +52,7 @@ struct moecclComm {
   moeccl_peer_info_t* peers;
   int local_rank, nlocal;
   int nmachine; /* ranks on this machine (>= nlocal with MOECCL_HOSTID): they share its cores */
+  int machine_cores; /* CPUs those ranks may run on together (union of their affinity) */
   int* local_ranks;      /* comm ranks on this node, ascending */
   int* peer_local_index; /* comm rank -> local index or -1 */
   struct moeccl_bootstrap* boot;
@@ -154,6 +156,11 @@ uint64_t moeccl_pid_start_time(pid_t pid); /* 0 if the process is gone */
 int moeccl_process_alive(pid_t pid, uint64_t start);
 /* Cores this process may run on (its affinity mask), at least 1. */
 int moeccl_cpus_available(void);
+/* The affinity mask as 1,024 bits (CPUs past it are not represented). */
+void moeccl_cpu_mask(uint64_t mask[16]);
+/* CPUs the ranks on rank's machine may use together: the union of their
+ * masks (ranks bound to one core each still have the machine's cores). */
+int moeccl_machine_cores(const moeccl_comm_t* comm, int rank);
 
 /* Builds local_ranks etc. from peers[]. */
 moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* comm);

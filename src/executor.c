@@ -238,13 +238,12 @@ static moecclResult_t timed_out(moeccl_job_t* jobs, int njobs) {
 
 static int spin_limit(const moeccl_comm_t* c) {
   /* Read once: a lookup by name costs more than a small call's whole plan. */
-  static int ncpus, spin_count = -1;
-  if (!ncpus) ncpus = moeccl_cpus_available();
+  static int spin_count = -1;
   if (spin_count < 0) spin_count = (int)moeccl_param_int("MOECCL_SPIN_COUNT");
   int spins = spin_count;
   /* More ranks than cores: a spinning rank steals the core its peer needs
    * (ranks of this machine, also those MOECCL_HOSTID puts on other nodes). */
-  if (c->nmachine > ncpus && spins > 1) spins = 1;
+  if (c->nmachine > c->machine_cores && spins > 1) spins = 1;
   return spins < 0 ? 0 : spins;
 }
 

@@ -86,3 +86,24 @@ int moeccl_cpus_available(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
+
+void moeccl_cpu_mask(uint64_t mask[16]) {
+  memset(mask, 0, 16 * sizeof(uint64_t));
+  cpu_set_t set;
+  int n = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int cpu = 0; cpu < 1024 && cpu < CPU_SETSIZE; cpu++)
+      if (CPU_ISSET(cpu, &set)) mask[cpu / 64] |= 1ULL << (cpu % 64), n++;
+  for (int cpu = 0; n == 0 && cpu < moeccl_cpus_available() && cpu < 1024; cpu++)
+    mask[cpu / 64] |= 1ULL << (cpu % 64);
+}
+
+int moeccl_machine_cores(const moeccl_comm_t* c, int rank) {
+  uint64_t all[16] = {0};
+  for (int r = 0; r < c->nranks; r++)
+    if (c->peers[r].machine_hash == c->peers[rank].machine_hash)
+      for (int w = 0; w < 16; w++) all[w] |= c->peers[r].cpu_mask[w];
+  int cores = 0;
+  for (int w = 0; w < 16; w++) cores += __builtin_popcountll(all[w]);
+  return cores > 0 ? cores : 1;
+}

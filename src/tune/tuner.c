@@ -206,9 +206,10 @@ static void transport_defaults(moeccl_comm_t* c, int32_t net) {
 }
 
 /* Groups the ranks by machine (peers' machine_hash) with each machine's
- * core count (cpus: first rank's entry, stride bytes apart), and notes
- * whether any machine has more ranks than cores. */
-static moecclResult_t machines_init(moeccl_comm_t* c, const int32_t* cpus, size_t stride) {
+ * core count (the union of its ranks' affinity masks, so ranks bound to a
+ * core each do not look oversubscribed), and notes whether any machine has
+ * more ranks than cores. */
+static moecclResult_t machines_init(moeccl_comm_t* c) {
   struct moeccl_tuner* tu = c->tuner;
   int n = c->nranks;
   if (n <= 0 || n > MAX_MACHINE_PRICED) return moecclSuccess; /* large: no machine bound */
@@ -225,9 +226,7 @@ static moecclResult_t machines_init(moeccl_comm_t* c, const int32_t* cpus, size_
     if (m < 0) m = tu->nmachines++;
     tu->machine_of[r] = m;
     count[m]++;
-    int32_t cores = *(const int32_t*)((const char*)cpus + (size_t)r * stride);
-    if (cores > 0 && (tu->machine_cpus[m] == 0 || cores < tu->machine_cpus[m]))
-      tu->machine_cpus[m] = cores;
+    if (tu->machine_cpus[m] == 0) tu->machine_cpus[m] = moeccl_machine_cores(c, r);
   }
   for (int m = 0; m < tu->nmachines; m++)
     if (tu->machine_cpus[m] > 0 && count[m] > tu->machine_cpus[m]) tu->oversubscribed = 1;
@@ -260,14 +259,14 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   moecclResult_t built = build_topo(c, &costs_given);
 
   /* First round: whether every rank built a topology, which network
-   * transport prices the links, cores and rails per rank. */
+   * transport prices the links, rails per rank (cores came with the peer
+   * table). */
   struct {
-    int32_t ok, net, cpus, rails;
+    int32_t ok, net, rails;
   }* all = calloc((size_t)c->nranks, sizeof(*all));
   if (!all) return moeccl_error(c, moecclSystemError, "out of memory");
   all[c->rank].ok = built == moecclSuccess;
   all[c->rank].net = my_network(c);
-  all[c->rank].cpus = (int32_t)moeccl_cpus_available();
   all[c->rank].rails = built == moecclSuccess ? c->topo->nrails : 0;
   moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, all, sizeof(*all));
   int failed = -1;
@@ -278,7 +277,7 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     /* Rails found by hwloc may differ between machines: all take the least. */
     if (all[r].ok && all[r].rails < c->topo->nrails) c->topo->nrails = all[r].rails;
   }
-  if (rc == moecclSuccess && failed < 0) rc = machines_init(c, &all[0].cpus, sizeof(*all));
+  if (rc == moecclSuccess && failed < 0) rc = machines_init(c);
   free(all);
   if (built != moecclSuccess) return built; /* its text is set */
   MOECCL_CHECK(rc);
