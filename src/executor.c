@@ -276,8 +276,10 @@ static void idle_wait(moeccl_job_t* jobs, int njobs) {
 #define YIELD_WINDOW 0.002
 static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
   int spins = 0, spin_max = spin_limit(jobs[0].comm);
-  double timeout = jobs[0].comm->timeout, now = moeccl_now();
-  double idle_since = 0, next_check = now + LIVENESS_PERIOD;
+  /* The clock is read only once the jobs wait: a call that never idles
+   * (small, peers ready) does not pay for it. */
+  double timeout = jobs[0].comm->timeout, now = 0;
+  double idle_since = 0, next_check = 0;
   for (;;) {
     int active = 0, progressed = 0;
     for (int k = 0; k < njobs; k++) {
@@ -298,6 +300,7 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
       continue;
     }
     now = moeccl_now();
+    if (next_check == 0) next_check = now + LIVENESS_PERIOD;
     if (idle_since == 0) idle_since = now;
     for (int k = 0; k < njobs; k++)
       if (jobs[k].comm->aborting)

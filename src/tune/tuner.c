@@ -49,6 +49,7 @@ typedef struct {
 struct moeccl_tuner {
   cache_entry_t cache[CACHE_SLOTS];
   coll_entry_t coll_cache[CACHE_SLOTS];
+  int coll_last; /* index of the last hit */
   unsigned clock;
   moeccl_sched_t sched; /* candidates' schedules while pricing */
   size_t v_bytes;       /* MOECCL_TUNE_V_BYTES */
@@ -508,15 +509,23 @@ static double price_coll(moeccl_comm_t* c, const moeccl_coll_algo_t* a,
   return worst;
 }
 
+static int coll_hit(const coll_entry_t* e, const moeccl_coll_desc_t* d) {
+  return e->algo >= 0 && e->kind == (int)d->kind && e->count == d->count &&
+         e->elem == d->elem_size && e->root == d->root;
+}
+
 static coll_entry_t* coll_lookup(struct moeccl_tuner* tu, const moeccl_coll_desc_t* d,
                                  coll_entry_t** victim) {
   tu->clock++;
+  /* Training repeats one shape: try the last hit first. */
+  coll_entry_t* last = &tu->coll_cache[tu->coll_last];
+  if (coll_hit(last, d)) return last->age = tu->clock, last;
   *victim = &tu->coll_cache[0];
   for (int i = 0; i < CACHE_SLOTS; i++) {
     coll_entry_t* e = &tu->coll_cache[i];
-    if (e->algo >= 0 && e->kind == (int)d->kind && e->count == d->count &&
-        e->elem == d->elem_size && e->root == d->root) {
+    if (coll_hit(e, d)) {
       e->age = tu->clock;
+      tu->coll_last = i;
       return e;
     }
     if (e->algo < 0 || e->age < (*victim)->age) *victim = e;
