@@ -24,7 +24,8 @@
  *                communicator split by rank parity, PreMulSum made on it;
  *   consistency  AllReduce of inexact floats: the result is bitwise the same
  *                on every rank and in repeated calls, and close to the sum;
- *   nan          a NaN input propagates through Max and Min.
+ *   nan          a NaN input propagates through Max and Min;
+ *   saturate     fp8 sums past the largest finite value saturate to it.
  *
  * Expected values are computed here.  Inputs keep the exact result
  * representable and independent of the order of summation: integers wrap
@@ -677,6 +678,34 @@ static int do_scatter(ctx* c, int t, size_t count, int root, int inplace) {
   return 0;
 }
 
+/* The 8-bit floating types saturate to their largest finite value
+ * (moecclAllReduce(3)): sums past it give +-448 (e4m3) and +-57344 (e5m2). */
+static int saturate(ctx* c) {
+  static const struct {
+    int t;
+    double v, max;
+  } k[] = {{moecclFloat8e4m3, 256.0, 448.0}, {moecclFloat8e5m2, 49152.0, 57344.0}};
+  for (int i = 0; i < 2; i++) {
+    int t = k[i].t;
+    unsigned char s[16], r[16];
+    for (int j = 0; j < 16; j++) s[j] = (unsigned char)enc(t, (j % 2 ? -1 : 1) * k[i].v);
+    WHAT("AllReduce %s sum past the largest finite value", mp_dtypes[t].name);
+    c->ctr++;
+    MP_OK_COMM(c->comm, moecclAllReduce(s, r, 16, (moecclDataType_t)t, moecclSum, c->comm, NULL));
+    double want = c->n == 1 ? k[i].v : k[i].max;
+    for (int j = 0; j < 16; j++) {
+      double g = dec(t, r[j]), w = (j % 2 ? -1 : 1) * want;
+      if (g != w) {
+        mp_failf(__FILE__, __LINE__, "%s: element %d is %g (0x%02x), expected %g", c->what, j, g, r[j], w);
+        c->failures++;
+        break;
+      }
+    }
+    c->checked++;
+  }
+  return 0;
+}
+
 /* NaN inputs propagate through Max and Min (moecclAllReduce(3)). */
 static int nan_check(ctx* c, int t, int op, uint64_t seed, const unsigned char* r, size_t count) {
   size_t es = TI[t].size;
@@ -1168,6 +1197,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (!rc && mp_want("split")) rc = split_parity(c);
   if (!rc && mp_want("consistency")) rc = consistency(c);
   if (!rc && mp_want("nan")) rc = nan_maxmin(c);
+  if (!rc && mp_want("saturate")) rc = saturate(c);
   if (!rc && c->failures) rc = 1;
   if (!rc) {
     moecclResult_t async = moecclInternalError;
