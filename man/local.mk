@@ -2,6 +2,11 @@
 dist_man_MANS += \
 	man/a2a_perf.1 \
 	man/a2a_sim.1 \
+	man/all_gather_perf.1 \
+	man/all_reduce_perf.1 \
+	man/broadcast_perf.1 \
+	man/coll_perf.1 \
+	man/gather_perf.1 \
 	man/moeccl-env.7 \
 	man/moeccl-transports.7 \
 	man/moeccl-tuning.7 \
@@ -39,12 +44,16 @@ dist_man_MANS += \
 	man/moecclReduce.3 \
 	man/moecclReduceScatter.3 \
 	man/moecclScatter.3 \
-	man/moecclSend.3
+	man/moecclSend.3 \
+	man/reduce_perf.1 \
+	man/reduce_scatter_perf.1 \
+	man/scatter_perf.1
 
 EXTRA_DIST += \
 	man/regen.sh \
 	man/a2a_perf.1.md \
 	man/a2a_sim.1.md \
+	man/coll_perf.1.md \
 	man/moeccl-env.7.md \
 	man/moeccl-transports.7.md \
 	man/moeccl-tuning.7.md \

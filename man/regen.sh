@@ -28,6 +28,13 @@ aliases=(
   "moecclHostStreamDestroy.3 moecclHostStreamCreate.3"
   "moecclBcast.3 moecclBroadcast.3"
   "moecclRedOpDestroy.3 moecclRedOpCreatePreMulSum.3"
+  "all_reduce_perf.1 coll_perf.1"
+  "reduce_scatter_perf.1 coll_perf.1"
+  "all_gather_perf.1 coll_perf.1"
+  "broadcast_perf.1 coll_perf.1"
+  "reduce_perf.1 coll_perf.1"
+  "gather_perf.1 coll_perf.1"
+  "scatter_perf.1 coll_perf.1"
 )
 
 check=no
