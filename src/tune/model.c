@@ -52,12 +52,13 @@ static void add_op(const moeccl_topo_t* t, int rank, const moeccl_sched_op_t* op
   } else {
     l->received[c] += (double)op->bytes;
   }
-  /* Reducing on receive: within a node the copy out of the peer's memory is
-   * the link's cost and the local operand's read comes on top; from the
-   * network the whole reduction is CPU work after the bytes arrive. */
+  /* Reducing on receive: within a node the receiver's core moves the bytes
+   * out of the peer's memory, so the local operand's read is more of the
+   * same link traffic; from the network the reduction is CPU work after the
+   * bytes arrive. */
   if (op->type == MOECCL_OP_RECV_REDUCE) {
-    double extra = c == MOECCL_LINK_NODE ? REDUCE_TRAFFIC - 1.0 : REDUCE_TRAFFIC;
-    l->cpu_us += transfer_us(extra * (double)op->bytes, t->copy_GBps);
+    if (c == MOECCL_LINK_NODE) l->received[c] += (REDUCE_TRAFFIC - 1.0) * (double)op->bytes;
+    else l->cpu_us += transfer_us(REDUCE_TRAFFIC * (double)op->bytes, t->copy_GBps);
   }
 }
 

@@ -69,14 +69,17 @@ struct moeccl_tuner {
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
 
 /* Default costs per transport (latency us, overhead us per message, GB/s
- * per rank, rendezvous above this many bytes or 0; -1: MOECCL_NET_EAGER_SIZE). */
+ * per rank, rendezvous above this many bytes or 0; -1: MOECCL_NET_EAGER_SIZE,
+ * -2: MOECCL_SHM_EAGER_SIZE). */
 typedef struct {
   const char* transport;
   moeccl_link_t link;
 } transport_cost_t;
 
 static const transport_cost_t transport_costs[] = {
-    {"shm", {1.5, 0.3, 10.0}},
+    /* A message past the slot size is published, pulled and its slot freed:
+     * a round trip more before the sender's step ends (shm.c). */
+    {"shm", {1.5, 0.3, 10.0, -2.0}},
     {"ucx", {5.0, 4.5, 1.0}},
     {"ofi", {10.0, 15.0, 1.0, -1.0}}, /* rendezvous: above MOECCL_NET_EAGER_SIZE (ofi.c) */
 };
@@ -203,6 +206,7 @@ static void transport_defaults(moeccl_comm_t* c, int32_t net) {
     if (l) t->link[MOECCL_LINK_NODE] = *l;
   } else {
     t->link[MOECCL_LINK_NODE] = *cost_of("shm");
+    t->link[MOECCL_LINK_NODE].rndv_bytes = (double)moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
   }
 }
 
@@ -541,7 +545,14 @@ int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
   char line[512];
   int len = 0, best = -1;
   double best_us = -1.0;
-  for (int i = 0; i < MOECCL_COLL_NALGOS; i++) {
+  /* Priced in this order, so a tie goes to the earlier row: direct keeps each
+   * rank's working slice smallest (its reductions stay in cache), which
+   * the model does not see. */
+  static const int order[MOECCL_COLL_NALGOS] = {MOECCL_COLL_DIRECT, MOECCL_COLL_RHD,
+                                                MOECCL_COLL_RING,   MOECCL_COLL_RD,
+                                                MOECCL_COLL_TREE,   MOECCL_COLL_HIER};
+  for (int o = 0; o < MOECCL_COLL_NALGOS; o++) {
+    int i = order[o];
     const moeccl_coll_algo_t* a = &moeccl_coll_algos[i];
     double us = price_coll(c, a, d);
     if (us == PRICE_FAILED) return -1;
@@ -549,7 +560,7 @@ int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
     if (len < (int)sizeof(line))
       len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "",
                       a->name, us);
-    if (best_us < 0 || us < best_us) best_us = us, best = i;
+    if (best_us < 0 || us < best_us * (1.0 - 1e-9)) best_us = us, best = i; /* ties: order[] */
   }
   if (best < 0) best = MOECCL_COLL_DIRECT; /* implements every collective */
   *slot = (coll_entry_t){(int)d->kind, d->root, best, d->count, d->elem_size, c->tuner->clock};
