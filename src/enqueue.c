@@ -115,7 +115,6 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
   for (int i = 0; i < ncomms; i++)
     for (cursor[i] = list->head; cursor[i] && cursor[i]->comm != comms[i];)
       cursor[i] = cursor[i]->next;
-  int ran = 0;
   while (rc == moecclSuccess) {
     /* Count exchanges of this round's v-calls first, all together. */
     int njobs = 0;
@@ -124,7 +123,7 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
       if (cursor[i]) rc = task_prepare(cursor[i], &meta);
       if (meta) jobs[njobs++] = (moeccl_job_t){.comm = comms[i], .sched = &comms[i]->meta_sched};
     }
-    if (rc == moecclSuccess && njobs) rc = moeccl_executor_run(jobs, njobs), ran = 1;
+    if (rc == moecclSuccess && njobs) rc = moeccl_executor_run(jobs, njobs);
     njobs = 0;
     for (int i = 0; i < ncomms && rc == moecclSuccess; i++) {
       moeccl_task_t* t = cursor[i];
@@ -136,12 +135,11 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
     }
     if (njobs == 0 || rc != moecclSuccess) break;
     rc = moeccl_executor_run(jobs, njobs);
-    ran = 1;
   }
-  /* Part of the list ran, or was planned on one communicator but not run on
-   * another: the peers posted their side of work this rank will never do, so
-   * the communicators cannot go on matching messages in order. */
-  for (int i = 0; rc != moecclSuccess && (ran || ncomms > 1) && i < ncomms; i++)
+  /* The list's calls passed their checks on every rank (usage errors are
+   * caught before this), so the peers posted their side of work this rank
+   * will not do: the communicators cannot go on matching messages in order. */
+  for (int i = 0; rc != moecclSuccess && i < ncomms; i++)
     moeccl_comm_fail(comms[i], rc, "a group stopped part way (%s); abort the communicator",
                      moecclGetErrorString(rc));
   free(jobs);
@@ -344,9 +342,11 @@ static moecclResult_t call_run_now(moeccl_comm_t* c, const moeccl_call_t* issued
   }
   if (rc == moecclSuccess) {
     rc = moeccl_plan_build(c, &call, &choice, &c->sched);
-    /* The peers ran the count exchange and go on to the call itself. */
-    if (rc != moecclSuccess && choice.need_meta)
-      moeccl_comm_fail(c, rc, "planning failed after the count exchange; abort the communicator");
+    /* Every rank passed the argument checks, so the peers go on to the
+     * call: a rank that cannot plan it (no memory) must not stay usable. */
+    if (rc != moecclSuccess)
+      moeccl_comm_fail(c, rc, "planning failed after the call was issued on every rank; abort "
+                              "the communicator");
   }
   if (rc == moecclSuccess) {
     moeccl_job_t job = {.comm = c, .sched = &c->sched};

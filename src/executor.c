@@ -81,6 +81,7 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, moeccl_req_t*
   r->red_flags = op->flags;
   if (c->transport_ops[c->peer_transport[op->peer]]->caps & MOECCL_TRANSPORT_CAP_REDUCE) return;
   r->stage_dst = r->buf;
+  r->stage_bytes = op->bytes;
   r->buf = (char*)c->staging + *staged;
   *staged += op->bytes;
 }
@@ -145,13 +146,21 @@ static moecclResult_t advance(moeccl_job_t* j) {
 }
 
 /* A staged reducing receive that completed: reduce it into place. */
-static void finish_staged(moeccl_req_t* r) {
-  moeccl_reduce(r->red, r->stage_dst, r->operand, r->buf, r->bytes / r->red->elem_size,
-                r->red_flags);
+static moecclResult_t finish_staged(moeccl_comm_t* c, moeccl_req_t* r) {
+  void* dst = r->stage_dst;
   r->stage_dst = NULL;
+  if (r->bytes != r->stage_bytes)
+    return moeccl_comm_fail(c, moecclInvalidUsage,
+                            "a reducing receive of %zu bytes from rank %d got a message of %zu "
+                            "bytes (the ranks disagree on the call)",
+                            r->stage_bytes, r->peer, r->bytes);
+  moeccl_reduce(r->red, dst, r->operand, r->buf, r->bytes / r->red->elem_size, r->red_flags);
+  return moecclSuccess;
 }
 
-static int count_pending(moeccl_job_t* j) {
+/* Counts the current step's pending requests into j->pending, finishing
+ * staged reducing receives that completed. */
+static moecclResult_t count_pending(moeccl_job_t* j) {
   int pending = 0;
   for (int i = j->first_req; i < j->nreqs; i++) {
     moeccl_req_t* r = &j->comm->reqs[i];
@@ -159,10 +168,11 @@ static int count_pending(moeccl_job_t* j) {
       pending++;
       continue;
     }
-    if (r->stage_dst) finish_staged(r);
+    if (r->stage_dst) MOECCL_CHECK(finish_staged(j->comm, r));
     if (i == j->first_req) j->first_req++;
   }
-  return j->pending = pending;
+  j->pending = pending;
+  return moecclSuccess;
 }
 
 static const moeccl_req_t* first_pending(const moeccl_job_t* j) {
@@ -236,10 +246,13 @@ static moecclResult_t timed_out(moeccl_job_t* jobs, int njobs) {
   return moecclInternalError;
 }
 
+static int spin_count;
+static void read_spin_count(void) { spin_count = (int)moeccl_param_int("MOECCL_SPIN_COUNT"); }
+
 static int spin_limit(const moeccl_comm_t* c) {
   /* Read once: a lookup by name costs more than a small call's whole plan. */
-  static int spin_count = -1;
-  if (spin_count < 0) spin_count = (int)moeccl_param_int("MOECCL_SPIN_COUNT");
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, read_spin_count);
   int spins = spin_count;
   /* More ranks than cores: a spinning rank steals the core its peer needs
    * (ranks of this machine, also those MOECCL_HOSTID puts on other nodes). */
@@ -290,7 +303,7 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
     int sleepy = idle_since != 0 && now - idle_since > YIELD_WINDOW;
     MOECCL_CHECK(progress_all(jobs, njobs, &progressed, sleepy));
     if (progressed) {
-      for (int k = 0; k < njobs; k++) count_pending(&jobs[k]);
+      for (int k = 0; k < njobs; k++) MOECCL_CHECK(count_pending(&jobs[k]));
       spins = 0;
       idle_since = 0;
       continue;
@@ -381,8 +394,11 @@ static void cancel(moeccl_job_t* jobs, int njobs, moecclResult_t rc) {
 }
 
 moecclResult_t moeccl_executor_run(moeccl_job_t* jobs, int njobs) {
-  for (int k = 0; k < njobs; k++) MOECCL_CHECK(prepare(&jobs[k]));
-  moecclResult_t rc = drive(jobs, njobs);
+  moecclResult_t rc = moecclSuccess;
+  /* A job that cannot start (broken communicator, no memory) fails them
+   * all: their peers have started and would wait for this rank. */
+  for (int k = 0; k < njobs && rc == moecclSuccess; k++) rc = prepare(&jobs[k]);
+  if (rc == moecclSuccess) rc = drive(jobs, njobs);
   if (rc != moecclSuccess) cancel(jobs, njobs, rc);
   return rc;
 }

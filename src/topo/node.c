@@ -94,8 +94,9 @@ void moeccl_cpu_mask(uint64_t mask[16]) {
   if (sched_getaffinity(0, sizeof(set), &set) == 0)
     for (int cpu = 0; cpu < 1024 && cpu < CPU_SETSIZE; cpu++)
       if (CPU_ISSET(cpu, &set)) mask[cpu / 64] |= 1ULL << (cpu % 64), n++;
-  for (int cpu = 0; n == 0 && cpu < moeccl_cpus_available() && cpu < 1024; cpu++)
-    mask[cpu / 64] |= 1ULL << (cpu % 64);
+  /* No mask (or more CPUs than it holds): the first cores the machine has. */
+  int online = n == 0 ? moeccl_cpus_available() : 0;
+  for (int cpu = 0; cpu < online && cpu < 1024; cpu++) mask[cpu / 64] |= 1ULL << (cpu % 64);
 }
 
 int moeccl_machine_cores(const moeccl_comm_t* c, int rank) {

@@ -528,7 +528,8 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
     slot_hdr_t* h = slot_at(s, ch, p->recv_seq);
     if (atomic_load_explicit(&h->seq, memory_order_acquire) != p->recv_seq + 1)
       return moecclSuccess;
-    if (h->msg_bytes > r->bytes) return truncated(s, p, h->msg_bytes, r->bytes);
+    if (h->msg_bytes > r->bytes || (r->red && h->msg_bytes != r->bytes))
+      return truncated(s, p, h->msg_bytes, r->bytes);
     int slot_done;
     if (h->kind == SLOT_RNDV) {
       MOECCL_CHECK(pull_rndv(s, p, h, r));

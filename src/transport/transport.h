@@ -7,7 +7,9 @@
  *
  * Matching: messages between one sender and one receiver on a communicator
  * match in the order they were posted on each side.  A message shorter than
- * the receive completes it; a longer one is an error (truncation).
+ * the receive completes it; a longer one is an error (truncation).  A
+ * reducing receive (req->red) must get exactly its length: anything else is
+ * an error, since the bytes past a short message would stay unreduced.
  */
 #ifndef MOECCL_TRANSPORT_H_
 #define MOECCL_TRANSPORT_H_
@@ -36,8 +38,10 @@ typedef struct moeccl_req {
   const void* operand;
   unsigned red_flags;
   /* executor's: a reducing receive staged for a transport without the
-   * capability (buf is staging memory; reduce into stage_dst when done) */
+   * capability (buf is staging memory; reduce into stage_dst when done;
+   * the message must be stage_bytes long) */
   void* stage_dst;
+  size_t stage_bytes;
   struct moeccl_req* next; /* transport's queue link */
   size_t progress;         /* transport's: bytes moved so far */
   uint64_t seq;            /* transport's: message sequence number */

@@ -206,7 +206,10 @@ static void transport_defaults(moeccl_comm_t* c, int32_t net) {
     if (l) t->link[MOECCL_LINK_NODE] = *l;
   } else {
     t->link[MOECCL_LINK_NODE] = *cost_of("shm");
-    t->link[MOECCL_LINK_NODE].rndv_bytes = (double)moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
+    /* The slot size as shm.c rounds it (at least 256, whole cache lines). */
+    size_t slot = moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
+    slot = slot < 256 ? 256 : (slot + 63) / 64 * 64;
+    t->link[MOECCL_LINK_NODE].rndv_bytes = (double)slot;
   }
 }
 
@@ -246,6 +249,10 @@ static uint64_t pricing_hash(const moeccl_comm_t* c) {
   uint64_t h = topo_hash(t);
   h = fnv(h, &t->nrails, sizeof(t->nrails));
   h = fnv(h, &c->a2a_window, sizeof(c->a2a_window));
+  /* Forced algorithms too: a rank that forced another would run another
+   * schedule. */
+  h = fnv(h, &c->forced_algo, sizeof(c->forced_algo));
+  h = fnv(h, c->forced_coll, sizeof(c->forced_coll));
   return fnv(h, &c->tuner->v_bytes, sizeof(c->tuner->v_bytes));
 }
 
@@ -307,7 +314,8 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     return moeccl_error(c, moecclInvalidUsage,
                         "rank %d and rank 0 would price algorithms differently: MOECCL_TOPO_FILE, "
                         "MOECCL_TOPO_GROUP_SIZE, MOECCL_TUNE_FILE, MOECCL_TUNE_V_BYTES, "
-                        "MOECCL_A2A_WINDOW, MOECCL_NET_EAGER_SIZE and MOECCL_SHM_DISABLE must be the "
+                        "MOECCL_A2A_WINDOW, MOECCL_NET_EAGER_SIZE, MOECCL_SHM_DISABLE, MOECCL_ALGO and "
+                        "MOECCL_<COLL>_ALGO must be the "
                         "same on every rank",
                         differs);
   const moeccl_topo_t* t = c->topo;
@@ -486,6 +494,10 @@ static double price_coll(moeccl_comm_t* c, const moeccl_coll_algo_t* a,
                          const moeccl_coll_desc_t* desc) {
   struct moeccl_tuner* tu = c->tuner;
   moeccl_coll_desc_t d = *desc;
+  /* In place is each rank's own affair (NCCL decides it per rank from the
+   * pointers) and changes only local ops: price without it, so that every
+   * rank prices the same schedules. */
+  d.in_place = 0;
   if (!a->schedule[d.kind] || (a->applies && !a->applies(&d))) return -1.0;
   int ranks[MAX_SAMPLE + 1], k = coll_sample(c, d.root, ranks);
   double worst = -1.0;
