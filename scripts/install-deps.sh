@@ -11,9 +11,10 @@ packages=(
   libucx-dev
   libopenmpi-dev openmpi-bin
   libcmocka-dev
+  libopenblas-dev
   valgrind
   iproute2
-  python3-matplotlib
+  python3-matplotlib python3-numpy
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

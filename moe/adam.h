@@ -1,0 +1,23 @@
+/* Adam (Kingma & Ba) with bias correction, over one flat float array:
+ *   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,
+ *   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)   */
+#ifndef MOE_ADAM_H_
+#define MOE_ADAM_H_
+
+#include <stddef.h>
+
+typedef struct moe_adam {
+  float lr, beta1, beta2, eps;
+  long step; /* t of the last update */
+  size_t count;
+  float *m, *v;
+} moe_adam_t;
+
+/* Zero moments for count parameters; beta1 0.9, beta2 0.999, eps 1e-8.
+ * 0, or -1 without memory. */
+int moe_adam_init(moe_adam_t *adam, size_t count, float lr);
+void moe_adam_free(moe_adam_t *adam);
+/* One update of param [count] from grad [count]. */
+void moe_adam_step(moe_adam_t *adam, float *param, const float *grad);
+
+#endif

@@ -1,0 +1,30 @@
+# moe/: the MoE model (router, SwiGLU experts, loss, backward, Adam, .npy
+# I/O) on a compute backend table, and the moe_train driver.  It uses only
+# moeccl's public headers (its CPPFLAGS leave out src/), and builds only
+# when configure found OpenBLAS.
+EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh
+if HAVE_OPENBLAS
+MOE_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/moe
+
+noinst_LTLIBRARIES += moe/libmoe.la
+moe_libmoe_la_SOURCES = moe/model.c moe/model.h moe/adam.c moe/adam.h moe/npy.c moe/npy.h \
+	moe/backend.h moe/backend_blas.c
+moe_libmoe_la_CPPFLAGS = $(MOE_CPPFLAGS) $(OPENBLAS_CFLAGS)
+moe_libmoe_la_LIBADD = $(OPENBLAS_LIBS) -lm
+
+bin_PROGRAMS += moe/moe_train
+moe_moe_train_SOURCES = moe/moe_train.c
+moe_moe_train_CPPFLAGS = $(MOE_CPPFLAGS)
+moe_moe_train_LDADD = moe/libmoe.la libmoeccl.la
+
+# Gradients against float64 finite differences; .npy and Adam; the first
+# step against an independent NumPy implementation (skips without numpy).
+check_PROGRAMS += tests/test_moe_grad tests/test_moe_io
+TESTS += tests/test_moe_grad tests/test_moe_io tests/test_moe_ref.sh
+tests_test_moe_grad_SOURCES = tests/test_moe_grad.c
+tests_test_moe_grad_CPPFLAGS = $(MOE_CPPFLAGS)
+tests_test_moe_grad_LDADD = moe/libmoe.la -lm
+tests_test_moe_io_SOURCES = tests/test_moe_io.c
+tests_test_moe_io_CPPFLAGS = $(MOE_CPPFLAGS)
+tests_test_moe_io_LDADD = moe/libmoe.la -lm
+endif
