@@ -10,6 +10,7 @@
 #include "copy.h"
 #include "param.h"
 #include "reduce.h"
+#include "rows.h"
 #include "transport/transport.h"
 
 #include <sched.h>
@@ -94,6 +95,10 @@ static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
   const void* src = buf_at(s, op->src_buf, op->src_off);
   if (op->type == MOECCL_OP_REDUCE) {
     moeccl_reduce(s->red, dst, dst, src, op->bytes / s->red->elem_size, op->flags);
+  } else if (op->type == MOECCL_OP_ROWS) {
+    const moeccl_rows_t* p = &s->rows[op->peer];
+    const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
+    moeccl_rows_run(p, dst, src, aux);
   } else if (op->flags & MOECCL_OPF_DIV) {
     if (dst != src) moeccl_copy(dst, src, op->bytes, j->stream_copy);
     moeccl_reduce_postdiv(s->red, dst, op->bytes / s->red->elem_size);
@@ -105,7 +110,8 @@ static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
 }
 
 static int is_local(const moeccl_sched_op_t* op) {
-  return op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE;
+  return op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE ||
+         op->type == MOECCL_OP_ROWS;
 }
 
 /* Posts the network ops of job's current step and does its local ops. */

@@ -179,6 +179,19 @@ static moecclResult_t coll_build(moeccl_comm_t* comm, moeccl_call_t* call,
   return moecclSuccess;
 }
 
+/* ---- MoE dispatch and combine --------------------------------------------- */
+
+static moecclResult_t moe_build(moeccl_comm_t* comm, const moeccl_call_t* call,
+                                moeccl_sched_t* s) {
+  MOECCL_CHECK(std_bufs(s, call->sendbuf, call->recvbuf));
+  moecclResult_t rc = moeccl_moe_schedule(&call->moe, s);
+  if (rc == moecclSuccess) rc = moeccl_sched_end_step(s);
+  if (rc != moecclSuccess)
+    return moeccl_error(comm, rc, "planning the MoE %s failed (%s)",
+                        moeccl_moe_op_name(call->moe.op), moecclGetErrorString(rc));
+  return moecclSuccess;
+}
+
 /* ---- entry ---------------------------------------------------------------- */
 
 moecclResult_t moeccl_plan_prepare(moeccl_comm_t* comm, const moeccl_call_t* call,
@@ -195,5 +208,6 @@ moecclResult_t moeccl_plan_build(moeccl_comm_t* comm, moeccl_call_t* call,
   if (comm->aborting) return moeccl_error(comm, moecclInvalidUsage, "communicator was aborted");
   if (call->kind == MOECCL_CALL_A2A) return a2a_build(comm, call, choice, sched);
   if (call->kind == MOECCL_CALL_COLL) return coll_build(comm, call, choice, sched);
+  if (call->kind == MOECCL_CALL_MOE) return moe_build(comm, call, sched);
   return p2p_build(comm, call, sched);
 }

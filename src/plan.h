@@ -14,10 +14,16 @@
 
 #include "algos/algos.h"
 #include "algos/coll_algos.h"
+#include "algos/moe_algos.h"
 #include "core.h"
 #include "reduce.h"
 
-typedef enum { MOECCL_CALL_A2A = 0, MOECCL_CALL_P2P = 1, MOECCL_CALL_COLL = 2 } moeccl_call_kind_t;
+typedef enum {
+  MOECCL_CALL_A2A = 0,
+  MOECCL_CALL_P2P = 1,
+  MOECCL_CALL_COLL = 2,
+  MOECCL_CALL_MOE = 3 /* MoE dispatch / combine (src/moe.c) */
+} moeccl_call_kind_t;
 
 typedef struct {
   int type; /* MOECCL_OP_SEND or MOECCL_OP_RECV */
@@ -37,6 +43,7 @@ typedef struct {
   const void* scalar_ptr;  /* PreMulSum with moecclScalarDevice: read at build */
   const moeccl_p2p_op_t* p2p; /* P2P: the group's sends and receives on comm */
   int np2p;
+  moeccl_moe_call_t moe; /* MOE: the plan's layout and the call's other buffers */
 } moeccl_call_t;
 
 /* What prepare decided for a call; build uses it. */

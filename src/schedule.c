@@ -22,6 +22,7 @@ void moeccl_sched_reset(moeccl_sched_t* s) {
   s->scratch_bytes = 0;
   s->scratch_buf = -1;
   s->red = NULL;
+  s->rows = NULL;
 }
 
 void moeccl_sched_free(moeccl_sched_t* s) {

@@ -25,6 +25,10 @@ typedef enum {
   MOECCL_OP_COPY = 2,
   MOECCL_OP_REDUCE = 3,      /* local: dst = dst (+) src, elementwise */
   MOECCL_OP_RECV_REDUCE = 4, /* dst = src (+) the message from peer (src may equal dst) */
+  /* local: the row program s->rows[peer] (src/rows.h: the MoE combine's
+   * weighted row sums and dots), src_off and dst_off its byte bases in
+   * src_buf and dst_buf, bytes what it writes */
+  MOECCL_OP_ROWS = 5,
   MOECCL_OP_NTYPES
 } moeccl_op_type_t;
 
@@ -70,6 +74,8 @@ typedef struct {
    * the schedule has none.  Offsets and sizes of reduction ops are whole
    * elements of it. */
   const struct moeccl_red* red;
+  /* The row programs MOECCL_OP_ROWS ops name (rows.h); NULL when none. */
+  const struct moeccl_rows* rows;
 } moeccl_sched_t;
 
 /* Empties a schedule, keeping its memory for the next call (MoE splits change

@@ -1,0 +1,218 @@
+/*
+ * The MoE dispatch, combine and combine backward as schedules (moe_algos.h).
+ *
+ * dispatch:  1. pack: one COPY per run of consecutive tokens into a row per
+ *               (token, peer) in scratch;
+ *            2. one SEND / RECV of the packed rows per peer pair; the rows
+ *               from this rank itself expand straight from the tokens;
+ *            3. expand the received rows into expert-major order, one COPY
+ *               per run of rows consecutive on both sides.
+ * combine:   1-2. the token side sends each peer K weights per pair (when
+ *               weighted; this rank's own go by COPY);
+ *            3. the expert side forms one partial sum per pair over the
+ *               experts it holds (a ROWS program);
+ *            4. one SEND / RECV of the partial rows per peer pair;
+ *            5. the token side sums its pairs' rows, ranks ascending.
+ * combine backward: dispatch's steps, with the expansion weighted by the
+ *            gate weights (a ROWS program instead of copies) and, for the
+ *            gate gradients, a DOT program over the received rows and the
+ *            forward's expert outputs, whose K floats per pair go back and
+ *            are summed per token like the combine's rows.
+ * Zero-byte blocks produce no op on either side.  Planning is O(nranks +
+ * rows) per call; the terms come from the layout.
+ */
+#include "moe_algos.h"
+
+#include <string.h>
+
+/* Generators stay below core.h: a local check that returns the error. */
+#define MOE_CHECK(call)                                                                            \
+  do {                                                                                             \
+    moecclResult_t rc_ = (call);                                                                   \
+    if (rc_ != moecclSuccess) return rc_;                                                          \
+  } while (0)
+
+const char* moeccl_moe_op_name(moeccl_moe_op_t op) {
+  static const char* const names[MOECCL_MOE_NOPS] = {"dispatch", "combine", "combine backward"};
+  return op < MOECCL_MOE_NOPS ? names[op] : "?";
+}
+
+/* COPY ops of (dst, src) index pairs, merged while both run on. */
+typedef struct {
+  moeccl_sched_t* s;
+  uint32_t sbuf, dbuf;
+  uint64_t sbase, dbase, unit;
+  uint64_t s0, d0, n;
+} runs_t;
+
+static moecclResult_t runs_flush(runs_t* r) {
+  if (!r->n) return moecclSuccess;
+  uint64_t n = r->n;
+  r->n = 0;
+  return moeccl_sched_add(r->s, MOECCL_OP_COPY, -1, r->sbuf, r->sbase + r->s0 * r->unit, r->dbuf,
+                          r->dbase + r->d0 * r->unit, n * r->unit);
+}
+
+static moecclResult_t runs_add(runs_t* r, uint64_t dst, uint64_t src) {
+  if (r->n && dst == r->d0 + r->n && src == r->s0 + r->n) {
+    r->n++;
+    return moecclSuccess;
+  }
+  MOE_CHECK(runs_flush(r));
+  r->d0 = dst, r->s0 = src, r->n = 1;
+  return moecclSuccess;
+}
+
+/* Token rows (or K weights) of the send pairs to the peers into scratch at
+ * dbase, by pair; this rank's own pairs, when self_to is not NONE, to
+ * self_base (by receive pair) instead of being skipped. */
+static moecclResult_t pack(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint32_t sbuf,
+                           uint64_t unit, uint64_t dbase, int with_self, uint64_t self_base) {
+  runs_t r = {s, sbuf, MOECCL_BUF_SCRATCH, 0, dbase, unit, 0, 0, 0};
+  for (int peer = 0; peer < l->nranks; peer++) {
+    int self = peer == l->rank;
+    if (self && !with_self) continue;
+    MOE_CHECK(runs_flush(&r));
+    r.dbase = self ? self_base : dbase;
+    size_t shift = self ? l->recv_first[peer] - l->send_first[peer] : 0;
+    for (size_t p = l->send_first[peer]; p < l->send_first[peer + 1]; p++)
+      MOE_CHECK(runs_add(&r, p + shift, l->pair_token[p]));
+  }
+  return runs_flush(&r);
+}
+
+/* One message per peer: out's pairs [first[peer], first[peer+1]) of unit
+ * bytes go from sbuf at sbase; in's arrive into dbuf at dbase. */
+static moecclResult_t exchange(const moeccl_moe_layout_t* l, moeccl_sched_t* s,
+                               const size_t* out_first, uint32_t sbuf, uint64_t sbase,
+                               const size_t* in_first, uint32_t dbuf, uint64_t dbase,
+                               uint64_t unit) {
+  for (int k = 1; k < l->nranks; k++) {
+    int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
+    MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + out_first[to] * unit, 0, 0,
+                               (out_first[to + 1] - out_first[to]) * unit));
+    MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + in_first[from] * unit,
+                               (in_first[from + 1] - in_first[from]) * unit));
+  }
+  return moecclSuccess;
+}
+
+/* A ROWS op running a new program of the call. */
+static moecclResult_t rows_op(const moeccl_moe_call_t* c, moeccl_sched_t* s, int* nprogs,
+                              moeccl_rows_t prog, uint32_t sbuf, uint64_t sbase, uint32_t dbuf,
+                              uint64_t dbase, uint64_t bytes) {
+  if (prog.nterms == 0 || bytes == 0) return moecclSuccess;
+  if (*nprogs == MOECCL_MOE_MAX_PROGS) return moecclInternalError;
+  c->progs[*nprogs] = prog;
+  s->rows = c->progs;
+  return moeccl_sched_add(s, MOECCL_OP_ROWS, (*nprogs)++, sbuf, sbase, dbuf, dbase, bytes);
+}
+
+static moeccl_rows_t program(moeccl_rows_mode_t mode, moecclDataType_t type, size_t elems,
+                             uint32_t aux_buf, uint64_t aux_off, const moeccl_row_term_t* terms,
+                             size_t n) {
+  return (moeccl_rows_t){mode, type, elems, aux_buf, aux_off, terms, n};
+}
+
+static uint64_t round64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
+
+/* Expanded rows from terms {x, src row, weight}: copies, or a weighted
+ * program when the call has weights. */
+static moecclResult_t expand(const moeccl_moe_call_t* c, moeccl_sched_t* s, int* nprogs,
+                             const moeccl_row_term_t* t, size_t n, uint32_t sbuf, uint64_t sbase,
+                             uint32_t wbuf, uint64_t wbase) {
+  uint64_t rb = c->hidden * c->elem_size;
+  if (c->weighted) {
+    moeccl_rows_t p = program(MOECCL_ROWS_SUM, c->type, c->hidden, wbuf, wbase, t, n);
+    return rows_op(c, s, nprogs, p, sbuf, sbase, MOECCL_BUF_RECV, 0, n * rb);
+  }
+  runs_t r = {s, sbuf, MOECCL_BUF_RECV, sbase, 0, rb, 0, 0, 0};
+  for (size_t i = 0; i < n; i++) MOE_CHECK(runs_add(&r, t[i].dst, t[i].src));
+  return runs_flush(&r);
+}
+
+/* Dispatch and combine backward: token-side rows to the experts. */
+static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
+  const moeccl_moe_layout_t* l = c->lay;
+  uint64_t rb = c->hidden * c->elem_size, kb = (uint64_t)l->K * sizeof(float);
+  int ww = c->weighted, dots = c->gate_grad, nprogs = 0;
+  uint64_t w_pack = 0, w_recv = w_pack + (ww ? l->P * kb : 0);
+  uint64_t gwp = w_recv + (ww ? l->Q * kb : 0), gw_back = gwp + (dots ? l->Q * kb : 0);
+  uint64_t pack_off = round64(gw_back + (dots ? l->P * kb : 0)), recv_off = pack_off + l->P * rb;
+  s->scratch_bytes = recv_off + l->Q * rb;
+  uint32_t wbuf = UINT32_MAX, ebuf = UINT32_MAX, gbuf = UINT32_MAX;
+  if (ww) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
+  if (dots) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->expert_out, &ebuf));
+  if (dots) MOE_CHECK(moeccl_sched_add_buf(s, c->grad_weights, &gbuf));
+  MOE_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pack_off, 0, 0));
+  if (ww) MOE_CHECK(pack(l, s, wbuf, kb, w_pack, 1, w_recv));
+  MOE_CHECK(moeccl_sched_end_step(s));
+  MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, pack_off, l->recv_first,
+                     MOECCL_BUF_SCRATCH, recv_off, rb));
+  if (ww)
+    MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
+                       MOECCL_BUF_SCRATCH, w_recv, kb));
+  MOE_CHECK(expand(c, s, &nprogs, l->exp_self, l->n_exp_self, MOECCL_BUF_SEND, 0,
+                   MOECCL_BUF_SCRATCH, w_recv));
+  moeccl_rows_t dot_self = program(MOECCL_ROWS_DOT, c->type, c->hidden, ebuf, 0,
+                                   l->dot + l->dot_self0, l->dot_self1 - l->dot_self0);
+  if (dots)
+    MOE_CHECK(rows_op(c, s, &nprogs, dot_self, MOECCL_BUF_SEND, 0, MOECCL_BUF_SCRATCH, gwp,
+                      dot_self.nterms * sizeof(float)));
+  MOE_CHECK(moeccl_sched_end_step(s));
+  MOE_CHECK(expand(c, s, &nprogs, l->exp_remote, l->n_exp_remote, MOECCL_BUF_SCRATCH, recv_off,
+                   MOECCL_BUF_SCRATCH, w_recv));
+  if (!dots) return moecclSuccess;
+  size_t nd = l->Q * (size_t)l->K;
+  moeccl_rows_t before =
+      program(MOECCL_ROWS_DOT, c->type, c->hidden, ebuf, 0, l->dot, l->dot_self0);
+  moeccl_rows_t after = program(MOECCL_ROWS_DOT, c->type, c->hidden, ebuf, 0, l->dot + l->dot_self1,
+                                nd - l->dot_self1);
+  MOE_CHECK(rows_op(c, s, &nprogs, before, MOECCL_BUF_SCRATCH, recv_off, MOECCL_BUF_SCRATCH, gwp,
+                    before.nterms * sizeof(float)));
+  MOE_CHECK(rows_op(c, s, &nprogs, after, MOECCL_BUF_SCRATCH, recv_off, MOECCL_BUF_SCRATCH, gwp,
+                    after.nterms * sizeof(float)));
+  MOE_CHECK(moeccl_sched_end_step(s));
+  MOE_CHECK(exchange(l, s, l->recv_first, MOECCL_BUF_SCRATCH, gwp, l->send_first,
+                     MOECCL_BUF_SCRATCH, gw_back, kb));
+  MOE_CHECK(moeccl_sched_end_step(s));
+  /* Receive pair q's block is gwp + q, returned pair p's gwp + Q + p. */
+  moeccl_rows_t sum =
+      program(MOECCL_ROWS_SUM, moecclFloat32, (size_t)l->K, UINT32_MAX, 0, l->own, l->n_own);
+  return rows_op(c, s, &nprogs, sum, MOECCL_BUF_SCRATCH, gwp, gbuf, 0, l->T * kb);
+}
+
+/* Combine (weighted or not) and dispatch backward: expert rows back. */
+static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
+  const moeccl_moe_layout_t* l = c->lay;
+  uint64_t rb = c->hidden * c->elem_size, kb = (uint64_t)l->K * sizeof(float);
+  int ww = c->weighted, nprogs = 0;
+  uint64_t w_pack = 0, w_recv = w_pack + (ww ? l->P * kb : 0);
+  uint64_t part_off = round64(w_recv + (ww ? l->Q * kb : 0)), back_off = part_off + l->Q * rb;
+  s->scratch_bytes = back_off + l->P * rb;
+  uint32_t wbuf = UINT32_MAX;
+  if (ww) {
+    MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
+    MOE_CHECK(pack(l, s, wbuf, kb, w_pack, 1, w_recv));
+    MOE_CHECK(moeccl_sched_end_step(s));
+    MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
+                       MOECCL_BUF_SCRATCH, w_recv, kb));
+    MOE_CHECK(moeccl_sched_end_step(s));
+  }
+  moeccl_rows_t part = program(MOECCL_ROWS_SUM, c->type, c->hidden,
+                               ww ? MOECCL_BUF_SCRATCH : UINT32_MAX, w_recv, l->part, l->R);
+  MOE_CHECK(
+      rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, MOECCL_BUF_SCRATCH, part_off, l->Q * rb));
+  MOE_CHECK(moeccl_sched_end_step(s));
+  MOE_CHECK(exchange(l, s, l->recv_first, MOECCL_BUF_SCRATCH, part_off, l->send_first,
+                     MOECCL_BUF_SCRATCH, back_off, rb));
+  MOE_CHECK(moeccl_sched_end_step(s));
+  /* Receive pair q's partial is part_off + q, returned pair p's + Q + p. */
+  moeccl_rows_t own = program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->own, l->n_own);
+  return rows_op(c, s, &nprogs, own, MOECCL_BUF_SCRATCH, part_off, MOECCL_BUF_RECV, 0, l->T * rb);
+}
+
+moecclResult_t moeccl_moe_schedule(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
+  if (c->op == MOECCL_MOE_COMBINE) return to_tokens(c, s);
+  return to_experts(c, s);
+}

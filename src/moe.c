@@ -1,0 +1,652 @@
+/*
+ * MoE dispatch and combine (include/moeccl_moe.h): the plan, the layout of
+ * a step (the count and route exchanges, then the tables the generators of
+ * src/algos/moe_dispatch.c read), and the data calls' checks.  The data
+ * calls go down the one planning path (moeccl_call_issue, plan.c, the
+ * generator, the executor); nothing here moves a row.
+ *
+ * A layout, on each rank: (1) from the top-k ids, the pairs (token, rank)
+ * it sends, by rank then token, each with K route entries (the receiver's
+ * local expert index per slot, -1 where the slot's expert is elsewhere);
+ * (2) an all-to-all of each peer's pair count (with topk, E, capacity and a
+ * hash of the placement, which must agree); (3) an all-to-allv of the
+ * routes; (4) with a capacity, the receiver drops the overflow of each
+ * expert in receive order and returns the routes (an all-to-allv back), and
+ * both sides drop the pairs left without a slot; (5) the tables.  The
+ * exchanges are ordinary all-to-all calls on the communicator.
+ */
+#include "moe.h"
+#include "enqueue.h"
+#include "rows.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { MSG_PAIRS, MSG_TOPK, MSG_EXPERTS, MSG_HASH, MSG_CAPACITY, MOE_MSG };
+
+static moecclResult_t plan_check(moecclMoePlan_t plan, const char* fn) {
+  if (!plan || plan->magic != MOECCL_MOE_MAGIC)
+    return moeccl_error(NULL, moecclInvalidArgument, "%s: plan %p is not a live MoE plan", fn,
+                        (void*)plan);
+  return moeccl_comm_check(plan->comm, "comm");
+}
+
+/* Grows *arr to at least need elements of elem bytes (kept for later). */
+static int grow(void* arr, size_t* cap, size_t need, size_t elem) {
+  void** p = arr;
+  if (need <= *cap && *p) return 0;
+  size_t ncap = *cap > need ? *cap : need + need / 4 + 16;
+  void* q = realloc(*p, ncap * elem);
+  if (!q) return -1;
+  *p = q, *cap = ncap;
+  return 0;
+}
+#define GROW(plan, name, need)                                                                     \
+  grow(&(plan)->name, &(plan)->name##_cap, (need), sizeof(*(plan)->name))
+
+/* ---- the plan ------------------------------------------------------------ */
+
+static moecclResult_t check_placement(moeccl_comm_t* c, int E, const int* placement) {
+  for (int e = 0; placement && e < E; e++) {
+    if (placement[e] == -1)
+      return moeccl_error(c, moecclInvalidArgument,
+                          "moecclMoePlanCreate: placement[%d] is -1: expert %d has no rank (the "
+                          "placement must cover every expert)",
+                          e, e);
+    if (placement[e] < 0 || placement[e] >= c->nranks)
+      return moeccl_error(c, moecclInvalidArgument,
+                          "moecclMoePlanCreate: placement[%d] = %d is out of range [0,%d)", e,
+                          placement[e], c->nranks);
+  }
+  return moecclSuccess;
+}
+
+static void plan_free(moecclMoePlan_t p) {
+  void* arrays[] = {p->owner,   p->local_index, p->local_experts, p->send_first, p->recv_first,
+                    p->counts,  p->stamp,       p->tpair,         p->msg_out,    p->msg_in,
+                    p->ecount,  p->ecur,        p->pair_token,    p->route_send, p->route_recv,
+                    p->exp_all, p->exp_remote,  p->exp_self,      p->part,       p->own,
+                    p->dot,     p->tok};
+  for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) free(arrays[i]);
+  p->magic = 0;
+  free(p);
+}
+
+/* owner, local_index, local_experts and the placement hash. */
+static void place(moecclMoePlan_t p, const int* placement) {
+  int n = p->comm->nranks, E = p->E;
+  for (int e = 0; e < E; e++) {
+    if (placement) {
+      p->owner[e] = placement[e];
+      continue;
+    }
+    int r = 0; /* the r with r*E/n <= e < (r+1)*E/n */
+    while ((long)(r + 1) * E / n <= e) r++;
+    p->owner[e] = r;
+  }
+  uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+  p->nlocal = 0;
+  for (int e = 0; e < E; e++) {
+    h = (h ^ (uint64_t)p->owner[e]) * 1099511628211ULL;
+    if (p->owner[e] == p->comm->rank) p->local_experts[p->nlocal++] = e;
+  }
+  p->placement_hash = h;
+  /* local index: experts of each rank in ascending id order */
+  size_t* next = p->send_first; /* scratch here: n entries */
+  memset(next, 0, sizeof(size_t) * (size_t)n);
+  for (int e = 0; e < E; e++) p->local_index[e] = (int)next[p->owner[e]]++;
+}
+
+MOECCL_EXPORT moecclResult_t moecclMoePlanCreate(moecclMoePlan_t* plan, int numExperts,
+                                                 const int* placement, moecclComm_t comm) {
+  MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
+  if (!plan) return moeccl_error(comm, moecclInvalidArgument, "moecclMoePlanCreate: plan is NULL");
+  if (numExperts < 1)
+    return moeccl_error(comm, moecclInvalidArgument,
+                        "moecclMoePlanCreate: numExperts %d is not positive", numExperts);
+  MOECCL_CHECK(check_placement(comm, numExperts, placement));
+  moecclMoePlan_t p = calloc(1, sizeof(*p));
+  if (!p) return moeccl_error(comm, moecclSystemError, "out of memory");
+  size_t n = (size_t)comm->nranks, E = (size_t)numExperts;
+  p->magic = MOECCL_MOE_MAGIC;
+  p->comm = comm;
+  p->E = numExperts;
+  p->owner = malloc(E * sizeof(int));
+  p->local_index = malloc(E * sizeof(int));
+  p->local_experts = malloc(E * sizeof(int));
+  p->send_first = calloc(n + 1, sizeof(size_t));
+  p->recv_first = calloc(n + 1, sizeof(size_t));
+  p->counts = calloc(4 * n, sizeof(size_t));
+  p->stamp = malloc(n * sizeof(long));
+  p->tpair = malloc(n * sizeof(long));
+  p->msg_out = calloc(MOE_MSG * n, sizeof(uint64_t));
+  p->msg_in = calloc(MOE_MSG * n, sizeof(uint64_t));
+  p->ecount = calloc(E, sizeof(size_t));
+  p->ecur = calloc(E, sizeof(size_t));
+  if (!p->owner || !p->local_index || !p->local_experts || !p->send_first || !p->recv_first ||
+      !p->counts || !p->stamp || !p->tpair || !p->msg_out || !p->msg_in || !p->ecount || !p->ecur) {
+    plan_free(p);
+    return moeccl_error(comm, moecclSystemError, "out of memory");
+  }
+  place(p, placement);
+  *plan = p;
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclMoePlanDestroy(moecclMoePlan_t plan) {
+  if (!plan || plan->magic != MOECCL_MOE_MAGIC)
+    return moeccl_error(NULL, moecclInvalidArgument,
+                        "moecclMoePlanDestroy: plan %p is not a live MoE plan", (void*)plan);
+  plan_free(plan);
+  return moecclSuccess;
+}
+
+MOECCL_EXPORT moecclResult_t moecclMoeLocalExperts(moecclMoePlan_t plan, int* numLocalExperts,
+                                                   int* localExperts) {
+  MOECCL_CHECK(plan_check(plan, "moecclMoeLocalExperts"));
+  if (numLocalExperts) *numLocalExperts = plan->nlocal;
+  if (localExperts) memcpy(localExperts, plan->local_experts, sizeof(int) * (size_t)plan->nlocal);
+  return moecclSuccess;
+}
+
+/* ---- the layout ----------------------------------------------------------- */
+
+static moecclResult_t check_layout(moecclMoePlan_t p, const int32_t* ids, size_t T, int K) {
+  moeccl_comm_t* c = p->comm;
+  const char* fn = "moecclMoeLayout";
+  if (moeccl_group_active())
+    return moeccl_error(c, moecclInvalidUsage, "%s: synchronous, not allowed inside a group", fn);
+  if (K < 0 || (K == 0 && T > 0))
+    return moeccl_error(c, moecclInvalidArgument, "%s: topk %d with %zu tokens", fn, K, T);
+  if (T > 0 && (uint64_t)T * (uint64_t)K >= UINT32_MAX / 4)
+    return moeccl_error(c, moecclInvalidArgument, "%s: %zu tokens times topk %d is too large", fn,
+                        T, K);
+  if (T > 0 && !ids)
+    return moeccl_error(c, moecclInvalidArgument, "%s: topkIdx is NULL with %zu tokens", fn, T);
+  for (size_t i = 0; i < T * (size_t)K; i++)
+    if (ids[i] < -1 || ids[i] >= p->E)
+      return moeccl_error(c, moecclInvalidArgument,
+                          "%s: topkIdx[%zu][%zu] = %d is not an expert id in [0,%d) nor -1", fn,
+                          i / (size_t)K, i % (size_t)K, (int)ids[i], p->E);
+  return moecclSuccess;
+}
+
+/* Waits until every operation issued on the communicator before now has
+ * finished: queued calls of this plan read the tables a layout rewrites. */
+static void wait_idle(moeccl_comm_t* c) {
+  moeccl_comm_wait_turn(c, moeccl_comm_issue(c, 1));
+  moeccl_comm_retire(c, 1);
+}
+
+static size_t prefix(size_t* first, int n) {
+  size_t sum = 0;
+  for (int r = 0; r < n; r++) {
+    size_t cnt = first[r];
+    first[r] = sum;
+    sum += cnt;
+  }
+  first[n] = sum;
+  return sum;
+}
+
+/* Step 1: this rank's pairs by destination, their tokens and routes. */
+static moecclResult_t send_side(moecclMoePlan_t p, const int32_t* ids, size_t T, int K,
+                                size_t* routed) {
+  int n = p->comm->nranks;
+  size_t* first = p->send_first;
+  memset(first, 0, sizeof(size_t) * (size_t)(n + 1));
+  for (int r = 0; r < n; r++) p->stamp[r] = -1;
+  *routed = 0;
+  for (size_t t = 0; t < T; t++)
+    for (int j = 0; j < K; j++) {
+      int e = ids[t * (size_t)K + (size_t)j];
+      if (e < 0) continue;
+      (*routed)++;
+      int r = p->owner[e];
+      if (p->stamp[r] != (long)t) p->stamp[r] = (long)t, first[r]++;
+    }
+  size_t P = prefix(first, n);
+  if (GROW(p, pair_token, P) || GROW(p, route_send, P * (size_t)K)) return moecclSystemError;
+  size_t* cur = p->recv_first; /* free until the first exchange */
+  memcpy(cur, first, sizeof(size_t) * (size_t)n);
+  for (int r = 0; r < n; r++) p->stamp[r] = -1;
+  for (size_t t = 0; t < T; t++)
+    for (int j = 0; j < K; j++) {
+      int e = ids[t * (size_t)K + (size_t)j];
+      if (e < 0) continue;
+      int r = p->owner[e];
+      if (p->stamp[r] != (long)t) {
+        size_t q = cur[r]++;
+        p->stamp[r] = (long)t, p->tpair[r] = (long)q;
+        p->pair_token[q] = (uint32_t)t;
+        for (int k = 0; k < K; k++) p->route_send[q * (size_t)K + (size_t)k] = -1;
+      }
+      p->route_send[(size_t)p->tpair[r] * (size_t)K + (size_t)j] = p->local_index[e];
+    }
+  p->lay.P = P;
+  return moecclSuccess;
+}
+
+/* An all-to-all(v) of plan memory on the plan's communicator, now. */
+static moecclResult_t alltoallv(moecclMoePlan_t p, const void* send, const size_t* sfirst,
+                                void* recv, const size_t* rfirst, size_t elem, size_t per) {
+  moeccl_comm_t* c = p->comm;
+  size_t n = (size_t)c->nranks, *v = p->counts;
+  for (size_t r = 0; r < n; r++) {
+    v[r] = (sfirst[r + 1] - sfirst[r]) * per, v[n + r] = sfirst[r] * per;
+    v[2 * n + r] = (rfirst[r + 1] - rfirst[r]) * per, v[3 * n + r] = rfirst[r] * per;
+  }
+  moeccl_call_t call = {.kind = MOECCL_CALL_A2A, .sendbuf = send, .recvbuf = recv};
+  call.a2a = (moeccl_a2a_desc_t){.rank = c->rank,
+                                 .nranks = c->nranks,
+                                 .send_counts = v,
+                                 .send_displs = v + n,
+                                 .recv_counts = v + 2 * n,
+                                 .recv_displs = v + 3 * n,
+                                 .elem_size = elem};
+  return moeccl_call_issue(c, &call, NULL);
+}
+
+/* Step 2: pair counts, checked agreement. */
+static moecclResult_t exchange_counts(moecclMoePlan_t p, int K, size_t capacity) {
+  moeccl_comm_t* c = p->comm;
+  int n = c->nranks;
+  for (int r = 0; r < n; r++) {
+    uint64_t* m = p->msg_out + (size_t)r * MOE_MSG;
+    m[MSG_PAIRS] = p->send_first[r + 1] - p->send_first[r];
+    m[MSG_TOPK] = (uint64_t)K, m[MSG_EXPERTS] = (uint64_t)p->E;
+    m[MSG_HASH] = p->placement_hash, m[MSG_CAPACITY] = capacity;
+  }
+  moeccl_call_t call = {.kind = MOECCL_CALL_A2A, .sendbuf = p->msg_out, .recvbuf = p->msg_in};
+  call.a2a = (moeccl_a2a_desc_t){
+      .rank = c->rank, .nranks = n, .block_bytes = MOE_MSG * sizeof(uint64_t), .elem_size = 8};
+  MOECCL_CHECK(moeccl_call_issue(c, &call, NULL));
+  for (int s = 0; s < n; s++) {
+    const uint64_t* m = p->msg_in + (size_t)s * MOE_MSG;
+    if (m[MSG_TOPK] != (uint64_t)K || m[MSG_EXPERTS] != (uint64_t)p->E ||
+        m[MSG_HASH] != p->placement_hash || m[MSG_CAPACITY] != capacity)
+      return moeccl_error(c, moecclInvalidUsage,
+                          "moecclMoeLayout: rank %d has topk %llu, %llu experts, capacity %llu "
+                          "and placement hash %llx; this rank %d, %d, %zu and %llx (they must "
+                          "agree)",
+                          s, (unsigned long long)m[MSG_TOPK], (unsigned long long)m[MSG_EXPERTS],
+                          (unsigned long long)m[MSG_CAPACITY], (unsigned long long)m[MSG_HASH], K,
+                          p->E, capacity, (unsigned long long)p->placement_hash);
+    p->recv_first[s] = (size_t)m[MSG_PAIRS];
+  }
+  p->lay.Q = prefix(p->recv_first, n);
+  if ((uint64_t)(p->lay.Q + p->lay.P + 1) * (uint64_t)(K + 1) >= UINT32_MAX)
+    return moeccl_error(c, moecclInvalidArgument, "moecclMoeLayout: %zu pairs received is too many",
+                        p->lay.Q);
+  return moecclSuccess;
+}
+
+/* Drops the pairs whose route has no slot left; renumbers first[]. */
+static size_t compact(int32_t* route, uint32_t* token, size_t* first, int n, int K) {
+  size_t out = 0, begin = 0;
+  for (int r = 0; r < n; r++) {
+    size_t end = first[r + 1];
+    first[r] = out;
+    for (size_t q = begin; q < end; q++) {
+      int used = 0;
+      for (int j = 0; j < K; j++) used |= route[q * (size_t)K + (size_t)j] >= 0;
+      if (!used) continue;
+      if (out != q) {
+        memmove(route + out * (size_t)K, route + q * (size_t)K, sizeof(int32_t) * (size_t)K);
+        if (token) token[out] = token[q];
+      }
+      out++;
+    }
+    begin = end;
+  }
+  first[n] = out;
+  return out;
+}
+
+/* Step 4: the receiver keeps the first `capacity` rows of each expert and
+ * sends the routes back; both sides drop emptied pairs. */
+static moecclResult_t apply_capacity(moecclMoePlan_t p, int K, size_t capacity, size_t routed,
+                                     size_t* dropped) {
+  moeccl_moe_layout_t* l = &p->lay;
+  memset(p->ecur, 0, sizeof(size_t) * (size_t)p->nlocal);
+  for (size_t i = 0; i < l->Q * (size_t)K; i++) {
+    int32_t le = p->route_recv[i];
+    if (le < 0) continue;
+    if (p->ecur[le] < capacity) p->ecur[le]++;
+    else p->route_recv[i] = -1;
+  }
+  MOECCL_CHECK(alltoallv(p, p->route_recv, p->recv_first, p->route_send, p->send_first,
+                         sizeof(int32_t), (size_t)K));
+  size_t kept = 0;
+  for (size_t i = 0; i < l->P * (size_t)K; i++) kept += p->route_send[i] >= 0;
+  *dropped = routed - kept;
+  int n = p->comm->nranks;
+  l->P = compact(p->route_send, p->pair_token, p->send_first, n, K);
+  l->Q = compact(p->route_recv, NULL, p->recv_first, n, K);
+  return moecclSuccess;
+}
+
+static moeccl_row_term_t term(size_t dst, size_t src, size_t aux) {
+  return (moeccl_row_term_t){(uint32_t)dst, (uint32_t)src, (uint32_t)aux};
+}
+
+/* Step 5, expert side: counts, expansion, partial sums and dot terms. */
+static moecclResult_t expert_tables(moecclMoePlan_t p, int K) {
+  moeccl_moe_layout_t* l = &p->lay;
+  int me = p->comm->rank;
+  size_t nslots = l->Q * (size_t)K;
+  memset(p->ecount, 0, sizeof(size_t) * (size_t)p->nlocal);
+  for (size_t i = 0; i < nslots; i++) {
+    int32_t le = p->route_recv[i];
+    if (le >= p->nlocal)
+      return moeccl_comm_fail(p->comm, moecclInternalError,
+                              "moecclMoeLayout: a route names local expert %d of %d", (int)le,
+                              p->nlocal);
+    if (le >= 0) p->ecount[le]++;
+  }
+  size_t R = 0;
+  for (int e = 0; e < p->nlocal; e++) p->ecur[e] = R, R += p->ecount[e];
+  l->R = R;
+  if (GROW(p, exp_all, R) || GROW(p, exp_remote, R) || GROW(p, exp_self, R) || GROW(p, part, R) ||
+      GROW(p, dot, nslots))
+    return moecclSystemError;
+  size_t q0 = p->recv_first[me], q1 = p->recv_first[me + 1], np = 0;
+  for (size_t q = 0; q < l->Q; q++) {
+    int self = q >= q0 && q < q1;
+    size_t src = self ? p->pair_token[p->send_first[me] + (q - q0)] : q;
+    for (int j = 0; j < K; j++) {
+      size_t i = q * (size_t)K + (size_t)j;
+      int32_t le = p->route_recv[i];
+      if (le < 0) {
+        p->dot[i] = term(i, MOECCL_ROW_NONE, MOECCL_ROW_NONE);
+        continue;
+      }
+      size_t x = p->ecur[le]++;
+      p->part[np++] = term(q, x, i);
+      p->exp_all[x] = term(x, src, i);
+      p->dot[i] = term(i, src, x);
+    }
+  }
+  size_t nr = 0, ns = 0;
+  for (size_t x = 0; x < R; x++) {
+    size_t q = p->exp_all[x].aux / (size_t)K;
+    if (q >= q0 && q < q1) p->exp_self[ns++] = p->exp_all[x];
+    else p->exp_remote[nr++] = p->exp_all[x];
+  }
+  l->exp_remote = p->exp_remote, l->n_exp_remote = nr;
+  l->exp_self = p->exp_self, l->n_exp_self = ns;
+  l->part = p->part;
+  l->dot = p->dot, l->dot_self0 = q0 * (size_t)K, l->dot_self1 = q1 * (size_t)K;
+  return moecclSuccess;
+}
+
+/* Step 5, token side: per token, its pairs' returned rows, ranks ascending. */
+static moecclResult_t token_tables(moecclMoePlan_t p, size_t T) {
+  moeccl_moe_layout_t* l = &p->lay;
+  int n = p->comm->nranks, me = p->comm->rank;
+  if (GROW(p, tok, T + 1) || GROW(p, own, T + l->P)) return moecclSystemError;
+  memset(p->tok, 0, sizeof(size_t) * (T + 1));
+  for (size_t q = 0; q < l->P; q++) p->tok[p->pair_token[q]]++;
+  size_t sum = 0;
+  for (size_t t = 0; t < T; t++) {
+    size_t cnt = p->tok[t];
+    p->tok[t] = sum;
+    if (!cnt) p->own[sum] = term(t, MOECCL_ROW_NONE, MOECCL_ROW_NONE);
+    sum += cnt ? cnt : 1;
+  }
+  l->n_own = sum;
+  for (int r = 0; r < n; r++)
+    for (size_t q = p->send_first[r]; q < p->send_first[r + 1]; q++) {
+      size_t t = p->pair_token[q];
+      size_t src = r == me ? p->recv_first[me] + (q - p->send_first[me]) : l->Q + q;
+      p->own[p->tok[t]++] = term(t, src, MOECCL_ROW_NONE);
+    }
+  l->own = p->own;
+  return moecclSuccess;
+}
+
+static moecclResult_t layout(moecclMoePlan_t p, const int32_t* ids, size_t T, int K,
+                             size_t capacity, size_t* dropped) {
+  moeccl_moe_layout_t* l = &p->lay;
+  size_t routed = 0;
+  *dropped = 0;
+  if (send_side(p, ids, T, K, &routed) != moecclSuccess)
+    return moeccl_error(p->comm, moecclSystemError, "moecclMoeLayout: out of memory");
+  MOECCL_CHECK(exchange_counts(p, K, capacity));
+  if (GROW(p, route_recv, l->Q * (size_t)K))
+    return moeccl_comm_fail(p->comm, moecclSystemError,
+                            "moecclMoeLayout: out of memory after the count exchange; abort the "
+                            "communicator");
+  MOECCL_CHECK(alltoallv(p, p->route_send, p->send_first, p->route_recv, p->recv_first,
+                         sizeof(int32_t), (size_t)K));
+  if (capacity) MOECCL_CHECK(apply_capacity(p, K, capacity, routed, dropped));
+  moecclResult_t rc = expert_tables(p, K);
+  if (rc == moecclSuccess) rc = token_tables(p, T);
+  if (rc == moecclSystemError)
+    return moeccl_error(p->comm, rc, "moecclMoeLayout: out of memory for the tables");
+  l->rank = p->comm->rank, l->nranks = p->comm->nranks, l->K = K, l->T = T;
+  l->send_first = p->send_first, l->recv_first = p->recv_first, l->pair_token = p->pair_token;
+  return rc;
+}
+
+MOECCL_EXPORT moecclResult_t moecclMoeLayout(moecclMoePlan_t plan, const int32_t* topkIdx,
+                                             size_t numTokens, int topk, size_t capacity,
+                                             size_t* recvCounts, size_t* numDropped) {
+  MOECCL_CHECK(plan_check(plan, "moecclMoeLayout"));
+  MOECCL_CHECK(check_layout(plan, topkIdx, numTokens, topk));
+  wait_idle(plan->comm);
+  plan->laid_out = 0;
+  size_t dropped = 0;
+  MOECCL_CHECK(layout(plan, topkIdx, numTokens, topk, capacity, &dropped));
+  plan->laid_out = 1;
+  plan->capacity = capacity;
+  if (recvCounts) memcpy(recvCounts, plan->ecount, sizeof(size_t) * (size_t)plan->nlocal);
+  if (numDropped) *numDropped = dropped;
+  return moecclSuccess;
+}
+
+/* ---- the data calls ------------------------------------------------------ */
+
+/* One data call before it is checked: in is read, out written. */
+typedef struct {
+  const char* fn;
+  moeccl_moe_op_t op;
+  const void* in;
+  const char* in_name;
+  size_t in_rows;
+  void* out;
+  const char* out_name;
+  size_t out_rows;
+  size_t rows_cap; /* what the caller says its expert-row buffer holds */
+  int weighted, gate_grad;
+  const float* weights;
+  const void* expert_out;
+  float* grad_weights;
+  size_t hidden;
+  moecclDataType_t type;
+  moecclStream_t stream;
+} moe_args_t;
+
+static int overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return abytes && bbytes && x < y + bbytes && y < x + abytes;
+}
+
+static moecclResult_t check_rows(moeccl_comm_t* c, const moe_args_t* a, const void* buf,
+                                 const char* name, size_t rows) {
+  if (rows && !buf)
+    return moeccl_error(c, moecclInvalidArgument, "%s: %s is NULL with %zu rows", a->fn, name,
+                        rows);
+  return moecclSuccess;
+}
+
+static moecclResult_t check_data(moecclMoePlan_t p, const moe_args_t* a) {
+  moeccl_comm_t* c = p->comm;
+  const moeccl_moe_layout_t* l = &p->lay;
+  if (!p->laid_out)
+    return moeccl_error(c, moecclInvalidUsage, "%s: the plan has no layout (moecclMoeLayout)",
+                        a->fn);
+  size_t es = moeccl_type_size(a->type);
+  if (es == 0)
+    return moeccl_error(c, moecclInvalidArgument, "%s: datatype %d is invalid", a->fn,
+                        (int)a->type);
+  if (a->op != MOECCL_MOE_DISPATCH && !moeccl_rows_type_ok(a->type))
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: datatype %d is not float32, float16 or bfloat16", a->fn, (int)a->type);
+  if (a->hidden == 0 && (l->T > 0 || l->R > 0))
+    return moeccl_error(c, moecclInvalidArgument, "%s: hidden is 0 with %zu tokens, %zu rows",
+                        a->fn, l->T, l->R);
+  size_t most = l->T > l->R ? l->T : l->R;
+  if (a->hidden && most > SIZE_MAX / a->hidden / es)
+    return moeccl_error(c, moecclInvalidArgument, "%s: hidden %zu times rows overflows", a->fn,
+                        a->hidden);
+  if (a->rows_cap < l->R)
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: the expert-row buffer holds %zu rows, this rank receives %zu", a->fn,
+                        a->rows_cap, l->R);
+  MOECCL_CHECK(check_rows(c, a, a->in, a->in_name, a->in_rows));
+  MOECCL_CHECK(check_rows(c, a, a->out, a->out_name, a->out_rows));
+  size_t slots = l->T * (size_t)l->K;
+  if (a->weighted) MOECCL_CHECK(check_rows(c, a, a->weights, "weights", slots));
+  if (a->gate_grad) {
+    MOECCL_CHECK(check_rows(c, a, a->expert_out, "expertRows", l->R));
+    MOECCL_CHECK(check_rows(c, a, a->grad_weights, "gradWeights", slots));
+    if (overlaps(a->grad_weights, slots * sizeof(float), a->out, a->out_rows * a->hidden * es))
+      return moeccl_error(c, moecclInvalidArgument, "%s: gradWeights overlaps gradExpertRows",
+                          a->fn);
+  }
+  size_t rb = a->hidden * es;
+  if (overlaps(a->in, a->in_rows * rb, a->out, a->out_rows * rb))
+    return moeccl_error(c, moecclInvalidArgument, "%s: %s and %s overlap", a->fn, a->in_name,
+                        a->out_name);
+  if (a->stream && !moeccl_host_stream_valid(a->stream))
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: stream %p is not NULL nor a live moeccl host stream", a->fn,
+                        a->stream);
+  return moecclSuccess;
+}
+
+static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
+  MOECCL_CHECK(plan_check(p, a->fn));
+  MOECCL_CHECK(check_data(p, a));
+  moeccl_call_t call = {.kind = MOECCL_CALL_MOE, .sendbuf = a->in, .recvbuf = a->out};
+  call.moe = (moeccl_moe_call_t){.op = a->op,
+                                 .lay = &p->lay,
+                                 .type = a->type,
+                                 .hidden = a->hidden,
+                                 .elem_size = moeccl_type_size(a->type),
+                                 .weighted = a->weighted,
+                                 .gate_grad = a->gate_grad,
+                                 .weights = a->weights,
+                                 .expert_out = a->expert_out,
+                                 .grad_weights = a->grad_weights,
+                                 .progs = p->progs};
+  return moeccl_call_issue(p->comm, &call, a->stream);
+}
+
+/* Rows the plan gives each side (0 when the plan is not valid: checked later). */
+static size_t tokens_of(moecclMoePlan_t p) {
+  return p && p->magic == MOECCL_MOE_MAGIC ? p->lay.T : 0;
+}
+static size_t rows_of(moecclMoePlan_t p) {
+  return p && p->magic == MOECCL_MOE_MAGIC ? p->lay.R : 0;
+}
+
+MOECCL_EXPORT moecclResult_t moecclMoeDispatch(moecclMoePlan_t plan, const void* tokens,
+                                               void* expertRows, size_t expertRowsCap,
+                                               size_t hidden, moecclDataType_t datatype,
+                                               moecclStream_t stream) {
+  moe_args_t a = {"moecclMoeDispatch",
+                  MOECCL_MOE_DISPATCH,
+                  tokens,
+                  "tokens",
+                  tokens_of(plan),
+                  expertRows,
+                  "expertRows",
+                  rows_of(plan),
+                  expertRowsCap,
+                  0,
+                  0,
+                  NULL,
+                  NULL,
+                  NULL,
+                  hidden,
+                  datatype,
+                  stream};
+  return moe_issue(plan, &a);
+}
+
+MOECCL_EXPORT moecclResult_t moecclMoeCombine(moecclMoePlan_t plan, const void* expertRows,
+                                              size_t expertRowsCap, const float* weights,
+                                              void* tokens, size_t hidden,
+                                              moecclDataType_t datatype, moecclStream_t stream) {
+  moe_args_t a = {"moecclMoeCombine",
+                  MOECCL_MOE_COMBINE,
+                  expertRows,
+                  "expertRows",
+                  rows_of(plan),
+                  tokens,
+                  "tokens",
+                  tokens_of(plan),
+                  expertRowsCap,
+                  1,
+                  0,
+                  weights,
+                  NULL,
+                  NULL,
+                  hidden,
+                  datatype,
+                  stream};
+  return moe_issue(plan, &a);
+}
+
+MOECCL_EXPORT moecclResult_t moecclMoeDispatchBackward(moecclMoePlan_t plan,
+                                                       const void* gradExpertRows,
+                                                       size_t expertRowsCap, void* gradTokens,
+                                                       size_t hidden, moecclDataType_t datatype,
+                                                       moecclStream_t stream) {
+  moe_args_t a = {"moecclMoeDispatchBackward",
+                  MOECCL_MOE_COMBINE,
+                  gradExpertRows,
+                  "gradExpertRows",
+                  rows_of(plan),
+                  gradTokens,
+                  "gradTokens",
+                  tokens_of(plan),
+                  expertRowsCap,
+                  0,
+                  0,
+                  NULL,
+                  NULL,
+                  NULL,
+                  hidden,
+                  datatype,
+                  stream};
+  return moe_issue(plan, &a);
+}
+
+MOECCL_EXPORT moecclResult_t moecclMoeCombineBackward(moecclMoePlan_t plan, const void* gradTokens,
+                                                      const float* weights, const void* expertRows,
+                                                      void* gradExpertRows, size_t expertRowsCap,
+                                                      float* gradWeights, size_t hidden,
+                                                      moecclDataType_t datatype,
+                                                      moecclStream_t stream) {
+  moe_args_t a = {"moecclMoeCombineBackward",
+                  MOECCL_MOE_COMBINE_BACKWARD,
+                  gradTokens,
+                  "gradTokens",
+                  tokens_of(plan),
+                  gradExpertRows,
+                  "gradExpertRows",
+                  rows_of(plan),
+                  expertRowsCap,
+                  1,
+                  1,
+                  weights,
+                  expertRows,
+                  gradWeights,
+                  hidden,
+                  datatype,
+                  stream};
+  return moe_issue(plan, &a);
+}

@@ -1,0 +1,11 @@
+# Multi-process tests of the MoE dispatch and combine (include/moeccl_moe.h),
+# on the fork-based harness of tests/local.mk; same knobs (MP_RANKS,
+# MP_SUBTESTS, MP_VARIANTS=0, MP_DEADLINE_SCALE, MP_RANKS_PER_NODE).
+
+MOE_TESTS = tests/mp_moe
+
+check_PROGRAMS += $(MOE_TESTS)
+TESTS += $(MOE_TESTS)
+
+tests_mp_moe_SOURCES = tests/mp_moe.c $(MP_HARNESS_SOURCES)
+tests_mp_moe_LDADD = libmoeccl.la
