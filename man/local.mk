@@ -38,6 +38,15 @@ dist_man_MANS += \
 	man/moecclHostStreamSynchronize.3 \
 	man/moecclMemAlloc.3 \
 	man/moecclMemFree.3 \
+	man/moecclMoe.3 \
+	man/moecclMoeCombine.3 \
+	man/moecclMoeCombineBackward.3 \
+	man/moecclMoeDispatch.3 \
+	man/moecclMoeDispatchBackward.3 \
+	man/moecclMoeLayout.3 \
+	man/moecclMoeLocalExperts.3 \
+	man/moecclMoePlanCreate.3 \
+	man/moecclMoePlanDestroy.3 \
 	man/moecclRecv.3 \
 	man/moecclRedOpCreatePreMulSum.3 \
 	man/moecclRedOpDestroy.3 \
@@ -75,6 +84,7 @@ EXTRA_DIST += \
 	man/moecclGroupStart.3.md \
 	man/moecclHostStreamCreate.3.md \
 	man/moecclMemAlloc.3.md \
+	man/moecclMoe.3.md \
 	man/moecclRedOpCreatePreMulSum.3.md \
 	man/moecclReduce.3.md \
 	man/moecclReduceScatter.3.md \

@@ -9,7 +9,7 @@
  * expert-major rows it must receive, and the combine, the dispatch
  * backward and the combine backward (rows and gate gradients) of expert
  * outputs it makes from its expected rows.  Values are small integers
- * and weights halves, so every sum is exact in float32 and bfloat16 and
+ * and weights halves, so every sum is exact in every row type and
  * results are compared bit for bit.
  *
  *   random     random top-k with -1s and repeated ids, several layouts on
@@ -24,7 +24,7 @@
  *              shared-memory eager size), with and without a capacity
  *   badargs    bad input is moecclInvalidArgument with a text, nothing sent
  *
- * Each in float32 and bfloat16.  Re-run with simulated nodes of 2 ranks
+ * Each in float32, bfloat16 and float16.  Re-run with simulated nodes of 2 ranks
  * (the network transport carries part of every call) and without shared
  * memory.
  */
@@ -41,28 +41,49 @@
 
 /* ---- values ------------------------------------------------------------ */
 
+/* float16 of a value exact in it (the tests' small integers and halves). */
+static uint16_t half_of(double v) {
+  uint16_t sign = signbit(v) ? 0x8000 : 0;
+  if (v == 0) return sign;
+  int e;
+  double m = frexp(fabs(v), &e); /* |v| = 2m * 2^(e-1), 2m in [1, 2) */
+  return (uint16_t)(sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)((2 * m - 1) * 1024));
+}
+
+static double half_value(uint16_t h) {
+  int ex = (h >> 10) & 0x1f, man = h & 0x3ff;
+  double v = ex ? ldexp(1024 + man, ex - 25) : ldexp(man, -24);
+  return h & 0x8000 ? -v : v;
+}
+
 static void put(void* buf, size_t i, double v, moecclDataType_t t) {
   float f = (float)v;
+  uint16_t h;
   if (t == moecclFloat32) {
     memcpy((char*)buf + 4 * i, &f, 4);
+    return;
+  }
+  if (t == moecclFloat16) {
+    h = half_of(v);
   } else { /* bfloat16: the values used are exact in it */
     uint32_t b;
     memcpy(&b, &f, 4);
-    uint16_t h = (uint16_t)(b >> 16);
-    memcpy((char*)buf + 2 * i, &h, 2);
+    h = (uint16_t)(b >> 16);
   }
+  memcpy((char*)buf + 2 * i, &h, 2);
 }
 
 static double get(const void* buf, size_t i, moecclDataType_t t) {
   float f;
   if (t == moecclFloat32) {
     memcpy(&f, (const char*)buf + 4 * i, 4);
-  } else {
-    uint16_t h;
-    memcpy(&h, (const char*)buf + 2 * i, 2);
-    uint32_t b = (uint32_t)h << 16;
-    memcpy(&f, &b, 4);
+    return f;
   }
+  uint16_t h;
+  memcpy(&h, (const char*)buf + 2 * i, 2);
+  if (t == moecclFloat16) return half_value(h);
+  uint32_t b = (uint32_t)h << 16;
+  memcpy(&f, &b, 4);
   return f;
 }
 
@@ -417,10 +438,11 @@ static int badargs(moecclComm_t comm, int rank, int n) {
 
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
-  static const moecclDataType_t types[] = {moecclFloat32, moecclBfloat16};
+  static const moecclDataType_t types[] = {moecclFloat32, moecclBfloat16, moecclFloat16};
+  static const char* const type_names[] = {"float32", "bfloat16", "float16"};
   double t0 = mp_now();
   uint64_t seed = 1000 + (uint64_t)n * 17;
-  for (int ti = 0; ti < 2; ti++) {
+  for (int ti = 0; ti < 3; ti++) {
     moecclDataType_t ty = types[ti];
     const mcase cases[] = {
         {"random", 2 * n, 2, 0, 7, ty, 0, 0, 3, GEN_RANDOM},
@@ -441,7 +463,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
       if (!mp_want(cases[k].name)) continue;
       if (run_case(comm, rank, n, &cases[k], seed++)) {
         mp_failf(__FILE__, __LINE__, "case %zu (%s, %s) failed", k, cases[k].name,
-                 ty == moecclFloat32 ? "float32" : "bfloat16");
+                 type_names[ti]);
         return 1;
       }
     }
