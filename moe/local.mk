@@ -2,7 +2,7 @@
 # I/O) on a compute backend table, and the moe_train driver.  It uses only
 # moeccl's public headers (its CPPFLAGS leave out src/), and builds only
 # when configure found OpenBLAS.
-EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh
+EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh tests/test_moe_train.sh
 if HAVE_OPENBLAS
 MOE_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/moe
 
@@ -18,9 +18,10 @@ moe_moe_train_CPPFLAGS = $(MOE_CPPFLAGS)
 moe_moe_train_LDADD = moe/libmoe.la libmoeccl.la
 
 # Gradients against float64 finite differences; .npy and Adam; the first
-# step against an independent NumPy implementation (skips without numpy).
+# step against an independent NumPy implementation (skips without numpy);
+# the synthetic training run with the defaults.
 check_PROGRAMS += tests/test_moe_grad tests/test_moe_io
-TESTS += tests/test_moe_grad tests/test_moe_io tests/test_moe_ref.sh
+TESTS += tests/test_moe_grad tests/test_moe_io tests/test_moe_ref.sh tests/test_moe_train.sh
 tests_test_moe_grad_SOURCES = tests/test_moe_grad.c
 tests_test_moe_grad_CPPFLAGS = $(MOE_CPPFLAGS)
 tests_test_moe_grad_LDADD = moe/libmoe.la -lm

@@ -1,8 +1,9 @@
 /* moe_train: trains the MoE model of moe/model.h on one process.
  *
  * Without --load, a synthetic task: a teacher MoE of the same shape (seed
- * + 1) makes the targets of fresh random inputs every step and the student
- * (seed) learns them; the baseline is the loss of x_L = x on the same batch.
+ * + 1) makes the targets of N random inputs (seed + 2; one batch reused
+ * every step, or new inputs every step with --fresh) and the student (seed)
+ * learns them; the baseline is the loss of x_L = x on the same batch.
  * With --load DIR, the weights and one batch come from .npy files and every
  * step uses that batch.  --dump DIR writes the first step's output, loss and
  * every gradient, before the optimizer step.
@@ -31,6 +32,7 @@ typedef struct train_options {
   float lr;
   unsigned long seed;
   const char *load, *dump, *json;
+  int fresh; /* a new synthetic batch every step */
   int set_layers, set_experts, set_hidden, set_ffn, set_tokens; /* given on the command line */
 } train_options_t;
 
@@ -41,9 +43,11 @@ static void usage(FILE *out)
           "  --layers L    layers (2)              --experts E   experts per layer (8)\n"
           "  --topk K      experts per token (2)   --hidden H    model width (64)\n"
           "  --ffn F       expert width (128)      --tokens N    tokens per step (256)\n"
-          "  --steps S     steps (300)             --lr LR       Adam learning rate (0.003)\n"
+          "  --steps S     steps (200)             --lr LR       Adam learning rate (0.003)\n"
           "  --aux A       load-balancing loss weight (0.01)\n"
-          "  --seed S      student seed; the teacher is S+1, the batches S+2 (1)\n"
+          "  --seed S      student seed; the teacher is S+1, the inputs S+2 (1)\n"
+          "  --fresh       synthetic task: new random inputs every step (default: one\n"
+          "                batch of N random inputs, reused every step as with --load)\n"
           "  --threads T   BLAS threads (1, or OPENBLAS_NUM_THREADS)\n"
           "  --load DIR    wg{l}.npy w1_{l}.npy w3_{l}.npy w2_{l}.npy x.npy target.npy;\n"
           "                shapes not given as flags are taken from the files\n"
@@ -83,16 +87,17 @@ static int parse_float(const char *name, const char *text, float *out)
 static int parse_options(int argc, char **argv, train_options_t *o)
 {
   enum { O_LAYERS = 256, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TOKENS, O_STEPS, O_LR, O_AUX,
-         O_SEED, O_THREADS, O_LOAD, O_DUMP, O_JSON, O_EP, O_DP, O_CHUNKS };
+         O_SEED, O_THREADS, O_LOAD, O_DUMP, O_JSON, O_EP, O_DP, O_CHUNKS, O_FRESH };
   static const struct option longopts[] = {
       {"layers", 1, 0, O_LAYERS}, {"experts", 1, 0, O_EXPERTS}, {"topk", 1, 0, O_TOPK},
       {"hidden", 1, 0, O_HIDDEN}, {"ffn", 1, 0, O_FFN},         {"tokens", 1, 0, O_TOKENS},
       {"steps", 1, 0, O_STEPS},   {"lr", 1, 0, O_LR},           {"aux", 1, 0, O_AUX},
       {"seed", 1, 0, O_SEED},     {"threads", 1, 0, O_THREADS}, {"load", 1, 0, O_LOAD},
       {"dump", 1, 0, O_DUMP},     {"json", 1, 0, O_JSON},       {"ep", 1, 0, O_EP},
-      {"dp", 1, 0, O_DP},         {"chunks", 1, 0, O_CHUNKS},   {"help", 0, 0, 'h'},
+      {"dp", 1, 0, O_DP},         {"chunks", 1, 0, O_CHUNKS},   {"fresh", 0, 0, O_FRESH},
+      {"help", 0, 0, 'h'},
       {0, 0, 0, 0}};
-  *o = (train_options_t){.cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 300,
+  *o = (train_options_t){.cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 200,
                          .lr = 0.003f, .seed = 1};
   int c, one = 1, seed = 0, rc = 0;
   while (rc == 0 && (c = getopt_long(argc, argv, "hn:", longopts, NULL)) != -1) {
@@ -111,6 +116,7 @@ static int parse_options(int argc, char **argv, train_options_t *o)
     case O_LOAD: o->load = optarg; break;
     case O_DUMP: o->dump = optarg; break;
     case O_JSON: o->json = optarg; break;
+    case O_FRESH: o->fresh = 1; break;
     case O_EP: case O_DP: case O_CHUNKS: case 'n':
       rc = parse_int(c == 'n' ? "n" : c == O_EP ? "ep" : c == O_DP ? "dp" : "chunks", optarg, 1, &one);
       if (rc == 0 && one != 1) {
@@ -286,9 +292,11 @@ int main(int argc, char **argv)
   }
   const moe_config_t *c = &o.cfg;
   const moe_backend_ops_t *be = moe_backend_blas(o.threads);
-  moe_params_t p, g, teacher = {0};
-  moe_workspace_t ws;
-  moe_adam_t adam;
+  moe_params_t p = {0}, g = {0}, teacher = {0};
+  moe_workspace_t ws = {0};
+  moe_adam_t adam = {0};
+  FILE *json = NULL;
+  int status = 1;
   size_t nh = (size_t)o.tokens * c->hidden;
   float *x = malloc(nh * sizeof(float)), *target = malloc(nh * sizeof(float));
   float *grad_x = malloc(nh * sizeof(float));
@@ -296,13 +304,13 @@ int main(int argc, char **argv)
       moe_workspace_alloc(&ws, c, o.tokens) || moe_adam_init(&adam, p.count, o.lr) ||
       (!o.load && moe_params_alloc(&teacher, c))) {
     fprintf(stderr, "moe_train: out of memory\n");
-    return 1;
+    goto done;
   }
   moe_rng_t batch_rng;
   moe_rng_seed(&batch_rng, o.seed + 2);
   if (o.load) {
     if (load_all(&o, &p, x, target))
-      return 1;
+      goto done;
   } else {
     moe_params_init_random(&p, o.seed);
     moe_params_init_random(&teacher, o.seed + 1);
@@ -312,14 +320,15 @@ int main(int argc, char **argv)
   printf("# moe_train (moeccl %d), 1 rank: L=%d E=%d K=%d H=%d F=%d N=%d steps=%d lr=%g aux=%g "
          "seed=%lu %s\n# compute: %s\n",
          version, c->layers, c->experts, c->topk, c->hidden, c->ffn, o.tokens, o.steps, o.lr,
-         c->aux, o.seed, o.load ? o.load : "synthetic teacher", be->describe(blas, sizeof(blas)));
+         c->aux, o.seed, o.load ? o.load : o.fresh ? "teacher, fresh inputs" : "teacher, one batch",
+         be->describe(blas, sizeof(blas)));
   printf("# %5s %12s %12s %10s %12s %7s %10s  ms: %s\n", "step", "loss", "mse", "aux",
          "baseline", "ratio", "tokens/s",
          "router dispatch experts combine backward allreduce optimizer");
-  FILE *json = o.json ? fopen(o.json, "w") : NULL;
+  json = o.json ? fopen(o.json, "w") : NULL;
   if (o.json && !json) {
     fprintf(stderr, "moe_train: --json %s: %s\n", o.json, strerror(errno));
-    return 1;
+    goto done;
   }
   if (json)
     fprintf(json, "{\"layers\": %d, \"experts\": %d, \"topk\": %d, \"hidden\": %d, \"ffn\": %d, "
@@ -327,10 +336,11 @@ int main(int argc, char **argv)
                   "\"blas\": \"%s\", \"steps\": [",
             c->layers, c->experts, c->topk, c->hidden, c->ffn, o.tokens, o.lr, c->aux, o.seed,
             be->name);
-  int tty = isatty(STDERR_FILENO), status = 0;
+  int tty = isatty(STDERR_FILENO);
+  status = 0;
   double first_ratio = 0.0, last_ratio = 0.0;
   for (int step = 1; step <= o.steps || (step == 1 && o.dump); step++) {
-    if (!o.load)
+    if (!o.load && (step == 1 || o.fresh))
       synthetic_batch(be, &teacher, &ws, &batch_rng, o.tokens, x, target);
     moe_loss_t loss;
     moe_timing_t tm;
@@ -371,16 +381,18 @@ int main(int argc, char **argv)
   if (o.steps > 0)
     printf("# loss / baseline: %.4f at step 1, %.4f at step %d\n", first_ratio, last_ratio,
            o.steps);
-  if (json) {
+  if (json)
     fprintf(json, "\n]}\n");
-    fclose(json);
+done:
+  if (json && fclose(json)) {
+    fprintf(stderr, "moe_train: --json %s: %s\n", o.json, strerror(errno));
+    status = 1;
   }
   moe_adam_free(&adam);
   moe_workspace_free(&ws);
   moe_params_free(&p);
   moe_params_free(&g);
-  if (!o.load)
-    moe_params_free(&teacher);
+  moe_params_free(&teacher);
   free(x);
   free(target);
   free(grad_x);
