@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int moe_adam_init(moe_adam_t *adam, size_t count, float lr)
-{
+int moe_adam_init(moe_adam_t* adam, size_t count, float lr) {
   memset(adam, 0, sizeof(*adam));
   adam->lr = lr;
   adam->beta1 = 0.9f;
@@ -22,16 +21,14 @@ int moe_adam_init(moe_adam_t *adam, size_t count, float lr)
   return 0;
 }
 
-void moe_adam_free(moe_adam_t *adam)
-{
+void moe_adam_free(moe_adam_t* adam) {
   free(adam->m);
   free(adam->v);
   adam->m = adam->v = NULL;
   adam->count = 0;
 }
 
-void moe_adam_step(moe_adam_t *adam, float *param, const float *grad)
-{
+void moe_adam_step(moe_adam_t* adam, float* param, const float* grad) {
   adam->step++;
   float b1 = adam->beta1, b2 = adam->beta2;
   /* the corrections in double: 1 - b2^t is small for the first steps */

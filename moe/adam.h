@@ -15,9 +15,9 @@ typedef struct moe_adam {
 
 /* Zero moments for count parameters; beta1 0.9, beta2 0.999, eps 1e-8.
  * 0, or -1 without memory. */
-int moe_adam_init(moe_adam_t *adam, size_t count, float lr);
-void moe_adam_free(moe_adam_t *adam);
+int moe_adam_init(moe_adam_t* adam, size_t count, float lr);
+void moe_adam_free(moe_adam_t* adam);
 /* One update of param [count] from grad [count]. */
-void moe_adam_step(moe_adam_t *adam, float *param, const float *grad);
+void moe_adam_step(moe_adam_t* adam, float* param, const float* grad);
 
 #endif

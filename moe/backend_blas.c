@@ -11,38 +11,30 @@
  * system puts first (netlib's, through alternatives) declares them. */
 void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
-char *openblas_get_config(void);
+char* openblas_get_config(void);
 
-static void blas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
-                       int lda, const float *b, int ldb, float beta, float *c, int ldc)
-{
-  if (m <= 0 || n <= 0)
-    return;
+static void blas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+                       int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
   if (k <= 0) { /* BLAS implementations differ on k = 0; do it here */
     for (int i = 0; i < m; i++)
       for (int j = 0; j < n; j++)
         c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-static float sigmoid(float z)
-{
-  return 1.0f / (1.0f + expf(-z));
-}
+static float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-static void blas_swiglu_forward(size_t count, const float *a, const float *b, float *h)
-{
-  for (size_t i = 0; i < count; i++)
-    h[i] = a[i] * sigmoid(a[i]) * b[i];
+static void blas_swiglu_forward(size_t count, const float* a, const float* b, float* h) {
+  for (size_t i = 0; i < count; i++) h[i] = a[i] * sigmoid(a[i]) * b[i];
 }
 
 /* silu'(z) = s + z s (1 - s) with s = sigmoid(z). */
-static void blas_swiglu_backward(size_t count, const float *a, const float *b, const float *dh,
-                                 float *da, float *db)
-{
+static void blas_swiglu_backward(size_t count, const float* a, const float* b, const float* dh,
+                                 float* da, float* db) {
   for (size_t i = 0; i < count; i++) {
     float s = sigmoid(a[i]);
     float silu = a[i] * s;
@@ -51,9 +43,9 @@ static void blas_swiglu_backward(size_t count, const float *a, const float *b, c
   }
 }
 
-static const char *blas_describe(char *buf, size_t len)
-{
-  snprintf(buf, len, "OpenBLAS (%s), %d thread(s)", openblas_get_config(), openblas_get_num_threads());
+static const char* blas_describe(char* buf, size_t len) {
+  snprintf(buf, len, "OpenBLAS (%s), %d thread(s)", openblas_get_config(),
+           openblas_get_num_threads());
   return buf;
 }
 
@@ -66,10 +58,8 @@ static const moe_backend_ops_t blas_ops = {
     .describe = blas_describe,
 };
 
-const moe_backend_ops_t *moe_backend_blas(int threads)
-{
-  if (threads > 0)
-    openblas_set_num_threads(threads);
+const moe_backend_ops_t* moe_backend_blas(int threads) {
+  if (threads > 0) openblas_set_num_threads(threads);
   else if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS"))
     openblas_set_num_threads(1);
   return &blas_ops;

@@ -10,37 +10,26 @@
 
 /* --- config and parameters ------------------------------------------------------ */
 
-int moe_config_check(const moe_config_t *cfg, char *err, size_t len)
-{
-  const char *bad = NULL;
-  if (cfg->layers < 1)
-    bad = "layers must be at least 1";
-  else if (cfg->experts < 1)
-    bad = "experts must be at least 1";
-  else if (cfg->topk < 1 || cfg->topk > cfg->experts)
-    bad = "topk must be between 1 and experts";
-  else if (cfg->hidden < 1)
-    bad = "hidden must be at least 1";
-  else if (cfg->ffn < 1)
-    bad = "ffn must be at least 1";
-  else if (!(cfg->aux >= 0.0f))
-    bad = "aux must be >= 0";
-  if (bad && err && len)
-    snprintf(err, len, "%s", bad);
+int moe_config_check(const moe_config_t* cfg, char* err, size_t len) {
+  const char* bad = NULL;
+  if (cfg->layers < 1) bad = "layers must be at least 1";
+  else if (cfg->experts < 1) bad = "experts must be at least 1";
+  else if (cfg->topk < 1 || cfg->topk > cfg->experts) bad = "topk must be between 1 and experts";
+  else if (cfg->hidden < 1) bad = "hidden must be at least 1";
+  else if (cfg->ffn < 1) bad = "ffn must be at least 1";
+  else if (!(cfg->aux >= 0.0f)) bad = "aux must be >= 0";
+  if (bad && err && len) snprintf(err, len, "%s", bad);
   return bad ? -1 : 0;
 }
 
-size_t moe_layer_param_count(const moe_config_t *cfg)
-{
+size_t moe_layer_param_count(const moe_config_t* cfg) {
   size_t h = cfg->hidden, e = cfg->experts, f = cfg->ffn;
   return h * e + 3 * e * h * f;
 }
 
-int moe_params_alloc(moe_params_t *p, const moe_config_t *cfg)
-{
+int moe_params_alloc(moe_params_t* p, const moe_config_t* cfg) {
   memset(p, 0, sizeof(*p));
-  if (moe_config_check(cfg, NULL, 0))
-    return -1;
+  if (moe_config_check(cfg, NULL, 0)) return -1;
   size_t per_layer = moe_layer_param_count(cfg);
   size_t ehf = (size_t)cfg->experts * cfg->hidden * cfg->ffn;
   p->cfg = *cfg;
@@ -52,7 +41,7 @@ int moe_params_alloc(moe_params_t *p, const moe_config_t *cfg)
     return -1;
   }
   for (int l = 0; l < cfg->layers; l++) {
-    float *base = p->data + per_layer * l;
+    float* base = p->data + per_layer * l;
     p->layer[l].wg = base;
     p->layer[l].w1 = base + (size_t)cfg->hidden * cfg->experts;
     p->layer[l].w3 = p->layer[l].w1 + ehf;
@@ -61,43 +50,37 @@ int moe_params_alloc(moe_params_t *p, const moe_config_t *cfg)
   return 0;
 }
 
-void moe_params_free(moe_params_t *p)
-{
+void moe_params_free(moe_params_t* p) {
   free(p->data);
   free(p->layer);
   memset(p, 0, sizeof(*p));
 }
 
-void moe_rng_seed(moe_rng_t *rng, uint64_t seed)
-{
+void moe_rng_seed(moe_rng_t* rng, uint64_t seed) {
   rng->state = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
 }
 
-static uint64_t rng_next(moe_rng_t *rng)
-{
+static uint64_t rng_next(moe_rng_t* rng) {
   uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
-double moe_rng_uniform(moe_rng_t *rng)
-{
+double moe_rng_uniform(moe_rng_t* rng) {
   return (rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 /* Box-Muller, one value per pair of uniforms (simple and deterministic). */
-void moe_rng_normal(moe_rng_t *rng, float *dst, size_t count, float std)
-{
+void moe_rng_normal(moe_rng_t* rng, float* dst, size_t count, float std) {
   for (size_t i = 0; i < count; i++) {
     double u1 = 1.0 - moe_rng_uniform(rng), u2 = moe_rng_uniform(rng);
     dst[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
   }
 }
 
-void moe_params_init_random(moe_params_t *p, uint64_t seed)
-{
-  const moe_config_t *c = &p->cfg;
+void moe_params_init_random(moe_params_t* p, uint64_t seed) {
+  const moe_config_t* c = &p->cfg;
   size_t ehf = (size_t)c->experts * c->hidden * c->ffn;
   float sh = 1.0f / sqrtf((float)c->hidden), sf = 1.0f / sqrtf((float)c->ffn);
   moe_rng_t rng;
@@ -112,21 +95,15 @@ void moe_params_init_random(moe_params_t *p, uint64_t seed)
 
 /* --- global sums ----------------------------------------------------------------- */
 
-static int sum_identity(void *ctx, float *values, int count)
-{
-  return 0;
-}
+static int sum_identity(void* ctx, float* values, int count) { return 0; }
 
 const moe_sum_hook_t moe_sum_local = {sum_identity, NULL};
 
-double moe_stats_aux_loss(const moe_config_t *cfg, const float *stats)
-{
+double moe_stats_aux_loss(const moe_config_t* cfg, const float* stats) {
   int e_count = cfg->experts;
   double n = stats[2 * e_count], acc = 0.0;
-  if (n <= 0.0)
-    return 0.0;
-  for (int e = 0; e < e_count; e++)
-    acc += (stats[e] / (n * cfg->topk)) * (stats[e_count + e] / n);
+  if (n <= 0.0) return 0.0;
+  for (int e = 0; e < e_count; e++) acc += (stats[e] / (n * cfg->topk)) * (stats[e_count + e] / n);
   return cfg->aux * e_count * acc;
 }
 
@@ -134,77 +111,59 @@ double moe_stats_aux_loss(const moe_config_t *cfg, const float *stats)
 
 /* The K largest of logits[0..E) in order, ties to the lower id (a strict >
  * keeps the first maximum), and the softmax over them. */
-static void router_topk(const float *logits, int e_count, int k, int32_t *expert, float *gate)
-{
+static void router_topk(const float* logits, int e_count, int k, int32_t* expert, float* gate) {
   for (int j = 0; j < k; j++) {
     int best = -1;
     for (int e = 0; e < e_count; e++) {
       int taken = 0;
-      for (int i = 0; i < j; i++)
-        taken |= expert[i] == e;
-      if (!taken && (best < 0 || logits[e] > logits[best]))
-        best = e;
+      for (int i = 0; i < j; i++) taken |= expert[i] == e;
+      if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
     }
     expert[j] = best;
   }
   float top = logits[expert[0]], sum = 0.0f;
-  for (int j = 0; j < k; j++)
-    sum += gate[j] = expf(logits[expert[j]] - top);
-  for (int j = 0; j < k; j++)
-    gate[j] /= sum;
+  for (int j = 0; j < k; j++) sum += gate[j] = expf(logits[expert[j]] - top);
+  for (int j = 0; j < k; j++) gate[j] /= sum;
 }
 
-static void softmax_inplace(float *v, int count)
-{
+static void softmax_inplace(float* v, int count) {
   float top = v[0], sum = 0.0f;
-  for (int i = 1; i < count; i++)
-    top = v[i] > top ? v[i] : top;
-  for (int i = 0; i < count; i++)
-    sum += v[i] = expf(v[i] - top);
-  for (int i = 0; i < count; i++)
-    v[i] /= sum;
+  for (int i = 1; i < count; i++) top = v[i] > top ? v[i] : top;
+  for (int i = 0; i < count; i++) sum += v[i] = expf(v[i] - top);
+  for (int i = 0; i < count; i++) v[i] /= sum;
 }
 
-void moe_router_forward(const moe_backend_ops_t *be, const moe_config_t *cfg, const float *wg,
-                        const float *x, int n, float *probs, int32_t *expert, float *gate,
-                        float *stats)
-{
+void moe_router_forward(const moe_backend_ops_t* be, const moe_config_t* cfg, const float* wg,
+                        const float* x, int n, float* probs, int32_t* expert, float* gate,
+                        float* stats) {
   int e_count = cfg->experts, k = cfg->topk;
   be->sgemm(0, 0, n, e_count, cfg->hidden, 1.0f, x, cfg->hidden, wg, e_count, 0.0f, probs, e_count);
   for (int t = 0; t < n; t++) {
-    float *row = probs + (size_t)t * e_count;
+    float* row = probs + (size_t)t * e_count;
     router_topk(row, e_count, k, expert + (size_t)t * k, gate + (size_t)t * k);
     softmax_inplace(row, e_count);
-    for (int j = 0; j < k; j++)
-      stats[expert[(size_t)t * k + j]] += 1.0f;
-    for (int e = 0; e < e_count; e++)
-      stats[e_count + e] += row[e];
+    for (int j = 0; j < k; j++) stats[expert[(size_t)t * k + j]] += 1.0f;
+    for (int e = 0; e < e_count; e++) stats[e_count + e] += row[e];
   }
   stats[2 * e_count] += (float)n;
 }
 
 /* dL/dlogits of one token: the gate softmax's backward on the chosen ids
  * plus the aux loss's through the full softmax, where dL/dp_e = g[e]. */
-static void router_dlogits(int e_count, int k, const float *p, const int32_t *expert,
-                           const float *gate, const float *dgate, const float *g, float *dl)
-{
+static void router_dlogits(int e_count, int k, const float* p, const int32_t* expert,
+                           const float* gate, const float* dgate, const float* g, float* dl) {
   float pg = 0.0f, wd = 0.0f;
-  for (int e = 0; e < e_count; e++)
-    pg += p[e] * g[e];
-  for (int e = 0; e < e_count; e++)
-    dl[e] = p[e] * (g[e] - pg);
+  for (int e = 0; e < e_count; e++) pg += p[e] * g[e];
+  for (int e = 0; e < e_count; e++) dl[e] = p[e] * (g[e] - pg);
+  for (int j = 0; j < k; j++) wd += gate[j] * dgate[j];
   for (int j = 0; j < k; j++)
-    wd += gate[j] * dgate[j];
-  for (int j = 0; j < k; j++)
-    if (expert[j] >= 0)
-      dl[expert[j]] += gate[j] * (dgate[j] - wd);
+    if (expert[j] >= 0) dl[expert[j]] += gate[j] * (dgate[j] - wd);
 }
 
-void moe_router_backward(const moe_backend_ops_t *be, const moe_config_t *cfg, const float *wg,
-                         const float *x, int n, const float *probs, const int32_t *expert,
-                         const float *gate, const float *dgate, const float *stats, float *dlogits,
-                         float *dwg, float *dx)
-{
+void moe_router_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, const float* wg,
+                         const float* x, int n, const float* probs, const int32_t* expert,
+                         const float* gate, const float* dgate, const float* stats, float* dlogits,
+                         float* dwg, float* dx) {
   int e_count = cfg->experts, k = cfg->topk, h = cfg->hidden;
   double nglob = stats[2 * e_count];
   float g[e_count];
@@ -220,8 +179,7 @@ void moe_router_backward(const moe_backend_ops_t *be, const moe_config_t *cfg, c
 
 /* --- local dispatch / combine ------------------------------------------------------ */
 
-int moe_local_plan_alloc(moe_local_plan_t *plan, int experts, int topk, int max_tokens)
-{
+int moe_local_plan_alloc(moe_local_plan_t* plan, int experts, int topk, int max_tokens) {
   memset(plan, 0, sizeof(*plan));
   size_t slots = (size_t)max_tokens * topk;
   plan->experts = experts;
@@ -238,8 +196,7 @@ int moe_local_plan_alloc(moe_local_plan_t *plan, int experts, int topk, int max_
   return 0;
 }
 
-void moe_local_plan_free(moe_local_plan_t *plan)
-{
+void moe_local_plan_free(moe_local_plan_t* plan) {
   free(plan->counts);
   free(plan->offsets);
   free(plan->row_of);
@@ -248,60 +205,51 @@ void moe_local_plan_free(moe_local_plan_t *plan)
 }
 
 /* A counting sort of the (token, j) slots by expert, stable. */
-void moe_local_plan_build(moe_local_plan_t *plan, const int32_t *expert, int n)
-{
+void moe_local_plan_build(moe_local_plan_t* plan, const int32_t* expert, int n) {
   int e_count = plan->experts, k = plan->topk;
   size_t slots = (size_t)n * k;
   memset(plan->counts, 0, e_count * sizeof(int));
   for (size_t s = 0; s < slots; s++)
-    if (expert[s] >= 0)
-      plan->counts[expert[s]]++;
+    if (expert[s] >= 0) plan->counts[expert[s]]++;
   plan->offsets[0] = 0;
-  for (int e = 0; e < e_count; e++)
-    plan->offsets[e + 1] = plan->offsets[e] + plan->counts[e];
+  for (int e = 0; e < e_count; e++) plan->offsets[e + 1] = plan->offsets[e] + plan->counts[e];
   int next[e_count];
   memcpy(next, plan->offsets, e_count * sizeof(int));
   for (size_t s = 0; s < slots; s++) {
     int32_t row = expert[s] >= 0 ? next[expert[s]]++ : -1;
     plan->row_of[s] = row;
-    if (row >= 0)
-      plan->token_of[row] = (int32_t)(s / k);
+    if (row >= 0) plan->token_of[row] = (int32_t)(s / k);
   }
   plan->tokens = n;
   plan->rows = plan->offsets[e_count];
 }
 
-void moe_local_dispatch(const moe_local_plan_t *plan, int hidden, const float *x, float *rows)
-{
+void moe_local_dispatch(const moe_local_plan_t* plan, int hidden, const float* x, float* rows) {
   for (int r = 0; r < plan->rows; r++)
-    memcpy(rows + (size_t)r * hidden, x + (size_t)plan->token_of[r] * hidden, hidden * sizeof(float));
+    memcpy(rows + (size_t)r * hidden, x + (size_t)plan->token_of[r] * hidden,
+           hidden * sizeof(float));
 }
 
-void moe_local_combine(const moe_local_plan_t *plan, int hidden, const float *gate,
-                       const float *y_rows, float *out)
-{
+void moe_local_combine(const moe_local_plan_t* plan, int hidden, const float* gate,
+                       const float* y_rows, float* out) {
   size_t slots = (size_t)plan->tokens * plan->topk;
   for (size_t s = 0; s < slots; s++) {
-    if (plan->row_of[s] < 0)
-      continue;
-    const float *y = y_rows + (size_t)plan->row_of[s] * hidden;
+    if (plan->row_of[s] < 0) continue;
+    const float* y = y_rows + (size_t)plan->row_of[s] * hidden;
     float *o = out + (s / plan->topk) * hidden, w = gate[s];
-    for (int i = 0; i < hidden; i++)
-      o[i] += w * y[i];
+    for (int i = 0; i < hidden; i++) o[i] += w * y[i];
   }
 }
 
-void moe_local_combine_backward(const moe_local_plan_t *plan, int hidden, const float *gate,
-                                const float *dout, const float *y_rows, float *dy_rows,
-                                float *dgate)
-{
+void moe_local_combine_backward(const moe_local_plan_t* plan, int hidden, const float* gate,
+                                const float* dout, const float* y_rows, float* dy_rows,
+                                float* dgate) {
   size_t slots = (size_t)plan->tokens * plan->topk;
   for (size_t s = 0; s < slots; s++) {
     dgate[s] = 0.0f;
-    if (plan->row_of[s] < 0)
-      continue;
-    const float *d = dout + (s / plan->topk) * hidden;
-    const float *y = y_rows + (size_t)plan->row_of[s] * hidden;
+    if (plan->row_of[s] < 0) continue;
+    const float* d = dout + (s / plan->topk) * hidden;
+    const float* y = y_rows + (size_t)plan->row_of[s] * hidden;
     float *dy = dy_rows + (size_t)plan->row_of[s] * hidden, w = gate[s], dot = 0.0f;
     for (int i = 0; i < hidden; i++) {
       dy[i] = w * d[i];
@@ -311,28 +259,25 @@ void moe_local_combine_backward(const moe_local_plan_t *plan, int hidden, const 
   }
 }
 
-void moe_local_dispatch_backward(const moe_local_plan_t *plan, int hidden, const float *dx_rows,
-                                 float *dx)
-{
+void moe_local_dispatch_backward(const moe_local_plan_t* plan, int hidden, const float* dx_rows,
+                                 float* dx) {
   for (int r = 0; r < plan->rows; r++) {
-    const float *src = dx_rows + (size_t)r * hidden;
-    float *dst = dx + (size_t)plan->token_of[r] * hidden;
-    for (int i = 0; i < hidden; i++)
-      dst[i] += src[i];
+    const float* src = dx_rows + (size_t)r * hidden;
+    float* dst = dx + (size_t)plan->token_of[r] * hidden;
+    for (int i = 0; i < hidden; i++) dst[i] += src[i];
   }
 }
 
 /* --- experts ------------------------------------------------------------------------ */
 
-void moe_experts_forward(const moe_backend_ops_t *be, const moe_config_t *cfg, int nexp,
-                         const int *counts, const float *w1, const float *w3, const float *w2,
-                         const float *x_rows, float *a, float *b, float *h, float *y_rows)
-{
+void moe_experts_forward(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                         const int* counts, const float* w1, const float* w3, const float* w2,
+                         const float* x_rows, float* a, float* b, float* h, float* y_rows) {
   int hd = cfg->hidden, f = cfg->ffn;
   size_t hf = (size_t)hd * f, row = 0;
   for (int e = 0; e < nexp; e++) {
     int c = counts[e];
-    const float *x = x_rows + row * hd;
+    const float* x = x_rows + row * hd;
     float *ae = a + row * f, *be_ = b + row * f, *he = h + row * f;
     be->sgemm(0, 0, c, f, hd, 1.0f, x, hd, w1 + e * hf, f, 0.0f, ae, f);
     be->sgemm(0, 0, c, f, hd, 1.0f, x, hd, w3 + e * hf, f, 0.0f, be_, f);
@@ -342,18 +287,17 @@ void moe_experts_forward(const moe_backend_ops_t *be, const moe_config_t *cfg, i
   }
 }
 
-void moe_experts_backward(const moe_backend_ops_t *be, const moe_config_t *cfg, int nexp,
-                          const int *counts, const float *w1, const float *w3, const float *w2,
-                          const float *x_rows, const float *a, const float *b, const float *h,
-                          const float *dy_rows, float *dw1, float *dw3, float *dw2, float *dx_rows,
-                          float *da, float *db, float *dh)
-{
+void moe_experts_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                          const int* counts, const float* w1, const float* w3, const float* w2,
+                          const float* x_rows, const float* a, const float* b, const float* h,
+                          const float* dy_rows, float* dw1, float* dw3, float* dw2, float* dx_rows,
+                          float* da, float* db, float* dh) {
   int hd = cfg->hidden, f = cfg->ffn;
   size_t hf = (size_t)hd * f, row = 0;
   for (int e = 0; e < nexp; e++) {
     int c = counts[e];
     const float *x = x_rows + row * hd, *dy = dy_rows + row * hd;
-    float *dx = dx_rows + row * hd;
+    float* dx = dx_rows + row * hd;
     float *dae = da + row * f, *dbe = db + row * f, *dhe = dh + row * f;
     be->sgemm(1, 0, f, hd, c, 1.0f, h + row * f, f, dy, hd, 1.0f, dw2 + e * hf, hd);
     be->sgemm(0, 1, c, f, hd, 1.0f, dy, hd, w2 + e * hf, hd, 0.0f, dhe, f);
@@ -369,31 +313,28 @@ void moe_experts_backward(const moe_backend_ops_t *be, const moe_config_t *cfg, 
 /* --- the model on one process's tokens --------------------------------------------- */
 
 struct moe_layer_cache {
-  float *probs;    /* [n][E] */
-  int32_t *expert; /* [n][K] */
-  float *gate;     /* [n][K] */
-  float *stats;    /* MOE_STATS_LEN(E), global after the forward */
+  float* probs;    /* [n][E] */
+  int32_t* expert; /* [n][K] */
+  float* gate;     /* [n][K] */
+  float* stats;    /* MOE_STATS_LEN(E), global after the forward */
   moe_local_plan_t plan;
   float *x_rows, *y_rows; /* [n*K][H] */
   float *a, *b, *h;       /* [n*K][F] */
 };
 
-static double now(void)
-{
+static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static float *alloc_floats(size_t count, int *failed)
-{
-  float *p = calloc(count ? count : 1, sizeof(float));
+static float* alloc_floats(size_t count, int* failed) {
+  float* p = calloc(count ? count : 1, sizeof(float));
   *failed |= p == NULL;
   return p;
 }
 
-static int layer_cache_alloc(moe_layer_cache_t *c, const moe_config_t *cfg, int n)
-{
+static int layer_cache_alloc(moe_layer_cache_t* c, const moe_config_t* cfg, int n) {
   size_t slots = (size_t)n * cfg->topk;
   int failed = 0;
   c->probs = alloc_floats((size_t)n * cfg->experts, &failed);
@@ -410,8 +351,7 @@ static int layer_cache_alloc(moe_layer_cache_t *c, const moe_config_t *cfg, int 
   return failed ? -1 : 0;
 }
 
-static void layer_cache_free(moe_layer_cache_t *c)
-{
+static void layer_cache_free(moe_layer_cache_t* c) {
   free(c->probs);
   free(c->expert);
   free(c->gate);
@@ -424,11 +364,9 @@ static void layer_cache_free(moe_layer_cache_t *c)
   moe_local_plan_free(&c->plan);
 }
 
-int moe_workspace_alloc(moe_workspace_t *ws, const moe_config_t *cfg, int max_tokens)
-{
+int moe_workspace_alloc(moe_workspace_t* ws, const moe_config_t* cfg, int max_tokens) {
   memset(ws, 0, sizeof(*ws));
-  if (moe_config_check(cfg, NULL, 0) || max_tokens < 0)
-    return -1;
+  if (moe_config_check(cfg, NULL, 0) || max_tokens < 0) return -1;
   size_t nh = (size_t)max_tokens * cfg->hidden, slots = (size_t)max_tokens * cfg->topk;
   int failed = 0;
   ws->cfg = *cfg;
@@ -454,11 +392,9 @@ int moe_workspace_alloc(moe_workspace_t *ws, const moe_config_t *cfg, int max_to
   return 0;
 }
 
-void moe_workspace_free(moe_workspace_t *ws)
-{
+void moe_workspace_free(moe_workspace_t* ws) {
   if (ws->layer)
-    for (int l = 0; l < ws->cfg.layers; l++)
-      layer_cache_free(&ws->layer[l]);
+    for (int l = 0; l < ws->cfg.layers; l++) layer_cache_free(&ws->layer[l]);
   free(ws->layer);
   free(ws->act);
   free(ws->grad);
@@ -473,21 +409,18 @@ void moe_workspace_free(moe_workspace_t *ws)
   memset(ws, 0, sizeof(*ws));
 }
 
-static float *layer_act(const moe_workspace_t *ws, int l)
-{
+static float* layer_act(const moe_workspace_t* ws, int l) {
   return ws->act + (size_t)l * ws->capacity * ws->cfg.hidden;
 }
 
 /* One layer forward: x [n][H] -> y [n][H]; the statistics summed by hook. */
-static int layer_forward(const moe_backend_ops_t *be, const moe_config_t *cfg,
-                         const moe_layer_params_t *w, moe_layer_cache_t *c, const float *x, int n,
-                         const moe_sum_hook_t *hook, float *y, moe_timing_t *tm)
-{
+static int layer_forward(const moe_backend_ops_t* be, const moe_config_t* cfg,
+                         const moe_layer_params_t* w, moe_layer_cache_t* c, const float* x, int n,
+                         const moe_sum_hook_t* hook, float* y, moe_timing_t* tm) {
   double t0 = now();
   memset(c->stats, 0, MOE_STATS_LEN(cfg->experts) * sizeof(float));
   moe_router_forward(be, cfg, w->wg, x, n, c->probs, c->expert, c->gate, c->stats);
-  if (hook->sum(hook->ctx, c->stats, MOE_STATS_LEN(cfg->experts)))
-    return -1;
+  if (hook->sum(hook->ctx, c->stats, MOE_STATS_LEN(cfg->experts))) return -1;
   double t1 = now();
   moe_local_plan_build(&c->plan, c->expert, n);
   moe_local_dispatch(&c->plan, cfg->hidden, x, c->x_rows);
@@ -505,16 +438,13 @@ static int layer_forward(const moe_backend_ops_t *be, const moe_config_t *cfg,
   return 0;
 }
 
-int moe_model_forward(const moe_backend_ops_t *be, const moe_params_t *p, moe_workspace_t *ws,
-                      const float *x, const float *target, int n, const moe_sum_hook_t *hook,
-                      moe_loss_t *loss, moe_timing_t *timing)
-{
-  const moe_config_t *cfg = &ws->cfg;
+int moe_model_forward(const moe_backend_ops_t* be, const moe_params_t* p, moe_workspace_t* ws,
+                      const float* x, const float* target, int n, const moe_sum_hook_t* hook,
+                      moe_loss_t* loss, moe_timing_t* timing) {
+  const moe_config_t* cfg = &ws->cfg;
   moe_timing_t tm = {0};
-  if (!hook)
-    hook = &moe_sum_local;
-  if (n < 0 || n > ws->capacity)
-    return -1;
+  if (!hook) hook = &moe_sum_local;
+  if (n < 0 || n > ws->capacity) return -1;
   ws->tokens = n;
   memcpy(layer_act(ws, 0), x, (size_t)n * cfg->hidden * sizeof(float));
   double aux = 0.0;
@@ -524,69 +454,59 @@ int moe_model_forward(const moe_backend_ops_t *be, const moe_params_t *p, moe_wo
       return -1;
     aux += moe_stats_aux_loss(cfg, ws->layer[l].stats);
   }
-  const float *out = layer_act(ws, cfg->layers);
+  const float* out = layer_act(ws, cfg->layers);
   double sq = 0.0;
   for (size_t i = 0; i < (size_t)n * cfg->hidden; i++) {
     double d = (double)out[i] - target[i];
     sq += d * d;
   }
   float sums[2] = {(float)sq, (float)n};
-  if (hook->sum(hook->ctx, sums, 2))
-    return -1;
+  if (hook->sum(hook->ctx, sums, 2)) return -1;
   ws->global_tokens = sums[1];
   if (loss) {
     loss->mse = sums[1] > 0.0f ? sums[0] / ((double)sums[1] * cfg->hidden) : 0.0;
     loss->aux = aux;
     loss->total = loss->mse + loss->aux;
   }
-  if (timing)
-    *timing = tm;
+  if (timing) *timing = tm;
   return 0;
 }
 
-const float *moe_model_output(const moe_workspace_t *ws)
-{
-  return layer_act(ws, ws->cfg.layers);
-}
+const float* moe_model_output(const moe_workspace_t* ws) { return layer_act(ws, ws->cfg.layers); }
 
 /* One layer backward: from dout = dL/dy [n][H] to dx = dL/dx [n][H]. */
-static void layer_backward(const moe_backend_ops_t *be, const moe_config_t *cfg,
-                           const moe_layer_params_t *w, moe_layer_params_t *gw,
-                           moe_layer_cache_t *c, moe_workspace_t *ws, const float *x, int n,
-                           const float *dout, float *dx)
-{
+static void layer_backward(const moe_backend_ops_t* be, const moe_config_t* cfg,
+                           const moe_layer_params_t* w, moe_layer_params_t* gw,
+                           moe_layer_cache_t* c, moe_workspace_t* ws, const float* x, int n,
+                           const float* dout, float* dx) {
   moe_local_combine_backward(&c->plan, cfg->hidden, c->gate, dout, c->y_rows, ws->dy_rows,
                              ws->dgate);
-  moe_experts_backward(be, cfg, cfg->experts, c->plan.counts, w->w1, w->w3, w->w2, c->x_rows,
-                       c->a, c->b, c->h, ws->dy_rows, gw->w1, gw->w3, gw->w2, ws->dx_rows, ws->da,
-                       ws->db, ws->dh);
+  moe_experts_backward(be, cfg, cfg->experts, c->plan.counts, w->w1, w->w3, w->w2, c->x_rows, c->a,
+                       c->b, c->h, ws->dy_rows, gw->w1, gw->w3, gw->w2, ws->dx_rows, ws->da, ws->db,
+                       ws->dh);
   memcpy(dx, dout, (size_t)n * cfg->hidden * sizeof(float)); /* the residual */
   moe_local_dispatch_backward(&c->plan, cfg->hidden, ws->dx_rows, dx);
   moe_router_backward(be, cfg, w->wg, x, n, c->probs, c->expert, c->gate, ws->dgate, c->stats,
                       ws->dlogits, gw->wg, dx);
 }
 
-void moe_model_backward(const moe_backend_ops_t *be, const moe_params_t *p, moe_workspace_t *ws,
-                        const float *target, moe_params_t *grads, float *grad_x,
-                        moe_timing_t *timing)
-{
-  const moe_config_t *cfg = &ws->cfg;
+void moe_model_backward(const moe_backend_ops_t* be, const moe_params_t* p, moe_workspace_t* ws,
+                        const float* target, moe_params_t* grads, float* grad_x,
+                        moe_timing_t* timing) {
+  const moe_config_t* cfg = &ws->cfg;
   int n = ws->tokens, hd = cfg->hidden;
   double t0 = now();
   memset(grads->data, 0, grads->count * sizeof(float));
-  const float *out = layer_act(ws, cfg->layers);
+  const float* out = layer_act(ws, cfg->layers);
   float scale = ws->global_tokens > 0.0f ? 2.0f / (ws->global_tokens * hd) : 0.0f;
-  for (size_t i = 0; i < (size_t)n * hd; i++)
-    ws->grad[i] = scale * (out[i] - target[i]);
+  for (size_t i = 0; i < (size_t)n * hd; i++) ws->grad[i] = scale * (out[i] - target[i]);
   for (int l = cfg->layers - 1; l >= 0; l--) {
     layer_backward(be, cfg, &p->layer[l], &grads->layer[l], &ws->layer[l], ws, layer_act(ws, l), n,
                    ws->grad, ws->grad_next);
-    float *swap = ws->grad;
+    float* swap = ws->grad;
     ws->grad = ws->grad_next;
     ws->grad_next = swap;
   }
-  if (grad_x)
-    memcpy(grad_x, ws->grad, (size_t)n * hd * sizeof(float));
-  if (timing)
-    timing->backward = now() - t0;
+  if (grad_x) memcpy(grad_x, ws->grad, (size_t)n * hd * sizeof(float));
+  if (timing) timing->backward = now() - t0;
 }

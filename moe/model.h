@@ -41,38 +41,38 @@ typedef struct moe_config {
 } moe_config_t;
 
 /* 0 when cfg is usable, else -1 with a sentence naming the field in err. */
-int moe_config_check(const moe_config_t *cfg, char *err, size_t len);
+int moe_config_check(const moe_config_t* cfg, char* err, size_t len);
 
 /* --- parameters (and gradients: the same layout) --------------------------- */
 
 typedef struct moe_layer_params {
-  float *wg; /* [H][E] */
-  float *w1; /* [E][H][F] */
-  float *w3; /* [E][H][F] */
-  float *w2; /* [E][F][H] */
+  float* wg; /* [H][E] */
+  float* w1; /* [E][H][F] */
+  float* w3; /* [E][H][F] */
+  float* w2; /* [E][F][H] */
 } moe_layer_params_t;
 
 typedef struct moe_params {
   moe_config_t cfg;
   size_t count;              /* floats in data */
-  float *data;               /* every parameter, layer by layer: wg, w1, w3, w2 */
-  moe_layer_params_t *layer; /* [L], pointers into data */
+  float* data;               /* every parameter, layer by layer: wg, w1, w3, w2 */
+  moe_layer_params_t* layer; /* [L], pointers into data */
 } moe_params_t;
 
-size_t moe_layer_param_count(const moe_config_t *cfg);
+size_t moe_layer_param_count(const moe_config_t* cfg);
 /* Allocates zeroed parameters; 0 or -1 (no memory, or a bad cfg). */
-int moe_params_alloc(moe_params_t *p, const moe_config_t *cfg);
-void moe_params_free(moe_params_t *p);
+int moe_params_alloc(moe_params_t* p, const moe_config_t* cfg);
+void moe_params_free(moe_params_t* p);
 /* Normal init: Wg, W1, W3 with std 1/sqrt(H), W2 with std 1/sqrt(F). */
-void moe_params_init_random(moe_params_t *p, uint64_t seed);
+void moe_params_init_random(moe_params_t* p, uint64_t seed);
 
 /* A deterministic generator for inits and synthetic batches (splitmix64). */
 typedef struct moe_rng {
   uint64_t state;
 } moe_rng_t;
-void moe_rng_seed(moe_rng_t *rng, uint64_t seed);
-double moe_rng_uniform(moe_rng_t *rng); /* [0, 1) */
-void moe_rng_normal(moe_rng_t *rng, float *dst, size_t count, float std);
+void moe_rng_seed(moe_rng_t* rng, uint64_t seed);
+double moe_rng_uniform(moe_rng_t* rng); /* [0, 1) */
+void moe_rng_normal(moe_rng_t* rng, float* dst, size_t count, float std);
 
 /* --- the global sums --------------------------------------------------------- */
 
@@ -81,8 +81,8 @@ void moe_rng_normal(moe_rng_t *rng, float *dst, size_t count, float std);
  * forward pass with the same counts in the same order on every rank.
  * Returns 0, or non-zero to abort the pass. */
 typedef struct moe_sum_hook {
-  int (*sum)(void *ctx, float *values, int count);
-  void *ctx;
+  int (*sum)(void* ctx, float* values, int count);
+  void* ctx;
 } moe_sum_hook_t;
 
 /* The identity hook of one process. */
@@ -95,7 +95,7 @@ extern const moe_sum_hook_t moe_sum_local;
 
 /* The load-balancing loss of one layer from global statistics:
  * aux * E * sum_e f_e P_e. */
-double moe_stats_aux_loss(const moe_config_t *cfg, const float *stats);
+double moe_stats_aux_loss(const moe_config_t* cfg, const float* stats);
 
 /* --- router: a set of n tokens ---------------------------------------------- */
 
@@ -104,48 +104,48 @@ double moe_stats_aux_loss(const moe_config_t *cfg, const float *stats);
  * id), gate [n][K] the softmax over the chosen logits; adds this set's
  * local statistics to stats (MOE_STATS_LEN(E) floats, zeroed by the
  * caller). */
-void moe_router_forward(const moe_backend_ops_t *be, const moe_config_t *cfg, const float *wg,
-                        const float *x, int n, float *probs, int32_t *expert, float *gate,
-                        float *stats);
+void moe_router_forward(const moe_backend_ops_t* be, const moe_config_t* cfg, const float* wg,
+                        const float* x, int n, float* probs, int32_t* expert, float* gate,
+                        float* stats);
 
 /* Backward of the router and the aux loss: from dgate [n][K] = dL/dgate and
  * the global stats, adds dL/dWg to dwg [H][E] and dL/dx to dx [n][H].
  * dlogits [n][E] is scratch. */
-void moe_router_backward(const moe_backend_ops_t *be, const moe_config_t *cfg, const float *wg,
-                         const float *x, int n, const float *probs, const int32_t *expert,
-                         const float *gate, const float *dgate, const float *stats, float *dlogits,
-                         float *dwg, float *dx);
+void moe_router_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, const float* wg,
+                         const float* x, int n, const float* probs, const int32_t* expert,
+                         const float* gate, const float* dgate, const float* stats, float* dlogits,
+                         float* dwg, float* dx);
 
 /* --- local dispatch / combine (the one-process stand-in for moeccl's) -------- */
 
 typedef struct moe_local_plan {
   int experts, topk;
-  int tokens;       /* n of the last build */
-  int rows;         /* expert-major rows: the (token, j) with an expert */
-  int capacity;     /* tokens the arrays below hold */
-  int *counts;      /* [E] rows per expert */
-  int *offsets;     /* [E + 1] first row of each expert */
-  int32_t *row_of;  /* [n][K] the row of (token, j), -1 when expert = -1 */
-  int32_t *token_of; /* [n * K] the token of each row */
+  int tokens;        /* n of the last build */
+  int rows;          /* expert-major rows: the (token, j) with an expert */
+  int capacity;      /* tokens the arrays below hold */
+  int* counts;       /* [E] rows per expert */
+  int* offsets;      /* [E + 1] first row of each expert */
+  int32_t* row_of;   /* [n][K] the row of (token, j), -1 when expert = -1 */
+  int32_t* token_of; /* [n * K] the token of each row */
 } moe_local_plan_t;
 
-int moe_local_plan_alloc(moe_local_plan_t *plan, int experts, int topk, int max_tokens);
-void moe_local_plan_free(moe_local_plan_t *plan);
+int moe_local_plan_alloc(moe_local_plan_t* plan, int experts, int topk, int max_tokens);
+void moe_local_plan_free(moe_local_plan_t* plan);
 /* Rows ordered by expert, then by (token, j); ids of -1 get no row. */
-void moe_local_plan_build(moe_local_plan_t *plan, const int32_t *expert, int n);
+void moe_local_plan_build(moe_local_plan_t* plan, const int32_t* expert, int n);
 /* rows[r] = x[token_of[r]]  (rows: [plan->rows][H]) */
-void moe_local_dispatch(const moe_local_plan_t *plan, int hidden, const float *x, float *rows);
+void moe_local_dispatch(const moe_local_plan_t* plan, int hidden, const float* x, float* rows);
 /* out[t] += sum_j gate[t][j] * y_rows[row_of[t][j]] */
-void moe_local_combine(const moe_local_plan_t *plan, int hidden, const float *gate,
-                       const float *y_rows, float *out);
+void moe_local_combine(const moe_local_plan_t* plan, int hidden, const float* gate,
+                       const float* y_rows, float* out);
 /* From dout [n][H]: dy_rows[row(t,j)] = gate[t][j] * dout[t] (overwritten)
  * and dgate[t][j] = dout[t] . y_rows[row(t,j)] (overwritten; 0 without a row). */
-void moe_local_combine_backward(const moe_local_plan_t *plan, int hidden, const float *gate,
-                                const float *dout, const float *y_rows, float *dy_rows,
-                                float *dgate);
+void moe_local_combine_backward(const moe_local_plan_t* plan, int hidden, const float* gate,
+                                const float* dout, const float* y_rows, float* dy_rows,
+                                float* dgate);
 /* dx[token_of[r]] += dx_rows[r] */
-void moe_local_dispatch_backward(const moe_local_plan_t *plan, int hidden, const float *dx_rows,
-                                 float *dx);
+void moe_local_dispatch_backward(const moe_local_plan_t* plan, int hidden, const float* dx_rows,
+                                 float* dx);
 
 /* --- experts: expert-major rows ---------------------------------------------- */
 
@@ -153,17 +153,17 @@ void moe_local_dispatch_backward(const moe_local_plan_t *plan, int hidden, const
  * its local experts: w1 + e0 * H * F, ...), counts[e] rows each, contiguous
  * in x_rows [sum counts][H]: a = x W1[e], b = x W3[e], h = silu(a) * b
  * ([rows][F] each, kept for the backward) and y_rows = h W2[e] [rows][H]. */
-void moe_experts_forward(const moe_backend_ops_t *be, const moe_config_t *cfg, int nexp,
-                         const int *counts, const float *w1, const float *w3, const float *w2,
-                         const float *x_rows, float *a, float *b, float *h, float *y_rows);
+void moe_experts_forward(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                         const int* counts, const float* w1, const float* w3, const float* w2,
+                         const float* x_rows, float* a, float* b, float* h, float* y_rows);
 
 /* From dy_rows: adds dW1, dW3, dW2 into dw1, dw3, dw2 (same offsets as the
  * weights) and writes dx_rows [rows][H]; da, db, dh [rows][F] are scratch. */
-void moe_experts_backward(const moe_backend_ops_t *be, const moe_config_t *cfg, int nexp,
-                          const int *counts, const float *w1, const float *w3, const float *w2,
-                          const float *x_rows, const float *a, const float *b, const float *h,
-                          const float *dy_rows, float *dw1, float *dw3, float *dw2, float *dx_rows,
-                          float *da, float *db, float *dh);
+void moe_experts_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                          const int* counts, const float* w1, const float* w3, const float* w2,
+                          const float* x_rows, const float* a, const float* b, const float* h,
+                          const float* dy_rows, float* dw1, float* dw3, float* dw2, float* dx_rows,
+                          float* da, float* db, float* dh);
 
 /* --- the whole model on one process's tokens -------------------------------- */
 
@@ -175,10 +175,10 @@ typedef struct moe_workspace {
   int capacity; /* max_tokens */
   int tokens;   /* n of the last forward */
   float global_tokens;
-  float *act;   /* [L + 1][n][H]: x_0 (the input) .. x_L (the output) */
-  moe_layer_cache_t *layer;
-  float *grad;  /* [n][H] dL/dx of the current layer's output */
-  float *grad_next;
+  float* act; /* [L + 1][n][H]: x_0 (the input) .. x_L (the output) */
+  moe_layer_cache_t* layer;
+  float* grad; /* [n][H] dL/dx of the current layer's output */
+  float* grad_next;
   float *dgate, *dlogits, *dy_rows, *dx_rows, *da, *db, *dh;
 } moe_workspace_t;
 
@@ -188,8 +188,8 @@ typedef struct moe_loss {
   double total; /* mse + aux */
 } moe_loss_t;
 
-int moe_workspace_alloc(moe_workspace_t *ws, const moe_config_t *cfg, int max_tokens);
-void moe_workspace_free(moe_workspace_t *ws);
+int moe_workspace_alloc(moe_workspace_t* ws, const moe_config_t* cfg, int max_tokens);
+void moe_workspace_free(moe_workspace_t* ws);
 
 /* Time spent in each part of the last forward/backward, seconds. */
 typedef struct moe_timing {
@@ -199,18 +199,18 @@ typedef struct moe_timing {
 /* Forward of every layer on x [n][H] (n <= capacity) and the loss against
  * target [n][H]; hook sums the statistics and the squared error (NULL:
  * moe_sum_local).  timing may be NULL.  0, or -1 when the hook failed. */
-int moe_model_forward(const moe_backend_ops_t *be, const moe_params_t *p, moe_workspace_t *ws,
-                      const float *x, const float *target, int n, const moe_sum_hook_t *hook,
-                      moe_loss_t *loss, moe_timing_t *timing);
+int moe_model_forward(const moe_backend_ops_t* be, const moe_params_t* p, moe_workspace_t* ws,
+                      const float* x, const float* target, int n, const moe_sum_hook_t* hook,
+                      moe_loss_t* loss, moe_timing_t* timing);
 
 /* The output x_L [n][H] of the last forward. */
-const float *moe_model_output(const moe_workspace_t *ws);
+const float* moe_model_output(const moe_workspace_t* ws);
 
 /* Backward of the last forward: overwrites grads (same config as p) with
  * dL/dparameters of the local tokens, and grad_x [n][H] with dL/dx unless
  * NULL.  A multi-rank driver all-reduces grads afterwards. */
-void moe_model_backward(const moe_backend_ops_t *be, const moe_params_t *p, moe_workspace_t *ws,
-                        const float *target, moe_params_t *grads, float *grad_x,
-                        moe_timing_t *timing);
+void moe_model_backward(const moe_backend_ops_t* be, const moe_params_t* p, moe_workspace_t* ws,
+                        const float* target, moe_params_t* grads, float* grad_x,
+                        moe_timing_t* timing);
 
 #endif

@@ -13,21 +13,21 @@ typedef struct moe_npy {
   int ndim;
   size_t shape[MOE_NPY_MAX_DIMS];
   size_t count; /* product of shape (1 for ndim 0) */
-  float *data;  /* malloc'ed, count floats */
+  float* data;  /* malloc'ed, count floats */
 } moe_npy_t;
 
 /* Reads path into a (allocating a->data); 0, or -1 with err filled. */
-int moe_npy_read(const char *path, moe_npy_t *a, char *err, size_t len);
-void moe_npy_free(moe_npy_t *a);
+int moe_npy_read(const char* path, moe_npy_t* a, char* err, size_t len);
+void moe_npy_free(moe_npy_t* a);
 
 /* Reads path into dst, which holds the shape given (ndim dims); a file of
  * another shape is refused.  0 or -1 with err filled. */
-int moe_npy_load(const char *path, float *dst, int ndim, const size_t *shape, char *err,
+int moe_npy_load(const char* path, float* dst, int ndim, const size_t* shape, char* err,
                  size_t len);
 
 /* Writes data (ndim dims of shape) to path as version 1.0 '<f4' C order.
  * 0 or -1 with err filled. */
-int moe_npy_write(const char *path, const float *data, int ndim, const size_t *shape, char *err,
+int moe_npy_write(const char* path, const float* data, int ndim, const size_t* shape, char* err,
                   size_t len);
 
 #endif

@@ -41,8 +41,7 @@ typedef struct ref_layer {
   const double *wg, *w1, *w3, *w2;
 } ref_layer_t;
 
-static void ref_layers(const moe_config_t *c, const double *p, ref_layer_t *out)
-{
+static void ref_layers(const moe_config_t* c, const double* p, ref_layer_t* out) {
   size_t ehf = (size_t)c->experts * c->hidden * c->ffn;
   for (int l = 0; l < c->layers; l++) {
     out[l].wg = p + moe_layer_param_count(c) * l;
@@ -53,12 +52,11 @@ static void ref_layers(const moe_config_t *c, const double *p, ref_layer_t *out)
 }
 
 /* y += w * FFN_e(x) for one token. */
-static void ref_ffn(const moe_config_t *c, const ref_layer_t *w, int e, const double *x, double gw,
-                    double *y)
-{
+static void ref_ffn(const moe_config_t* c, const ref_layer_t* w, int e, const double* x, double gw,
+                    double* y) {
   int H = c->hidden, F = c->ffn;
   const double *w1 = w->w1 + (size_t)e * H * F, *w3 = w->w3 + (size_t)e * H * F;
-  const double *w2 = w->w2 + (size_t)e * F * H;
+  const double* w2 = w->w2 + (size_t)e * F * H;
   for (int f = 0; f < F; f++) {
     double a = 0, b = 0;
     for (int h = 0; h < H; h++) {
@@ -66,48 +64,39 @@ static void ref_ffn(const moe_config_t *c, const ref_layer_t *w, int e, const do
       b += x[h] * w3[h * F + f];
     }
     double g = a / (1.0 + exp(-a)) * b;
-    for (int h = 0; h < H; h++)
-      y[h] += gw * g * w2[f * H + h];
+    for (int h = 0; h < H; h++) y[h] += gw * g * w2[f * H + h];
   }
 }
 
 /* One layer on one token; adds the token's counts and probabilities. */
-static void ref_token(const moe_config_t *c, const ref_layer_t *w, const double *x, double *y,
-                      double *count, double *psum, int *ids)
-{
+static void ref_token(const moe_config_t* c, const ref_layer_t* w, const double* x, double* y,
+                      double* count, double* psum, int* ids) {
   int E = c->experts, K = c->topk, H = c->hidden;
   double logit[64], top = -INFINITY, z = 0;
   int chosen[64] = {0};
   for (int e = 0; e < E; e++) {
     logit[e] = 0;
-    for (int h = 0; h < H; h++)
-      logit[e] += x[h] * w->wg[h * E + e];
+    for (int h = 0; h < H; h++) logit[e] += x[h] * w->wg[h * E + e];
     top = fmax(top, logit[e]);
   }
-  for (int e = 0; e < E; e++)
-    z += exp(logit[e] - top);
-  for (int e = 0; e < E; e++)
-    psum[e] += exp(logit[e] - top) / z;
+  for (int e = 0; e < E; e++) z += exp(logit[e] - top);
+  for (int e = 0; e < E; e++) psum[e] += exp(logit[e] - top) / z;
   for (int j = 0; j < K; j++) { /* largest first, ties to the lower id */
     int best = -1;
     for (int e = 0; e < E; e++)
-      if (!chosen[e] && (best < 0 || logit[e] > logit[best]))
-        best = e;
+      if (!chosen[e] && (best < 0 || logit[e] > logit[best])) best = e;
     chosen[best] = 1;
     ids[j] = best;
     count[best] += 1;
   }
   double zk = 0;
-  for (int j = 0; j < K; j++)
-    zk += exp(logit[ids[j]] - logit[ids[0]]);
+  for (int j = 0; j < K; j++) zk += exp(logit[ids[j]] - logit[ids[0]]);
   memcpy(y, x, H * sizeof(double));
-  for (int j = 0; j < K; j++)
-    ref_ffn(c, w, ids[j], x, exp(logit[ids[j]] - logit[ids[0]]) / zk, y);
+  for (int j = 0; j < K; j++) ref_ffn(c, w, ids[j], x, exp(logit[ids[j]] - logit[ids[0]]) / zk, y);
 }
 
-static double ref_loss(const moe_config_t *c, const double *p, const double *x0,
-                       const double *target, int n)
-{
+static double ref_loss(const moe_config_t* c, const double* p, const double* x0,
+                       const double* target, int n) {
   int H = c->hidden, E = c->experts;
   ref_layer_t w[8];
   ref_layers(c, p, w);
@@ -117,16 +106,13 @@ static double ref_loss(const moe_config_t *c, const double *p, const double *x0,
   for (int l = 0; l < c->layers; l++) {
     double count[64] = {0}, psum[64] = {0}, acc = 0;
     int ids[64];
-    for (int t = 0; t < n; t++)
-      ref_token(c, &w[l], x + t * H, y + t * H, count, psum, ids);
-    for (int e = 0; e < E; e++)
-      acc += count[e] / ((double)n * c->topk) * (psum[e] / n);
+    for (int t = 0; t < n; t++) ref_token(c, &w[l], x + t * H, y + t * H, count, psum, ids);
+    for (int e = 0; e < E; e++) acc += count[e] / ((double)n * c->topk) * (psum[e] / n);
     aux += c->aux * E * acc;
     memcpy(x, y, sizeof(double) * n * H);
   }
   double sq = 0;
-  for (int i = 0; i < n * H; i++)
-    sq += (x[i] - target[i]) * (x[i] - target[i]);
+  for (int i = 0; i < n * H; i++) sq += (x[i] - target[i]) * (x[i] - target[i]);
   free(x);
   free(y);
   return sq / ((double)n * H) + aux;
@@ -135,7 +121,7 @@ static double ref_loss(const moe_config_t *c, const double *p, const double *x0,
 /* --- one case --------------------------------------------------------------------------- */
 
 typedef struct grad_case {
-  const char *name;
+  const char* name;
   moe_config_t cfg;
   int tokens;
   unsigned seed;
@@ -146,10 +132,9 @@ static const double fd_eps = 1e-6, tol_rel = 1e-4, tol_abs = 1e-8;
 
 /* Compares analytic g [count] with central differences of the reference in
  * the entries [first, first + count) of the vector v (params or x). */
-static double check_tensor(const grad_case_t *gc, const char *what, const float *g, double *v,
-                           size_t first, size_t count, const double *p, const double *x,
-                           const double *target)
-{
+static double check_tensor(const grad_case_t* gc, const char* what, const float* g, double* v,
+                           size_t first, size_t count, const double* p, const double* x,
+                           const double* target) {
   double max_fd = 0, max_err = 0;
   for (size_t i = 0; i < count; i++) {
     double keep = v[first + i];
@@ -168,9 +153,8 @@ static double check_tensor(const grad_case_t *gc, const char *what, const float 
   return rel;
 }
 
-static void run_case(const moe_backend_ops_t *be, const grad_case_t *gc)
-{
-  const moe_config_t *c = &gc->cfg;
+static void run_case(const moe_backend_ops_t* be, const grad_case_t* gc) {
+  const moe_config_t* c = &gc->cfg;
   int n = gc->tokens, H = c->hidden, E = c->experts;
   moe_params_t p, g;
   moe_workspace_t ws;
@@ -183,7 +167,7 @@ static void run_case(const moe_backend_ops_t *be, const grad_case_t *gc)
   if (gc->zero_router_layer >= 0)
     memset(p.layer[gc->zero_router_layer].wg, 0, sizeof(float) * H * E);
   float *x = malloc(sizeof(float) * n * H), *target = malloc(sizeof(float) * n * H);
-  float *gx = malloc(sizeof(float) * n * H);
+  float* gx = malloc(sizeof(float) * n * H);
   moe_rng_t rng;
   moe_rng_seed(&rng, gc->seed + 100);
   moe_rng_normal(&rng, x, (size_t)n * H, 1.0f);
@@ -193,9 +177,8 @@ static void run_case(const moe_backend_ops_t *be, const grad_case_t *gc)
   moe_model_backward(be, &p, &ws, target, &g, gx, NULL);
 
   double *pd = malloc(sizeof(double) * p.count), *xd = malloc(sizeof(double) * n * H);
-  double *td = malloc(sizeof(double) * n * H);
-  for (size_t i = 0; i < p.count; i++)
-    pd[i] = p.data[i];
+  double* td = malloc(sizeof(double) * n * H);
+  for (size_t i = 0; i < p.count; i++) pd[i] = p.data[i];
   for (int i = 0; i < n * H; i++) {
     xd[i] = x[i];
     td[i] = target[i];
@@ -207,8 +190,8 @@ static void run_case(const moe_backend_ops_t *be, const grad_case_t *gc)
   if (gc->zero_router_layer >= 0) { /* all logits 0: ids 0..K-1 in order, weights 1/K */
     int K = c->topk;
     float *probs = malloc(sizeof(float) * n * E), *gate = malloc(sizeof(float) * n * K);
-    float *stats = calloc(MOE_STATS_LEN(E), sizeof(float));
-    int32_t *ids = malloc(sizeof(int32_t) * n * K);
+    float* stats = calloc(MOE_STATS_LEN(E), sizeof(float));
+    int32_t* ids = malloc(sizeof(int32_t) * n * K);
     moe_router_forward(be, c, p.layer[gc->zero_router_layer].wg, x, n, probs, ids, gate, stats);
     int wrong = 0;
     for (int t = 0; t < n; t++)
@@ -229,16 +212,17 @@ static void run_case(const moe_backend_ops_t *be, const grad_case_t *gc)
     size_t base = per * l;
     if (l != gc->zero_router_layer || c->topk == c->experts) {
       snprintf(what, sizeof(what), "wg%d", l);
-      worst = fmax(worst, check_tensor(gc, what, g.layer[l].wg, pd, base, (size_t)H * E, pd, xd, td));
+      worst =
+          fmax(worst, check_tensor(gc, what, g.layer[l].wg, pd, base, (size_t)H * E, pd, xd, td));
     }
     snprintf(what, sizeof(what), "w1_%d", l);
     worst = fmax(worst, check_tensor(gc, what, g.layer[l].w1, pd, base + H * E, ehf, pd, xd, td));
     snprintf(what, sizeof(what), "w3_%d", l);
-    worst = fmax(worst,
-                 check_tensor(gc, what, g.layer[l].w3, pd, base + H * E + ehf, ehf, pd, xd, td));
+    worst =
+        fmax(worst, check_tensor(gc, what, g.layer[l].w3, pd, base + H * E + ehf, ehf, pd, xd, td));
     snprintf(what, sizeof(what), "w2_%d", l);
-    worst = fmax(worst, check_tensor(gc, what, g.layer[l].w2, pd, base + H * E + 2 * ehf, ehf, pd,
-                                     xd, td));
+    worst = fmax(
+        worst, check_tensor(gc, what, g.layer[l].w2, pd, base + H * E + 2 * ehf, ehf, pd, xd, td));
   }
   worst = fmax(worst, check_tensor(gc, "x", gx, xd, 0, (size_t)n * H, pd, xd, td));
   printf("%-28s loss %.6f (aux %.3g)  worst relative gradient error %.2e\n", gc->name, loss.total,
@@ -256,13 +240,12 @@ static void run_case(const moe_backend_ops_t *be, const grad_case_t *gc)
 
 /* --- the tie rule on crafted logits ---------------------------------------------------- */
 
-static void check_ties(const moe_backend_ops_t *be)
-{
+static void check_ties(const moe_backend_ops_t* be) {
   /* H = 1, x = 1: the logits are Wg's row exactly. */
   const float wg[6] = {1, 2, 2, 0, 2, -1};
   const float x[1] = {1};
-  static const int32_t want[6][6] = {{1}, {1, 2}, {1, 2, 4}, {1, 2, 4, 0},
-                                     {1, 2, 4, 0, 3}, {1, 2, 4, 0, 3, 5}};
+  static const int32_t want[6][6] = {{1},          {1, 2},          {1, 2, 4},
+                                     {1, 2, 4, 0}, {1, 2, 4, 0, 3}, {1, 2, 4, 0, 3, 5}};
   for (int k = 1; k <= 6; k++) {
     moe_config_t c = {1, 6, k, 1, 1, 0.01f};
     float probs[6], gate[6], stats[MOE_STATS_LEN(6)] = {0};
@@ -287,16 +270,12 @@ typedef struct split_hook {
   int calls, replay;
 } split_hook_t;
 
-static int split_sum(void *ctx, float *values, int count)
-{
-  split_hook_t *s = ctx;
-  if (s->calls >= 64 || count > 32)
-    return -1;
+static int split_sum(void* ctx, float* values, int count) {
+  split_hook_t* s = ctx;
+  if (s->calls >= 64 || count > 32) return -1;
   if (s->replay) {
-    if (s->counts[s->calls] != count)
-      return -1;
-    for (int i = 0; i < count; i++)
-      values[i] += s->values[s->calls][i];
+    if (s->counts[s->calls] != count) return -1;
+    for (int i = 0; i < count; i++) values[i] += s->values[s->calls][i];
   } else {
     memcpy(s->values[s->calls], values, count * sizeof(float));
     s->counts[s->calls] = count;
@@ -307,8 +286,7 @@ static int split_sum(void *ctx, float *values, int count)
 
 /* Tokens [0, half) are one part, [half, 12) the other; half may be 0 (a
  * rank without tokens). */
-static void check_split(const moe_backend_ops_t *be, int half)
-{
+static void check_split(const moe_backend_ops_t* be, int half) {
   moe_config_t c = {2, 4, 2, 8, 16, 0.5f};
   int n = 12, H = c.hidden;
   moe_params_t p, g_full, g_a, g_b;
@@ -369,9 +347,8 @@ static void check_split(const moe_backend_ops_t *be, int half)
   moe_params_free(&g_b);
 }
 
-int main(void)
-{
-  const moe_backend_ops_t *be = moe_backend_blas(1);
+int main(void) {
+  const moe_backend_ops_t* be = moe_backend_blas(1);
   static const grad_case_t cases[] = {
       {"L2 E4 K2 H8 F16 N12", {2, 4, 2, 8, 16, 0.01f}, 12, 1, -1},
       {"strong aux (aux=1)", {2, 4, 2, 8, 16, 1.0f}, 12, 2, -1},
@@ -383,12 +360,10 @@ int main(void)
   };
   printf("finite differences: eps %g, tolerance %g * max|fd| + %g per tensor\n", fd_eps, tol_rel,
          tol_abs);
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-    run_case(be, &cases[i]);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_case(be, &cases[i]);
   check_ties(be);
   check_split(be, 5);
   check_split(be, 0);
-  if (failures)
-    printf("%d check(s) failed\n", failures);
+  if (failures) printf("%d check(s) failed\n", failures);
   return failures ? 1 : 0;
 }
