@@ -2,7 +2,11 @@
  * and the experts need, behind one ops table, so that a GPU backend (cuBLAS
  * and its kernels) can take the host backend's place without the layer code
  * changing.  Every pointer an op receives lies in the backend's memory (host
- * memory for the BLAS backend).  Matrices are row-major, float32. */
+ * memory for the BLAS backend).  Matrices are row-major, float32.
+ *
+ * The router's top-K and softmaxes and the local dispatch/combine of
+ * model.c still run on the host over these pointers; a device backend adds
+ * ops for them here (and memory allocation) when it comes. */
 #ifndef MOE_BACKEND_H_
 #define MOE_BACKEND_H_
 

@@ -112,14 +112,14 @@ double moe_stats_aux_loss(const moe_config_t* cfg, const float* stats) {
 /* The K largest of logits[0..E) in order, ties to the lower id (a strict >
  * keeps the first maximum), and the softmax over them. */
 static void router_topk(const float* logits, int e_count, int k, int32_t* expert, float* gate) {
-  for (int j = 0; j < k; j++) {
+  unsigned char taken[e_count];
+  memset(taken, 0, sizeof(taken));
+  for (int j = 0; j < k; j++) { /* O(K E): K is small */
     int best = -1;
-    for (int e = 0; e < e_count; e++) {
-      int taken = 0;
-      for (int i = 0; i < j; i++) taken |= expert[i] == e;
-      if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
-    }
+    for (int e = 0; e < e_count; e++)
+      if (!taken[e] && (best < 0 || logits[e] > logits[best])) best = e;
     expert[j] = best;
+    taken[best] = 1;
   }
   float top = logits[expert[0]], sum = 0.0f;
   for (int j = 0; j < k; j++) sum += gate[j] = expf(logits[expert[j]] - top);

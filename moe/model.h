@@ -79,7 +79,9 @@ void moe_rng_normal(moe_rng_t* rng, float* dst, size_t count, float std);
 /* Sums count floats in place over every rank that holds part of the global
  * batch (an all-reduce with sum); on one process, identity.  Called in the
  * forward pass with the same counts in the same order on every rank.
- * Returns 0, or non-zero to abort the pass. */
+ * float32 because the values are float32 sums (an expert's count is exact
+ * up to 2^24 (token, j) pairs in the global batch).  Returns 0, or non-zero
+ * to abort the pass. */
 typedef struct moe_sum_hook {
   int (*sum)(void* ctx, float* values, int count);
   void* ctx;
