@@ -2,7 +2,10 @@
 # I/O) on a compute backend table, and the moe_train driver.  It uses only
 # moeccl's public headers (its CPPFLAGS leave out src/), and builds only
 # when configure found OpenBLAS.
-EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh tests/test_moe_train.sh
+EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh tests/test_moe_train.sh \
+	tests/test_moe_public.sh
+# That rule, checked on the sources (with or without OpenBLAS).
+TESTS += tests/test_moe_public.sh
 if HAVE_OPENBLAS
 MOE_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/moe
 
