@@ -22,7 +22,9 @@
  *   stream     every call on a host stream
  *   large      ~2,000 tokens of 128-256 elements per rank (blocks past the
  *              shared-memory eager size), with and without a capacity
- *   badargs    bad input is moecclInvalidArgument with a text, nothing sent
+ *   badargs    bad input is moecclInvalidArgument with a text, nothing sent;
+ *              a layout in a group or with disagreeing ranks is refused;
+ *              data calls in a group
  *
  * Each in float32, bfloat16 and float16.  Re-run with simulated nodes of 2 ranks
  * (the network transport carries part of every call) and without shared
@@ -396,6 +398,12 @@ static int badargs(moecclComm_t comm, int rank, int n) {
   EXPECT_BAD(moecclMoeLayout(NULL, ids, T, K, 0, NULL, NULL));
   MP_EXPECT_RES(comm, moecclInvalidUsage,
                 moecclMoeDispatch(plan, ids, ids, R, H, moecclFloat32, NULL));
+  MP_OK_COMM(comm, moecclGroupStart());
+  MP_EXPECT_RES(comm, moecclInvalidUsage, moecclMoeLayout(plan, ids, T, K, 0, NULL, NULL));
+  MP_OK_COMM(comm, moecclGroupEnd());
+  if (n > 1) /* ranks that disagree on the capacity all hear of it */
+    MP_EXPECT_RES(comm, moecclInvalidUsage,
+                  moecclMoeLayout(plan, ids, T, K, (size_t)rank, NULL, NULL));
   size_t counts[64];
   MP_OK_COMM(comm, moecclMoeLayout(plan, ids, T, K, 0, counts, NULL));
   MP_CHECK(counts[0] == R, "badargs: %zu rows, want %zu", counts[0], R);
@@ -417,9 +425,11 @@ static int badargs(moecclComm_t comm, int rank, int n) {
   EXPECT_BAD(moecclMoeDispatchBackward(plan, x, R, NULL, H, moecclFloat32, NULL));
   EXPECT_BAD(moecclMoeCombineBackward(plan, in, w, NULL, x, R, gw, H, moecclFloat32, NULL));
   EXPECT_BAD(moecclMoeCombineBackward(plan, in, w, x, x, R, NULL, H, moecclFloat32, NULL));
-  /* nothing was sent: a good round trip still works */
+  /* nothing was sent: a good round trip still works (in one group) */
+  MP_OK_COMM(comm, moecclGroupStart());
   MP_OK_COMM(comm, moecclMoeDispatch(plan, in, x, R, H, moecclFloat32, NULL));
   MP_OK_COMM(comm, moecclMoeDispatchBackward(plan, x, R, out, H, moecclFloat32, NULL));
+  MP_OK_COMM(comm, moecclGroupEnd());
   for (size_t t = 0; t < T; t++)
     for (size_t h = 0; h < H; h++)
       MP_CHECK(out[t * H + h] == (float)K * in[t * H + h],
@@ -462,8 +472,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
       if (!mp_want(cases[k].name)) continue;
       if (run_case(comm, rank, n, &cases[k], seed++)) {
-        mp_failf(__FILE__, __LINE__, "case %zu (%s, %s) failed", k, cases[k].name,
-                 type_names[ti]);
+        mp_failf(__FILE__, __LINE__, "case %zu (%s, %s) failed", k, cases[k].name, type_names[ti]);
         return 1;
       }
     }
