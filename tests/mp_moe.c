@@ -27,8 +27,8 @@
  *              data calls in a group
  *
  * Each in float32, bfloat16 and float16.  Re-run with simulated nodes of 2 ranks
- * (the network transport carries part of every call) and without shared
- * memory.
+ * (the network transport carries part of every call), without shared
+ * memory, and with the layout's exchanges under bruck and hier2.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -488,6 +488,9 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
 static const mp_variant variants[] = {
     {"ppn2", {"MP_RANKS_PER_NODE=2"}, "2,3,4,5"},
     {"no-shm", {"MOECCL_SHM_DISABLE=1"}, "3"},
+    /* the layout's count and route exchanges under other all-to-all algorithms */
+    {"bruck", {"MOECCL_ALGO=bruck"}, "3,5"},
+    {"hier2-ppn2", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=2"}, "4"},
     {NULL, {NULL}, NULL},
 };
 
