@@ -7,13 +7,15 @@
  * Tolerance, per tensor: max_i |g_i - fd_i| <= 1e-4 * max_i |fd_i| + 1e-8
  * (float32 rounding of the analytic gradient is ~1e-6 relative, measured
  * worst 1e-6; a wrong term is off by its own size).  The float loss must
- * equal the double one within 1e-5 relative.  Cases: the issue's shapes (L=2 E=4 K=2 H=8 F=16
- * N=12 aux=0.01), a strong aux loss (aux=1), K = E, K = 1 with experts that
- * get no token, and exact ties (a zero router: every logit 0, so the ids
+ * equal the double one within 1e-5 relative.  Cases: the issue's shapes
+ * (L=2 E=4 K=2 H=8 F=16 N=12 aux=0.01), a strong aux loss (aux=1), K = E,
+ * K = 1 with experts that get no token, L=3 E=6 K=3, and exact ties (a zero router: every logit 0, so the ids
  * must be 0..K-1 in order; with K < E that layer's Wg is not differentiable
  * and is left out, with K = E it is checked too).  Also: the tie rule on
  * crafted logits, and a batch split in two halves whose statistics meet
- * through the sum hook gives the full batch's loss and (summed) gradients.
+ * through the sum hook gives the full batch's loss and (summed) gradients
+ * (also 0 + 12, a rank without tokens), and one layer composed by hand from
+ * the per-layer pieces (token chunks, expert halves) equals the model's.
  * Exit 0 pass, 1 fail. */
 #include <math.h>
 #include <stdio.h>
@@ -347,6 +349,101 @@ static void check_split(const moe_backend_ops_t* be, int half) {
   moe_params_free(&g_b);
 }
 
+/* --- the per-layer pieces composed by hand, as a driver will ------------------------ */
+
+/* One layer (L = 1) built from the pieces of model.h the way an expert- and
+ * token-split driver composes them: the router over two chunks of tokens
+ * accumulating one set of statistics, the experts as two halves (experts
+ * [0, E/2) and [E/2, E), each with its own weight and row offsets, as two
+ * ranks would hold them), the router backward per chunk accumulating dWg
+ * and dx.  Output and every gradient must equal moe_model_forward/backward. */
+static double max_diff(const float* a, const float* b, size_t count, double* max_b) {
+  double d = 0;
+  for (size_t i = 0; i < count; i++) {
+    d = fmax(d, fabs((double)a[i] - b[i]));
+    *max_b = fmax(*max_b, fabs(b[i]));
+  }
+  return d;
+}
+
+static void check_pieces(const moe_backend_ops_t* be) {
+  moe_config_t c = {1, 6, 2, 8, 10, 0.3f};
+  enum { N = 12, CHUNK = 5 };
+  int H = c.hidden, E = c.experts, K = c.topk, F = c.ffn, half = E / 2;
+  size_t hf = (size_t)H * F;
+  moe_params_t p, g_model, g;
+  moe_workspace_t ws;
+  moe_local_plan_t plan;
+  moe_params_alloc(&p, &c);
+  moe_params_alloc(&g_model, &c);
+  moe_params_alloc(&g, &c);
+  moe_workspace_alloc(&ws, &c, N);
+  moe_local_plan_alloc(&plan, E, K, N);
+  moe_params_init_random(&p, 11);
+  float x[N * 8], target[N * 8], gx_model[N * 8], y[N * 8], dout[N * 8], dx[N * 8];
+  float probs[N * 6], gate[N * 2], dgate[N * 2], dlogits[N * 6], stats[MOE_STATS_LEN(6)] = {0};
+  int32_t ids[N * 2];
+  float x_rows[N * 2 * 8], y_rows[N * 2 * 8], dy_rows[N * 2 * 8], dx_rows[N * 2 * 8];
+  float a[N * 2 * 10], b[N * 2 * 10], h[N * 2 * 10], da[N * 2 * 10], db[N * 2 * 10], dh[N * 2 * 10];
+  moe_rng_t rng;
+  moe_rng_seed(&rng, 12);
+  moe_rng_normal(&rng, x, N * H, 1.0f);
+  moe_rng_normal(&rng, target, N * H, 1.0f);
+  moe_model_forward(be, &p, &ws, x, target, N, NULL, NULL, NULL);
+  moe_model_backward(be, &p, &ws, target, &g_model, gx_model, NULL);
+
+  const moe_layer_params_t* w = &p.layer[0];
+  moe_layer_params_t* gw = &g.layer[0];
+  static const int chunk_first[3] = {0, CHUNK, N};
+  for (int ch = 0; ch < 2; ch++) {
+    int t0 = chunk_first[ch], n = chunk_first[ch + 1] - t0;
+    moe_router_forward(be, &c, w->wg, x + t0 * H, n, probs + t0 * E, ids + t0 * K, gate + t0 * K,
+                       stats);
+  }
+  moe_local_plan_build(&plan, ids, N);
+  moe_local_dispatch(&plan, H, x, x_rows);
+  for (int e0 = 0; e0 < E; e0 += half) {
+    size_t r0 = plan.offsets[e0];
+    moe_experts_forward(be, &c, half, plan.counts + e0, w->w1 + e0 * hf, w->w3 + e0 * hf,
+                        w->w2 + e0 * hf, x_rows + r0 * H, a + r0 * F, b + r0 * F, h + r0 * F,
+                        y_rows + r0 * H);
+  }
+  memcpy(y, x, sizeof(y));
+  moe_local_combine(&plan, H, gate, y_rows, y);
+  for (int i = 0; i < N * H; i++) dout[i] = 2.0f * (y[i] - target[i]) / (N * H);
+
+  memset(g.data, 0, g.count * sizeof(float));
+  moe_local_combine_backward(&plan, H, gate, dout, y_rows, dy_rows, dgate);
+  for (int e0 = 0; e0 < E; e0 += half) {
+    size_t r0 = plan.offsets[e0];
+    moe_experts_backward(be, &c, half, plan.counts + e0, w->w1 + e0 * hf, w->w3 + e0 * hf,
+                         w->w2 + e0 * hf, x_rows + r0 * H, a + r0 * F, b + r0 * F, h + r0 * F,
+                         dy_rows + r0 * H, gw->w1 + e0 * hf, gw->w3 + e0 * hf, gw->w2 + e0 * hf,
+                         dx_rows + r0 * H, da + r0 * F, db + r0 * F, dh + r0 * F);
+  }
+  memcpy(dx, dout, sizeof(dx));
+  moe_local_dispatch_backward(&plan, H, dx_rows, dx);
+  for (int ch = 0; ch < 2; ch++) {
+    int t0 = chunk_first[ch], n = chunk_first[ch + 1] - t0;
+    moe_router_backward(be, &c, w->wg, x + t0 * H, n, probs + t0 * E, ids + t0 * K, gate + t0 * K,
+                        dgate + t0 * K, stats, dlogits, gw->wg, dx + t0 * H);
+  }
+
+  double max_out = 0, max_g = 0;
+  double d_out = max_diff(y, moe_model_output(&ws), (size_t)N * H, &max_out);
+  double d_g = fmax(max_diff(g.data, g_model.data, g.count, &max_g),
+                    max_diff(dx, gx_model, (size_t)N * H, &max_g));
+  CHECK(d_out <= 1e-6 * max_out, "pieces: output differs by %.3g (max %.3g)", d_out, max_out);
+  CHECK(d_g <= 1e-5 * max_g, "pieces: gradients differ by %.3g (max %.3g)", d_g, max_g);
+  printf("pieces: 2 token chunks x 2 expert halves  output %.2e  gradients %.2e\n", d_out / max_out,
+         d_g / max_g);
+  moe_local_plan_free(&plan);
+  moe_workspace_free(&ws);
+  moe_params_free(&p);
+  moe_params_free(&g_model);
+  moe_params_free(&g);
+}
+
 int main(void) {
   const moe_backend_ops_t* be = moe_backend_blas(1);
   static const grad_case_t cases[] = {
@@ -364,6 +461,7 @@ int main(void) {
   check_ties(be);
   check_split(be, 5);
   check_split(be, 0);
+  check_pieces(be);
   if (failures) printf("%d check(s) failed\n", failures);
   return failures ? 1 : 0;
 }
