@@ -1,0 +1,181 @@
+/*
+ * test_moe_sched.c - the MoE generators (src/algos/moe_dispatch.c) and row
+ * kernels (src/rows.c) without processes.
+ *
+ *   schedule  a hand-made layout of rank 1 of 3: the dispatch packs with
+ *             one COPY per run of consecutive tokens, sends one message per
+ *             peer with rows and none to a peer without (nor receives), and
+ *             expands with one COPY per run; the combine sends the weights
+ *             and the partial rows once per peer and names its programs
+ *   kernels   SUM groups accumulate in float32 and round once (bfloat16),
+ *             a group of only empty terms writes zeros; DOT, and DOT of an
+ *             empty term
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "algos/moe_algos.h"
+#include "reduce.h"
+#include "rows.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      failures++;                                                                                  \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+      printf(__VA_ARGS__);                                                                         \
+      printf("\n");                                                                                \
+    }                                                                                              \
+  } while (0)
+
+#define N MOECCL_ROW_NONE
+
+/* Rank 1 of 3, K = 2, 5 tokens.  Sends tokens 0, 1, 3 to rank 0, token 2
+ * to itself, nothing to rank 2; receives 2 pairs from rank 0, its own one,
+ * none from rank 2.  Local experts 0 and 1: q0 slots -> 0, 1; q1 slot 0 ->
+ * 0; q2 (token 2) slot 1 -> 1.  Rows: x0 = q0j0, x1 = q1j0 (expert 0),
+ * x2 = q0j1, x3 = q2j1 (expert 1). */
+static const size_t send_first[] = {0, 3, 4, 4}, recv_first[] = {0, 2, 3, 3};
+static const uint32_t pair_token[] = {0, 1, 3, 2};
+static const moeccl_row_term_t exp_remote[] = {{0, 0, 0}, {1, 1, 2}, {2, 0, 1}};
+static const moeccl_row_term_t exp_self[] = {{3, 2, 5}};
+static const moeccl_row_term_t part[] = {{0, 0, 0}, {0, 2, 1}, {1, 1, 2}, {2, 3, 5}};
+static const moeccl_row_term_t own[] = {{0, 3, N}, {1, 4, N}, {2, 2, N}, {3, 5, N}, {4, N, N}};
+static const moeccl_row_term_t dot[] = {{0, 0, 0}, {1, 0, 2}, {2, 1, 1},
+                                        {3, N, N}, {4, N, N}, {5, 2, 3}};
+
+static moeccl_moe_layout_t layout(void) {
+  return (moeccl_moe_layout_t){.rank = 1,
+                               .nranks = 3,
+                               .K = 2,
+                               .T = 5,
+                               .P = 4,
+                               .Q = 3,
+                               .R = 4,
+                               .send_first = send_first,
+                               .recv_first = recv_first,
+                               .pair_token = pair_token,
+                               .exp_remote = exp_remote,
+                               .n_exp_remote = 3,
+                               .exp_self = exp_self,
+                               .n_exp_self = 1,
+                               .part = part,
+                               .own = own,
+                               .n_own = 5,
+                               .dot = dot,
+                               .dot_self0 = 4,
+                               .dot_self1 = 6};
+}
+
+static int count(const moeccl_sched_t* s, int step, int type, int peer) {
+  int begin = step ? s->step_end[step - 1] : 0, n = 0;
+  for (int i = begin; i < s->step_end[step]; i++)
+    n += s->ops[i].type == type && (peer < -1 || s->ops[i].peer == peer);
+  return n;
+}
+
+static void test_schedule(void) {
+  moeccl_moe_layout_t l = layout();
+  moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS];
+  moeccl_moe_call_t c = {.op = MOECCL_MOE_DISPATCH,
+                         .lay = &l,
+                         .type = moecclFloat32,
+                         .hidden = 4,
+                         .elem_size = 4,
+                         .progs = progs};
+  moeccl_sched_t s = {0};
+  uint32_t b;
+  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "dispatch: schedule failed");
+  moeccl_sched_end_step(&s);
+  CHECK(s.nsteps == 3, "dispatch: %d steps, want 3", s.nsteps);
+  CHECK(count(&s, 0, MOECCL_OP_COPY, -2) == 2, "dispatch: pack has %d copies, want 2 runs",
+        count(&s, 0, MOECCL_OP_COPY, -2));
+  CHECK(s.ops[0].bytes == 2 * 16 && s.ops[0].src_off == 0, "dispatch: first run is tokens 0-1");
+  CHECK(count(&s, 1, MOECCL_OP_SEND, -2) == 1 && count(&s, 1, MOECCL_OP_SEND, 0) == 1,
+        "dispatch: one send, to rank 0 (none to rank 2, none to self)");
+  CHECK(count(&s, 1, MOECCL_OP_RECV, -2) == 1 && count(&s, 1, MOECCL_OP_RECV, 0) == 1,
+        "dispatch: one receive, from rank 0");
+  CHECK(count(&s, 1, MOECCL_OP_COPY, -2) == 1, "dispatch: the own row expands by one copy");
+  CHECK(count(&s, 2, MOECCL_OP_COPY, -2) == 2, "dispatch: expansion has %d copies, want 2 runs",
+        count(&s, 2, MOECCL_OP_COPY, -2));
+  for (int i = 0; i < s.nops; i++)
+    if (s.ops[i].type == MOECCL_OP_SEND) CHECK(s.ops[i].bytes == 3 * 16, "dispatch: 3 rows sent");
+    else if (s.ops[i].type == MOECCL_OP_RECV)
+      CHECK(s.ops[i].bytes == 2 * 16, "dispatch: 2 rows in");
+
+  moeccl_sched_reset(&s);
+  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  c.op = MOECCL_MOE_COMBINE, c.weighted = 1;
+  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "combine: schedule failed");
+  moeccl_sched_end_step(&s);
+  CHECK(s.nsteps == 5, "combine: %d steps, want 5", s.nsteps);
+  CHECK(count(&s, 0, MOECCL_OP_COPY, -2) == 3, "combine: weights pack %d copies, want 2 + own",
+        count(&s, 0, MOECCL_OP_COPY, -2));
+  CHECK(count(&s, 1, MOECCL_OP_SEND, 0) == 1 && count(&s, 1, MOECCL_OP_RECV, 0) == 1 &&
+            count(&s, 1, MOECCL_OP_SEND, -2) + count(&s, 1, MOECCL_OP_RECV, -2) == 2,
+        "combine: one weights message each way, with rank 0");
+  CHECK(count(&s, 2, MOECCL_OP_ROWS, -2) == 1 && s.rows == progs,
+        "combine: one partial-sum program");
+  CHECK(count(&s, 3, MOECCL_OP_SEND, 0) == 1 && count(&s, 3, MOECCL_OP_RECV, 0) == 1 &&
+            count(&s, 3, MOECCL_OP_SEND, -2) + count(&s, 3, MOECCL_OP_RECV, -2) == 2,
+        "combine: one partial-row message each way, with rank 0");
+  CHECK(count(&s, 4, MOECCL_OP_ROWS, -2) == 1, "combine: one token-side program");
+
+  moeccl_sched_reset(&s);
+  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  c.op = MOECCL_MOE_COMBINE_BACKWARD, c.weighted = 1, c.gate_grad = 1;
+  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "combine backward: schedule failed");
+  moeccl_sched_end_step(&s);
+  CHECK(s.nsteps == 5, "combine backward: %d steps, want 5", s.nsteps);
+  int rows = 0;
+  for (int i = 0; i < s.nops; i++) rows += s.ops[i].type == MOECCL_OP_ROWS;
+  /* self expansion, self dots, remote expansion, remote dots (before the
+   * self range only: the one after it is empty), token-side sum */
+  CHECK(rows == 5, "combine backward: %d programs, want 5", rows);
+  moeccl_sched_free(&s);
+}
+
+static void test_kernels(void) {
+  /* SUM in bfloat16: 1 + 2^-8 + 2^-8 rounds once to 1 + 2^-7 (pairwise
+   * rounding would stay at 1) */
+  uint16_t src[3] = {moeccl_float_to_bf16(1.0f), moeccl_float_to_bf16(0x1p-8f),
+                     moeccl_float_to_bf16(0x1p-8f)};
+  uint16_t dst[2] = {0xffff, 0xffff};
+  float w[2] = {1.0f, 1.0f};
+  moeccl_row_term_t t[] = {{0, 0, N}, {0, 1, 0}, {0, 2, 1}, {1, N, N}};
+  moeccl_rows_t p = {MOECCL_ROWS_SUM, moecclBfloat16, 1, 0, 0, t, 4};
+  moeccl_rows_run(&p, dst, src, w);
+  CHECK(moeccl_bf16_to_float(dst[0]) == 1.0f + 0x1p-7f, "bf16 sum is %g",
+        (double)moeccl_bf16_to_float(dst[0]));
+  CHECK(dst[1] == 0, "a group of empty terms writes zero (0x%x)", dst[1]);
+  /* weighted float32 rows of 300 elements (a chunk and a tail) */
+  enum { H = 300 };
+  static float a[2 * H], out[H], wt[2] = {0.5f, -2.0f};
+  for (int i = 0; i < 2 * H; i++) a[i] = (float)(i % 7);
+  moeccl_row_term_t t2[] = {{0, 0, 0}, {0, 1, 1}};
+  moeccl_rows_t p2 = {MOECCL_ROWS_SUM, moecclFloat32, H, 0, 0, t2, 2};
+  moeccl_rows_run(&p2, out, a, wt);
+  int bad = 0;
+  for (int i = 0; i < H; i++) bad += out[i] != 0.5f * a[i] - 2.0f * a[H + i];
+  CHECK(bad == 0, "weighted float32 sum: %d elements wrong", bad);
+  /* DOT */
+  float d[2] = {-1, -1};
+  moeccl_row_term_t t3[] = {{0, 0, 1}, {1, N, N}};
+  moeccl_rows_t p3 = {MOECCL_ROWS_DOT, moecclFloat32, H, 0, 0, t3, 2};
+  moeccl_rows_run(&p3, d, a, a);
+  double want = 0;
+  for (int i = 0; i < H; i++) want += (double)a[i] * a[H + i];
+  CHECK(d[0] == (float)want && d[1] == 0, "dot is %g and %g, want %g and 0", (double)d[0],
+        (double)d[1], want);
+}
+
+int main(void) {
+  test_schedule();
+  test_kernels();
+  if (failures) return 1;
+  printf("test_moe_sched: all checks passed\n");
+  return 0;
+}
