@@ -346,14 +346,15 @@ int main(int argc, char** argv) {
   }
   int version = 0;
   moecclGetVersion(&version);
-  printf("# moe_train (moeccl %d), 1 rank: L=%d E=%d K=%d H=%d F=%d N=%d steps=%d lr=%g aux=%g "
-         "seed=%lu %s\n# compute: %s\n",
-         version, c->layers, c->experts, c->topk, c->hidden, c->ffn, o.tokens, o.steps, o.lr,
-         c->aux, o.seed,
-         o.load    ? o.load
-         : o.fresh ? "teacher, fresh inputs"
-                   : "teacher, one batch",
-         be->describe(blas, sizeof(blas)));
+  printf(
+      "# moe_train (moeccl %d.%d.%d), 1 rank: L=%d E=%d K=%d H=%d F=%d N=%d steps=%d lr=%g aux=%g "
+      "seed=%lu %s\n# compute: %s\n",
+      version / 10000, version / 100 % 100, version % 100, c->layers, c->experts, c->topk,
+      c->hidden, c->ffn, o.tokens, o.steps, o.lr, c->aux, o.seed,
+      o.load    ? o.load
+      : o.fresh ? "teacher, fresh inputs"
+                : "teacher, one batch",
+      be->describe(blas, sizeof(blas)));
   printf("# %5s %12s %12s %10s %12s %7s %10s  ms: %s\n", "step", "loss", "mse", "aux", "baseline",
          "ratio", "tokens/s", "router dispatch experts combine backward allreduce optimizer");
   json = o.json ? fopen(o.json, "w") : NULL;
@@ -367,7 +368,7 @@ int main(int argc, char** argv) {
             "\"tokens\": %d, \"lr\": %g, \"aux\": %g, \"seed\": %lu, \"ranks\": 1, "
             "\"blas\": \"%s\", \"steps\": [",
             c->layers, c->experts, c->topk, c->hidden, c->ffn, o.tokens, o.lr, c->aux, o.seed,
-            be->name);
+            blas);
   int tty = isatty(STDERR_FILENO);
   status = 0;
   double first_ratio = 0.0, last_ratio = 0.0;
