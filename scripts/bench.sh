@@ -9,7 +9,7 @@
 #   with process_vm_readv;
 # then all_reduce_perf (moecclAllReduce against MPI_Allreduce) at 2 and 4
 # ranks, moecclMemAlloc buffers, float sum, 1 KiB to 64 MiB; then a short
-# training demo, moe_train on one rank, its loss every 25 steps.
+# training demo, moe_train on one rank, its loss every 20 steps.
 # Every run also writes its rows as JSON and, with scripts/plot_perf.py, a
 # PNG of bus bandwidth against size (moeccl, MPI, the memory roofline) next
 # to it, in $BENCH_OUT (default build/bench/), e.g. build/bench/a2a-np2-uniform.png.
@@ -78,12 +78,12 @@ else
 fi
 
 # The training demo: moe_train learns a teacher MoE of its own shape on one
-# rank (about a minute here); every 25th step's loss is shown.
+# rank (about half a minute here); every 20th step's loss is shown.
 if [ -x build/moe/moe_train ]; then
-  echo "==== moe_train: 1 rank, L=4 E=16 K=2 H=128 F=256, 1,024 tokens, 300 steps (loss falling)"
+  echo "==== moe_train: 1 rank, L=4 E=16 K=2 H=128 F=256, 1,024 tokens, 200 steps, lr 0.001 (loss falling)"
   if ! build/moe/moe_train --layers 4 --experts 16 --topk 2 --hidden 128 --ffn 256 \
-      --tokens 1024 --steps 300 --json "$out/moe_train.json" |
-      awk '/^#/ || $1 == 1 || $1 % 25 == 0'; then
+      --tokens 1024 --steps 200 --lr 0.001 --json "$out/moe_train.json" |
+      awk '/^#/ || $1 == 1 || $1 % 20 == 0'; then
     echo "bench.sh: moe_train FAILED" >&2
     failed=1
   fi
