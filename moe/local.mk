@@ -3,7 +3,7 @@
 # moeccl's public headers (its CPPFLAGS leave out src/), and builds only
 # when configure found OpenBLAS.
 EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh tests/test_moe_train.sh \
-	tests/test_moe_public.sh
+	tests/test_moe_public.sh tests/test_moe_layout.sh
 # That rule, checked on the sources (with or without OpenBLAS).
 TESTS += tests/test_moe_public.sh
 if HAVE_OPENBLAS
@@ -19,6 +19,13 @@ bin_PROGRAMS += moe/moe_train
 moe_moe_train_SOURCES = moe/moe_train.c
 moe_moe_train_CPPFLAGS = $(MOE_CPPFLAGS)
 moe_moe_train_LDADD = moe/libmoe.la libmoeccl.la
+# With MPI, moe_train also runs under mpirun (MPI launches the ranks and
+# carries the unique id, nothing else); without, only -n R (forked ranks).
+if HAVE_MPI
+moe_moe_train_CPPFLAGS += -DMOE_TRAIN_MPI
+moe_moe_train_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+moe_moe_train_LDADD += $(MPI_LIBS)
+endif
 
 # Gradients against float64 finite differences; .npy and Adam; the first
 # step against an independent NumPy implementation (skips without numpy);
@@ -31,4 +38,12 @@ tests_test_moe_grad_LDADD = moe/libmoe.la -lm
 tests_test_moe_io_SOURCES = tests/test_moe_io.c
 tests_test_moe_io_CPPFLAGS = $(MOE_CPPFLAGS)
 tests_test_moe_io_LDADD = moe/libmoe.la -lm
+
+# The dumps of 1, 2, 4 and 8 ranks in P x D mixes equal (moe_npy_cmp
+# compares two dump folders), and training on 2 and 4 ranks.
+check_PROGRAMS += tests/moe_npy_cmp
+TESTS += tests/test_moe_layout.sh
+tests_moe_npy_cmp_SOURCES = tests/moe_npy_cmp.c
+tests_moe_npy_cmp_CPPFLAGS = $(MOE_CPPFLAGS)
+tests_moe_npy_cmp_LDADD = moe/libmoe.la -lm
 endif

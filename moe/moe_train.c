@@ -1,29 +1,49 @@
-/* moe_train: trains the MoE model of moe/model.h on one process.
+/* moe_train: trains the MoE model of moe/model.h on R ranks, expert x data
+ * parallel, through moeccl's dispatch and combine (include/moeccl_moe.h).
+ *
+ * R = P * D ranks: `moe_train -n R` forks R local ranks (no MPI), or
+ * `mpirun -np R moe_train` (MPI only launches the ranks and carries the
+ * unique id; built in when configure found MPI).  Ranks [d*P, (d+1)*P) form
+ * EP group d, which holds every expert, E/P per rank; rank r takes rows
+ * [r*N/R, (r+1)*N/R) of the global batch.  Per layer each rank routes its own
+ * tokens, the router statistics are all-reduced over all ranks, dispatch and
+ * combine run on the EP communicator, the experts on this rank's E/P experts'
+ * rows.  After the backward, the expert gradients are all-reduced over the D
+ * replicas of each expert, the router gradients over all ranks; Adam runs on
+ * every rank identically.  The result does not depend on the layout beyond
+ * float32 summation order.
  *
  * Without --load, a synthetic task: a teacher MoE of the same shape (seed
  * + 1) makes the targets of N random inputs (seed + 2; one batch reused
  * every step, or new inputs every step with --fresh) and the student (seed)
  * learns them; the baseline is the loss of x_L = x on the same batch.
- * With --load DIR, the weights and one batch come from .npy files and every
- * step uses that batch.  --dump DIR writes the first step's output, loss and
- * every gradient, before the optimizer step.
- *
- * This is the single-process driver: the multi-rank one (--ep, --dp, -n,
- * --chunks) puts moeccl's dispatch and combine between the per-layer pieces
- * of model.h; until then those flags accept only 1. */
+ * With --load DIR, the weights and one batch come from .npy files (every
+ * rank reads them all and takes its rows and experts) and every step uses
+ * that batch.  --dump DIR: rank 0 writes the first step's output, loss and
+ * every gradient (full shapes, gathered from the ranks), before the
+ * optimizer step. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifdef MOE_TRAIN_MPI
+#include <mpi.h>
+#endif
 
 #include "adam.h"
 #include "backend.h"
 #include "model.h"
 #include "moeccl.h"
+#include "moeccl_moe.h"
 #include "npy.h"
 
 typedef struct train_options {
@@ -32,7 +52,8 @@ typedef struct train_options {
   float lr;
   unsigned long seed;
   const char *load, *dump, *json;
-  int fresh; /* a new synthetic batch every step */
+  int fresh;                    /* a new synthetic batch every step */
+  int ranks, ep, dp, chunks;    /* -n, --ep, --dp, --chunks (0: not given) */
   int set_layers, set_experts, set_hidden, set_ffn, set_tokens; /* given on the command line */
 } train_options_t;
 
@@ -52,7 +73,11 @@ static void usage(FILE* out) {
                "  --dump DIR    first step's out.npy grad_x.npy grad_wg{l}.npy grad_w1_{l}.npy\n"
                "                grad_w3_{l}.npy grad_w2_{l}.npy loss.txt\n"
                "  --json FILE   per-step loss, tokens/s and time split as JSON\n"
-               "  --ep P --dp D -n R --chunks C   multi-rank layout: only 1 in this build\n");
+               "  -n R          fork R local ranks (default: P * D, or mpirun's -np)\n"
+               "  --ep P        expert-parallel ranks per group (default R / D)\n"
+               "  --dp D        data-parallel groups (default R / P); R = P * D, P divides E\n"
+               "  --chunks C    token chunks per layer: only 1 in this version\n"
+               "  under MPI:    mpirun -np R moe_train [--ep P --dp D] ...\n");
 }
 
 static int parse_int(const char* name, const char* text, int min, int* out) {
@@ -114,7 +139,7 @@ static int parse_options(int argc, char** argv, train_options_t* o) {
       {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
   *o = (train_options_t){
       .cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 200, .lr = 0.003f, .seed = 1};
-  int c, one = 1, seed = 0, rc = 0;
+  int c, seed = 0, rc = 0;
   while (rc == 0 && (c = getopt_long(argc, argv, "hn:", longopts, NULL)) != -1) {
     switch (c) {
       case O_LAYERS:
@@ -150,17 +175,14 @@ static int parse_options(int argc, char** argv, train_options_t* o) {
       case O_DUMP: o->dump = optarg; break;
       case O_JSON: o->json = optarg; break;
       case O_FRESH: o->fresh = 1; break;
-      case O_EP:
-      case O_DP:
+      case O_EP: rc = parse_int("ep", optarg, 1, &o->ep); break;
+      case O_DP: rc = parse_int("dp", optarg, 1, &o->dp); break;
+      case 'n': rc = parse_int("n", optarg, 1, &o->ranks); break;
       case O_CHUNKS:
-      case 'n':
-        rc = parse_int(c == 'n'    ? "n"
-                       : c == O_EP ? "ep"
-                       : c == O_DP ? "dp"
-                                   : "chunks",
-                       optarg, 1, &one);
-        if (rc == 0 && one != 1) {
-          fprintf(stderr, "moe_train: this build runs one rank, one chunk (multi-rank: later)\n");
+        rc = parse_int("chunks", optarg, 1, &o->chunks);
+        if (rc == 0 && o->chunks != 1) {
+          fprintf(stderr, "moe_train: --chunks %d: only --chunks 1 in this version (the chunked, "
+                          "overlapped layer is not implemented yet)\n", o->chunks);
           rc = -1;
         }
         break;
@@ -295,24 +317,619 @@ static double now(void) {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* A fresh batch: random x, the teacher's output as the target. */
+/* --- the rank layout ------------------------------------------------------------ */
+
+typedef struct dist {
+  int rank, nranks;      /* in the world communicator */
+  int P, D, d, p;        /* EP size, DP size, this rank's group and index in it */
+  int e0, nexp;          /* first local expert, E/P */
+  int n0, n, maxn;       /* first global row, local rows, the most any rank has */
+  moecclComm_t world;    /* every rank: statistics, loss, router gradients */
+  moecclComm_t ep;       /* EP group d: dispatch and combine */
+  moecclComm_t dp;       /* the D ranks holding the same experts: expert gradients */
+} dist_t;
+
+static int row_start(int r, int nranks, int tokens) {
+  return (int)((long long)r * tokens / nranks);
+}
+
+/* A failed moeccl call: says which, on which rank, and why. */
+static int ccl_fail(const dist_t* ds, moecclComm_t comm, const char* what, moecclResult_t r) {
+  fprintf(stderr, "moe_train: rank %d: %s: %s: %s\n", ds->rank, what, moecclGetErrorString(r),
+          moecclGetLastError(comm));
+  return -1;
+}
+#define CK(ds, comm, call)                                                                   \
+  do {                                                                                       \
+    moecclResult_t r_ = (call);                                                              \
+    if (r_ != moecclSuccess) return ccl_fail(ds, comm, #call, r_);                          \
+  } while (0)
+
+/* --- the distributed layer -------------------------------------------------------- */
+
+typedef struct dlayer {
+  float* probs;     /* [n][E] */
+  int32_t* expert;  /* [n][K] */
+  float* gate;      /* [n][K] */
+  float* stats;     /* MOE_STATS_LEN(E), global after the forward */
+  moecclMoePlan_t plan;
+  size_t* recv;     /* [nexp] rows per local expert */
+  int* counts;      /* the same as int */
+  size_t rows;      /* their sum */
+  float *x_rows, *y_rows; /* [cap][H] */
+  float *a, *b, *h;       /* [cap][F] */
+} dlayer_t;
+
+typedef struct dws {
+  size_t cap; /* expert rows the buffers hold */
+  float* act; /* [L + 1][n][H] */
+  dlayer_t* layer;
+  float *grad, *grad_next, *tok; /* [n][H] */
+  float *dgate, *dlogits;        /* [n][K], [n][E] */
+  float *dy_rows, *dx_rows;      /* [cap][H] */
+  float *da, *db, *dh;           /* [cap][F] */
+} dws_t;
+
+static float* falloc(size_t count, int* failed) {
+  float* p = calloc(count ? count : 1, sizeof(float));
+  *failed |= p == NULL;
+  return p;
+}
+
+static void dws_free(dws_t* w, const moe_config_t* c) {
+  if (w->layer)
+    for (int l = 0; l < c->layers; l++) {
+      dlayer_t* y = &w->layer[l];
+      if (y->plan) moecclMoePlanDestroy(y->plan);
+      free(y->probs), free(y->expert), free(y->gate), free(y->stats), free(y->recv);
+      free(y->counts), free(y->x_rows), free(y->y_rows), free(y->a), free(y->b), free(y->h);
+    }
+  free(w->layer), free(w->act), free(w->grad), free(w->grad_next), free(w->tok), free(w->dgate);
+  free(w->dlogits), free(w->dy_rows), free(w->dx_rows), free(w->da), free(w->db), free(w->dh);
+  memset(w, 0, sizeof(*w));
+}
+
+static int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int tokens) {
+  memset(w, 0, sizeof(*w));
+  size_t n = ds->n, H = c->hidden, F = c->ffn, E = c->experts, K = c->topk;
+  /* A rank receives at most one row per (token of its EP group, local
+   * expert chosen), at most min(K, E/P) per token. */
+  int g0 = row_start(ds->d * ds->P, ds->nranks, tokens);
+  int g1 = row_start((ds->d + 1) * ds->P, ds->nranks, tokens);
+  size_t per = K < (size_t)ds->nexp ? K : (size_t)ds->nexp;
+  w->cap = (size_t)(g1 - g0) * per;
+  int failed = 0;
+  w->act = falloc(n * H * (c->layers + 1), &failed);
+  w->layer = calloc(c->layers, sizeof(*w->layer));
+  failed |= w->layer == NULL;
+  for (int l = 0; !failed && l < c->layers; l++) {
+    dlayer_t* y = &w->layer[l];
+    y->probs = falloc(n * E, &failed);
+    y->expert = calloc(n * K + 1, sizeof(int32_t));
+    failed |= y->expert == NULL;
+    y->gate = falloc(n * K, &failed);
+    y->stats = falloc(MOE_STATS_LEN(E), &failed);
+    y->recv = calloc(ds->nexp, sizeof(size_t));
+    y->counts = calloc(ds->nexp, sizeof(int));
+    failed |= !y->recv || !y->counts;
+    y->x_rows = falloc(w->cap * H, &failed);
+    y->y_rows = falloc(w->cap * H, &failed);
+    y->a = falloc(w->cap * F, &failed);
+    y->b = falloc(w->cap * F, &failed);
+    y->h = falloc(w->cap * F, &failed);
+  }
+  w->grad = falloc(n * H, &failed);
+  w->grad_next = falloc(n * H, &failed);
+  w->tok = falloc(n * H, &failed);
+  w->dgate = falloc(n * K, &failed);
+  w->dlogits = falloc(n * E, &failed);
+  w->dy_rows = falloc(w->cap * H, &failed);
+  w->dx_rows = falloc(w->cap * H, &failed);
+  w->da = falloc(w->cap * F, &failed);
+  w->db = falloc(w->cap * F, &failed);
+  w->dh = falloc(w->cap * F, &failed);
+  return failed ? -1 : 0;
+}
+
+static int dws_plans(dws_t* w, const moe_config_t* c, const dist_t* ds) {
+  for (int l = 0; l < c->layers; l++)
+    CK(ds, ds->ep, moecclMoePlanCreate(&w->layer[l].plan, c->experts, NULL, ds->ep));
+  return 0;
+}
+
+static float* act_of(const dws_t* w, const moe_config_t* c, const dist_t* ds, int l) {
+  return w->act + (size_t)l * ds->n * c->hidden;
+}
+
+typedef struct step_timing {
+  double router, dispatch, experts, combine, backward, allreduce, optimizer;
+} step_timing_t;
+
+/* Forward of every layer on this rank's rows; the loss over the global batch.
+ * base_sq: this rank's sum of (x - target)^2, summed into *baseline. */
+static int dist_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                        const moe_params_t* p, dws_t* w, const float* x, const float* target,
+                        moe_loss_t* loss, double* baseline, step_timing_t* tm) {
+  size_t n = ds->n, H = c->hidden, HF = (size_t)c->hidden * c->ffn;
+  int E = c->experts;
+  memcpy(act_of(w, c, ds, 0), x, n * H * sizeof(float));
+  double aux = 0.0;
+  for (int l = 0; l < c->layers; l++) {
+    const moe_layer_params_t* wl = &p->layer[l];
+    dlayer_t* y = &w->layer[l];
+    const float* xin = act_of(w, c, ds, l);
+    float* out = act_of(w, c, ds, l + 1);
+    double t0 = now();
+    memset(y->stats, 0, MOE_STATS_LEN(E) * sizeof(float));
+    moe_router_forward(be, c, wl->wg, xin, (int)n, y->probs, y->expert, y->gate, y->stats);
+    CK(ds, ds->world, moecclAllReduce(y->stats, y->stats, MOE_STATS_LEN(E), moecclFloat32,
+                                      moecclSum, ds->world, NULL));
+    double t1 = now();
+    CK(ds, ds->ep, moecclMoeLayout(y->plan, y->expert, n, c->topk, 0, y->recv, NULL));
+    y->rows = 0;
+    for (int i = 0; i < ds->nexp; i++) y->counts[i] = (int)y->recv[i], y->rows += y->recv[i];
+    if (y->rows > w->cap) {
+      fprintf(stderr, "moe_train: rank %d: %zu expert rows, room for %zu\n", ds->rank, y->rows,
+              w->cap);
+      return -1;
+    }
+    CK(ds, ds->ep, moecclMoeDispatch(y->plan, xin, y->x_rows, w->cap, H, moecclFloat32, NULL));
+    double t2 = now();
+    moe_experts_forward(be, c, ds->nexp, y->counts, wl->w1 + ds->e0 * HF, wl->w3 + ds->e0 * HF,
+                        wl->w2 + ds->e0 * HF, y->x_rows, y->a, y->b, y->h, y->y_rows);
+    double t3 = now();
+    CK(ds, ds->ep, moecclMoeCombine(y->plan, y->y_rows, w->cap, y->gate, w->tok, H, moecclFloat32,
+                                    NULL));
+    for (size_t i = 0; i < n * H; i++) out[i] = xin[i] + w->tok[i];
+    double t4 = now();
+    tm->router += t1 - t0;
+    tm->dispatch += t2 - t1;
+    tm->experts += t3 - t2;
+    tm->combine += t4 - t3;
+    aux += moe_stats_aux_loss(c, y->stats);
+  }
+  const float* out = act_of(w, c, ds, c->layers);
+  double sums[3] = {0.0, (double)n, 0.0};
+  for (size_t i = 0; i < n * H; i++) {
+    double d = (double)out[i] - target[i], b = (double)x[i] - target[i];
+    sums[0] += d * d;
+    sums[2] += b * b;
+  }
+  double t0 = now();
+  CK(ds, ds->world, moecclAllReduce(sums, sums, 3, moecclFloat64, moecclSum, ds->world, NULL));
+  tm->router += now() - t0;
+  loss->mse = sums[1] > 0 ? sums[0] / (sums[1] * H) : 0.0;
+  loss->aux = aux;
+  loss->total = loss->mse + loss->aux;
+  *baseline = sums[1] > 0 ? sums[2] / (sums[1] * H) : 0.0;
+  return 0;
+}
+
+/* Backward of the last forward: g gets this rank's gradients (its experts'
+ * slices and the router's, local sums), grad_x [n][H] dL/dx of its rows. */
+static int dist_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                         const moe_params_t* p, dws_t* w, const float* target, int tokens,
+                         moe_params_t* g, float* grad_x, step_timing_t* tm) {
+  size_t n = ds->n, H = c->hidden, HF = (size_t)c->hidden * c->ffn;
+  double t0 = now();
+  memset(g->data, 0, g->count * sizeof(float));
+  const float* out = act_of(w, c, ds, c->layers);
+  float scale = tokens > 0 ? 2.0f / ((float)tokens * (float)H) : 0.0f;
+  for (size_t i = 0; i < n * H; i++) w->grad[i] = scale * (out[i] - target[i]);
+  for (int l = c->layers - 1; l >= 0; l--) {
+    const moe_layer_params_t* wl = &p->layer[l];
+    moe_layer_params_t* gl = &g->layer[l];
+    dlayer_t* y = &w->layer[l];
+    const float* xin = act_of(w, c, ds, l);
+    CK(ds, ds->ep, moecclMoeCombineBackward(y->plan, w->grad, y->gate, y->y_rows, w->dy_rows,
+                                            w->cap, w->dgate, H, moecclFloat32, NULL));
+    moe_experts_backward(be, c, ds->nexp, y->counts, wl->w1 + ds->e0 * HF, wl->w3 + ds->e0 * HF,
+                         wl->w2 + ds->e0 * HF, y->x_rows, y->a, y->b, y->h, w->dy_rows,
+                         gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF, gl->w2 + ds->e0 * HF,
+                         w->dx_rows, w->da, w->db, w->dh);
+    CK(ds, ds->ep, moecclMoeDispatchBackward(y->plan, w->dx_rows, w->cap, w->tok, H, moecclFloat32,
+                                             NULL));
+    for (size_t i = 0; i < n * H; i++) w->grad_next[i] = w->grad[i] + w->tok[i]; /* residual */
+    moe_router_backward(be, c, wl->wg, xin, (int)n, y->probs, y->expert, y->gate, w->dgate,
+                        y->stats, w->dlogits, gl->wg, w->grad_next);
+    float* swap = w->grad;
+    w->grad = w->grad_next;
+    w->grad_next = swap;
+  }
+  memcpy(grad_x, w->grad, n * H * sizeof(float));
+  tm->backward = now() - t0;
+  return 0;
+}
+
+/* The gradients' sums: the router's over every rank, each expert's over
+ * its D replicas (the ranks with this EP index). */
+static int grad_allreduce(const moe_config_t* c, const dist_t* ds, moe_params_t* g) {
+  size_t HF = (size_t)c->hidden * c->ffn, HE = (size_t)c->hidden * c->experts;
+  size_t cnt = (size_t)ds->nexp * HF;
+  for (int l = 0; l < c->layers; l++) {
+    moe_layer_params_t* gl = &g->layer[l];
+    if (ds->nranks > 1)
+      CK(ds, ds->world,
+         moecclAllReduce(gl->wg, gl->wg, HE, moecclFloat32, moecclSum, ds->world, NULL));
+    if (ds->D > 1) {
+      float* part[3] = {gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF, gl->w2 + ds->e0 * HF};
+      for (int i = 0; i < 3; i++)
+        CK(ds, ds->dp, moecclAllReduce(part[i], part[i], cnt, moecclFloat32, moecclSum, ds->dp,
+                                       NULL));
+    }
+  }
+  return 0;
+}
+
+/* Gathers the full shapes on rank 0: every expert's gradients (in place,
+ * over the EP group: rank p's slice is block p) and the rows of out and
+ * grad_x (padded to maxn rows per rank, compacted on rank 0). */
+static int gather_for_dump(const moe_config_t* c, const dist_t* ds, int tokens, moe_params_t* g,
+                           const float* out, const float* grad_x, float* full_out,
+                           float* full_gx) {
+  size_t HF = (size_t)c->hidden * c->ffn, H = c->hidden, cnt = (size_t)ds->nexp * HF;
+  if (ds->P > 1)
+    for (int l = 0; l < c->layers; l++) {
+      float* full[3] = {g->layer[l].w1, g->layer[l].w3, g->layer[l].w2};
+      for (int i = 0; i < 3; i++)
+        CK(ds, ds->ep,
+           moecclAllGather(full[i] + ds->e0 * HF, full[i], cnt, moecclFloat32, ds->ep, NULL));
+    }
+  size_t blk = (size_t)ds->maxn * H;
+  float* send = calloc(blk ? blk : 1, sizeof(float));
+  float* recv = ds->rank == 0 ? calloc(blk * ds->nranks + 1, sizeof(float)) : NULL;
+  if (!send || (ds->rank == 0 && !recv)) {
+    fprintf(stderr, "moe_train: rank %d: out of memory\n", ds->rank);
+    free(send), free(recv);
+    return -1;
+  }
+  const float* src[2] = {out, grad_x};
+  float* dst[2] = {full_out, full_gx};
+  for (int i = 0; i < 2; i++) {
+    memcpy(send, src[i], (size_t)ds->n * H * sizeof(float));
+    moecclResult_t r = moecclGather(send, recv, blk, moecclFloat32, 0, ds->world, NULL);
+    if (r != moecclSuccess) {
+      free(send), free(recv);
+      return ccl_fail(ds, ds->world, "moecclGather", r);
+    }
+    if (ds->rank == 0)
+      for (int q = 0; q < ds->nranks; q++) {
+        int r0 = row_start(q, ds->nranks, tokens), r1 = row_start(q + 1, ds->nranks, tokens);
+        memcpy(dst[i] + (size_t)r0 * H, recv + blk * q, (size_t)(r1 - r0) * H * sizeof(float));
+      }
+  }
+  free(send), free(recv);
+  return 0;
+}
+
+/* A fresh batch: random x of the whole batch (every rank draws the same),
+ * the teacher's output on this rank's rows as its target. */
 static void synthetic_batch(const moe_backend_ops_t* be, const moe_params_t* teacher,
-                            moe_workspace_t* ws, moe_rng_t* rng, int n, float* x, float* target) {
-  size_t nh = (size_t)n * teacher->cfg.hidden;
-  moe_rng_normal(rng, x, nh, 1.0f);
-  moe_model_forward(be, teacher, ws, x, x, n, NULL, NULL, NULL);
+                            moe_workspace_t* ws, moe_rng_t* rng, const dist_t* ds, int tokens,
+                            float* xfull, float* x, float* target) {
+  size_t H = teacher->cfg.hidden, nh = (size_t)ds->n * H;
+  moe_rng_normal(rng, xfull, (size_t)tokens * H, 1.0f);
+  memcpy(x, xfull + (size_t)ds->n0 * H, nh * sizeof(float));
+  moe_model_forward(be, teacher, ws, x, x, ds->n, NULL, NULL, NULL);
   memcpy(target, moe_model_output(ws), nh * sizeof(float));
 }
 
-static double baseline_loss(const float* x, const float* target, size_t count) {
-  double sq = 0.0;
-  for (size_t i = 0; i < count; i++) sq += ((double)x[i] - target[i]) * ((double)x[i] - target[i]);
-  return sq / (double)count;
+/* Communicators: world from the id, EP group by d, replicas by p. */
+static int dist_init(dist_t* ds, const train_options_t* o, int rank, int nranks,
+                     moecclUniqueId id) {
+  memset(ds, 0, sizeof(*ds));
+  ds->rank = rank;
+  ds->nranks = nranks;
+  ds->P = o->ep;
+  ds->D = o->dp;
+  ds->d = rank / ds->P;
+  ds->p = rank % ds->P;
+  ds->nexp = o->cfg.experts / ds->P;
+  ds->e0 = ds->p * ds->nexp;
+  ds->n0 = row_start(rank, nranks, o->tokens);
+  ds->n = row_start(rank + 1, nranks, o->tokens) - ds->n0;
+  ds->maxn = (o->tokens + nranks - 1) / nranks;
+  CK(ds, NULL, moecclCommInitRank(&ds->world, nranks, id, rank));
+  CK(ds, ds->world, moecclCommSplit(ds->world, ds->d, ds->p, &ds->ep, NULL));
+  CK(ds, ds->world, moecclCommSplit(ds->world, ds->p, ds->d, &ds->dp, NULL));
+  return 0;
+}
+
+static void dist_fini(dist_t* ds, int failed) {
+  moecclComm_t comms[3] = {ds->dp, ds->ep, ds->world};
+  for (int i = 0; i < 3; i++)
+    if (comms[i]) failed ? moecclCommAbort(comms[i]) : moecclCommDestroy(comms[i]);
+}
+
+/* One rank's whole run; 0, 1 on failure. */
+static int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqueId id) {
+  const moe_config_t* c = &o->cfg;
+  const moe_backend_ops_t* be = moe_backend_blas(o->threads);
+  char blas[512];
+  dist_t ds;
+  int root = rank == 0;
+  if (dist_init(&ds, o, rank, nranks, id)) {
+    dist_fini(&ds, 1);
+    return 1;
+  }
+  moe_params_t p = {0}, g = {0}, teacher = {0};
+  moe_workspace_t tws = {0};
+  dws_t w = {0};
+  moe_adam_t adam = {0};
+  FILE* json = NULL;
+  int status = 1;
+  size_t H = c->hidden, nh = (size_t)ds.n * H, NH = (size_t)o->tokens * H;
+  int nomem = 0;
+  float *x = falloc(nh, &nomem), *target = falloc(nh, &nomem), *grad_x = falloc(nh, &nomem);
+  float *xfull = malloc(NH * sizeof(float) + 1), *tfull = malloc(NH * sizeof(float) + 1);
+  float *dump_out = NULL, *dump_gx = NULL;
+  if (nomem || !xfull || !tfull || moe_params_alloc(&p, c) ||
+      moe_params_alloc(&g, c) || dws_alloc(&w, c, &ds, o->tokens) ||
+      moe_adam_init(&adam, p.count, o->lr) ||
+      (!o->load && (moe_params_alloc(&teacher, c) || moe_workspace_alloc(&tws, c, ds.n))) ||
+      (o->dump && root && (!(dump_out = malloc(NH * sizeof(float) + 1)) ||
+                           !(dump_gx = malloc(NH * sizeof(float) + 1))))) {
+    fprintf(stderr, "moe_train: rank %d: out of memory\n", rank);
+    goto done;
+  }
+  if (dws_plans(&w, c, &ds)) goto done;
+  moe_rng_t batch_rng;
+  moe_rng_seed(&batch_rng, o->seed + 2);
+  if (o->load) {
+    if (load_all(o, &p, xfull, tfull)) goto done;
+    memcpy(x, xfull + (size_t)ds.n0 * H, nh * sizeof(float));
+    memcpy(target, tfull + (size_t)ds.n0 * H, nh * sizeof(float));
+  } else {
+    moe_params_init_random(&p, o->seed);
+    moe_params_init_random(&teacher, o->seed + 1);
+  }
+  int version = 0;
+  moecclGetVersion(&version);
+  be->describe(blas, sizeof(blas));
+  if (root) {
+    printf("# moe_train (moeccl %d.%d.%d), %d rank%s (EP %d x DP %d, %d expert%s and %d-%d tokens "
+           "per rank): L=%d E=%d K=%d H=%d F=%d N=%d steps=%d lr=%g aux=%g seed=%lu %s\n"
+           "# compute: %s\n",
+           version / 10000, version / 100 % 100, version % 100, nranks, nranks > 1 ? "s" : "",
+           ds.P, ds.D, ds.nexp, ds.nexp > 1 ? "s" : "", o->tokens / nranks, ds.maxn, c->layers,
+           c->experts, c->topk, c->hidden, c->ffn, o->tokens, o->steps, o->lr, c->aux, o->seed,
+           o->load    ? o->load
+           : o->fresh ? "teacher, fresh inputs"
+                      : "teacher, one batch",
+           blas);
+    printf("# %5s %12s %12s %10s %12s %7s %10s  ms (rank 0): %s\n", "step", "loss", "mse", "aux",
+           "baseline", "ratio", "tokens/s",
+           "router dispatch experts combine backward allreduce optimizer");
+    json = o->json ? fopen(o->json, "w") : NULL;
+    if (o->json && !json) {
+      fprintf(stderr, "moe_train: --json %s: %s\n", o->json, strerror(errno));
+      /* the other ranks stop at the first collective's failure flag below */
+    }
+  }
+  int bad = root && o->json && !json;
+  {
+    int flag = bad;
+    moecclResult_t r = moecclAllReduce(&flag, &flag, 1, moecclInt32, moecclMax, ds.world, NULL);
+    if (r != moecclSuccess) {
+      ccl_fail(&ds, ds.world, "moecclAllReduce", r);
+      goto done;
+    }
+    if (flag) goto done;
+  }
+  if (json)
+    fprintf(json,
+            "{\"layers\": %d, \"experts\": %d, \"topk\": %d, \"hidden\": %d, \"ffn\": %d, "
+            "\"tokens\": %d, \"lr\": %g, \"aux\": %g, \"seed\": %lu, \"ranks\": %d, \"ep\": %d, "
+            "\"dp\": %d, \"blas\": \"%s\", \"steps\": [",
+            c->layers, c->experts, c->topk, c->hidden, c->ffn, o->tokens, o->lr, c->aux, o->seed,
+            nranks, ds.P, ds.D, blas);
+  int tty = root && isatty(STDERR_FILENO);
+  double first_ratio = 0.0, last_ratio = 0.0;
+  for (int step = 1; step <= o->steps || (step == 1 && o->dump); step++) {
+    if (!o->load && (step == 1 || o->fresh))
+      synthetic_batch(be, &teacher, &tws, &batch_rng, &ds, o->tokens, xfull, x, target);
+    moe_loss_t loss;
+    step_timing_t tm = {0};
+    double base = 0.0, t0 = now();
+    if (dist_forward(be, c, &ds, &p, &w, x, target, &loss, &base, &tm) ||
+        dist_backward(be, c, &ds, &p, &w, target, o->tokens, &g, grad_x, &tm))
+      goto done;
+    double t1 = now();
+    if (grad_allreduce(c, &ds, &g)) goto done;
+    tm.allreduce = now() - t1;
+    if (step == 1 && o->dump) {
+      if (gather_for_dump(c, &ds, o->tokens, &g, act_of(&w, c, &ds, c->layers), grad_x, dump_out,
+                          dump_gx))
+        goto done;
+      int flag = root && dump_all(o, &g, dump_out, dump_gx, &loss);
+      moecclResult_t r = moecclAllReduce(&flag, &flag, 1, moecclInt32, moecclMax, ds.world, NULL);
+      if (r != moecclSuccess) {
+        ccl_fail(&ds, ds.world, "moecclAllReduce", r);
+        goto done;
+      }
+      if (flag) goto done;
+    }
+    if (step > o->steps) break;
+    double t2 = now();
+    moe_adam_step(&adam, p.data, g.data);
+    double t3 = now();
+    tm.optimizer = t3 - t2;
+    double ratio = base > 0 ? loss.total / base : 0.0;
+    if (step == 1) first_ratio = ratio;
+    last_ratio = ratio;
+    double tps = o->tokens / (t3 - t0);
+    if (!root) continue;
+    printf("  %5d %12.6g %12.6g %10.4g %12.6g %7.4f %10.0f  %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n",
+           step, loss.total, loss.mse, loss.aux, base, ratio, tps, 1e3 * tm.router,
+           1e3 * tm.dispatch, 1e3 * tm.experts, 1e3 * tm.combine, 1e3 * tm.backward,
+           1e3 * tm.allreduce, 1e3 * tm.optimizer);
+    if (tty)
+      fprintf(stderr, "\rstep %d/%d loss %.5g (%.1f%% of baseline)", step, o->steps, loss.total,
+              100 * ratio);
+    if (json)
+      fprintf(json,
+              "%s\n  {\"step\": %d, \"loss\": %.9g, \"mse\": %.9g, \"aux\": %.9g, "
+              "\"baseline\": %.9g, \"tokens_per_s\": %.1f, \"time_s\": {\"router\": %.6g, "
+              "\"dispatch\": %.6g, \"experts\": %.6g, \"combine\": %.6g, \"backward\": "
+              "%.6g, \"allreduce\": %.6g, \"optimizer\": %.6g}}",
+              step > 1 ? "," : "", step, loss.total, loss.mse, loss.aux, base, tps, tm.router,
+              tm.dispatch, tm.experts, tm.combine, tm.backward, tm.allreduce, tm.optimizer);
+  }
+  if (tty) fprintf(stderr, "\n");
+  if (root && o->steps > 0)
+    printf("# loss / baseline: %.4f at step 1, %.4f at step %d\n", first_ratio, last_ratio,
+           o->steps);
+  if (json) fprintf(json, "\n]}\n");
+  status = 0;
+done:
+  if (json && fclose(json)) {
+    fprintf(stderr, "moe_train: --json %s: %s\n", o->json, strerror(errno));
+    status = 1;
+  }
+  fflush(stdout);
+  dws_free(&w, c);
+  dist_fini(&ds, status != 0);
+  moe_adam_free(&adam);
+  moe_workspace_free(&tws);
+  moe_params_free(&p);
+  moe_params_free(&g);
+  moe_params_free(&teacher);
+  free(x), free(target), free(grad_x), free(xfull), free(tfull), free(dump_out), free(dump_gx);
+  return status;
+}
+
+/* --- launching ------------------------------------------------------------------- */
+
+/* -n R: forks the ranks before any library call, makes the id here (this
+ * process serves the rendezvous) and sends it down a pipe to each; waits
+ * for them, and stops the others as soon as one fails. */
+static int run_forked(const train_options_t* o, int nranks) {
+  pid_t* pids = calloc(nranks, sizeof(pid_t));
+  int* fds = malloc(nranks * sizeof(int));
+  if (!pids || !fds) {
+    fprintf(stderr, "moe_train: out of memory\n");
+    return 1;
+  }
+  struct sigaction ign = {.sa_handler = SIG_IGN};
+  sigaction(SIGPIPE, &ign, NULL);
+  int started = 0, status = 0;
+  pid_t launcher = getpid();
+  for (int r = 0; r < nranks; r++) {
+    int pfd[2];
+    if (pipe(pfd)) {
+      fprintf(stderr, "moe_train: pipe: %s\n", strerror(errno));
+      status = 1;
+      break;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      fprintf(stderr, "moe_train: fork: %s\n", strerror(errno));
+      close(pfd[0]), close(pfd[1]);
+      status = 1;
+      break;
+    }
+    if (pid == 0) {
+      /* A launcher killed (a test's timeout) takes its ranks with it. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(1);
+      close(pfd[1]);
+      for (int i = 0; i < r; i++) close(fds[i]);
+      moecclUniqueId id;
+      size_t got = 0;
+      while (got < sizeof(id)) {
+        ssize_t k = read(pfd[0], (char*)&id + got, sizeof(id) - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) _exit(1); /* the launcher gave up */
+        got += (size_t)k;
+      }
+      close(pfd[0]);
+      int rc = rank_main(o, r, nranks, id);
+      free(pids), free(fds);
+      exit(rc);
+    }
+    close(pfd[0]);
+    fds[r] = pfd[1];
+    pids[r] = pid;
+    started++;
+  }
+  moecclUniqueId id;
+  moecclResult_t res = status ? moecclSuccess : moecclGetUniqueId(&id);
+  if (res != moecclSuccess) {
+    fprintf(stderr, "moe_train: moecclGetUniqueId: %s: %s\n", moecclGetErrorString(res),
+            moecclGetLastError(NULL));
+    status = 1;
+  }
+  for (int r = 0; r < started; r++) {
+    if (status == 0 && write(fds[r], &id, sizeof(id)) != (ssize_t)sizeof(id)) status = 1;
+    close(fds[r]);
+  }
+  for (int left = started; left > 0;) {
+    int st;
+    pid_t pid = wait(&st);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int r = 0; r < started; r++)
+      if (pids[r] == pid) {
+        pids[r] = 0;
+        left--;
+        int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+        if (!WIFEXITED(st))
+          fprintf(stderr, "moe_train: rank %d ended by signal %d\n", r, WTERMSIG(st));
+        if (rc && !status) {
+          status = rc;
+          for (int q = 0; q < started; q++) /* the others would wait for it */
+            if (pids[q] > 0) kill(pids[q], SIGTERM);
+        }
+      }
+  }
+  free(pids), free(fds);
+  return status;
+}
+
+#ifdef MOE_TRAIN_MPI
+/* Launched by mpirun (Open MPI, or a PMI launcher)? */
+static int mpi_launched(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+#endif
+
+/* R, P and D from the flags (and the launcher's R); 0, or -1 with a message. */
+static int resolve_layout(train_options_t* o, int launched) {
+  int R = launched ? launched : o->ranks;
+  if (launched && o->ranks && o->ranks != launched) {
+    fprintf(stderr, "moe_train: -n %d under an MPI launch of %d ranks: give one of them\n",
+            o->ranks, launched);
+    return -1;
+  }
+  if (!R) R = (o->ep ? o->ep : 1) * (o->dp ? o->dp : 1);
+  if (!o->ep && !o->dp) o->ep = R, o->dp = 1;
+  else if (!o->ep) o->ep = R % o->dp ? 0 : R / o->dp;
+  else if (!o->dp) o->dp = R % o->ep ? 0 : R / o->ep;
+  if (o->ep < 1 || o->dp < 1 || (long long)o->ep * o->dp != R) {
+    fprintf(stderr, "moe_train: %d ranks do not split as --ep %d x --dp %d (R = P * D)\n", R,
+            o->ep, o->dp);
+    return -1;
+  }
+  if (o->cfg.experts % o->ep) {
+    fprintf(stderr, "moe_train: --ep %d does not divide the %d experts\n", o->ep,
+            o->cfg.experts);
+    return -1;
+  }
+  if (R > 256) {
+    fprintf(stderr, "moe_train: %d ranks: at most 256\n", R);
+    return -1;
+  }
+  o->ranks = R;
+  return 0;
 }
 
 int main(int argc, char** argv) {
   train_options_t o;
-  char err[256], blas[512];
+  char err[256];
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc > 0 ? 0 : 2;
   if (o.load && infer_shapes(&o)) return 1;
@@ -320,111 +937,41 @@ int main(int argc, char** argv) {
     fprintf(stderr, "moe_train: %s\n", err);
     return 2;
   }
-  const moe_config_t* c = &o.cfg;
-  const moe_backend_ops_t* be = moe_backend_blas(o.threads);
-  moe_params_t p = {0}, g = {0}, teacher = {0};
-  moe_workspace_t ws = {0};
-  moe_adam_t adam = {0};
-  FILE* json = NULL;
-  int status = 1;
-  size_t nh = (size_t)o.tokens * c->hidden;
-  float *x = malloc(nh * sizeof(float)), *target = malloc(nh * sizeof(float));
-  float* grad_x = malloc(nh * sizeof(float));
-  if (!x || !target || !grad_x || moe_params_alloc(&p, c) || moe_params_alloc(&g, c) ||
-      moe_workspace_alloc(&ws, c, o.tokens) || moe_adam_init(&adam, p.count, o.lr) ||
-      (!o.load && moe_params_alloc(&teacher, c))) {
-    fprintf(stderr, "moe_train: out of memory\n");
-    goto done;
-  }
-  moe_rng_t batch_rng;
-  moe_rng_seed(&batch_rng, o.seed + 2);
-  if (o.load) {
-    if (load_all(&o, &p, x, target)) goto done;
-  } else {
-    moe_params_init_random(&p, o.seed);
-    moe_params_init_random(&teacher, o.seed + 1);
-  }
-  int version = 0;
-  moecclGetVersion(&version);
-  printf(
-      "# moe_train (moeccl %d.%d.%d), 1 rank: L=%d E=%d K=%d H=%d F=%d N=%d steps=%d lr=%g aux=%g "
-      "seed=%lu %s\n# compute: %s\n",
-      version / 10000, version / 100 % 100, version % 100, c->layers, c->experts, c->topk,
-      c->hidden, c->ffn, o.tokens, o.steps, o.lr, c->aux, o.seed,
-      o.load    ? o.load
-      : o.fresh ? "teacher, fresh inputs"
-                : "teacher, one batch",
-      be->describe(blas, sizeof(blas)));
-  printf("# %5s %12s %12s %10s %12s %7s %10s  ms: %s\n", "step", "loss", "mse", "aux", "baseline",
-         "ratio", "tokens/s", "router dispatch experts combine backward allreduce optimizer");
-  json = o.json ? fopen(o.json, "w") : NULL;
-  if (o.json && !json) {
-    fprintf(stderr, "moe_train: --json %s: %s\n", o.json, strerror(errno));
-    goto done;
-  }
-  if (json)
-    fprintf(json,
-            "{\"layers\": %d, \"experts\": %d, \"topk\": %d, \"hidden\": %d, \"ffn\": %d, "
-            "\"tokens\": %d, \"lr\": %g, \"aux\": %g, \"seed\": %lu, \"ranks\": 1, "
-            "\"blas\": \"%s\", \"steps\": [",
-            c->layers, c->experts, c->topk, c->hidden, c->ffn, o.tokens, o.lr, c->aux, o.seed,
-            blas);
-  int tty = isatty(STDERR_FILENO);
-  status = 0;
-  double first_ratio = 0.0, last_ratio = 0.0;
-  for (int step = 1; step <= o.steps || (step == 1 && o.dump); step++) {
-    if (!o.load && (step == 1 || o.fresh))
-      synthetic_batch(be, &teacher, &ws, &batch_rng, o.tokens, x, target);
-    moe_loss_t loss;
-    moe_timing_t tm;
-    double t0 = now();
-    moe_model_forward(be, &p, &ws, x, target, o.tokens, NULL, &loss, &tm);
-    moe_model_backward(be, &p, &ws, target, &g, grad_x, &tm);
-    if (step == 1 && o.dump && dump_all(&o, &g, moe_model_output(&ws), grad_x, &loss)) {
-      status = 1;
-      break;
+#ifdef MOE_TRAIN_MPI
+  if (mpi_launched()) {
+    MPI_Init(&argc, &argv);
+    int me = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (resolve_layout(&o, size)) {
+      MPI_Finalize();
+      return 2;
     }
-    if (step > o.steps) break;
-    double t1 = now();
-    moe_adam_step(&adam, p.data, g.data);
-    double t2 = now();
-    double base = baseline_loss(x, target, nh), ratio = base > 0 ? loss.total / base : 0.0;
-    if (step == 1) first_ratio = ratio;
-    last_ratio = ratio;
-    double tps = o.tokens / (t2 - t0);
-    printf("  %5d %12.6g %12.6g %10.4g %12.6g %7.4f %10.0f  %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n",
-           step, loss.total, loss.mse, loss.aux, base, ratio, tps, 1e3 * tm.router,
-           1e3 * tm.dispatch, 1e3 * tm.experts, 1e3 * tm.combine, 1e3 * tm.backward, 0.0,
-           1e3 * (t2 - t1));
-    if (tty)
-      fprintf(stderr, "\rstep %d/%d loss %.5g (%.1f%% of baseline)", step, o.steps, loss.total,
-              100 * ratio);
-    if (json)
-      fprintf(json,
-              "%s\n  {\"step\": %d, \"loss\": %.9g, \"mse\": %.9g, \"aux\": %.9g, "
-              "\"baseline\": %.9g, \"tokens_per_s\": %.1f, \"time_s\": {\"router\": %.6g, "
-              "\"dispatch\": %.6g, \"experts\": %.6g, \"combine\": %.6g, \"backward\": "
-              "%.6g, \"allreduce\": 0, \"optimizer\": %.6g}}",
-              step > 1 ? "," : "", step, loss.total, loss.mse, loss.aux, base, tps, tm.router,
-              tm.dispatch, tm.experts, tm.combine, tm.backward, t2 - t1);
+    moecclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    int bad = me == 0 && moecclGetUniqueId(&id) != moecclSuccess;
+    if (bad)
+      fprintf(stderr, "moe_train: moecclGetUniqueId: %s\n", moecclGetLastError(NULL));
+    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (bad) {
+      MPI_Finalize();
+      return 1;
+    }
+    MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    rc = rank_main(&o, me, size, id);
+    if (rc) MPI_Abort(MPI_COMM_WORLD, rc);
+    MPI_Finalize();
+    return rc;
   }
-  if (tty) fprintf(stderr, "\n");
-  if (o.steps > 0)
-    printf("# loss / baseline: %.4f at step 1, %.4f at step %d\n", first_ratio, last_ratio,
-           o.steps);
-  if (json) fprintf(json, "\n]}\n");
-done:
-  if (json && fclose(json)) {
-    fprintf(stderr, "moe_train: --json %s: %s\n", o.json, strerror(errno));
-    status = 1;
+#endif
+  if (resolve_layout(&o, 0)) return 2;
+  if (o.ranks > 1) return run_forked(&o, o.ranks);
+  moecclUniqueId id;
+  moecclResult_t r = moecclGetUniqueId(&id);
+  if (r != moecclSuccess) {
+    fprintf(stderr, "moe_train: moecclGetUniqueId: %s: %s\n", moecclGetErrorString(r),
+            moecclGetLastError(NULL));
+    return 1;
   }
-  moe_adam_free(&adam);
-  moe_workspace_free(&ws);
-  moe_params_free(&p);
-  moe_params_free(&g);
-  moe_params_free(&teacher);
-  free(x);
-  free(target);
-  free(grad_x);
-  return status;
+  return rank_main(&o, 0, 1, id);
 }

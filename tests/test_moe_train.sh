@@ -43,6 +43,6 @@ refuse() { # refuse WHAT ARGS...: moe_train must exit 2
 refuse "topk > experts" --experts 4 --topk 5 --steps 1
 refuse "zero hidden" --hidden 0 --steps 1
 refuse "negative lr" --lr -1 --steps 1
-refuse "two ranks" -n 2 --steps 1
+refuse "P x D != R" -n 2 --ep 2 --dp 2 --steps 1
 refuse "unknown flag" --bogus
 exit $fail
