@@ -53,7 +53,7 @@ typedef struct train_options {
   unsigned long seed;
   const char *load, *dump, *json;
   int fresh;                    /* a new synthetic batch every step */
-  int ranks, ep, dp, chunks;    /* -n, --ep, --dp, --chunks (0: not given) */
+  int ranks, ep, dp, chunks;    /* -n, --ep, --dp (0: not given), --chunks */
   int set_layers, set_experts, set_hidden, set_ffn, set_tokens; /* given on the command line */
 } train_options_t;
 
@@ -76,7 +76,9 @@ static void usage(FILE* out) {
                "  -n R          fork R local ranks (default: P * D, or mpirun's -np)\n"
                "  --ep P        expert-parallel ranks per group (default R / D)\n"
                "  --dp D        data-parallel groups (default R / P); R = P * D, P divides E\n"
-               "  --chunks C    token chunks per layer: only 1 in this version\n"
+               "  --chunks C    split each rank's tokens into C chunks per layer, each with\n"
+               "                its own dispatch/combine plan (one after the other: no\n"
+               "                overlap yet) (1)\n"
                "  under MPI:    mpirun -np R moe_train [--ep P --dp D] ...\n");
 }
 
@@ -138,7 +140,8 @@ static int parse_options(int argc, char** argv, train_options_t* o) {
       {"chunks", 1, 0, O_CHUNKS},   {"fresh", 0, 0, O_FRESH},
       {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
   *o = (train_options_t){
-      .cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 200, .lr = 0.003f, .seed = 1};
+      .cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 200, .lr = 0.003f, .seed = 1,
+      .chunks = 1};
   int c, seed = 0, rc = 0;
   while (rc == 0 && (c = getopt_long(argc, argv, "hn:", longopts, NULL)) != -1) {
     switch (c) {
@@ -180,11 +183,6 @@ static int parse_options(int argc, char** argv, train_options_t* o) {
       case 'n': rc = parse_int("n", optarg, 1, &o->ranks); break;
       case O_CHUNKS:
         rc = parse_int("chunks", optarg, 1, &o->chunks);
-        if (rc == 0 && o->chunks != 1) {
-          fprintf(stderr, "moe_train: --chunks %d: only --chunks 1 in this version (the chunked, "
-                          "overlapped layer is not implemented yet)\n", o->chunks);
-          rc = -1;
-        }
         break;
       case 'h': usage(stdout); return 1;
       default: usage(stderr); return -1;
@@ -347,21 +345,28 @@ static int ccl_fail(const dist_t* ds, moecclComm_t comm, const char* what, moecc
 
 /* --- the distributed layer -------------------------------------------------------- */
 
-typedef struct dlayer {
-  float* probs;     /* [n][E] */
-  int32_t* expert;  /* [n][K] */
-  float* gate;      /* [n][K] */
-  float* stats;     /* MOE_STATS_LEN(E), global after the forward */
+/* One chunk of a layer's tokens: its plan and expert rows. */
+typedef struct dchunk {
+  int t0, t;        /* its first local token and token count */
   moecclMoePlan_t plan;
   size_t* recv;     /* [nexp] rows per local expert */
   int* counts;      /* the same as int */
   size_t rows;      /* their sum */
   float *x_rows, *y_rows; /* [cap][H] */
   float *a, *b, *h;       /* [cap][F] */
+} dchunk_t;
+
+typedef struct dlayer {
+  float* probs;     /* [n][E] */
+  int32_t* expert;  /* [n][K] */
+  float* gate;      /* [n][K] */
+  float* stats;     /* MOE_STATS_LEN(E), global after the forward */
+  dchunk_t* chunk;  /* [chunks] */
 } dlayer_t;
 
 typedef struct dws {
-  size_t cap; /* expert rows the buffers hold */
+  int chunks;
+  size_t cap; /* expert rows a chunk's buffers hold */
   float* act; /* [L + 1][n][H] */
   dlayer_t* layer;
   float *grad, *grad_next, *tok; /* [n][H] */
@@ -380,24 +385,28 @@ static void dws_free(dws_t* w, const moe_config_t* c) {
   if (w->layer)
     for (int l = 0; l < c->layers; l++) {
       dlayer_t* y = &w->layer[l];
-      if (y->plan) moecclMoePlanDestroy(y->plan);
-      free(y->probs), free(y->expert), free(y->gate), free(y->stats), free(y->recv);
-      free(y->counts), free(y->x_rows), free(y->y_rows), free(y->a), free(y->b), free(y->h);
+      for (int k = 0; y->chunk && k < w->chunks; k++) {
+        dchunk_t* ch = &y->chunk[k];
+        if (ch->plan) moecclMoePlanDestroy(ch->plan);
+        free(ch->recv), free(ch->counts), free(ch->x_rows), free(ch->y_rows);
+        free(ch->a), free(ch->b), free(ch->h);
+      }
+      free(y->probs), free(y->expert), free(y->gate), free(y->stats), free(y->chunk);
     }
   free(w->layer), free(w->act), free(w->grad), free(w->grad_next), free(w->tok), free(w->dgate);
   free(w->dlogits), free(w->dy_rows), free(w->dx_rows), free(w->da), free(w->db), free(w->dh);
   memset(w, 0, sizeof(*w));
 }
 
-static int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int tokens) {
+static int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks) {
   memset(w, 0, sizeof(*w));
   size_t n = ds->n, H = c->hidden, F = c->ffn, E = c->experts, K = c->topk;
-  /* A rank receives at most one row per (token of its EP group, local
-   * expert chosen), at most min(K, E/P) per token. */
-  int g0 = row_start(ds->d * ds->P, ds->nranks, tokens);
-  int g1 = row_start((ds->d + 1) * ds->P, ds->nranks, tokens);
+  /* A rank receives at most one row per (token of a chunk of its EP group,
+   * local expert chosen), at most min(K, E/P) per token; a rank's chunk has
+   * at most ceil(maxn / chunks) tokens. */
   size_t per = K < (size_t)ds->nexp ? K : (size_t)ds->nexp;
-  w->cap = (size_t)(g1 - g0) * per;
+  w->chunks = chunks;
+  w->cap = (size_t)ds->P * ((ds->maxn + chunks - 1) / chunks) * per;
   int failed = 0;
   w->act = falloc(n * H * (c->layers + 1), &failed);
   w->layer = calloc(c->layers, sizeof(*w->layer));
@@ -409,14 +418,21 @@ static int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int toke
     failed |= y->expert == NULL;
     y->gate = falloc(n * K, &failed);
     y->stats = falloc(MOE_STATS_LEN(E), &failed);
-    y->recv = calloc(ds->nexp, sizeof(size_t));
-    y->counts = calloc(ds->nexp, sizeof(int));
-    failed |= !y->recv || !y->counts;
-    y->x_rows = falloc(w->cap * H, &failed);
-    y->y_rows = falloc(w->cap * H, &failed);
-    y->a = falloc(w->cap * F, &failed);
-    y->b = falloc(w->cap * F, &failed);
-    y->h = falloc(w->cap * F, &failed);
+    y->chunk = calloc(chunks, sizeof(dchunk_t));
+    failed |= !y->chunk;
+    for (int k = 0; !failed && k < chunks; k++) {
+      dchunk_t* ch = &y->chunk[k];
+      ch->t0 = row_start(k, chunks, ds->n);
+      ch->t = row_start(k + 1, chunks, ds->n) - ch->t0;
+      ch->recv = calloc(ds->nexp, sizeof(size_t));
+      ch->counts = calloc(ds->nexp, sizeof(int));
+      failed |= !ch->recv || !ch->counts;
+      ch->x_rows = falloc(w->cap * H, &failed);
+      ch->y_rows = falloc(w->cap * H, &failed);
+      ch->a = falloc(w->cap * F, &failed);
+      ch->b = falloc(w->cap * F, &failed);
+      ch->h = falloc(w->cap * F, &failed);
+    }
   }
   w->grad = falloc(n * H, &failed);
   w->grad_next = falloc(n * H, &failed);
@@ -433,7 +449,8 @@ static int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int toke
 
 static int dws_plans(dws_t* w, const moe_config_t* c, const dist_t* ds) {
   for (int l = 0; l < c->layers; l++)
-    CK(ds, ds->ep, moecclMoePlanCreate(&w->layer[l].plan, c->experts, NULL, ds->ep));
+    for (int k = 0; k < w->chunks; k++)
+      CK(ds, ds->ep, moecclMoePlanCreate(&w->layer[l].chunk[k].plan, c->experts, NULL, ds->ep));
   return 0;
 }
 
@@ -464,28 +481,38 @@ static int dist_forward(const moe_backend_ops_t* be, const moe_config_t* c, cons
     moe_router_forward(be, c, wl->wg, xin, (int)n, y->probs, y->expert, y->gate, y->stats);
     CK(ds, ds->world, moecclAllReduce(y->stats, y->stats, MOE_STATS_LEN(E), moecclFloat32,
                                       moecclSum, ds->world, NULL));
-    double t1 = now();
-    CK(ds, ds->ep, moecclMoeLayout(y->plan, y->expert, n, c->topk, 0, y->recv, NULL));
-    y->rows = 0;
-    for (int i = 0; i < ds->nexp; i++) y->counts[i] = (int)y->recv[i], y->rows += y->recv[i];
-    if (y->rows > w->cap) {
-      fprintf(stderr, "moe_train: rank %d: %zu expert rows, room for %zu\n", ds->rank, y->rows,
-              w->cap);
-      return -1;
+    tm->router += now() - t0;
+    /* Chunk by chunk, one after the other (no overlap yet): each has its
+     * own plan, so the backward finds it again. */
+    for (int k = 0; k < w->chunks; k++) {
+      dchunk_t* ch = &y->chunk[k];
+      size_t K = c->topk;
+      double t1 = now();
+      CK(ds, ds->ep, moecclMoeLayout(ch->plan, y->expert + ch->t0 * K, ch->t, c->topk, 0,
+                                     ch->recv, NULL));
+      ch->rows = 0;
+      for (int i = 0; i < ds->nexp; i++) ch->counts[i] = (int)ch->recv[i], ch->rows += ch->recv[i];
+      if (ch->rows > w->cap) {
+        fprintf(stderr, "moe_train: rank %d: %zu expert rows, room for %zu\n", ds->rank, ch->rows,
+                w->cap);
+        return -1;
+      }
+      CK(ds, ds->ep, moecclMoeDispatch(ch->plan, xin + ch->t0 * H, ch->x_rows, w->cap, H,
+                                       moecclFloat32, NULL));
+      double t2 = now();
+      moe_experts_forward(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF,
+                          wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b,
+                          ch->h, ch->y_rows);
+      double t3 = now();
+      CK(ds, ds->ep, moecclMoeCombine(ch->plan, ch->y_rows, w->cap, y->gate + ch->t0 * K,
+                                      w->tok + ch->t0 * H, H, moecclFloat32, NULL));
+      tm->dispatch += t2 - t1;
+      tm->experts += t3 - t2;
+      tm->combine += now() - t3;
     }
-    CK(ds, ds->ep, moecclMoeDispatch(y->plan, xin, y->x_rows, w->cap, H, moecclFloat32, NULL));
-    double t2 = now();
-    moe_experts_forward(be, c, ds->nexp, y->counts, wl->w1 + ds->e0 * HF, wl->w3 + ds->e0 * HF,
-                        wl->w2 + ds->e0 * HF, y->x_rows, y->a, y->b, y->h, y->y_rows);
-    double t3 = now();
-    CK(ds, ds->ep, moecclMoeCombine(y->plan, y->y_rows, w->cap, y->gate, w->tok, H, moecclFloat32,
-                                    NULL));
-    for (size_t i = 0; i < n * H; i++) out[i] = xin[i] + w->tok[i];
     double t4 = now();
-    tm->router += t1 - t0;
-    tm->dispatch += t2 - t1;
-    tm->experts += t3 - t2;
-    tm->combine += t4 - t3;
+    for (size_t i = 0; i < n * H; i++) out[i] = xin[i] + w->tok[i];
+    tm->combine += now() - t4;
     aux += moe_stats_aux_loss(c, y->stats);
   }
   const float* out = act_of(w, c, ds, c->layers);
@@ -521,14 +548,19 @@ static int dist_backward(const moe_backend_ops_t* be, const moe_config_t* c, con
     moe_layer_params_t* gl = &g->layer[l];
     dlayer_t* y = &w->layer[l];
     const float* xin = act_of(w, c, ds, l);
-    CK(ds, ds->ep, moecclMoeCombineBackward(y->plan, w->grad, y->gate, y->y_rows, w->dy_rows,
-                                            w->cap, w->dgate, H, moecclFloat32, NULL));
-    moe_experts_backward(be, c, ds->nexp, y->counts, wl->w1 + ds->e0 * HF, wl->w3 + ds->e0 * HF,
-                         wl->w2 + ds->e0 * HF, y->x_rows, y->a, y->b, y->h, w->dy_rows,
-                         gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF, gl->w2 + ds->e0 * HF,
-                         w->dx_rows, w->da, w->db, w->dh);
-    CK(ds, ds->ep, moecclMoeDispatchBackward(y->plan, w->dx_rows, w->cap, w->tok, H, moecclFloat32,
-                                             NULL));
+    for (int k = 0; k < w->chunks; k++) {
+      dchunk_t* ch = &y->chunk[k];
+      size_t K = c->topk;
+      CK(ds, ds->ep, moecclMoeCombineBackward(ch->plan, w->grad + ch->t0 * H, y->gate + ch->t0 * K,
+                                              ch->y_rows, w->dy_rows, w->cap,
+                                              w->dgate + ch->t0 * K, H, moecclFloat32, NULL));
+      moe_experts_backward(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF,
+                           wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b,
+                           ch->h, w->dy_rows, gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF,
+                           gl->w2 + ds->e0 * HF, w->dx_rows, w->da, w->db, w->dh);
+      CK(ds, ds->ep, moecclMoeDispatchBackward(ch->plan, w->dx_rows, w->cap, w->tok + ch->t0 * H,
+                                               H, moecclFloat32, NULL));
+    }
     for (size_t i = 0; i < n * H; i++) w->grad_next[i] = w->grad[i] + w->tok[i]; /* residual */
     moe_router_backward(be, c, wl->wg, xin, (int)n, y->probs, y->expert, y->gate, w->dgate,
                         y->stats, w->dlogits, gl->wg, w->grad_next);
@@ -664,7 +696,7 @@ static int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqu
   float *xfull = malloc(NH * sizeof(float) + 1), *tfull = malloc(NH * sizeof(float) + 1);
   float *dump_out = NULL, *dump_gx = NULL;
   if (nomem || !xfull || !tfull || moe_params_alloc(&p, c) ||
-      moe_params_alloc(&g, c) || dws_alloc(&w, c, &ds, o->tokens) ||
+      moe_params_alloc(&g, c) || dws_alloc(&w, c, &ds, o->chunks) ||
       moe_adam_init(&adam, p.count, o->lr) ||
       (!o->load && (moe_params_alloc(&teacher, c) || moe_workspace_alloc(&tws, c, ds.n))) ||
       (o->dump && root && (!(dump_out = malloc(NH * sizeof(float) + 1)) ||
@@ -688,10 +720,11 @@ static int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqu
   be->describe(blas, sizeof(blas));
   if (root) {
     printf("# moe_train (moeccl %d.%d.%d), %d rank%s (EP %d x DP %d, %d expert%s and %d-%d tokens "
-           "per rank): L=%d E=%d K=%d H=%d F=%d N=%d steps=%d lr=%g aux=%g seed=%lu %s\n"
-           "# compute: %s\n",
+           "per rank, %d chunk%s): L=%d E=%d K=%d H=%d F=%d N=%d steps=%d lr=%g aux=%g seed=%lu "
+           "%s\n# compute: %s\n",
            version / 10000, version / 100 % 100, version % 100, nranks, nranks > 1 ? "s" : "",
-           ds.P, ds.D, ds.nexp, ds.nexp > 1 ? "s" : "", o->tokens / nranks, ds.maxn, c->layers,
+           ds.P, ds.D, ds.nexp, ds.nexp > 1 ? "s" : "", o->tokens / nranks, ds.maxn, o->chunks,
+           o->chunks > 1 ? "s" : "", c->layers,
            c->experts, c->topk, c->hidden, c->ffn, o->tokens, o->steps, o->lr, c->aux, o->seed,
            o->load    ? o->load
            : o->fresh ? "teacher, fresh inputs"
@@ -720,9 +753,9 @@ static int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqu
     fprintf(json,
             "{\"layers\": %d, \"experts\": %d, \"topk\": %d, \"hidden\": %d, \"ffn\": %d, "
             "\"tokens\": %d, \"lr\": %g, \"aux\": %g, \"seed\": %lu, \"ranks\": %d, \"ep\": %d, "
-            "\"dp\": %d, \"blas\": \"%s\", \"steps\": [",
+            "\"dp\": %d, \"chunks\": %d, \"blas\": \"%s\", \"steps\": [",
             c->layers, c->experts, c->topk, c->hidden, c->ffn, o->tokens, o->lr, c->aux, o->seed,
-            nranks, ds.P, ds.D, blas);
+            nranks, ds.P, ds.D, o->chunks, blas);
   int tty = root && isatty(STDERR_FILENO);
   double first_ratio = 0.0, last_ratio = 0.0;
   for (int step = 1; step <= o->steps || (step == 1 && o->dump); step++) {

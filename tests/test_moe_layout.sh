@@ -4,13 +4,14 @@
 # 2, 4 and 8 ranks (-n R, forked, no MPI) in P x D mixes equals the 1-rank
 # dump to float32 summation order: per tensor max|dump - dump_1| <= 1e-5 *
 # max|dump_1|, the loss within 1e-5 relative.  The batch is split unevenly
-# (N = 62).  The weights and batch come from --load files that
+# (N = 62).  --chunks (each rank's tokens in C chunks, one plan each) gives
+# the same: 1 rank with 4 chunks, 2 x 2 with 3.  The weights and batch come from --load files that
 # scripts/moe_ref.py writes when NumPy is there (and one layout is also
 # checked against that reference); without it, moe_train's synthetic task
 # (the same seeds on every rank).  Then the synthetic training run with the
 # defaults falls below 10% of the baseline on 2 ranks (EP) and on 4 (2 x 2),
 # and the layout errors moe_train refuses (exit 2).  Every run has a
-# deadline (timeout; MP_DEADLINE_SCALE stretches it) and MOECCL_TIMEOUT=30.
+# deadline (timeout 120 s; MP_DEADLINE_SCALE stretches it) and MOECCL_TIMEOUT=30.
 srcdir=${srcdir:-.}
 ref="$srcdir/scripts/moe_ref.py"
 train=./moe/moe_train
@@ -20,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 : "${MOECCL_TIMEOUT:=30}"
 export MOECCL_TIMEOUT
 scale=${MP_DEADLINE_SCALE:-1}
-limit=$(awk -v s="$scale" 'BEGIN { s = s > 0 ? s : 1; printf "%d", 60 * s }')
+limit=$(awk -v s="$scale" 'BEGIN { s = s > 0 ? s : 1; printf "%d", 120 * s }')
 run() { timeout -k 5 "$limit" "$train" "$@"; }
 fail=0
 
@@ -39,25 +40,26 @@ else
   echo "data: moe_train's synthetic task (no python3 with numpy), L2 E8 K2 H32 F48 N62 aux 0.05"
 fi
 
-# dump NAME RANKS P D
+# dump NAME RANKS P D [CHUNKS]
 dump() {
-  if ! run -n "$2" --ep "$3" --dp "$4" $src --steps 1 --dump "$tmp/$1" >"$tmp/$1.out" 2>&1; then
-    echo "FAIL: $1 ($2 ranks, EP $3 x DP $4): $(tail -n 3 "$tmp/$1.out")"
+  if ! run -n "$2" --ep "$3" --dp "$4" --chunks "${5:-1}" $src --steps 1 --dump "$tmp/$1" \
+      >"$tmp/$1.out" 2>&1; then
+    echo "FAIL: $1 ($2 ranks, EP $3 x DP $4, ${5:-1} chunks): $(tail -n 3 "$tmp/$1.out")"
     fail=1
     return 1
   fi
 }
 dump r1 1 1 1 || exit 1
-for l in "2 2 1" "2 1 2" "4 2 2" "4 4 1" "4 1 4" "8 4 2" "8 8 1"; do
+for l in "2 2 1" "2 1 2" "4 2 2" "4 4 1" "4 1 4" "8 4 2" "8 8 1" "1 1 1 4" "4 2 2 3"; do
   set -- $l
-  name="r$1_ep$2_dp$3"
-  dump "$name" "$1" "$2" "$3" || continue
-  printf '%-22s ' "$1 ranks, EP $2 x DP $3:"
+  name="r$1_ep$2_dp$3_c${4:-1}"
+  dump "$name" "$1" "$2" "$3" "${4:-1}" || continue
+  printf '%-32s ' "$1 ranks, EP $2 x DP $3, ${4:-1} chunk(s):"
   $cmp "$tmp/r1" "$tmp/$name" 1e-5 || { echo "FAIL: $name differs from 1 rank"; fail=1; }
 done
 if [ -n "$py" ]; then
-  printf '%-22s ' "EP 2 x DP 2 vs NumPy:"
-  "$py" "$ref" check "$tmp/in" "$tmp/r4_ep2_dp2" --topk 2 --aux 0.05 || fail=1
+  printf '%-32s ' "EP 2 x DP 2 vs NumPy:"
+  "$py" "$ref" check "$tmp/in" "$tmp/r4_ep2_dp2_c1" --topk 2 --aux 0.05 || fail=1
 fi
 
 # train RANKS P D: the defaults (200 steps) below 10% of the baseline.
@@ -87,5 +89,5 @@ refuse() { # refuse WHAT ARGS...: moe_train must exit 2
 refuse "P x D != R" -n 4 --ep 2 --dp 3 --steps 1
 refuse "P does not divide R" -n 4 --ep 3 --steps 1
 refuse "P does not divide E" -n 3 --steps 1
-refuse "--chunks 4" --chunks 4 --steps 1
+refuse "--chunks 0" --chunks 0 --steps 1
 exit $fail
