@@ -1,5 +1,13 @@
 /* Row programs of the MoE combine (rows.h): weighted row sums and row dot
- * products, in float32 with the conversions of reduce.h for 16-bit rows. */
+ * products, in float32 with the conversions of reduce.h for 16-bit rows.
+ *
+ * The sums are the hot loop of combine (the partial sums on the expert side,
+ * the sums over ranks on the token side) and of the weighted expansion: each
+ * chunk of a group is accumulated in a float32 buffer on the stack, the first
+ * term initialising it (0 + w*x, the same rounding as adding to a zeroed
+ * buffer), and rounded to the row type once.  On x86-64 the same loops are
+ * also compiled for AVX2 (without FMA: products stay rounded before they are
+ * added, so both variants give the same bits) and chosen at run time. */
 #include "rows.h"
 #include "reduce.h"
 
@@ -13,59 +21,122 @@ int moeccl_rows_type_ok(moecclDataType_t type) {
 
 static size_t elem_size(moecclDataType_t type) { return type == moecclFloat32 ? 4 : 2; }
 
-/* acc[k] += w * row[c0 + k] for k < n. */
-static void accumulate(moecclDataType_t type, float* acc, const void* row, size_t c0, size_t n,
-                       float w) {
-  if (type == moecclFloat32) {
-    const float* r = (const float*)row + c0;
-    if (n == CHUNK) /* a constant trip count: gcc vectorises this at -O2 */
-      for (size_t k = 0; k < CHUNK; k++) acc[k] += w * r[k];
-    else
-      for (size_t k = 0; k < n; k++) acc[k] += w * r[k];
-  } else if (type == moecclBfloat16) {
-    const uint16_t* r = (const uint16_t*)row + c0;
-    for (size_t k = 0; k < n; k++) acc[k] += w * moeccl_bf16_to_float(r[k]);
-  } else {
-    const uint16_t* r = (const uint16_t*)row + c0;
-    for (size_t k = 0; k < n; k++) acc[k] += w * moeccl_half_to_float(r[k]);
-  }
+/* bfloat16 is the top half of a float32 (reduce.c's conversions, inlined so
+ * that the loops vectorise): decoding is a shift, encoding rounds to
+ * nearest even and keeps NaNs quiet. */
+static inline float bf16_dec(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
 }
 
-static void store(moecclDataType_t type, void* row, size_t c0, const float* acc, size_t n) {
-  if (type == moecclFloat32) {
-    memcpy((float*)row + c0, acc, n * sizeof(float));
-  } else if (type == moecclBfloat16) {
-    uint16_t* r = (uint16_t*)row + c0;
-    for (size_t k = 0; k < n; k++) r[k] = moeccl_float_to_bf16(acc[k]);
-  } else {
-    uint16_t* r = (uint16_t*)row + c0;
-    for (size_t k = 0; k < n; k++) r[k] = moeccl_float_to_half(acc[k]);
-  }
+static inline uint16_t bf16_enc(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
 static float weight_of(const moeccl_row_term_t* t, const float* weights) {
   return weights && t->aux != MOECCL_ROW_NONE ? weights[t->aux] : 1.0f;
 }
 
-/* One group of a SUM program: terms [0, n) share dst. */
-static void sum_group(const moeccl_rows_t* p, char* dst, const char* src, const float* weights,
-                      const moeccl_row_term_t* t, size_t n) {
-  size_t rb = p->elems * elem_size(p->type);
-  char* out = dst + (size_t)t[0].dst * rb;
-  if (n == 1 && t[0].src != MOECCL_ROW_NONE && weight_of(&t[0], weights) == 1.0f) {
-    memmove(out, src + (size_t)t[0].src * rb, rb); /* a copy: exact in every type */
-    return;
+/* The kernels, instantiated per target.  ACC(n): acc[k] (=|+=) w * x[k]
+ * for k < n; a constant trip count (n == CHUNK) is what gcc vectorises. */
+#define ROWS_KERNELS(ATTR, SFX)                                                                    \
+  ATTR static void acc_f32##SFX(float* acc, const float* r, size_t n, float w, int first) {        \
+    if (first && n == CHUNK)                                                                       \
+      for (size_t k = 0; k < CHUNK; k++) acc[k] = 0.0f + w * r[k];                                 \
+    else if (n == CHUNK)                                                                           \
+      for (size_t k = 0; k < CHUNK; k++) acc[k] += w * r[k];                                       \
+    else if (first)                                                                                \
+      for (size_t k = 0; k < n; k++) acc[k] = 0.0f + w * r[k];                                     \
+    else                                                                                           \
+      for (size_t k = 0; k < n; k++) acc[k] += w * r[k];                                           \
+  }                                                                                                \
+  ATTR static void acc_bf16##SFX(float* acc, const uint16_t* r, size_t n, float w, int first) {    \
+    if (first && n == CHUNK)                                                                       \
+      for (size_t k = 0; k < CHUNK; k++) acc[k] = 0.0f + w * bf16_dec(r[k]);                       \
+    else if (n == CHUNK)                                                                           \
+      for (size_t k = 0; k < CHUNK; k++) acc[k] += w * bf16_dec(r[k]);                             \
+    else if (first)                                                                                \
+      for (size_t k = 0; k < n; k++) acc[k] = 0.0f + w * bf16_dec(r[k]);                           \
+    else                                                                                           \
+      for (size_t k = 0; k < n; k++) acc[k] += w * bf16_dec(r[k]);                                 \
+  }                                                                                                \
+  ATTR static void st_bf16##SFX(uint16_t* r, const float* acc, size_t n) {                         \
+    if (n == CHUNK)                                                                                \
+      for (size_t k = 0; k < CHUNK; k++) r[k] = bf16_enc(acc[k]);                                  \
+    else                                                                                           \
+      for (size_t k = 0; k < n; k++) r[k] = bf16_enc(acc[k]);                                      \
+  }                                                                                                \
+  /* One group of a SUM program: terms [0, n) share dst. */                                        \
+  ATTR static void sum_group##SFX(const moeccl_rows_t* p, char* dst, const char* src,              \
+                                  const float* weights, const moeccl_row_term_t* t, size_t n) {    \
+    size_t rb = p->elems * elem_size(p->type);                                                     \
+    char* out = dst + (size_t)t[0].dst * rb;                                                       \
+    if (n == 1 && t[0].src != MOECCL_ROW_NONE && weight_of(&t[0], weights) == 1.0f) {              \
+      memmove(out, src + (size_t)t[0].src * rb, rb); /* a copy: exact in every type */             \
+      return;                                                                                      \
+    }                                                                                              \
+    float acc[CHUNK];                                                                              \
+    for (size_t c0 = 0; c0 < p->elems; c0 += CHUNK) {                                              \
+      size_t m = p->elems - c0 < CHUNK ? p->elems - c0 : CHUNK;                                    \
+      int first = 1;                                                                               \
+      for (size_t i = 0; i < n; i++) {                                                             \
+        if (t[i].src == MOECCL_ROW_NONE) continue;                                                 \
+        const char* row = src + (size_t)t[i].src * rb;                                             \
+        float w = weight_of(&t[i], weights);                                                       \
+        if (p->type == moecclFloat32) {                                                            \
+          acc_f32##SFX(acc, (const float*)row + c0, m, w, first);                                  \
+        } else if (p->type == moecclBfloat16) {                                                    \
+          acc_bf16##SFX(acc, (const uint16_t*)row + c0, m, w, first);                              \
+        } else {                                                                                   \
+          const uint16_t* r = (const uint16_t*)row + c0;                                           \
+          if (first)                                                                               \
+            for (size_t k = 0; k < m; k++) acc[k] = 0.0f + w * moeccl_half_to_float(r[k]);         \
+          else                                                                                     \
+            for (size_t k = 0; k < m; k++) acc[k] += w * moeccl_half_to_float(r[k]);               \
+        }                                                                                          \
+        first = 0;                                                                                 \
+      }                                                                                            \
+      if (first) memset(acc, 0, m * sizeof(float)); /* no term adds anything: a zero row */       \
+      if (p->type == moecclFloat32) {                                                              \
+        memcpy((float*)out + c0, acc, m * sizeof(float));                                          \
+      } else if (p->type == moecclBfloat16) {                                                      \
+        st_bf16##SFX((uint16_t*)out + c0, acc, m);                                                 \
+      } else {                                                                                     \
+        uint16_t* r = (uint16_t*)out + c0;                                                         \
+        for (size_t k = 0; k < m; k++) r[k] = moeccl_float_to_half(acc[k]);                        \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  ATTR static void sum_run##SFX(const moeccl_rows_t* p, void* dst, const void* src,                \
+                                const void* aux) {                                                 \
+    const moeccl_row_term_t* t = p->terms;                                                         \
+    for (size_t i = 0; i < p->nterms;) {                                                           \
+      size_t j = i + 1;                                                                            \
+      while (j < p->nterms && t[j].dst == t[i].dst) j++;                                           \
+      sum_group##SFX(p, dst, src, aux, &t[i], j - i);                                              \
+      i = j;                                                                                       \
+    }                                                                                              \
   }
-  float acc[CHUNK];
-  for (size_t c0 = 0; c0 < p->elems; c0 += CHUNK) {
-    size_t m = p->elems - c0 < CHUNK ? p->elems - c0 : CHUNK;
-    memset(acc, 0, m * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-      if (t[i].src != MOECCL_ROW_NONE)
-        accumulate(p->type, acc, src + (size_t)t[i].src * rb, c0, m, weight_of(&t[i], weights));
-    store(p->type, out, c0, acc, m);
-  }
-}
+
+ROWS_KERNELS(, _c)
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ROWS_AVX2 1
+#if defined(__clang__)
+#define ROWS_AVX2_FN __attribute__((target("avx2")))
+#else
+/* tree-vectorize lifts -O2's "very cheap" cost model (as in reduce.c) */
+#define ROWS_AVX2_FN __attribute__((target("avx2"), optimize("tree-vectorize")))
+#endif
+ROWS_KERNELS(ROWS_AVX2_FN, _avx2)
+#else
+#define ROWS_AVX2 0
+#endif
 
 static float dot(moecclDataType_t type, const void* a, const void* b, size_t n) {
   float s = 0;
@@ -92,10 +163,11 @@ void moeccl_rows_run(const moeccl_rows_t* p, void* dst, const void* src, const v
                                 (const char*)aux + (size_t)t[i].aux * rb, p->elems);
     return;
   }
-  for (size_t i = 0; i < p->nterms;) {
-    size_t j = i + 1;
-    while (j < p->nterms && t[j].dst == t[i].dst) j++;
-    sum_group(p, dst, src, aux, &t[i], j - i);
-    i = j;
+#if ROWS_AVX2
+  if (__builtin_cpu_supports("avx2")) {
+    sum_run_avx2(p, dst, src, aux);
+    return;
   }
+#endif
+  sum_run_c(p, dst, src, aux);
 }
