@@ -11,7 +11,10 @@
  * rows.  After the backward, the expert gradients are all-reduced over the D
  * replicas of each expert, the router gradients over all ranks; Adam runs on
  * every rank identically.  The result does not depend on the layout beyond
- * float32 summation order.
+ * float32 summation order.  --chunks C splits each rank's tokens into C
+ * chunks with a plan each and pipelines them: chunk k's experts run while
+ * chunk k+1's dispatch and chunk k-1's combine run on a host stream (and
+ * the same mirrored in the backward).
  *
  * Without --load, a synthetic task: a teacher MoE of the same shape (seed
  * + 1) makes the targets of N random inputs (seed + 2; one batch reused
@@ -77,8 +80,9 @@ static void usage(FILE* out) {
                "  --ep P        expert-parallel ranks per group (default R / D)\n"
                "  --dp D        data-parallel groups (default R / P); R = P * D, P divides E\n"
                "  --chunks C    split each rank's tokens into C chunks per layer, each with\n"
-               "                its own dispatch/combine plan (one after the other: no\n"
-               "                overlap yet) (1)\n"
+               "                its own plan; a chunk's experts run while the next chunk's\n"
+               "                dispatch and the last one's combine are queued on a host\n"
+               "                stream (1)\n"
                "  under MPI:    mpirun -np R moe_train [--ep P --dp D] ...\n");
 }
 
@@ -325,6 +329,7 @@ typedef struct dist {
   moecclComm_t world;    /* every rank: statistics, loss, router gradients */
   moecclComm_t ep;       /* EP group d: dispatch and combine */
   moecclComm_t dp;       /* the D ranks holding the same experts: expert gradients */
+  moecclStream_t stream; /* --chunks > 1: the EP communicator's calls, queued */
 } dist_t;
 
 static int row_start(int r, int nranks, int tokens) {
@@ -371,7 +376,7 @@ typedef struct dws {
   dlayer_t* layer;
   float *grad, *grad_next, *tok; /* [n][H] */
   float *dgate, *dlogits;        /* [n][K], [n][E] */
-  float *dy_rows, *dx_rows;      /* [cap][H] */
+  float *dy_rows[2], *dx_rows[2]; /* [cap][H]; two with chunks, alternating */
   float *da, *db, *dh;           /* [cap][F] */
 } dws_t;
 
@@ -394,7 +399,8 @@ static void dws_free(dws_t* w, const moe_config_t* c) {
       free(y->probs), free(y->expert), free(y->gate), free(y->stats), free(y->chunk);
     }
   free(w->layer), free(w->act), free(w->grad), free(w->grad_next), free(w->tok), free(w->dgate);
-  free(w->dlogits), free(w->dy_rows), free(w->dx_rows), free(w->da), free(w->db), free(w->dh);
+  free(w->dlogits), free(w->dy_rows[0]), free(w->dx_rows[0]), free(w->da), free(w->db), free(w->dh);
+  free(w->dy_rows[1]), free(w->dx_rows[1]);
   memset(w, 0, sizeof(*w));
 }
 
@@ -439,8 +445,10 @@ static int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chun
   w->tok = falloc(n * H, &failed);
   w->dgate = falloc(n * K, &failed);
   w->dlogits = falloc(n * E, &failed);
-  w->dy_rows = falloc(w->cap * H, &failed);
-  w->dx_rows = falloc(w->cap * H, &failed);
+  for (int i = 0; i < (chunks > 1 ? 2 : 1); i++) {
+    w->dy_rows[i] = falloc(w->cap * H, &failed);
+    w->dx_rows[i] = falloc(w->cap * H, &failed);
+  }
   w->da = falloc(w->cap * F, &failed);
   w->db = falloc(w->cap * F, &failed);
   w->dh = falloc(w->cap * F, &failed);
@@ -482,12 +490,16 @@ static int dist_forward(const moe_backend_ops_t* be, const moe_config_t* c, cons
     CK(ds, ds->world, moecclAllReduce(y->stats, y->stats, MOE_STATS_LEN(E), moecclFloat32,
                                       moecclSum, ds->world, NULL));
     tm->router += now() - t0;
-    /* Chunk by chunk, one after the other (no overlap yet): each has its
-     * own plan, so the backward finds it again. */
+    /* Each chunk has its own plan (the backward finds it again).  With
+     * chunks the EP calls are queued on the host stream: chunk k's experts
+     * run while chunk k+1's dispatch and chunk k-1's combine are on the
+     * wire.  The stream's order, D0 D1 C0 D2 C1 ..., is the same on every
+     * rank. */
+    size_t K = c->topk;
+    moecclStream_t st = w->chunks > 1 ? ds->stream : NULL;
+    double t1 = now();
     for (int k = 0; k < w->chunks; k++) {
       dchunk_t* ch = &y->chunk[k];
-      size_t K = c->topk;
-      double t1 = now();
       CK(ds, ds->ep, moecclMoeLayout(ch->plan, y->expert + ch->t0 * K, ch->t, c->topk, 0,
                                      ch->recv, NULL));
       ch->rows = 0;
@@ -497,19 +509,39 @@ static int dist_forward(const moe_backend_ops_t* be, const moe_config_t* c, cons
                 w->cap);
         return -1;
       }
-      CK(ds, ds->ep, moecclMoeDispatch(ch->plan, xin + ch->t0 * H, ch->x_rows, w->cap, H,
-                                       moecclFloat32, NULL));
+    }
+    dchunk_t* ch0 = &y->chunk[0];
+    CK(ds, ds->ep, moecclMoeDispatch(ch0->plan, xin + ch0->t0 * H, ch0->x_rows, w->cap, H,
+                                     moecclFloat32, st));
+    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+    tm->dispatch += now() - t1;
+    for (int k = 0; k < w->chunks; k++) {
+      dchunk_t* ch = &y->chunk[k];
       double t2 = now();
+      if (k > 0) {
+        dchunk_t* pr = &y->chunk[k - 1];
+        CK(ds, ds->ep, moecclMoeCombine(pr->plan, pr->y_rows, w->cap, y->gate + pr->t0 * K,
+                                        w->tok + pr->t0 * H, H, moecclFloat32, st));
+      }
+      if (k + 1 < w->chunks) {
+        dchunk_t* nx = &y->chunk[k + 1];
+        CK(ds, ds->ep, moecclMoeDispatch(nx->plan, xin + nx->t0 * H, nx->x_rows, w->cap, H,
+                                         moecclFloat32, st));
+      }
       moe_experts_forward(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF,
                           wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b,
                           ch->h, ch->y_rows);
       double t3 = now();
-      CK(ds, ds->ep, moecclMoeCombine(ch->plan, ch->y_rows, w->cap, y->gate + ch->t0 * K,
-                                      w->tok + ch->t0 * H, H, moecclFloat32, NULL));
-      tm->dispatch += t2 - t1;
+      if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
       tm->experts += t3 - t2;
-      tm->combine += now() - t3;
+      tm->dispatch += now() - t3; /* the part of the exchanges not hidden */
     }
+    dchunk_t* last = &y->chunk[w->chunks - 1];
+    double t3 = now();
+    CK(ds, ds->ep, moecclMoeCombine(last->plan, last->y_rows, w->cap, y->gate + last->t0 * K,
+                                    w->tok + last->t0 * H, H, moecclFloat32, st));
+    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+    tm->combine += now() - t3;
     double t4 = now();
     for (size_t i = 0; i < n * H; i++) out[i] = xin[i] + w->tok[i];
     tm->combine += now() - t4;
@@ -548,19 +580,42 @@ static int dist_backward(const moe_backend_ops_t* be, const moe_config_t* c, con
     moe_layer_params_t* gl = &g->layer[l];
     dlayer_t* y = &w->layer[l];
     const float* xin = act_of(w, c, ds, l);
-    for (int k = 0; k < w->chunks; k++) {
+    /* The forward's pipeline mirrored: chunk k's experts' backward runs
+     * while chunk k+1's combine-backward (a dispatch) and chunk k-1's
+     * dispatch-backward (a combine) are on the wire; the row gradients
+     * alternate between two buffers. */
+    size_t K = c->topk;
+    int C = w->chunks;
+    moecclStream_t st = C > 1 ? ds->stream : NULL;
+    dchunk_t* ch0 = &y->chunk[0];
+    CK(ds, ds->ep, moecclMoeCombineBackward(ch0->plan, w->grad + ch0->t0 * H, y->gate + ch0->t0 * K,
+                                            ch0->y_rows, w->dy_rows[0], w->cap,
+                                            w->dgate + ch0->t0 * K, H, moecclFloat32, st));
+    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+    for (int k = 0; k < C; k++) {
       dchunk_t* ch = &y->chunk[k];
-      size_t K = c->topk;
-      CK(ds, ds->ep, moecclMoeCombineBackward(ch->plan, w->grad + ch->t0 * H, y->gate + ch->t0 * K,
-                                              ch->y_rows, w->dy_rows, w->cap,
-                                              w->dgate + ch->t0 * K, H, moecclFloat32, NULL));
+      if (k > 0) {
+        dchunk_t* pr = &y->chunk[k - 1];
+        CK(ds, ds->ep, moecclMoeDispatchBackward(pr->plan, w->dx_rows[(k - 1) % 2], w->cap,
+                                                 w->tok + pr->t0 * H, H, moecclFloat32, st));
+      }
+      if (k + 1 < C) {
+        dchunk_t* nx = &y->chunk[k + 1];
+        CK(ds, ds->ep, moecclMoeCombineBackward(nx->plan, w->grad + nx->t0 * H,
+                                                y->gate + nx->t0 * K, nx->y_rows,
+                                                w->dy_rows[(k + 1) % 2], w->cap,
+                                                w->dgate + nx->t0 * K, H, moecclFloat32, st));
+      }
       moe_experts_backward(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF,
                            wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b,
-                           ch->h, w->dy_rows, gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF,
-                           gl->w2 + ds->e0 * HF, w->dx_rows, w->da, w->db, w->dh);
-      CK(ds, ds->ep, moecclMoeDispatchBackward(ch->plan, w->dx_rows, w->cap, w->tok + ch->t0 * H,
-                                               H, moecclFloat32, NULL));
+                           ch->h, w->dy_rows[k % 2], gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF,
+                           gl->w2 + ds->e0 * HF, w->dx_rows[k % 2], w->da, w->db, w->dh);
+      if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
     }
+    dchunk_t* last = &y->chunk[C - 1];
+    CK(ds, ds->ep, moecclMoeDispatchBackward(last->plan, w->dx_rows[(C - 1) % 2], w->cap,
+                                             w->tok + last->t0 * H, H, moecclFloat32, st));
+    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
     for (size_t i = 0; i < n * H; i++) w->grad_next[i] = w->grad[i] + w->tok[i]; /* residual */
     moe_router_backward(be, c, wl->wg, xin, (int)n, y->probs, y->expert, y->gate, w->dgate,
                         y->stats, w->dlogits, gl->wg, w->grad_next);
@@ -664,13 +719,18 @@ static int dist_init(dist_t* ds, const train_options_t* o, int rank, int nranks,
   CK(ds, NULL, moecclCommInitRank(&ds->world, nranks, id, rank));
   CK(ds, ds->world, moecclCommSplit(ds->world, ds->d, ds->p, &ds->ep, NULL));
   CK(ds, ds->world, moecclCommSplit(ds->world, ds->p, ds->d, &ds->dp, NULL));
+  if (o->chunks > 1) CK(ds, ds->ep, moecclHostStreamCreate(&ds->stream));
   return 0;
 }
 
+/* After a failure the communicators are aborted first, so that whatever is
+ * still queued on the stream fails at once instead of waiting for peers. */
 static void dist_fini(dist_t* ds, int failed) {
+  if (ds->stream && !failed) moecclHostStreamDestroy(ds->stream);
   moecclComm_t comms[3] = {ds->dp, ds->ep, ds->world};
   for (int i = 0; i < 3; i++)
     if (comms[i]) failed ? moecclCommAbort(comms[i]) : moecclCommDestroy(comms[i]);
+  if (ds->stream && failed) moecclHostStreamDestroy(ds->stream);
 }
 
 /* One rank's whole run; 0, 1 on failure. */

@@ -4,9 +4,11 @@
 # 2, 4 and 8 ranks (-n R, forked, no MPI) in P x D mixes equals the 1-rank
 # dump to float32 summation order: per tensor max|dump - dump_1| <= 1e-5 *
 # max|dump_1|, the loss within 1e-5 relative.  The batch is split unevenly
-# (N = 62).  --chunks (each rank's tokens in C chunks, one plan each) gives
-# the same: 1 rank with 4 chunks, 2 x 2 with 3.  The weights and batch come from --load files that
-# scripts/moe_ref.py writes when NumPy is there (and one layout is also
+# (N = 62).  --chunks (each rank's tokens in C chunks, one plan each, the
+# exchanges queued on a host stream under the experts' compute) gives the
+# same: 1 rank with 4 chunks, 2 x 2 with 3, 2 x 4 with 4.  The weights and
+# batch come from --load files that scripts/moe_ref.py writes when NumPy is
+# there (and one layout is also
 # checked against that reference); without it, moe_train's synthetic task
 # (the same seeds on every rank).  Then the synthetic training run with the
 # defaults falls below 10% of the baseline on 2 ranks (EP) and on 4 (2 x 2),
@@ -50,7 +52,7 @@ dump() {
   fi
 }
 dump r1 1 1 1 || exit 1
-for l in "2 2 1" "2 1 2" "4 2 2" "4 4 1" "4 1 4" "8 4 2" "8 8 1" "1 1 1 4" "4 2 2 3"; do
+for l in "2 2 1" "2 1 2" "4 2 2" "4 4 1" "4 1 4" "8 4 2" "8 8 1" "1 1 1 4" "4 2 2 3" "8 2 4 4"; do
   set -- $l
   name="r$1_ep$2_dp$3_c${4:-1}"
   dump "$name" "$1" "$2" "$3" "${4:-1}" || continue
