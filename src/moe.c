@@ -68,6 +68,7 @@ static void plan_free(moecclMoePlan_t p) {
                     p->exp_all, p->exp_remote,  p->exp_self,      p->part,       p->own,
                     p->dot,     p->tok};
   for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) free(arrays[i]);
+  if (p->send_area) moecclMemFree(p->send_area);
   p->magic = 0;
   free(p);
 }
@@ -526,6 +527,28 @@ static moecclResult_t check_data(moecclMoePlan_t p, const moe_args_t* a) {
   return moecclSuccess;
 }
 
+/* The send area for a call of rows of rb bytes: (P + Q) rows of
+ * moecclMemAlloc memory, so that local peers read the rows this rank sends
+ * from a mapping instead of by CMA.  It grows (rarely: the plan keeps the
+ * largest) only once the calls queued before have finished; inside a group,
+ * or when the memory cannot be had, the call uses scratch as before. */
+static void* send_area(moecclMoePlan_t p, size_t rb) {
+  const moeccl_moe_layout_t* l = &p->lay;
+  if (rb && l->P + l->Q > SIZE_MAX / rb) return NULL;
+  size_t need = (l->P + l->Q) * rb;
+  if (need == 0) return NULL;
+  if (need <= p->send_area_bytes) return p->send_area;
+  if (moeccl_group_active()) return NULL;
+  wait_idle(p->comm);
+  if (p->send_area) moecclMemFree(p->send_area);
+  p->send_area = NULL, p->send_area_bytes = 0;
+  size_t bytes = need + need / 4;
+  void* q = NULL;
+  if (moecclMemAlloc(&q, bytes) != moecclSuccess) return NULL;
+  p->send_area = q, p->send_area_bytes = bytes;
+  return q;
+}
+
 static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
   MOECCL_CHECK(plan_check(p, a->fn));
   MOECCL_CHECK(check_data(p, a));
@@ -540,7 +563,8 @@ static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
                                  .weights = a->weights,
                                  .expert_out = a->expert_out,
                                  .grad_weights = a->grad_weights,
-                                 .progs = p->progs};
+                                 .progs = p->progs,
+                                 .send_area = send_area(p, a->hidden * moeccl_type_size(a->type))};
   return moeccl_call_issue(p->comm, &call, a->stream);
 }
 

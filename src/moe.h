@@ -49,6 +49,10 @@ struct moecclMoePlan {
   MOE_ARRAY(moeccl_row_term_t, dot);
   MOE_ARRAY(size_t, tok);
   moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS];
+  /* moecclMemAlloc memory the data calls send from (moeccl_moe_call_t's
+   * send_area): grown, never shrunk; NULL until the first call. */
+  void* send_area;
+  size_t send_area_bytes;
 };
 
 #endif

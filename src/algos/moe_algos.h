@@ -81,6 +81,11 @@ typedef struct {
   const void* expert_out; /* combine backward: the forward's expanded outputs */
   float* grad_weights;    /* combine backward: [T][K] */
   moeccl_rows_t* progs;   /* MOECCL_MOE_MAX_PROGS programs the schedule's ROWS ops name */
+  /* NULL, or moecclMemAlloc memory of at least (P + Q) rows that the plan
+   * owns: the rows this rank sends (packed tokens, partial sums) and the
+   * returned partials go there instead of scratch, so that local peers
+   * copy them from the mapped region (no CMA). */
+  void* send_area;
 } moeccl_moe_call_t;
 
 const char* moeccl_moe_op_name(moeccl_moe_op_t op);

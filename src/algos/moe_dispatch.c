@@ -67,8 +67,9 @@ static moecclResult_t runs_add(runs_t* r, uint64_t dst, uint64_t src) {
  * dbase, by pair; this rank's own pairs, when self_to is not NONE, to
  * self_base (by receive pair) instead of being skipped. */
 static moecclResult_t pack(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint32_t sbuf,
-                           uint64_t unit, uint64_t dbase, int with_self, uint64_t self_base) {
-  runs_t r = {s, sbuf, MOECCL_BUF_SCRATCH, 0, dbase, unit, 0, 0, 0};
+                           uint64_t unit, uint32_t dbuf, uint64_t dbase, int with_self,
+                           uint64_t self_base) {
+  runs_t r = {s, sbuf, dbuf, 0, dbase, unit, 0, 0, 0};
   for (int peer = 0; peer < l->nranks; peer++) {
     int self = peer == l->rank;
     if (self && !with_self) continue;
@@ -139,16 +140,21 @@ static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) 
   uint64_t w_pack = 0, w_recv = w_pack + (ww ? l->P * kb : 0);
   uint64_t gwp = w_recv + (ww ? l->Q * kb : 0), gw_back = gwp + (dots ? l->Q * kb : 0);
   uint64_t pack_off = round64(gw_back + (dots ? l->P * kb : 0)), recv_off = pack_off + l->P * rb;
+  uint32_t pbuf = MOECCL_BUF_SCRATCH; /* the packed rows: in the send area when there is one */
+  if (c->send_area) {
+    MOE_CHECK(moeccl_sched_add_buf(s, c->send_area, &pbuf));
+    recv_off = pack_off, pack_off = 0;
+  }
   s->scratch_bytes = recv_off + l->Q * rb;
   uint32_t wbuf = UINT32_MAX, ebuf = UINT32_MAX, gbuf = UINT32_MAX;
   if (ww) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
   if (dots) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->expert_out, &ebuf));
   if (dots) MOE_CHECK(moeccl_sched_add_buf(s, c->grad_weights, &gbuf));
-  MOE_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pack_off, 0, 0));
-  if (ww) MOE_CHECK(pack(l, s, wbuf, kb, w_pack, 1, w_recv));
+  MOE_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pbuf, pack_off, 0, 0));
+  if (ww) MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv));
   MOE_CHECK(moeccl_sched_end_step(s));
-  MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, pack_off, l->recv_first,
-                     MOECCL_BUF_SCRATCH, recv_off, rb));
+  MOE_CHECK(exchange(l, s, l->send_first, pbuf, pack_off, l->recv_first, MOECCL_BUF_SCRATCH,
+                     recv_off, rb));
   if (ww)
     MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
                        MOECCL_BUF_SCRATCH, w_recv, kb));
@@ -190,10 +196,15 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   uint64_t w_pack = 0, w_recv = w_pack + (ww ? l->P * kb : 0);
   uint64_t part_off = round64(w_recv + (ww ? l->Q * kb : 0)), back_off = part_off + l->Q * rb;
   s->scratch_bytes = back_off + l->P * rb;
+  uint32_t pbuf = MOECCL_BUF_SCRATCH; /* partials and returned rows, one area */
+  if (c->send_area) {
+    MOE_CHECK(moeccl_sched_add_buf(s, c->send_area, &pbuf));
+    s->scratch_bytes = part_off, part_off = 0, back_off = l->Q * rb;
+  }
   uint32_t wbuf = UINT32_MAX;
   if (ww) {
     MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
-    MOE_CHECK(pack(l, s, wbuf, kb, w_pack, 1, w_recv));
+    MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv));
     MOE_CHECK(moeccl_sched_end_step(s));
     MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
                        MOECCL_BUF_SCRATCH, w_recv, kb));
@@ -202,14 +213,13 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   moeccl_rows_t part = program(MOECCL_ROWS_SUM, c->type, c->hidden,
                                ww ? MOECCL_BUF_SCRATCH : UINT32_MAX, w_recv, l->part, l->R);
   MOE_CHECK(
-      rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, MOECCL_BUF_SCRATCH, part_off, l->Q * rb));
+      rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, pbuf, part_off, l->Q * rb));
   MOE_CHECK(moeccl_sched_end_step(s));
-  MOE_CHECK(exchange(l, s, l->recv_first, MOECCL_BUF_SCRATCH, part_off, l->send_first,
-                     MOECCL_BUF_SCRATCH, back_off, rb));
+  MOE_CHECK(exchange(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off, rb));
   MOE_CHECK(moeccl_sched_end_step(s));
   /* Receive pair q's partial is part_off + q, returned pair p's + Q + p. */
   moeccl_rows_t own = program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->own, l->n_own);
-  return rows_op(c, s, &nprogs, own, MOECCL_BUF_SCRATCH, part_off, MOECCL_BUF_RECV, 0, l->T * rb);
+  return rows_op(c, s, &nprogs, own, pbuf, part_off, MOECCL_BUF_RECV, 0, l->T * rb);
 }
 
 moecclResult_t moeccl_moe_schedule(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
