@@ -7,6 +7,7 @@ dist_man_MANS += \
 	man/broadcast_perf.1 \
 	man/coll_perf.1 \
 	man/gather_perf.1 \
+	man/moe_perf.1 \
 	man/moeccl-env.7 \
 	man/moeccl-transports.7 \
 	man/moeccl-tuning.7 \
@@ -63,6 +64,7 @@ EXTRA_DIST += \
 	man/a2a_perf.1.md \
 	man/a2a_sim.1.md \
 	man/coll_perf.1.md \
+	man/moe_perf.1.md \
 	man/moeccl-env.7.md \
 	man/moeccl-transports.7.md \
 	man/moeccl-tuning.7.md \
