@@ -73,6 +73,7 @@ static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_co
   c->nonce = nonce;
   c->timeout = moeccl_param_timeout();
   c->forced_algo = -1;
+  c->forced_moe = -1;
   c->last_algo = -1;
   for (int k = 0; k < MOECCL_COLL_NKINDS; k++) c->forced_coll[k] = -1;
   c->failed_peer = -1;
@@ -116,6 +117,11 @@ static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
       WARN(ALGO, "MOECCL_ALGO=%s is not an algorithm; the tuner decides", algo);
   }
   for (int k = 0; k < MOECCL_COLL_NKINDS; k++) force_coll(c, (moeccl_coll_kind_t)k);
+  const char* moe = moeccl_param_str("MOECCL_MOE_ALGO");
+  if (moe && !strcmp(moe, "flat")) c->forced_moe = 0;
+  else if (moe && !strcmp(moe, "hier")) c->forced_moe = 1;
+  else if (moe && *moe && c->rank == 0)
+    WARN(ALGO, "MOECCL_MOE_ALGO=%s is not flat or hier; the tuner decides", moe);
 }
 
 /* Everything after the peer table is known: node layout and transports. */

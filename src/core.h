@@ -69,6 +69,7 @@ struct moecclComm {
   int last_algo;   /* the tuner's previous choice, for logging changes */
   /* Other collectives (MOECCL_<COLL>_ALGO), by moeccl_coll_kind_t; -1: tuner. */
   int forced_coll[MOECCL_COLL_NKINDS];
+  int forced_moe; /* MoE dispatch/combine path (MOECCL_MOE_ALGO): -1 tuner, 0 flat, 1 hier */
   moeccl_redop_t* redops; /* PreMulSum ops (moecclRedOpCreatePreMulSum) */
   int nredops;
   int a2a_window;  /* MOECCL_A2A_WINDOW */

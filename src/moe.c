@@ -18,6 +18,8 @@
 #include "moe.h"
 #include "enqueue.h"
 #include "rows.h"
+#include "topo/topo.h"
+#include "tune/tuner.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,11 +64,14 @@ static moecclResult_t check_placement(moeccl_comm_t* c, int E, const int* placem
 }
 
 static void plan_free(moecclMoePlan_t p) {
-  void* arrays[] = {p->owner,   p->local_index, p->local_experts, p->send_first, p->recv_first,
-                    p->counts,  p->stamp,       p->tpair,         p->msg_out,    p->msg_in,
-                    p->ecount,  p->ecur,        p->pair_token,    p->route_send, p->route_recv,
-                    p->exp_all, p->exp_remote,  p->exp_self,      p->part,       p->own,
-                    p->dot,     p->tok};
+  void* arrays[] = {p->owner,     p->local_index, p->local_experts, p->send_first, p->recv_first,
+                    p->counts,    p->stamp,       p->tpair,         p->msg_out,    p->msg_in,
+                    p->ecount,    p->ecur,        p->pair_token,    p->route_send, p->route_recv,
+                    p->exp_all,   p->exp_remote,  p->exp_self,      p->part,       p->own,
+                    p->dot,       p->tok,         p->via,           p->node_rank,  p->relay_first,
+                    p->rin_first, p->fw_first,    p->fw_cur,        p->cost_out,   p->cost_in,
+                    p->tmask,     p->relay_token, p->relay_mask,    p->rin_mask,   p->fw_rows,
+                    p->fsum,      p->own_h};
   for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) free(arrays[i]);
   if (p->send_area) moecclMemFree(p->send_area);
   p->magic = 0;
@@ -96,6 +101,41 @@ static void place(moecclMoePlan_t p, const int* placement) {
   size_t* next = p->send_first; /* scratch here: n entries */
   memset(next, 0, sizeof(size_t) * (size_t)n);
   for (int e = 0; e < E; e++) p->local_index[e] = (int)next[p->owner[e]]++;
+}
+
+enum { HMSG_RELAY, HMSG_COST, HMSG = HMSG_COST + 12 };
+
+/* The hierarchical path's fixed tables, when it can apply: the
+ * communicator spans nodes of at most 64 ranks (a relay row's destinations
+ * are a 64-bit mask) and MOECCL_MOE_ALGO is not flat.  The same on every
+ * rank (the topology is). */
+static moecclResult_t hier_setup(moecclMoePlan_t p) {
+  moeccl_comm_t* c = p->comm;
+  const moeccl_topo_t* t = c->topo;
+  p->logged_path = -1;
+  if (!t || t->nranks != c->nranks || t->nnodes < 2 || c->forced_moe == 0) return moecclSuccess;
+  for (int b = 0; b < t->nnodes; b++)
+    if (t->node_first[b + 1] - t->node_first[b] > 64) return moecclSuccess;
+  int n = c->nranks, me = c->rank, node = t->rank_node[me];
+  p->nl = t->node_first[node + 1] - t->node_first[node];
+  p->me_local = t->rank_local[me];
+  size_t nb = (size_t)n * (size_t)p->nl + 1;
+  p->via = malloc(sizeof(int) * (size_t)n);
+  p->node_rank = malloc(sizeof(int) * (size_t)p->nl);
+  p->relay_first = calloc((size_t)n + 1, sizeof(size_t));
+  p->rin_first = calloc((size_t)n + 1, sizeof(size_t));
+  p->fw_first = calloc(nb, sizeof(size_t));
+  p->fw_cur = calloc(nb, sizeof(size_t));
+  p->cost_out = calloc((size_t)n * HMSG, sizeof(uint64_t));
+  p->cost_in = calloc((size_t)n * HMSG, sizeof(uint64_t));
+  if (!p->via || !p->node_rank || !p->relay_first || !p->rin_first || !p->fw_first || !p->fw_cur ||
+      !p->cost_out || !p->cost_in)
+    return moecclSystemError;
+  for (int l = 0; l < p->nl; l++) p->node_rank[l] = t->node_ranks[t->node_first[node] + l];
+  for (int s = 0; s < n; s++)
+    p->via[s] = t->rank_node[s] == node ? -1 : p->node_rank[t->rank_local[s] % p->nl];
+  p->hier_possible = 1;
+  return moecclSuccess;
 }
 
 MOECCL_EXPORT moecclResult_t moecclMoePlanCreate(moecclMoePlan_t* plan, int numExperts,
@@ -130,6 +170,10 @@ MOECCL_EXPORT moecclResult_t moecclMoePlanCreate(moecclMoePlan_t* plan, int numE
     return moeccl_error(comm, moecclSystemError, "out of memory");
   }
   place(p, placement);
+  if (hier_setup(p) != moecclSuccess) {
+    plan_free(p);
+    return moeccl_error(comm, moecclSystemError, "out of memory");
+  }
   *plan = p;
   return moecclSuccess;
 }
@@ -406,6 +450,208 @@ static moecclResult_t token_tables(moecclMoePlan_t p, size_t T) {
   return moecclSuccess;
 }
 
+/* ---- the hierarchical path's tables (moe_algos.h) ------------------------ */
+
+/* Sender: relay rows by forwarder rank, tokens ascending, each with the
+ * mask of the forwarder's node ranks that receive a pair of the token. */
+static moecclResult_t relay_rows(moecclMoePlan_t p, size_t T) {
+  const moeccl_topo_t* t = p->comm->topo;
+  int n = p->comm->nranks, node = t->rank_node[p->comm->rank];
+  if (GROW(p, tmask, T) || GROW(p, relay_token, p->lay.P) || GROW(p, relay_mask, p->lay.P))
+    return moecclSystemError;
+  size_t nr = 0;
+  for (int f = 0; f < n; f++) {
+    p->relay_first[f] = nr;
+    int b = t->rank_node[f], first = t->node_first[b], size = t->node_first[b + 1] - first;
+    if (b == node || t->node_ranks[first + p->me_local % size] != f) continue;
+    memset(p->tmask, 0, sizeof(uint64_t) * T);
+    for (int i = 0; i < size; i++) {
+      int r = t->node_ranks[first + i];
+      for (size_t q = p->send_first[r]; q < p->send_first[r + 1]; q++)
+        p->tmask[p->pair_token[q]] |= 1ULL << i;
+    }
+    for (size_t tok = 0; tok < T; tok++)
+      if (p->tmask[tok]) p->relay_token[nr] = (uint32_t)tok, p->relay_mask[nr++] = p->tmask[tok];
+  }
+  p->relay_first[n] = nr;
+  return moecclSuccess;
+}
+
+/* Forwarder: the forward lists and the sums of the node's partials. */
+static moecclResult_t forward_lists(moecclMoePlan_t p) {
+  moeccl_moe_layout_t* l = &p->lay;
+  int n = p->comm->nranks, nl = p->nl, me = p->comm->rank;
+  size_t nb = (size_t)n * (size_t)nl, Nin = p->rin_first[n];
+  memset(p->fw_first, 0, sizeof(size_t) * (nb + 1));
+  for (int s = 0; s < n; s++)
+    for (size_t i = p->rin_first[s]; i < p->rin_first[s + 1]; i++) {
+      uint64_t m = p->rin_mask[i];
+      if (m == 0 || (nl < 64 && m >> nl))
+        return moeccl_comm_fail(p->comm, moecclInternalError,
+                                "moecclMoeLayout: relay row %zu from rank %d names ranks %llx of a "
+                                "node of %d",
+                                i, s, (unsigned long long)m, nl);
+      for (int lr = 0; lr < nl; lr++) p->fw_first[(size_t)s * nl + lr] += m >> lr & 1;
+    }
+  size_t F = prefix(p->fw_first, (int)nb);
+  if (GROW(p, fw_rows, F) || GROW(p, fsum, F)) return moecclSystemError;
+  memset(p->fw_cur, 0, sizeof(size_t) * nb);
+  size_t nf = 0;
+  for (int s = 0; s < n; s++)
+    for (size_t i = p->rin_first[s]; i < p->rin_first[s + 1]; i++)
+      for (int lr = 0; lr < nl; lr++) {
+        if (!(p->rin_mask[i] >> lr & 1)) continue;
+        size_t b = (size_t)s * nl + lr, k = p->fw_first[b] + p->fw_cur[b]++;
+        p->fw_rows[k] = (uint32_t)i;
+        size_t src = lr == p->me_local ? p->recv_first[s] + (k - p->fw_first[b]) : l->Q + k;
+        p->fsum[nf++] = term(i, src, MOECCL_ROW_NONE);
+      }
+  /* This rank's own lists must cover its receive pairs from those sources. */
+  for (int s = 0; s < n; s++) {
+    if (p->via[s] != me) continue;
+    size_t b = (size_t)s * nl + p->me_local;
+    if (p->fw_first[b + 1] - p->fw_first[b] != p->recv_first[s + 1] - p->recv_first[s])
+      return moeccl_comm_fail(p->comm, moecclInternalError,
+                              "moecclMoeLayout: rank %d relays %zu rows of its pairs to this rank, "
+                              "which receives %zu",
+                              s, p->fw_first[b + 1] - p->fw_first[b],
+                              p->recv_first[s + 1] - p->recv_first[s]);
+  }
+  l->F = F, l->fsum = p->fsum, l->n_fsum = nf, l->fw_rows = p->fw_rows;
+  (void)Nin;
+  return moecclSuccess;
+}
+
+/* Token side: per token, its pairs on this node and its relay rows' sums,
+ * ranks ascending (a relay row at its forwarder's place). */
+static moecclResult_t hier_own(moecclMoePlan_t p, size_t T) {
+  moeccl_moe_layout_t* l = &p->lay;
+  int n = p->comm->nranks, me = p->comm->rank;
+  size_t Pr = p->relay_first[n];
+  if (GROW(p, own_h, T + l->P + Pr)) return moecclSystemError;
+  memset(p->tok, 0, sizeof(size_t) * (T + 1));
+  for (int r = 0; r < n; r++) {
+    if (p->via[r] < 0)
+      for (size_t q = p->send_first[r]; q < p->send_first[r + 1]; q++) p->tok[p->pair_token[q]]++;
+    for (size_t i = p->relay_first[r]; i < p->relay_first[r + 1]; i++) p->tok[p->relay_token[i]]++;
+  }
+  size_t sum = 0;
+  for (size_t t = 0; t < T; t++) {
+    size_t cnt = p->tok[t];
+    p->tok[t] = sum;
+    if (!cnt) p->own_h[sum] = term(t, MOECCL_ROW_NONE, MOECCL_ROW_NONE);
+    sum += cnt ? cnt : 1;
+  }
+  l->n_own_h = sum;
+  size_t back = l->Q + l->F;
+  for (int r = 0; r < n; r++) {
+    if (p->via[r] < 0)
+      for (size_t q = p->send_first[r]; q < p->send_first[r + 1]; q++) {
+        size_t src = r == me ? p->recv_first[me] + (q - p->send_first[me]) : back + q;
+        p->own_h[p->tok[p->pair_token[q]]++] = term(p->pair_token[q], src, MOECCL_ROW_NONE);
+      }
+    for (size_t i = p->relay_first[r]; i < p->relay_first[r + 1]; i++)
+      p->own_h[p->tok[p->relay_token[i]]++] =
+          term(p->relay_token[i], back + l->P + i, MOECCL_ROW_NONE);
+  }
+  l->own_h = p->own_h;
+  return moecclSuccess;
+}
+
+static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* This rank's rows and messages per class on each path (cost_rows_t). */
+static void hier_costs(moecclMoePlan_t p, uint64_t* out) {
+  const moeccl_moe_layout_t* l = &p->lay;
+  int n = p->comm->nranks, me = p->comm->rank;
+  uint64_t net_o = 0, net_i = 0, node_o = 0, node_i = 0, netm_o = 0, netm_i = 0;
+  uint64_t nodem_o = 0, nodem_i = 0, fwd_in = 0, fwdm_in = 0;
+  for (int r = 0; r < n; r++) {
+    if (r == me) continue;
+    uint64_t so = p->send_first[r + 1] - p->send_first[r],
+             ri = p->recv_first[r + 1] - p->recv_first[r];
+    if (p->via[r] < 0) node_o += so, node_i += ri, nodem_o += so > 0, nodem_i += ri > 0;
+    else net_o += so, net_i += ri, netm_o += so > 0, netm_i += ri > 0;
+    if (p->via[r] >= 0 && p->via[r] != me) fwd_in += ri, fwdm_in += ri > 0;
+  }
+  uint64_t self = p->send_first[me + 1] - p->send_first[me];
+  uint64_t fw_out = 0, fwm_out = 0, fw_self = 0;
+  for (int s = 0; s < n; s++)
+    for (int lr = 0; lr < p->nl; lr++) {
+      size_t b = (size_t)s * p->nl + lr, k = p->fw_first[b + 1] - p->fw_first[b];
+      if (lr == p->me_local) fw_self += k;
+      else fw_out += k, fwm_out += k > 0;
+    }
+  uint64_t Pr = p->relay_first[n], Nin = p->rin_first[n], rm_o = 0, rm_i = 0;
+  for (int r = 0; r < n; r++) {
+    rm_o += p->relay_first[r + 1] > p->relay_first[r];
+    rm_i += p->rin_first[r + 1] > p->rin_first[r];
+  }
+  uint64_t flat[6] = {max64(net_o, net_i),   max64(node_o, node_i),   l->P - self + l->R,
+                      max64(netm_o, netm_i), max64(nodem_o, nodem_i), 1};
+  uint64_t hier[6] = {
+      max64(Pr, Nin),    max64(node_o + fw_out, node_i + fwd_in),     node_o + Pr + l->F + l->R,
+      max64(rm_o, rm_i), max64(nodem_o + fwm_out, nodem_i + fwdm_in), 2};
+  (void)fw_self;
+  memcpy(out, flat, sizeof(flat));
+  memcpy(out + 6, hier, sizeof(hier));
+}
+
+static void cost_set(moeccl_moe_cost_rows_t* k, const uint64_t* w) {
+  *k = (moeccl_moe_cost_rows_t){w[0], w[1], w[2], w[3], w[4], w[5]};
+}
+
+/* The hierarchical tables: relay rows, an all-to-all of their counts, an
+ * all-to-allv of their masks, the forward lists, then an all-to-all of
+ * every rank's costs (each keeps the maxima). */
+static moecclResult_t hier_tables(moecclMoePlan_t p, size_t T) {
+  moeccl_moe_layout_t* l = &p->lay;
+  moeccl_comm_t* c = p->comm;
+  int n = c->nranks;
+  if (relay_rows(p, T) != moecclSuccess)
+    return moeccl_error(c, moecclSystemError, "moecclMoeLayout: out of memory for relay rows");
+  for (int r = 0; r < n; r++) {
+    uint64_t* m = p->cost_out + (size_t)r * HMSG;
+    memset(m, 0, sizeof(uint64_t) * HMSG);
+    m[HMSG_RELAY] = p->relay_first[r + 1] - p->relay_first[r];
+  }
+  moeccl_call_t call = {.kind = MOECCL_CALL_A2A, .sendbuf = p->cost_out, .recvbuf = p->cost_in};
+  call.a2a = (moeccl_a2a_desc_t){
+      .rank = c->rank, .nranks = n, .block_bytes = HMSG * sizeof(uint64_t), .elem_size = 8};
+  MOECCL_CHECK(moeccl_call_issue(c, &call, NULL));
+  for (int s = 0; s < n; s++) p->rin_first[s] = (size_t)p->cost_in[(size_t)s * HMSG + HMSG_RELAY];
+  size_t Nin = prefix(p->rin_first, n);
+  if (GROW(p, rin_mask, Nin))
+    return moeccl_comm_fail(c, moecclSystemError,
+                            "moecclMoeLayout: out of memory for relay masks; abort the "
+                            "communicator");
+  MOECCL_CHECK(
+      alltoallv(p, p->relay_mask, p->relay_first, p->rin_mask, p->rin_first, sizeof(uint64_t), 1));
+  moecclResult_t rc = forward_lists(p);
+  if (rc == moecclSuccess) rc = hier_own(p, T);
+  if (rc == moecclSystemError)
+    return moeccl_comm_fail(c, rc,
+                            "moecclMoeLayout: out of memory for the forward lists; abort "
+                            "the communicator");
+  MOECCL_CHECK(rc);
+  uint64_t mine[12];
+  hier_costs(p, mine);
+  for (int r = 0; r < n; r++)
+    memcpy(p->cost_out + (size_t)r * HMSG + HMSG_COST, mine, sizeof(mine));
+  MOECCL_CHECK(moeccl_call_issue(c, &call, NULL));
+  uint64_t most[12] = {0};
+  for (int s = 0; s < n; s++)
+    for (int i = 0; i < 12; i++)
+      most[i] = max64(most[i], p->cost_in[(size_t)s * HMSG + HMSG_COST + i]);
+  cost_set(&l->cost[0], most);
+  cost_set(&l->cost[1], most + 6);
+  l->via = p->via, l->relay_first = p->relay_first, l->relay_token = p->relay_token;
+  l->rin_first = p->rin_first, l->nl = p->nl, l->me_local = p->me_local;
+  l->node_rank = p->node_rank, l->fw_first = p->fw_first;
+  l->hier_ok = 1;
+  return moecclSuccess;
+}
+
 static moecclResult_t layout(moecclMoePlan_t p, const int32_t* ids, size_t T, int K,
                              size_t capacity, size_t* dropped) {
   moeccl_moe_layout_t* l = &p->lay;
@@ -427,6 +673,8 @@ static moecclResult_t layout(moecclMoePlan_t p, const int32_t* ids, size_t T, in
     return moeccl_error(p->comm, rc, "moecclMoeLayout: out of memory for the tables");
   l->rank = p->comm->rank, l->nranks = p->comm->nranks, l->K = K, l->T = T;
   l->send_first = p->send_first, l->recv_first = p->recv_first, l->pair_token = p->pair_token;
+  l->hier_ok = 0;
+  if (rc == moecclSuccess && p->hier_possible) rc = hier_tables(p, T);
   return rc;
 }
 
@@ -534,8 +782,9 @@ static moecclResult_t check_data(moecclMoePlan_t p, const moe_args_t* a) {
  * or when the memory cannot be had, the call uses scratch as before. */
 static void* send_area(moecclMoePlan_t p, size_t rb) {
   const moeccl_moe_layout_t* l = &p->lay;
-  if (rb && l->P + l->Q > SIZE_MAX / rb) return NULL;
-  size_t need = (l->P + l->Q) * rb;
+  size_t rows = moeccl_moe_area_rows(l);
+  if (rb && rows > SIZE_MAX / rb) return NULL;
+  size_t need = rows * rb;
   if (need == 0) return NULL;
   if (need <= p->send_area_bytes) return p->send_area;
   if (moeccl_group_active()) return NULL;
@@ -549,12 +798,32 @@ static void* send_area(moecclMoePlan_t p, size_t rb) {
   return q;
 }
 
+/* The tuner's path for rows of rb bytes, logged at ALGO when it changes. */
+static int pick_path(moecclMoePlan_t p, const moe_args_t* a, size_t rb) {
+  double us[2];
+  int hier = moeccl_tuner_pick_moe(p->comm, &p->lay, rb, us);
+  if (p->comm->rank == 0 && (hier != p->logged_path || rb != p->logged_rb)) {
+    p->logged_path = hier, p->logged_rb = rb;
+    if (us[1] < 0)
+      INFO(ALGO, "rank %d: %s of %zu-byte rows: flat (%s)", p->comm->rank, a->fn, rb,
+           p->comm->forced_moe == 0 ? "MOECCL_MOE_ALGO=flat"
+                                    : "one node, or a node of more than 64 ranks");
+    else
+      INFO(ALGO, "rank %d: %s of %zu-byte rows: %s (predicted us: flat %.1f, hier %.1f%s)",
+           p->comm->rank, a->fn, rb, hier ? "hier" : "flat", us[0], us[1],
+           p->comm->forced_moe >= 0 ? "; forced by MOECCL_MOE_ALGO" : "");
+  }
+  return hier;
+}
+
 static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
   MOECCL_CHECK(plan_check(p, a->fn));
   MOECCL_CHECK(check_data(p, a));
+  size_t rb = a->hidden * moeccl_type_size(a->type);
   moeccl_call_t call = {.kind = MOECCL_CALL_MOE, .sendbuf = a->in, .recvbuf = a->out};
   call.moe = (moeccl_moe_call_t){.op = a->op,
                                  .lay = &p->lay,
+                                 .hier = pick_path(p, a, rb),
                                  .type = a->type,
                                  .hidden = a->hidden,
                                  .elem_size = moeccl_type_size(a->type),
@@ -564,7 +833,7 @@ static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
                                  .expert_out = a->expert_out,
                                  .grad_weights = a->grad_weights,
                                  .progs = p->progs,
-                                 .send_area = send_area(p, a->hidden * moeccl_type_size(a->type))};
+                                 .send_area = send_area(p, rb)};
   return moeccl_call_issue(p->comm, &call, a->stream);
 }
 

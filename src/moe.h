@@ -48,6 +48,23 @@ struct moecclMoePlan {
   MOE_ARRAY(moeccl_row_term_t, own);
   MOE_ARRAY(moeccl_row_term_t, dot);
   MOE_ARRAY(size_t, tok);
+  /* the hierarchical path's tables (hier_possible: the communicator spans
+   * nodes of at most 64 ranks and MOECCL_MOE_ALGO is not flat) */
+  int hier_possible, nl, me_local;
+  int* via;                        /* [n] */
+  int* node_rank;                  /* [nl] */
+  size_t *relay_first, *rin_first; /* [n+1] */
+  size_t *fw_first, *fw_cur;       /* [n*nl+1] */
+  uint64_t *cost_out, *cost_in;    /* the cost exchange: HMSG words per rank */
+  MOE_ARRAY(uint64_t, tmask);      /* per token: destination ranks on one node */
+  MOE_ARRAY(uint32_t, relay_token);
+  MOE_ARRAY(uint64_t, relay_mask);
+  MOE_ARRAY(uint64_t, rin_mask);
+  MOE_ARRAY(uint32_t, fw_rows);
+  MOE_ARRAY(moeccl_row_term_t, fsum);
+  MOE_ARRAY(moeccl_row_term_t, own_h);
+  int logged_path;  /* the path last logged at ALGO (-1: none yet) */
+  size_t logged_rb; /* and its row size */
   moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS];
   /* moecclMemAlloc memory the data calls send from (moeccl_moe_call_t's
    * send_area): grown, never shrunk; NULL until the first call. */

@@ -35,6 +35,8 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_REDUCE_ALGO", MOECCL_PARAM_STR, "", "force the Reduce algorithm: tree or direct"},
     {"MOECCL_GATHER_ALGO", MOECCL_PARAM_STR, "", "force the Gather algorithm: direct"},
     {"MOECCL_SCATTER_ALGO", MOECCL_PARAM_STR, "", "force the Scatter algorithm: direct"},
+    {"MOECCL_MOE_ALGO", MOECCL_PARAM_STR, "",
+     "force the MoE dispatch/combine path across nodes: flat or hier"},
     {"MOECCL_A2A_WINDOW", MOECCL_PARAM_INT, "64",
      "peers the direct algorithm exchanges with per step (0: all at once)"},
     {"MOECCL_TOPO_FILE", MOECCL_PARAM_STR, "",

@@ -491,6 +491,14 @@ static const mp_variant variants[] = {
     /* the layout's count and route exchanges under other all-to-all algorithms */
     {"bruck", {"MOECCL_ALGO=bruck"}, "3,5"},
     {"hier2-ppn2", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=2"}, "4"},
+    /* the hierarchical dispatch/combine (node dedup) on simulated nodes:
+     * regular, uneven (5 = 2+2+1, 5 = 3+2) and one rank per node */
+    {"moe-hier-ppn2", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2"}, "4,5"},
+    {"moe-hier-ppn3", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=3"}, "5"},
+    {"moe-hier-ppn1", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=1"}, "3"},
+    {"moe-hier-no-shm",
+     {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2", "MOECCL_SHM_DISABLE=1"},
+     "4"},
     {NULL, {NULL}, NULL},
 };
 

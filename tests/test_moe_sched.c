@@ -172,8 +172,93 @@ static void test_kernels(void) {
         (double)d[1], want);
 }
 
+/* The hierarchical path, rank 0 of 4 on nodes {0,1} {2,3}, K = 2, 3
+ * tokens, receiving nothing: token 0 goes to ranks 2 and 3, token 1 to
+ * ranks 1 and 2, token 2 to rank 3.  Flat sends 4 rows to the other node
+ * (token 0 twice); hierarchical sends 3, all to rank 2 (the forwarder with
+ * local index 0), which hands them on. */
+static void test_hier(void) {
+  static const size_t h_send[] = {0, 0, 1, 3, 5}, zero[] = {0, 0, 0, 0, 0};
+  static const size_t fw_zero[9] = {0};
+  static const uint32_t h_tok[] = {1, 0, 1, 0, 2}, relay_tok[] = {0, 1, 2};
+  static const size_t relay_first[] = {0, 0, 0, 3, 3};
+  static const int via[] = {-1, -1, 0, 1}, node_rank[] = {0, 1};
+  static const moeccl_row_term_t h_own[] = {{0, 5, N}, {1, 0, N}, {1, 6, N}, {2, 7, N}};
+  moeccl_moe_layout_t l = {.rank = 0,
+                           .nranks = 4,
+                           .K = 2,
+                           .T = 3,
+                           .P = 5,
+                           .Q = 0,
+                           .R = 0,
+                           .send_first = h_send,
+                           .recv_first = zero,
+                           .pair_token = h_tok,
+                           .own = h_own,
+                           .n_own = 4,
+                           .hier_ok = 1,
+                           .via = via,
+                           .relay_first = relay_first,
+                           .relay_token = relay_tok,
+                           .rin_first = zero,
+                           .nl = 2,
+                           .me_local = 0,
+                           .node_rank = node_rank,
+                           .fw_first = fw_zero,
+                           .F = 0,
+                           .own_h = h_own,
+                           .n_own_h = 4};
+  moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS];
+  moeccl_moe_call_t c = {.op = MOECCL_MOE_DISPATCH,
+                         .lay = &l,
+                         .type = moecclFloat32,
+                         .hidden = 4,
+                         .elem_size = 4,
+                         .progs = progs,
+                         .hier = 1};
+  moeccl_sched_t s = {0};
+  uint32_t b;
+  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "hier dispatch: schedule failed");
+  moeccl_sched_end_step(&s);
+  uint64_t to[4] = {0}, nsend[4] = {0};
+  for (int i = 0; i < s.nops; i++)
+    if (s.ops[i].type == MOECCL_OP_SEND)
+      to[s.ops[i].peer] += s.ops[i].bytes, nsend[s.ops[i].peer]++;
+  CHECK(to[2] == 3 * 16 && nsend[2] == 1,
+        "hier dispatch: %llu bytes in %llu messages to the "
+        "forwarder, want 3 rows in one",
+        (unsigned long long)to[2], (unsigned long long)nsend[2]);
+  CHECK(to[3] == 0, "hier dispatch: %llu bytes to rank 3, want none (its rows go via rank 2)",
+        (unsigned long long)to[3]);
+  CHECK(to[1] == 16 && to[0] == 0, "hier dispatch: one row to rank 1 on the node, none to self");
+  /* the relay rows are packed from tokens 0, 1, 2: one run */
+  int relay_runs = 0;
+  for (int i = 0; i < s.step_end[0]; i++)
+    relay_runs += s.ops[i].type == MOECCL_OP_COPY && s.ops[i].bytes == 3 * 16;
+  CHECK(relay_runs == 1, "hier dispatch: relay rows pack in %d runs of 3 rows, want 1", relay_runs);
+
+  moeccl_sched_reset(&s);
+  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  c.op = MOECCL_MOE_COMBINE;
+  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "hier combine: schedule failed");
+  moeccl_sched_end_step(&s);
+  uint64_t from[4] = {0};
+  for (int i = 0; i < s.nops; i++)
+    if (s.ops[i].type == MOECCL_OP_RECV) from[s.ops[i].peer] += s.ops[i].bytes;
+  CHECK(from[2] == 3 * 16 && from[3] == 0 && from[1] == 16,
+        "hier combine: %llu/%llu/%llu bytes back from ranks 1/2/3, want 16/48/0",
+        (unsigned long long)from[1], (unsigned long long)from[2], (unsigned long long)from[3]);
+  int last = s.step_end[s.nsteps - 1] - 1;
+  CHECK(s.ops[last].type == MOECCL_OP_ROWS && progs[s.ops[last].peer].terms == h_own &&
+            s.ops[last].dst_buf == MOECCL_BUF_RECV,
+        "hier combine: the token side's sum runs last, into the tokens");
+  moeccl_sched_free(&s);
+}
+
 int main(void) {
   test_schedule();
+  test_hier();
   test_kernels();
   if (failures) return 1;
   printf("test_moe_sched: all checks passed\n");

@@ -24,6 +24,15 @@
 #include "rows.h"
 #include "schedule.h"
 
+/* What the tuner prices a path by (moeccl_tuner_pick_moe): rows and
+ * messages one rank moves in a dispatch (combine is its mirror), the larger
+ * of what it sends and receives per class.  The layout keeps each field's
+ * maximum over the ranks, so that every rank decides alike. */
+typedef struct {
+  uint64_t net_rows, node_rows, copy_rows; /* between nodes, on the node, copied locally */
+  uint64_t net_msgs, node_msgs, rounds;    /* messages per class; rounds in sequence */
+} moeccl_moe_cost_rows_t;
+
 /* One step's routing on one rank, as the generators read it. */
 typedef struct {
   int rank, nranks, K;
@@ -52,6 +61,35 @@ typedef struct {
    * x or none}; the self pairs' terms are [Kself0, Kself1). */
   const moeccl_row_term_t* dot;
   size_t dot_self0, dot_self1;
+
+  /* The hierarchical path (DeepEP's node dedup), set when hier_ok: a row
+   * crosses between nodes once per (token, destination node), to this
+   * rank's forwarder there (the rank of that node with this rank's local
+   * index modulo the node's size), which hands it to the node's ranks that
+   * hold the token's experts.  Pairs, receive pairs, the expansion and the
+   * partial sums stay those of the flat path; only the rows' route
+   * changes, and the K floats per pair (weights, gate gradients) go
+   * direct.  Relay rows: by forwarder rank, tokens ascending. */
+  int hier_ok;
+  const int* via;              /* [nranks] -1: source on this node (direct); else the
+                                  rank of this node that forwards its rows (maybe this one) */
+  const size_t* relay_first;   /* [nranks+1] relay rows this rank sends, by forwarder */
+  const uint32_t* relay_token; /* [relay_first[nranks]] their tokens */
+  const size_t* rin_first;     /* [nranks+1] relay rows this rank forwards, by source */
+  int nl, me_local;            /* ranks on this node, this rank's index among them */
+  const int* node_rank;        /* [nl] this node's ranks, ascending */
+  const size_t* fw_first;      /* [nranks*nl+1] forward list (source s, local index lr) */
+  const uint32_t* fw_rows;     /* [F] relay row (rin index) of each forwarded row */
+  size_t F;                    /* fw_first[nranks*nl] */
+  /* Forwarder's sums of the node's partials per relay row, grouped by rin
+   * row, local index ascending: {i, q (its own partial) or Q + k, none}. */
+  const moeccl_row_term_t* fsum;
+  size_t n_fsum;
+  /* Token side's sums: {t, q_self, Q+F+p (a pair on this node) or
+   * Q+F+P+i (relay row i's returned sum), none}, grouped by token. */
+  const moeccl_row_term_t* own_h;
+  size_t n_own_h;
+  moeccl_moe_cost_rows_t cost[2]; /* flat, hierarchical (when hier_ok) */
 } moeccl_moe_layout_t;
 
 typedef enum {
@@ -75,13 +113,14 @@ typedef struct {
   /* The same on every rank (set by the entry point, not by whether a
    * pointer is NULL: a rank without tokens passes none but still takes
    * part in the weights' and gate gradients' exchanges). */
+  int hier;               /* the hierarchical path (lay->hier_ok; the tuner's choice) */
   int weighted;           /* combine, combine backward: the gate weights apply */
   int gate_grad;          /* combine backward: gate gradients are computed */
   const float* weights;   /* [T][K] */
   const void* expert_out; /* combine backward: the forward's expanded outputs */
   float* grad_weights;    /* combine backward: [T][K] */
   moeccl_rows_t* progs;   /* MOECCL_MOE_MAX_PROGS programs the schedule's ROWS ops name */
-  /* NULL, or moecclMemAlloc memory of at least (P + Q) rows that the plan
+  /* NULL, or moecclMemAlloc memory of at least moeccl_moe_area_rows rows that the plan
    * owns: the rows this rank sends (packed tokens, partial sums) and the
    * returned partials go there instead of scratch, so that local peers
    * copy them from the mapped region (no CMA). */
@@ -89,6 +128,8 @@ typedef struct {
 } moeccl_moe_call_t;
 
 const char* moeccl_moe_op_name(moeccl_moe_op_t op);
+/* Rows of the send area a call on l uses (either path). */
+size_t moeccl_moe_area_rows(const moeccl_moe_layout_t* l);
 /* Appends the call's steps to s, whose SEND, RECV and SCRATCH buffers the
  * planner has set up. */
 moecclResult_t moeccl_moe_schedule(const moeccl_moe_call_t* call, moeccl_sched_t* s);

@@ -18,6 +18,12 @@
  *            gate gradients, a DOT program over the received rows and the
  *            forward's expert outputs, whose K floats per pair go back and
  *            are summed per token like the combine's rows.
+ * hierarchical (c->hier, moe_algos.h): the packed rows go only to this
+ *            node's peers; relay rows (one per token and other node) go to
+ *            the forwarders, which copy each on to their node's ranks (one
+ *            message per source) or into their own receive pairs; combine
+ *            mirrors it, the forwarder summing the node's partials per
+ *            relay row before one row per (token, node) goes back.
  * Zero-byte blocks produce no op on either side.  Planning is O(nranks +
  * rows) per call; the terms come from the layout.
  */
@@ -68,11 +74,11 @@ static moecclResult_t runs_add(runs_t* r, uint64_t dst, uint64_t src) {
  * self_base (by receive pair) instead of being skipped. */
 static moecclResult_t pack(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint32_t sbuf,
                            uint64_t unit, uint32_t dbuf, uint64_t dbase, int with_self,
-                           uint64_t self_base) {
+                           uint64_t self_base, const int* via) {
   runs_t r = {s, sbuf, dbuf, 0, dbase, unit, 0, 0, 0};
   for (int peer = 0; peer < l->nranks; peer++) {
     int self = peer == l->rank;
-    if (self && !with_self) continue;
+    if ((self && !with_self) || (via && via[peer] >= 0)) continue;
     MOE_CHECK(runs_flush(&r));
     r.dbase = self ? self_base : dbase;
     size_t shift = self ? l->recv_first[peer] - l->send_first[peer] : 0;
@@ -83,17 +89,110 @@ static moecclResult_t pack(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint
 }
 
 /* One message per peer: out's pairs [first[peer], first[peer+1]) of unit
- * bytes go from sbuf at sbase; in's arrive into dbuf at dbase. */
+ * bytes go from sbuf at sbase; in's arrive into dbuf at dbase.  With via,
+ * only the peers on this node (via[peer] < 0). */
+static moecclResult_t exchange_via(const moeccl_moe_layout_t* l, moeccl_sched_t* s,
+                                   const size_t* out_first, uint32_t sbuf, uint64_t sbase,
+                                   const size_t* in_first, uint32_t dbuf, uint64_t dbase,
+                                   uint64_t unit, const int* via) {
+  for (int k = 1; k < l->nranks; k++) {
+    int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
+    if (!via || via[to] < 0)
+      MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + out_first[to] * unit, 0, 0,
+                                 (out_first[to + 1] - out_first[to]) * unit));
+    if (!via || via[from] < 0)
+      MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + in_first[from] * unit,
+                                 (in_first[from + 1] - in_first[from]) * unit));
+  }
+  return moecclSuccess;
+}
+
 static moecclResult_t exchange(const moeccl_moe_layout_t* l, moeccl_sched_t* s,
                                const size_t* out_first, uint32_t sbuf, uint64_t sbase,
                                const size_t* in_first, uint32_t dbuf, uint64_t dbase,
                                uint64_t unit) {
+  return exchange_via(l, s, out_first, sbuf, sbase, in_first, dbuf, dbase, unit, NULL);
+}
+
+/* ---- the hierarchical path's hops (moe_algos.h) ---------------------------- */
+
+size_t moeccl_moe_area_rows(const moeccl_moe_layout_t* l) {
+  size_t rows = l->P + l->Q;
+  if (l->hier_ok) rows += l->F + l->relay_first[l->nranks] + l->rin_first[l->nranks];
+  return rows;
+}
+
+/* Sender: relay rows from the tokens into dbuf at dbase (by relay row). */
+static moecclResult_t pack_relay(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint64_t rb,
+                                 uint32_t dbuf, uint64_t dbase) {
+  runs_t r = {s, MOECCL_BUF_SEND, dbuf, 0, dbase, rb, 0, 0, 0};
+  for (size_t i = 0; i < l->relay_first[l->nranks]; i++)
+    MOE_CHECK(runs_add(&r, i, l->relay_token[i]));
+  return runs_flush(&r);
+}
+
+/* Between nodes: relay rows to the forwarders (from sbuf at sbase), and
+ * the relay rows this rank forwards in (into dbuf at dbase); or, back, the
+ * forwarders' sums to their sources.  out_first/in_first are by rank. */
+static moecclResult_t relay_exchange(const moeccl_moe_layout_t* l, moeccl_sched_t* s,
+                                     const size_t* out_first, uint32_t sbuf, uint64_t sbase,
+                                     const size_t* in_first, uint32_t dbuf, uint64_t dbase,
+                                     uint64_t rb) {
   for (int k = 1; k < l->nranks; k++) {
     int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
-    MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + out_first[to] * unit, 0, 0,
-                               (out_first[to + 1] - out_first[to]) * unit));
-    MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + in_first[from] * unit,
-                               (in_first[from + 1] - in_first[from]) * unit));
+    size_t no = out_first[to + 1] - out_first[to], ni = in_first[from + 1] - in_first[from];
+    if (no)
+      MOE_CHECK(
+          moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + out_first[to] * rb, 0, 0, no * rb));
+    if (ni)
+      MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + in_first[from] * rb,
+                                 ni * rb));
+  }
+  return moecclSuccess;
+}
+
+/* Forwarder, dispatch: each forwarded row from the relay rows (rin, in
+ * ibuf at ibase) to its forward list's place in fout (obuf at obase), or,
+ * for this rank's own list, straight to its receive pair (rbuf at rbase). */
+static moecclResult_t forward_pack(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint64_t rb,
+                                   uint32_t ibuf, uint64_t ibase, uint32_t obuf, uint64_t obase,
+                                   uint32_t rbuf, uint64_t rbase) {
+  runs_t out = {s, ibuf, obuf, ibase, obase, rb, 0, 0, 0};
+  runs_t own = {s, ibuf, rbuf, ibase, rbase, rb, 0, 0, 0};
+  for (int src = 0; src < l->nranks; src++)
+    for (int lr = 0; lr < l->nl; lr++) {
+      size_t b = (size_t)src * (size_t)l->nl + (size_t)lr;
+      for (size_t k = l->fw_first[b]; k < l->fw_first[b + 1]; k++) {
+        if (lr == l->me_local)
+          MOE_CHECK(runs_add(&own, l->recv_first[src] + (k - l->fw_first[b]), l->fw_rows[k]));
+        else MOE_CHECK(runs_add(&out, k, l->fw_rows[k]));
+      }
+    }
+  MOE_CHECK(runs_flush(&out));
+  return runs_flush(&own);
+}
+
+/* On the node: the forwarder's lists (fbuf at fbase, by forwarded row k)
+ * to the node's ranks; each rank's rows from a forwarder, one message per
+ * source, into its receive pairs (rbuf at rbase).  back: the reverse (the
+ * partials of the receive pairs to the forwarder, its lists in). */
+static moecclResult_t forward_exchange(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint64_t rb,
+                                       uint32_t fbuf, uint64_t fbase, uint32_t rbuf, uint64_t rbase,
+                                       int back) {
+  for (int src = 0; src < l->nranks; src++) {
+    for (int lr = 0; lr < l->nl; lr++) {
+      size_t b = (size_t)src * (size_t)l->nl + (size_t)lr, n = l->fw_first[b + 1] - l->fw_first[b];
+      if (lr == l->me_local || n == 0) continue;
+      MOE_CHECK(moeccl_sched_add(s, back ? MOECCL_OP_RECV : MOECCL_OP_SEND, l->node_rank[lr],
+                                 back ? 0 : fbuf, back ? 0 : fbase + l->fw_first[b] * rb,
+                                 back ? fbuf : 0, back ? fbase + l->fw_first[b] * rb : 0, n * rb));
+    }
+    int f = l->via[src];
+    size_t n = l->recv_first[src + 1] - l->recv_first[src];
+    if (f < 0 || f == l->rank || n == 0) continue;
+    MOE_CHECK(moeccl_sched_add(s, back ? MOECCL_OP_SEND : MOECCL_OP_RECV, f, back ? rbuf : 0,
+                               back ? rbase + l->recv_first[src] * rb : 0, back ? 0 : rbuf,
+                               back ? 0 : rbase + l->recv_first[src] * rb, n * rb));
   }
   return moecclSuccess;
 }
@@ -139,22 +238,36 @@ static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) 
   int ww = c->weighted, dots = c->gate_grad, nprogs = 0;
   uint64_t w_pack = 0, w_recv = w_pack + (ww ? l->P * kb : 0);
   uint64_t gwp = w_recv + (ww ? l->Q * kb : 0), gw_back = gwp + (dots ? l->Q * kb : 0);
-  uint64_t pack_off = round64(gw_back + (dots ? l->P * kb : 0)), recv_off = pack_off + l->P * rb;
-  uint32_t pbuf = MOECCL_BUF_SCRATCH; /* the packed rows: in the send area when there is one */
+  /* Rows this rank sends (pbuf: the send area when there is one):
+   * packed pairs [P], and on the hierarchical path relay rows [Pr] and
+   * forwarded rows [F]; then in scratch the receive pairs [Q] and the
+   * relay rows in [Nin]. */
+  int hier = c->hier;
+  const int* via = hier ? l->via : NULL;
+  size_t Pr = hier ? l->relay_first[l->nranks] : 0, Nin = hier ? l->rin_first[l->nranks] : 0;
+  size_t F = hier ? l->F : 0;
+  uint64_t base = round64(gw_back + (dots ? l->P * kb : 0)), pack_off = base;
+  uint32_t pbuf = MOECCL_BUF_SCRATCH;
   if (c->send_area) {
     MOE_CHECK(moeccl_sched_add_buf(s, c->send_area, &pbuf));
-    recv_off = pack_off, pack_off = 0;
+    pack_off = 0;
   }
-  s->scratch_bytes = recv_off + l->Q * rb;
+  uint64_t relay_off = pack_off + l->P * rb, fout_off = relay_off + Pr * rb;
+  uint64_t recv_off = c->send_area ? base : fout_off + F * rb, rin_off = recv_off + l->Q * rb;
+  s->scratch_bytes = rin_off + Nin * rb;
   uint32_t wbuf = UINT32_MAX, ebuf = UINT32_MAX, gbuf = UINT32_MAX;
   if (ww) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
   if (dots) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->expert_out, &ebuf));
   if (dots) MOE_CHECK(moeccl_sched_add_buf(s, c->grad_weights, &gbuf));
-  MOE_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pbuf, pack_off, 0, 0));
-  if (ww) MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv));
+  MOE_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pbuf, pack_off, 0, 0, via));
+  if (hier) MOE_CHECK(pack_relay(l, s, rb, pbuf, relay_off));
+  if (ww) MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
   MOE_CHECK(moeccl_sched_end_step(s));
-  MOE_CHECK(exchange(l, s, l->send_first, pbuf, pack_off, l->recv_first, MOECCL_BUF_SCRATCH,
-                     recv_off, rb));
+  MOE_CHECK(exchange_via(l, s, l->send_first, pbuf, pack_off, l->recv_first, MOECCL_BUF_SCRATCH,
+                         recv_off, rb, via));
+  if (hier)
+    MOE_CHECK(relay_exchange(l, s, l->relay_first, pbuf, relay_off, l->rin_first,
+                             MOECCL_BUF_SCRATCH, rin_off, rb));
   if (ww)
     MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
                        MOECCL_BUF_SCRATCH, w_recv, kb));
@@ -166,6 +279,13 @@ static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) 
     MOE_CHECK(rows_op(c, s, &nprogs, dot_self, MOECCL_BUF_SEND, 0, MOECCL_BUF_SCRATCH, gwp,
                       dot_self.nterms * sizeof(float)));
   MOE_CHECK(moeccl_sched_end_step(s));
+  if (hier) { /* the forwarders hand the relay rows on */
+    MOE_CHECK(forward_pack(l, s, rb, MOECCL_BUF_SCRATCH, rin_off, pbuf, fout_off,
+                           MOECCL_BUF_SCRATCH, recv_off));
+    MOE_CHECK(moeccl_sched_end_step(s));
+    MOE_CHECK(forward_exchange(l, s, rb, pbuf, fout_off, MOECCL_BUF_SCRATCH, recv_off, 0));
+    MOE_CHECK(moeccl_sched_end_step(s));
+  }
   MOE_CHECK(expand(c, s, &nprogs, l->exp_remote, l->n_exp_remote, MOECCL_BUF_SCRATCH, recv_off,
                    MOECCL_BUF_SCRATCH, w_recv));
   if (!dots) return moecclSuccess;
@@ -194,17 +314,26 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   uint64_t rb = c->hidden * c->elem_size, kb = (uint64_t)l->K * sizeof(float);
   int ww = c->weighted, nprogs = 0;
   uint64_t w_pack = 0, w_recv = w_pack + (ww ? l->P * kb : 0);
-  uint64_t part_off = round64(w_recv + (ww ? l->Q * kb : 0)), back_off = part_off + l->Q * rb;
-  s->scratch_bytes = back_off + l->P * rb;
-  uint32_t pbuf = MOECCL_BUF_SCRATCH; /* partials and returned rows, one area */
+  /* One area (the send area when there is one): the partials [Q], and on
+   * the hierarchical path the node's partials a forwarder receives [F];
+   * the returned rows [P]; then, hierarchical, the relay rows' sums coming
+   * back [Pr] and those a forwarder sends [Nin]. */
+  int hier = c->hier;
+  size_t Pr = hier ? l->relay_first[l->nranks] : 0, Nin = hier ? l->rin_first[l->nranks] : 0;
+  size_t F = hier ? l->F : 0;
+  uint64_t part_off = round64(w_recv + (ww ? l->Q * kb : 0));
+  s->scratch_bytes = part_off + (l->Q + F + l->P + Pr + Nin) * rb;
+  uint32_t pbuf = MOECCL_BUF_SCRATCH;
   if (c->send_area) {
     MOE_CHECK(moeccl_sched_add_buf(s, c->send_area, &pbuf));
-    s->scratch_bytes = part_off, part_off = 0, back_off = l->Q * rb;
+    s->scratch_bytes = part_off, part_off = 0;
   }
+  uint64_t fin_off = part_off + l->Q * rb, back_off = fin_off + F * rb;
+  uint64_t rback_off = back_off + l->P * rb, rsum_off = rback_off + Pr * rb;
   uint32_t wbuf = UINT32_MAX;
   if (ww) {
     MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
-    MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv));
+    MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
     MOE_CHECK(moeccl_sched_end_step(s));
     MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
                        MOECCL_BUF_SCRATCH, w_recv, kb));
@@ -212,13 +341,32 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   }
   moeccl_rows_t part = program(MOECCL_ROWS_SUM, c->type, c->hidden,
                                ww ? MOECCL_BUF_SCRATCH : UINT32_MAX, w_recv, l->part, l->R);
+  MOE_CHECK(rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, pbuf, part_off, l->Q * rb));
+  MOE_CHECK(moeccl_sched_end_step(s));
+  if (!hier) {
+    MOE_CHECK(exchange(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off, rb));
+    MOE_CHECK(moeccl_sched_end_step(s));
+    /* Receive pair q's partial is part_off + q, returned pair p's + Q + p. */
+    moeccl_rows_t own =
+        program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->own, l->n_own);
+    return rows_op(c, s, &nprogs, own, pbuf, part_off, MOECCL_BUF_RECV, 0, l->T * rb);
+  }
+  /* Partials for this node's sources go direct, the others to their
+   * forwarder, which sums them per relay row and returns one row per
+   * (token, node). */
   MOE_CHECK(
-      rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, pbuf, part_off, l->Q * rb));
+      exchange_via(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off, rb, l->via));
+  MOE_CHECK(forward_exchange(l, s, rb, pbuf, fin_off, pbuf, part_off, 1));
   MOE_CHECK(moeccl_sched_end_step(s));
-  MOE_CHECK(exchange(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off, rb));
+  moeccl_rows_t fsum =
+      program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->fsum, l->n_fsum);
+  MOE_CHECK(rows_op(c, s, &nprogs, fsum, pbuf, part_off, pbuf, rsum_off, Nin * rb));
   MOE_CHECK(moeccl_sched_end_step(s));
-  /* Receive pair q's partial is part_off + q, returned pair p's + Q + p. */
-  moeccl_rows_t own = program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->own, l->n_own);
+  MOE_CHECK(
+      relay_exchange(l, s, l->rin_first, pbuf, rsum_off, l->relay_first, pbuf, rback_off, rb));
+  MOE_CHECK(moeccl_sched_end_step(s));
+  moeccl_rows_t own =
+      program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->own_h, l->n_own_h);
   return rows_op(c, s, &nprogs, own, pbuf, part_off, MOECCL_BUF_RECV, 0, l->T * rb);
 }
 

@@ -59,8 +59,8 @@ struct moeccl_tuner {
    * CPU time over its cores.  Set only when some machine is oversubscribed
    * and the communicator is small enough to price every rank. */
   int oversubscribed;
-  int* machine_of; /* [nranks] machine index */
-  int* machine_cpus; /* [machines] cores */
+  int* machine_of;        /* [nranks] machine index */
+  int* machine_cpus;      /* [machines] cores */
   double* machine_cpu_us; /* [machines] scratch while pricing */
   int* meta_index;        /* [nranks] scratch: members of a count exchange priced */
   int nmachines;
@@ -253,6 +253,7 @@ static uint64_t pricing_hash(const moeccl_comm_t* c) {
    * schedule. */
   h = fnv(h, &c->forced_algo, sizeof(c->forced_algo));
   h = fnv(h, c->forced_coll, sizeof(c->forced_coll));
+  h = fnv(h, &c->forced_moe, sizeof(c->forced_moe));
   return fnv(h, &c->tuner->v_bytes, sizeof(c->tuner->v_bytes));
 }
 
@@ -295,7 +296,8 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   MOECCL_CHECK(rc);
   if (failed >= 0)
     return moeccl_error(c, moecclInvalidUsage,
-                        "rank %d could not build its topology (see its log); every rank stops", failed);
+                        "rank %d could not build its topology (see its log); every rank stops",
+                        failed);
   if (!costs_given) transport_defaults(c, net);
 
   /* Second round: every rank must price alike, or their choices could
@@ -311,18 +313,18 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   free(hashes);
   MOECCL_CHECK(rc);
   if (differs >= 0)
-    return moeccl_error(c, moecclInvalidUsage,
-                        "rank %d and rank 0 would price algorithms differently: MOECCL_TOPO_FILE, "
-                        "MOECCL_TOPO_GROUP_SIZE, MOECCL_TUNE_FILE, MOECCL_TUNE_V_BYTES, "
-                        "MOECCL_A2A_WINDOW, MOECCL_NET_EAGER_SIZE, MOECCL_SHM_DISABLE, MOECCL_ALGO and "
-                        "MOECCL_<COLL>_ALGO must be the "
-                        "same on every rank",
-                        differs);
+    return moeccl_error(
+        c, moecclInvalidUsage,
+        "rank %d and rank 0 would price algorithms differently: MOECCL_TOPO_FILE, "
+        "MOECCL_TOPO_GROUP_SIZE, MOECCL_TUNE_FILE, MOECCL_TUNE_V_BYTES, "
+        "MOECCL_A2A_WINDOW, MOECCL_NET_EAGER_SIZE, MOECCL_SHM_DISABLE, MOECCL_ALGO, "
+        "MOECCL_<COLL>_ALGO and MOECCL_MOE_ALGO must be the "
+        "same on every rank",
+        differs);
   const moeccl_topo_t* t = c->topo;
   if (c->rank == 0) {
-    INFO(ALGO,
-         "topology (%s): %d ranks, %d nodes (%d ranks each%s), %d groups, %d rails; %s", t->source,
-         t->nranks, t->nnodes, t->ranks_per_node, t->ranks_per_node ? "" : ": irregular",
+    INFO(ALGO, "topology (%s): %d ranks, %d nodes (%d ranks each%s), %d groups, %d rails; %s",
+         t->source, t->nranks, t->nnodes, t->ranks_per_node, t->ranks_per_node ? "" : ": irregular",
          t->ngroups, t->nrails, t->hw[0] ? t->hw : "no hardware information");
     static const char* names[] = {"self", "node", "group", "global"};
     for (int k = MOECCL_LINK_NODE; k < MOECCL_LINK_NCLASSES; k++)
@@ -463,14 +465,14 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
     if (us == PRICE_FAILED) return NULL;
     if (us < 0) continue;
     if (len < (int)sizeof(line))
-      len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "",
-                      a->name, us);
+      len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "", a->name,
+                      us);
     if (best_us < 0 || us < best_us) best_us = us, best = i;
   }
   slot->block = block, slot->v = v, slot->algo = best, slot->age = tu->clock;
   INFO(ALGO, "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s)",
-         c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
-         moeccl_a2a_algos[best].name, len ? line : "none");
+       c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
+       moeccl_a2a_algos[best].name, len ? line : "none");
   c->last_algo = best;
   return &moeccl_a2a_algos[best];
 }
@@ -510,8 +512,7 @@ static double price_coll(moeccl_comm_t* c, const moeccl_coll_algo_t* a,
     for (int j = 0; j < MOECCL_BUF_NSTD; j++)
       if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return PRICE_FAILED;
     s->scratch_buf = MOECCL_BUF_SCRATCH;
-    if (a->schedule[d.kind](&d, s) != moecclSuccess ||
-        moeccl_sched_end_step(s) != moecclSuccess)
+    if (a->schedule[d.kind](&d, s) != moecclSuccess || moeccl_sched_end_step(s) != moecclSuccess)
       return PRICE_FAILED;
     moeccl_cost_t cost = {0};
     double us = moeccl_model_price(c->topo, s, d.rank, &cost);
@@ -570,8 +571,8 @@ int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
     if (us == PRICE_FAILED) return -1;
     if (us < 0) continue;
     if (len < (int)sizeof(line))
-      len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "",
-                      a->name, us);
+      len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "", a->name,
+                      us);
     if (best_us < 0 || us < best_us * (1.0 - 1e-9)) best_us = us, best = i; /* ties: order[] */
   }
   if (best < 0) best = MOECCL_COLL_DIRECT; /* implements every collective */
@@ -580,4 +581,26 @@ int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
        moeccl_coll_kind_name(d->kind), d->count * d->elem_size, c->nranks,
        moeccl_coll_algos[best].name, len ? line : "none");
   return best;
+}
+
+/* One direction of a MoE exchange as the link and copy costs price it:
+ * rows over each class at that class's bandwidth per rank, per-message
+ * overheads, a latency per round, the local copies. */
+static double moe_price(const moeccl_topo_t* t, const moeccl_moe_cost_rows_t* k, double rb) {
+  const moeccl_link_t* net = &t->link[t->ngroups > 1 ? MOECCL_LINK_GLOBAL : MOECCL_LINK_GROUP];
+  const moeccl_link_t* node = &t->link[MOECCL_LINK_NODE];
+  double us = (double)k->net_rows * rb / (net->bw_GBps * 1e3) +
+              (double)k->node_rows * rb / (node->bw_GBps * 1e3) +
+              (double)k->copy_rows * rb / (t->copy_GBps * 1e3);
+  us += (double)k->net_msgs * net->overhead_us + (double)k->node_msgs * node->overhead_us;
+  return us + (double)k->rounds * net->latency_us;
+}
+
+int moeccl_tuner_pick_moe(moeccl_comm_t* c, const moeccl_moe_layout_t* l, size_t row_bytes,
+                          double us[2]) {
+  us[0] = moe_price(c->topo, &l->cost[0], (double)row_bytes);
+  us[1] = l->hier_ok ? moe_price(c->topo, &l->cost[1], (double)row_bytes) : -1;
+  if (!l->hier_ok || c->forced_moe == 0) return 0;
+  if (c->forced_moe == 1) return 1;
+  return us[1] < us[0];
 }

@@ -4,6 +4,7 @@
 
 #include "algos/algos.h"
 #include "algos/coll_algos.h"
+#include "algos/moe_algos.h"
 #include "core.h"
 
 /* Builds comm->topo (MOECCL_TOPO_FILE, else the ranks' nodes, groups and
@@ -26,5 +27,13 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* comm, const moeccl_a2a
  * rank knows the whole call, so all pick alike).  Cached per call shape.
  * -1 when a candidate could not be priced (out of memory). */
 int moeccl_tuner_pick_coll(moeccl_comm_t* comm, const moeccl_coll_desc_t* desc);
+
+/* The MoE path of a call with rows of row_bytes on layout l: 1 for the
+ * hierarchical one (only when l->hier_ok), 0 for the flat one:
+ * MOECCL_MOE_ALGO, else the cheaper of the two as the topology's link and
+ * copy costs price l->cost (the same on every rank); us[] gets both
+ * predictions (us[1] < 0 when hier does not apply). */
+int moeccl_tuner_pick_moe(moeccl_comm_t* comm, const moeccl_moe_layout_t* l, size_t row_bytes,
+                          double us[2]);
 
 #endif
