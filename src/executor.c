@@ -76,6 +76,29 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, moeccl_req_t*
                                       : buf_at(s, op->dst_buf, op->dst_off);
   r->bytes = op->bytes;
   r->stream_copy = j->stream_copy;
+  if (op->type == MOECCL_OP_SEND && (op->flags & MOECCL_OPF_ROWS)) {
+    /* a gathered send: the whole buffer where the receiver can pick the
+     * rows itself, else the rows packed here */
+    const moeccl_rows_t* p = &s->rows[op->prog];
+    int t = c->peer_transport[op->peer];
+    const moeccl_transport_ops_t* ops = c->transport_ops[t];
+    if (ops->can_gather && ops->can_gather(c->transport_state[t], op->peer, r->buf, p->span)) {
+      r->gather_span = p->span;
+    } else {
+      void* packed = buf_at(s, p->out_buf, p->out_off);
+      moeccl_rows_run(p, packed, r->buf, NULL);
+      r->buf = packed;
+    }
+    return;
+  }
+  if (op->type == MOECCL_OP_RECV && (op->flags & MOECCL_OPF_ROWS)) {
+    const moeccl_rows_t* p = &s->rows[op->prog];
+    r->rows = p;
+    r->rows_dst = buf_at(s, p->out_buf, p->out_off);
+    r->rows_aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
+    r->stage_bytes = op->bytes;
+    return;
+  }
   if (op->type != MOECCL_OP_RECV_REDUCE) return;
   r->red = s->red;
   r->operand = buf_at(s, op->src_buf, op->src_off);
@@ -110,8 +133,7 @@ static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
 }
 
 static int is_local(const moeccl_sched_op_t* op) {
-  return op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE ||
-         op->type == MOECCL_OP_ROWS;
+  return op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS;
 }
 
 /* Posts the network ops of job's current step and does its local ops. */
@@ -125,9 +147,9 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     const moeccl_sched_op_t* op = &s->ops[i];
     if (is_local(op)) continue;
     if (op->peer == c->rank) {
-      if (op->type == MOECCL_OP_RECV_REDUCE)
-        return moeccl_error(c, moecclInternalError, "a reducing receive from self (rank %d)",
-                            c->rank);
+      if (op->type == MOECCL_OP_RECV_REDUCE || (op->flags & MOECCL_OPF_ROWS))
+        return moeccl_error(c, moecclInternalError,
+                            "a reducing or consuming receive from self (rank %d)", c->rank);
       continue;
     }
     moeccl_req_t* r = &c->reqs[j->nreqs++];
@@ -164,8 +186,22 @@ static moecclResult_t finish_staged(moeccl_comm_t* c, moeccl_req_t* r) {
   return moecclSuccess;
 }
 
+/* A consumed receive the transport delivered into buf: run its program. */
+static moecclResult_t finish_rows(moeccl_comm_t* c, moeccl_req_t* r) {
+  const moeccl_rows_t* p = r->rows;
+  r->rows = NULL;
+  if (r->consumed) return moecclSuccess;
+  if (r->bytes != r->stage_bytes)
+    return moeccl_comm_fail(c, moecclInvalidUsage,
+                            "a MoE receive of %zu bytes from rank %d got a message of %zu bytes "
+                            "(the ranks disagree on the call)",
+                            r->stage_bytes, r->peer, r->bytes);
+  moeccl_rows_run(p, r->rows_dst, r->buf, r->rows_aux);
+  return moecclSuccess;
+}
+
 /* Counts the current step's pending requests into j->pending, finishing
- * staged reducing receives that completed. */
+ * staged reducing receives and consumed receives that completed. */
 static moecclResult_t count_pending(moeccl_job_t* j) {
   int pending = 0;
   for (int i = j->first_req; i < j->nreqs; i++) {
@@ -175,6 +211,7 @@ static moecclResult_t count_pending(moeccl_job_t* j) {
       continue;
     }
     if (r->stage_dst) MOECCL_CHECK(finish_staged(j->comm, r));
+    if (r->rows) MOECCL_CHECK(finish_rows(j->comm, r));
     if (i == j->first_req) j->first_req++;
   }
   j->pending = pending;

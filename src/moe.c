@@ -64,14 +64,15 @@ static moecclResult_t check_placement(moeccl_comm_t* c, int E, const int* placem
 }
 
 static void plan_free(moecclMoePlan_t p) {
-  void* arrays[] = {p->owner,     p->local_index, p->local_experts, p->send_first, p->recv_first,
-                    p->counts,    p->stamp,       p->tpair,         p->msg_out,    p->msg_in,
-                    p->ecount,    p->ecur,        p->pair_token,    p->route_send, p->route_recv,
-                    p->exp_all,   p->exp_remote,  p->exp_self,      p->part,       p->own,
-                    p->dot,       p->tok,         p->via,           p->node_rank,  p->relay_first,
-                    p->rin_first, p->fw_first,    p->fw_cur,        p->cost_out,   p->cost_in,
-                    p->tmask,     p->relay_token, p->relay_mask,    p->rin_mask,   p->fw_rows,
-                    p->fsum,      p->own_h};
+  void* arrays[] = {
+      p->owner,       p->local_index, p->local_experts, p->send_first, p->recv_first, p->counts,
+      p->stamp,       p->tpair,       p->msg_out,       p->msg_in,     p->ecount,     p->ecur,
+      p->pair_token,  p->route_send,  p->route_recv,    p->exp_all,    p->exp_remote, p->exp_self,
+      p->part,        p->own,         p->dot,           p->tok,        p->via,        p->node_rank,
+      p->relay_first, p->rin_first,   p->fw_first,      p->fw_cur,     p->cost_out,   p->cost_in,
+      p->tmask,       p->relay_token, p->relay_mask,    p->rin_mask,   p->fw_rows,    p->fsum,
+      p->own_h,       p->progs,       p->exp_src_first, p->exp_src,    p->own_self,   p->own_src,
+      p->seen,        p->exp_src_idx, p->src_token,     p->gather};
   for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) free(arrays[i]);
   if (p->send_area) moecclMemFree(p->send_area);
   p->magic = 0;
@@ -164,8 +165,11 @@ MOECCL_EXPORT moecclResult_t moecclMoePlanCreate(moecclMoePlan_t* plan, int numE
   p->msg_in = calloc(MOE_MSG * n, sizeof(uint64_t));
   p->ecount = calloc(E, sizeof(size_t));
   p->ecur = calloc(E, sizeof(size_t));
+  p->progs = calloc(MOECCL_MOE_MAX_PROGS + 2 * n, sizeof(moeccl_rows_t));
+  p->exp_src_first = calloc(n + 1, sizeof(size_t));
   if (!p->owner || !p->local_index || !p->local_experts || !p->send_first || !p->recv_first ||
-      !p->counts || !p->stamp || !p->tpair || !p->msg_out || !p->msg_in || !p->ecount || !p->ecur) {
+      !p->counts || !p->stamp || !p->tpair || !p->msg_out || !p->msg_in || !p->ecount || !p->ecur ||
+      !p->progs || !p->exp_src_first) {
     plan_free(p);
     return moeccl_error(comm, moecclSystemError, "out of memory");
   }
@@ -375,6 +379,40 @@ static moeccl_row_term_t term(size_t dst, size_t src, size_t aux) {
   return (moeccl_row_term_t){(uint32_t)dst, (uint32_t)src, (uint32_t)aux};
 }
 
+/* The source rank of receive pair q (recv_first is ascending). */
+static int source_of(const size_t* first, int n, size_t q) {
+  int lo = 0, hi = n - 1; /* the last r with first[r] <= q */
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (first[mid] <= q) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/* exp_remote's nr terms by source, x ascending in each, src counted from
+ * the source's first receive pair (a counting sort). */
+static moecclResult_t by_source(moecclMoePlan_t p, size_t nr) {
+  int n = p->comm->nranks;
+  size_t* first = p->exp_src_first;
+  if (GROW(p, exp_src, nr) || GROW(p, exp_src_idx, nr)) return moecclSystemError;
+  memset(first, 0, sizeof(size_t) * (size_t)(n + 1));
+  for (size_t i = 0; i < nr; i++) first[source_of(p->recv_first, n, p->exp_remote[i].src)]++;
+  prefix(first, n);
+  for (int r = n; r > 0; r--) first[r] = first[r - 1]; /* cursors: first[r + 1] */
+  first[0] = 0;
+  for (size_t i = 0; i < nr; i++) {
+    moeccl_row_term_t t = p->exp_remote[i];
+    int r = source_of(p->recv_first, n, t.src);
+    moeccl_row_term_t ti = t;
+    ti.src = p->src_token[t.src];
+    t.src -= (uint32_t)p->recv_first[r];
+    p->exp_src_idx[first[r + 1]] = ti;
+    p->exp_src[first[r + 1]++] = t;
+  }
+  return moecclSuccess;
+}
+
 /* Step 5, expert side: counts, expansion, partial sums and dot terms. */
 static moecclResult_t expert_tables(moecclMoePlan_t p, int K) {
   moeccl_moe_layout_t* l = &p->lay;
@@ -399,6 +437,8 @@ static moecclResult_t expert_tables(moecclMoePlan_t p, int K) {
   for (size_t q = 0; q < l->Q; q++) {
     int self = q >= q0 && q < q1;
     size_t src = self ? p->pair_token[p->send_first[me] + (q - q0)] : q;
+    if (q == q0) l->part_self0 = np;
+    if (q == q1) l->part_self1 = np;
     for (int j = 0; j < K; j++) {
       size_t i = q * (size_t)K + (size_t)j;
       int32_t le = p->route_recv[i];
@@ -412,16 +452,55 @@ static moecclResult_t expert_tables(moecclMoePlan_t p, int K) {
       p->dot[i] = term(i, src, x);
     }
   }
+  if (q1 >= l->Q) l->part_self1 = np;
+  if (q0 >= l->Q) l->part_self0 = np;
   size_t nr = 0, ns = 0;
   for (size_t x = 0; x < R; x++) {
     size_t q = p->exp_all[x].aux / (size_t)K;
     if (q >= q0 && q < q1) p->exp_self[ns++] = p->exp_all[x];
     else p->exp_remote[nr++] = p->exp_all[x];
   }
+  if (by_source(p, nr) != moecclSuccess) return moecclSystemError;
+  l->exp_src = p->exp_src, l->exp_src_first = p->exp_src_first;
+  l->exp_src_idx = p->exp_src_idx, l->src_token = p->src_token;
   l->exp_remote = p->exp_remote, l->n_exp_remote = nr;
   l->exp_self = p->exp_self, l->n_exp_self = ns;
   l->part = p->part;
   l->dot = p->dot, l->dot_self0 = q0 * (size_t)K, l->dot_self1 = q1 * (size_t)K;
+  return moecclSuccess;
+}
+
+/* Step 5, token side: the sums split by source (own_self, own_src). */
+static moecclResult_t split_own(moecclMoePlan_t p, size_t T) {
+  moeccl_moe_layout_t* l = &p->lay;
+  int n = p->comm->nranks, me = p->comm->rank;
+  size_t nself = l->part_self1 - l->part_self0;
+  if (GROW(p, own_self, T + nself) || GROW(p, own_src, l->P) || GROW(p, seen, T))
+    return moecclSystemError;
+  /* seen[t]: 2 while t has pairs none of which has contributed yet */
+  memset(p->seen, 0, T);
+  for (size_t q = 0; q < l->P; q++) p->seen[p->pair_token[q]] = 2;
+  size_t ns = 0, k = l->part_self0;
+  for (size_t t = 0, q = p->send_first[me]; t < T; t++) {
+    if (q < p->send_first[me + 1] && p->pair_token[q] == t) {
+      /* the self pair's expert rows, weighted, straight into the token */
+      size_t self = p->recv_first[me] + (q++ - p->send_first[me]);
+      for (; k < l->part_self1 && p->part[k].dst == self; k++)
+        p->own_self[ns++] = term(t, p->part[k].src, p->part[k].aux);
+      p->seen[t] = 1;
+    } else if (!p->seen[t]) {
+      p->own_self[ns++] = term(t, MOECCL_ROW_NONE, MOECCL_ROW_NONE);
+    }
+  }
+  for (int k = 1; k < n; k++) {
+    int s = (me - k + n) % n;
+    for (size_t q = p->send_first[s]; q < p->send_first[s + 1]; q++) {
+      uint32_t t = p->pair_token[q];
+      p->own_src[q] = term(t, q - p->send_first[s], p->seen[t] == 2 ? 0 : MOECCL_ROW_NONE);
+      p->seen[t] = 1;
+    }
+  }
+  l->own_self = p->own_self, l->n_own_self = ns, l->own_src = p->own_src;
   return moecclSuccess;
 }
 
@@ -447,7 +526,12 @@ static moecclResult_t token_tables(moecclMoePlan_t p, size_t T) {
       p->own[p->tok[t]++] = term(t, src, MOECCL_ROW_NONE);
     }
   l->own = p->own;
-  return moecclSuccess;
+  if (GROW(p, gather, l->P)) return moecclSystemError;
+  for (int r = 0; r < n; r++)
+    for (size_t q = p->send_first[r]; q < p->send_first[r + 1]; q++)
+      p->gather[q] = term(q - p->send_first[r], p->pair_token[q], MOECCL_ROW_NONE);
+  l->gather = p->gather;
+  return split_own(p, T);
 }
 
 /* ---- the hierarchical path's tables (moe_algos.h) ------------------------ */
@@ -667,6 +751,13 @@ static moecclResult_t layout(moecclMoePlan_t p, const int32_t* ids, size_t T, in
   MOECCL_CHECK(alltoallv(p, p->route_send, p->send_first, p->route_recv, p->recv_first,
                          sizeof(int32_t), (size_t)K));
   if (capacity) MOECCL_CHECK(apply_capacity(p, K, capacity, routed, dropped));
+  /* the senders' token of each receive pair (gathered dispatch messages) */
+  if (GROW(p, src_token, l->Q))
+    return moeccl_comm_fail(p->comm, moecclSystemError,
+                            "moecclMoeLayout: out of memory after the route exchange; abort the "
+                            "communicator");
+  MOECCL_CHECK(
+      alltoallv(p, p->pair_token, p->send_first, p->src_token, p->recv_first, sizeof(uint32_t), 1));
   moecclResult_t rc = expert_tables(p, K);
   if (rc == moecclSuccess) rc = token_tables(p, T);
   if (rc == moecclSystemError)
@@ -833,6 +924,7 @@ static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
                                  .expert_out = a->expert_out,
                                  .grad_weights = a->grad_weights,
                                  .progs = p->progs,
+                                 .nprogs_cap = MOECCL_MOE_MAX_PROGS + 2 * (size_t)p->comm->nranks,
                                  .send_area = send_area(p, rb)};
   return moeccl_call_issue(p->comm, &call, a->stream);
 }

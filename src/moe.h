@@ -63,9 +63,17 @@ struct moecclMoePlan {
   MOE_ARRAY(uint32_t, fw_rows);
   MOE_ARRAY(moeccl_row_term_t, fsum);
   MOE_ARRAY(moeccl_row_term_t, own_h);
-  int logged_path;  /* the path last logged at ALGO (-1: none yet) */
-  size_t logged_rb; /* and its row size */
-  moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS];
+  int logged_path;       /* the path last logged at ALGO (-1: none yet) */
+  size_t logged_rb;      /* and its row size */
+  moeccl_rows_t* progs;  /* MOECCL_MOE_MAX_PROGS + 2n */
+  size_t* exp_src_first; /* [n+1] */
+  MOE_ARRAY(moeccl_row_term_t, exp_src);
+  MOE_ARRAY(moeccl_row_term_t, exp_src_idx);
+  MOE_ARRAY(uint32_t, src_token);
+  MOE_ARRAY(moeccl_row_term_t, gather);
+  MOE_ARRAY(moeccl_row_term_t, own_self);
+  MOE_ARRAY(moeccl_row_term_t, own_src);
+  MOE_ARRAY(uint8_t, seen); /* per token */
   /* moecclMemAlloc memory the data calls send from (moeccl_moe_call_t's
    * send_area): grown, never shrunk; NULL until the first call. */
   void* send_area;

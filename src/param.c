@@ -70,6 +70,8 @@ const moeccl_param_t moeccl_params[] = {
      "bytes a single-copy transfer moves before the executor looks at other work"},
     {"MOECCL_CMA_DISABLE", MOECCL_PARAM_BOOL, "0",
      "1: no cross-memory attach; large messages are pipelined through the slots"},
+    {"MOECCL_SHM_MAP_DISABLE", MOECCL_PARAM_BOOL, "0",
+     "1: never map peers' moecclMemAlloc memory; read it by cross-memory attach"},
     {"MOECCL_NT_COPY_SIZE", MOECCL_PARAM_SIZE, "32M",
      "operations receiving at least this many bytes per rank copy with streaming stores (0: "
      "never)"},

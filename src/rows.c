@@ -9,6 +9,7 @@
  * also compiled for AVX2 (without FMA: products stay rounded before they are
  * added, so both variants give the same bits) and chosen at run time. */
 #include "rows.h"
+#include "copy.h"
 #include "reduce.h"
 
 #include <string.h>
@@ -65,6 +66,13 @@ static float weight_of(const moeccl_row_term_t* t, const float* weights) {
     else                                                                                           \
       for (size_t k = 0; k < n; k++) acc[k] += w * bf16_dec(r[k]);                                 \
   }                                                                                                \
+  ATTR static void add_row##SFX(float* restrict out, const float* restrict in, size_t n,           \
+                                int init) {                                                        \
+    if (init)                                                                                      \
+      for (size_t k = 0; k < n; k++) out[k] = 0.0f + in[k];                                        \
+    else                                                                                           \
+      for (size_t k = 0; k < n; k++) out[k] += in[k];                                              \
+  }                                                                                                \
   ATTR static void st_bf16##SFX(uint16_t* r, const float* acc, size_t n) {                         \
     if (n == CHUNK)                                                                                \
       for (size_t k = 0; k < CHUNK; k++) r[k] = bf16_enc(acc[k]);                                  \
@@ -101,7 +109,7 @@ static float weight_of(const moeccl_row_term_t* t, const float* weights) {
         }                                                                                          \
         first = 0;                                                                                 \
       }                                                                                            \
-      if (first) memset(acc, 0, m * sizeof(float)); /* no term adds anything: a zero row */       \
+      if (first) memset(acc, 0, m * sizeof(float)); /* no term adds anything: a zero row */        \
       if (p->type == moecclFloat32) {                                                              \
         memcpy((float*)out + c0, acc, m * sizeof(float));                                          \
       } else if (p->type == moecclBfloat16) {                                                      \
@@ -151,8 +159,43 @@ static float dot(moecclDataType_t type, const void* a, const void* b, size_t n) 
   return s;
 }
 
+size_t moeccl_rows_row_bytes(const moeccl_rows_t* p) {
+  return p->mode == MOECCL_ROWS_COPY ? p->elems : p->elems * elem_size(p->type);
+}
+
+static void copy_run(const moeccl_rows_t* p, char* dst, const char* src) {
+  const moeccl_row_term_t* t = p->terms;
+  size_t rb = p->elems;
+  int stream = moeccl_copy_streaming(p->nterms * rb);
+  for (size_t i = 0, n; i < p->nterms; i += n) {
+    for (n = 1; i + n < p->nterms && t[i + n].dst == t[i].dst + n && t[i + n].src == t[i].src + n;)
+      n++;
+    moeccl_copy(dst + (size_t)t[i].dst * rb, src + (size_t)t[i].src * rb, n * rb, stream);
+  }
+}
+
+static void add_run(const moeccl_rows_t* p, float* dst, const float* src) {
+  size_t n = p->elems;
+  void (*add)(float* restrict, const float* restrict, size_t, int) = add_row_c;
+#if ROWS_AVX2
+  if (__builtin_cpu_supports("avx2")) add = add_row_avx2;
+#endif
+  for (size_t i = 0; i < p->nterms; i++) {
+    const moeccl_row_term_t* t = &p->terms[i];
+    add(dst + (size_t)t->dst * n, src + (size_t)t->src * n, n, t->aux != MOECCL_ROW_NONE);
+  }
+}
+
 void moeccl_rows_run(const moeccl_rows_t* p, void* dst, const void* src, const void* aux) {
   const moeccl_row_term_t* t = p->terms;
+  if (p->mode == MOECCL_ROWS_COPY) {
+    copy_run(p, dst, src);
+    return;
+  }
+  if (p->mode == MOECCL_ROWS_ADD) {
+    add_run(p, dst, src);
+    return;
+  }
   size_t rb = p->elems * elem_size(p->type);
   if (p->mode == MOECCL_ROWS_DOT) {
     float* out = dst;

@@ -11,6 +11,13 @@
  *        terms writes a zero row).  The weight is float32 element `aux` of
  *        the aux buffer, or 1 when the program has no aux buffer or aux is
  *        MOECCL_ROW_NONE.
+ *   COPY dst row = src row, rows of `elems` bytes of any datatype (the
+ *        dispatch's expansion); consecutive terms whose rows follow on both
+ *        sides move as one copy.
+ *   ADD  float32 rows, one term at a time: dst row = dst row + src row, or
+ *        0 + src row when the term's aux is not MOECCL_ROW_NONE (the first
+ *        contribution): a sum split over programs run in a fixed order
+ *        (the combine's receives, one source per step).
  *   DOT  float32 element dst of the destination = the dot product of src
  *        row `src` and aux-buffer row `aux`, accumulated in float32 in
  *        element order; 0 when src or aux is MOECCL_ROW_NONE.
@@ -30,7 +37,12 @@
 
 #define MOECCL_ROW_NONE UINT32_MAX
 
-typedef enum { MOECCL_ROWS_SUM = 0, MOECCL_ROWS_DOT = 1 } moeccl_rows_mode_t;
+typedef enum {
+  MOECCL_ROWS_SUM = 0,
+  MOECCL_ROWS_DOT = 1,
+  MOECCL_ROWS_COPY = 2,
+  MOECCL_ROWS_ADD = 3
+} moeccl_rows_mode_t;
 
 typedef struct {
   uint32_t dst, src, aux;
@@ -44,8 +56,20 @@ typedef struct moeccl_rows {
   uint64_t aux_off; /* byte base in it */
   const moeccl_row_term_t* terms;
   size_t nterms;
+  /* A program of a receive or send with MOECCL_OPF_ROWS (schedule.h):
+   * where it writes; for a receive, the same program for a gathered
+   * message (terms_idx: src counts rows of the sender's whole buffer) and
+   * map[i], the sender's row of message row i; for a send, span, the bytes
+   * of the whole buffer its src rows index. */
+  uint32_t out_buf;
+  uint64_t out_off;
+  const moeccl_row_term_t* terms_idx;
+  const uint32_t* map;
+  uint64_t span;
 } moeccl_rows_t;
 
+/* Bytes of one row of p. */
+size_t moeccl_rows_row_bytes(const moeccl_rows_t* p);
 /* 1 when the kernels handle rows of type. */
 int moeccl_rows_type_ok(moecclDataType_t type);
 /* Runs program p: dst, src and aux are the byte bases (aux NULL: none). */

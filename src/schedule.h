@@ -43,14 +43,25 @@ enum { MOECCL_OPF_PRE_A = 1, MOECCL_OPF_PRE_B = 2 };
 /* COPY: dst = src / the reduction's post-divisor (integer Avg); the planner
  * appends it over every rank's own result after the algorithm's steps. */
 enum { MOECCL_OPF_DIV = 4 };
+/* RECV: the message is consumed by the row program s->rows[op->prog]
+ * (src rows index the message; it writes at the program's out_buf and
+ * out_off): a transport with MOECCL_TRANSPORT_CAP_ROWS runs it straight out
+ * of the peer's memory where it can, else the message lands at dst as for
+ * any receive and the executor runs the program from there.
+ * SEND: the message is the rows the COPY program s->rows[op->prog] gathers
+ * from src (its span bytes), bytes long: a transport that can let the
+ * receiver read the whole span (can_gather) sends it as is, and the
+ * receiver's program picks the rows (its terms_idx); otherwise the executor
+ * packs them at the program's out_buf and out_off and sends those. */
+enum { MOECCL_OPF_ROWS = 8 };
 
 /* Standard buffer indices of a collective's schedule. */
 enum { MOECCL_BUF_SEND = 0, MOECCL_BUF_RECV = 1, MOECCL_BUF_SCRATCH = 2, MOECCL_BUF_NSTD = 3 };
 
 typedef struct {
-  uint8_t type;  /* moeccl_op_type_t */
-  uint8_t flags; /* MOECCL_OPF_* */
-  uint8_t reserved[2];
+  uint8_t type;     /* moeccl_op_type_t */
+  uint8_t flags;    /* MOECCL_OPF_* */
+  uint16_t prog;    /* RECV with MOECCL_OPF_ROWS: its program in s->rows */
   int32_t peer;     /* SEND/RECV: comm rank; COPY: -1 */
   uint32_t src_buf; /* SEND/COPY */
   uint32_t dst_buf; /* RECV/COPY */

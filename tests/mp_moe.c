@@ -234,10 +234,32 @@ static size_t brute_rows(const mcase* c, world* wd, rowid* rows, size_t* counts)
   return R;
 }
 
+/* Row buffers: malloc, or with MP_MOE_MEMALLOC=1 moecclMemAlloc memory (the
+ * gathered dispatch reads the senders' tokens straight from it). */
+static int use_memalloc(void) {
+  const char* e = getenv("MP_MOE_MEMALLOC");
+  return e && *e == '1';
+}
+
 static void* rows_alloc(size_t rows, size_t rb) {
-  void* p = mp_xmalloc((rows + GUARD_ROWS) * rb + 1);
+  size_t bytes = (rows + GUARD_ROWS) * rb + 1;
+  void* p = NULL;
+  if (use_memalloc()) {
+    if (moecclMemAlloc(&p, bytes) != moecclSuccess) p = NULL;
+  } else {
+    p = mp_xmalloc(bytes);
+  }
+  if (!p) {
+    fprintf(stderr, "rows_alloc: no memory for %zu bytes\n", bytes);
+    abort();
+  }
   mp_fill_sentinel(p, (rows + GUARD_ROWS) * rb);
   return p;
+}
+
+static void rows_free(void* p) {
+  if (use_memalloc()) moecclMemFree(p);
+  else free(p);
 }
 
 /* Runs every call of the case and checks each result. */
@@ -304,7 +326,8 @@ static int check_case(const mcase* c, world* wd, moecclMoePlan_t plan, size_t T,
     }
   }
   MP_CHECK_SENTINEL("combine: tokens past T", (char*)out + T * rb, GUARD_ROWS * rb);
-  free(in), free(xin), free(xout), free(out), free(gx), free(gt), free(gin), free(gxo);
+  rows_free(in), rows_free(xin), rows_free(xout), rows_free(out);
+  rows_free(gx), rows_free(gt), rows_free(gin), rows_free(gxo);
   free(w), free(gw);
   return 0;
 }
@@ -493,6 +516,11 @@ static const mp_variant variants[] = {
     {"hier2-ppn2", {"MOECCL_ALGO=hier2", "MP_RANKS_PER_NODE=2"}, "4"},
     /* the hierarchical dispatch/combine (node dedup) on simulated nodes:
      * regular, uneven (5 = 2+2+1, 5 = 3+2) and one rank per node */
+    /* moecclMemAlloc buffers: gathered dispatch messages picked from the
+     * senders' mapped tokens; also when shm must fall back to CMA */
+    {"memalloc", {"MP_MOE_MEMALLOC=1"}, "2,4"},
+    {"memalloc-ppn2", {"MP_MOE_MEMALLOC=1", "MP_RANKS_PER_NODE=2"}, "4"},
+    {"memalloc-nomap", {"MP_MOE_MEMALLOC=1", "MOECCL_SHM_MAP_DISABLE=1"}, "3"},
     {"moe-hier-ppn2", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2"}, "4,5"},
     {"moe-hier-ppn3", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=3"}, "5"},
     {"moe-hier-ppn1", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=1"}, "3"},

@@ -84,7 +84,8 @@ static void test_schedule(void) {
                          .type = moecclFloat32,
                          .hidden = 4,
                          .elem_size = 4,
-                         .progs = progs};
+                         .progs = progs,
+                         .nprogs_cap = MOECCL_MOE_MAX_PROGS};
   moeccl_sched_t s = {0};
   uint32_t b;
   for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
@@ -215,6 +216,7 @@ static void test_hier(void) {
                          .hidden = 4,
                          .elem_size = 4,
                          .progs = progs,
+                         .nprogs_cap = MOECCL_MOE_MAX_PROGS,
                          .hier = 1};
   moeccl_sched_t s = {0};
   uint32_t b;
@@ -256,8 +258,65 @@ static void test_hier(void) {
   moeccl_sched_free(&s);
 }
 
+/* The flat dispatch with the layout's gather tables: no pack op, a
+ * gathered SEND whose program picks tokens 0, 1, 3 from the whole token
+ * buffer, and a consuming RECV whose program expands rank 0's rows (and
+ * knows the sender's tokens for a gathered message). */
+static void test_gathered(void) {
+  static const moeccl_row_term_t exp_src[] = {{0, 0, 0}, {1, 1, 2}, {2, 0, 1}};
+  static const moeccl_row_term_t exp_src_idx[] = {{0, 4, 0}, {1, 5, 2}, {2, 4, 1}};
+  static const size_t exp_src_first[] = {0, 3, 3, 3};
+  static const uint32_t src_token[] = {4, 5, 2};
+  static const moeccl_row_term_t gather[] = {{0, 0, N}, {1, 1, N}, {2, 3, N}, {0, 2, N}};
+  moeccl_moe_layout_t l = layout();
+  l.exp_src = exp_src, l.exp_src_first = exp_src_first, l.exp_src_idx = exp_src_idx;
+  l.src_token = src_token, l.gather = gather;
+  moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS + 6];
+  moeccl_moe_call_t c = {.op = MOECCL_MOE_DISPATCH,
+                         .lay = &l,
+                         .type = moecclFloat32,
+                         .hidden = 4,
+                         .elem_size = 4,
+                         .progs = progs,
+                         .nprogs_cap = MOECCL_MOE_MAX_PROGS + 6};
+  moeccl_sched_t s = {0};
+  uint32_t b;
+  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "gathered dispatch: schedule failed");
+  moeccl_sched_end_step(&s);
+  int sends = 0, recvs = 0, copies = 0;
+  for (int i = 0; i < s.nops; i++) {
+    const moeccl_sched_op_t* op = &s.ops[i];
+    if (op->type == MOECCL_OP_COPY) copies++;
+    if (op->type == MOECCL_OP_SEND) {
+      sends++;
+      const moeccl_rows_t* g = &progs[op->prog];
+      CHECK(op->peer == 0 && (op->flags & MOECCL_OPF_ROWS) && op->src_buf == MOECCL_BUF_SEND &&
+                op->bytes == 3 * 16,
+            "gathered dispatch: one gathered send of 3 rows to rank 0 from the tokens");
+      CHECK(g->mode == MOECCL_ROWS_COPY && g->terms == gather && g->nterms == 3 &&
+                g->span == 5 * 16,
+            "gathered dispatch: the send picks its 3 rows from the 5-token buffer");
+    }
+    if (op->type == MOECCL_OP_RECV) {
+      recvs++;
+      const moeccl_rows_t* e = &progs[op->prog];
+      CHECK(op->peer == 0 && (op->flags & MOECCL_OPF_ROWS) && op->bytes == 2 * 16,
+            "gathered dispatch: one consuming receive of 2 rows from rank 0");
+      CHECK(e->terms == exp_src && e->nterms == 3 && e->terms_idx == exp_src_idx &&
+                e->map == src_token && e->out_buf == MOECCL_BUF_RECV,
+            "gathered dispatch: the receive expands rank 0's 3 rows into the expert rows");
+    }
+  }
+  CHECK(sends == 1 && recvs == 1, "gathered dispatch: %d sends, %d receives, want 1 and 1", sends,
+        recvs);
+  CHECK(copies == 1, "gathered dispatch: %d copies, want only the own row's expansion", copies);
+  moeccl_sched_free(&s);
+}
+
 int main(void) {
   test_schedule();
+  test_gathered();
   test_hier();
   test_kernels();
   if (failures) return 1;

@@ -49,6 +49,18 @@ typedef struct {
   size_t n_exp_remote;
   const moeccl_row_term_t* exp_self;
   size_t n_exp_self;
+  /* exp_remote again, by source rank (x ascending within each), src
+   * counted from the source's first receive pair: the dispatch's
+   * receives consume their message with these (NULL: not built). */
+  const moeccl_row_term_t* exp_src;
+  const size_t* exp_src_first; /* [nranks+1] */
+  /* The same terms with src the sender's token (for a gathered message),
+   * and the sender's token of each receive pair. */
+  const moeccl_row_term_t* exp_src_idx;
+  const uint32_t* src_token; /* [Q] */
+  /* Send side's gather programs, by send pair: {p - send_first[peer],
+   * its token, none}. */
+  const moeccl_row_term_t* gather;
   /* Partial sums on the expert side, grouped by receive pair:
    * {q, x, q*K+j}, R terms. */
   const moeccl_row_term_t* part;
@@ -57,6 +69,19 @@ typedef struct {
    * a token without pairs has one term {t, none, none}: a zero row. */
   const moeccl_row_term_t* own;
   size_t n_own;
+  /* The same sums split for a combine whose receives add as they arrive
+   * (float32 rows): own_self (SUM, src the expert rows, aux the weights as
+   * in part) writes each token's row straight from its own pair's expert
+   * rows, or zeros for a token without pairs (the self pairs' partials,
+   * part[part_self0, part_self1), are then not formed); then peers
+   * rank-1, rank-2, ... in turn, own_src[p] (ADD, by send pair, src
+   * counted from the peer's first pair) adds pair p's returned row,
+   * starting from zero (aux 0) for a token's first contribution.  NULL:
+   * not built. */
+  const moeccl_row_term_t* own_self;
+  size_t n_own_self;
+  size_t part_self0, part_self1;
+  const moeccl_row_term_t* own_src;
   /* Gate-gradient dots, Q*K terms by (q, j): {q*K+j, q (self: the token),
    * x or none}; the self pairs' terms are [Kself0, Kself1). */
   const moeccl_row_term_t* dot;
@@ -119,7 +144,8 @@ typedef struct {
   const float* weights;   /* [T][K] */
   const void* expert_out; /* combine backward: the forward's expanded outputs */
   float* grad_weights;    /* combine backward: [T][K] */
-  moeccl_rows_t* progs;   /* MOECCL_MOE_MAX_PROGS programs the schedule's ROWS ops name */
+  moeccl_rows_t* progs;   /* the programs the schedule's ROWS ops and consuming receives name */
+  size_t nprogs_cap;      /* at least MOECCL_MOE_MAX_PROGS + 2 nranks */
   /* NULL, or moecclMemAlloc memory of at least moeccl_moe_area_rows rows that the plan
    * owns: the rows this rank sends (packed tokens, partial sums) and the
    * returned partials go there instead of scratch, so that local peers

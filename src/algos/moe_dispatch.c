@@ -18,6 +18,14 @@
  *            gate gradients, a DOT program over the received rows and the
  *            forward's expert outputs, whose K floats per pair go back and
  *            are summed per token like the combine's rows.
+ * flat dispatch with the layout's gather tables: no pack; one gathered
+ *            SEND per peer (the executor packs at post time unless the
+ *            transport lets the receiver pick the rows from the whole token
+ *            buffer) and one consuming RECV per peer that expands as the
+ *            rows arrive.
+ * flat float32 combine: the peers' partials only (the own tokens sum
+ *            their expert rows directly), then one peer per step, each
+ *            RECV adding its rows into the tokens as they arrive.
  * hierarchical (c->hier, moe_algos.h): the packed rows go only to this
  *            node's peers; relay rows (one per token and other node) go to
  *            the forwarders, which copy each on to their node's ranks (one
@@ -202,7 +210,7 @@ static moecclResult_t rows_op(const moeccl_moe_call_t* c, moeccl_sched_t* s, int
                               moeccl_rows_t prog, uint32_t sbuf, uint64_t sbase, uint32_t dbuf,
                               uint64_t dbase, uint64_t bytes) {
   if (prog.nterms == 0 || bytes == 0) return moecclSuccess;
-  if (*nprogs == MOECCL_MOE_MAX_PROGS) return moecclInternalError;
+  if ((size_t)*nprogs == c->nprogs_cap) return moecclInternalError;
   c->progs[*nprogs] = prog;
   s->rows = c->progs;
   return moeccl_sched_add(s, MOECCL_OP_ROWS, (*nprogs)++, sbuf, sbase, dbuf, dbase, bytes);
@@ -229,6 +237,43 @@ static moecclResult_t expand(const moeccl_moe_call_t* c, moeccl_sched_t* s, int*
   runs_t r = {s, sbuf, MOECCL_BUF_RECV, sbase, 0, rb, 0, 0, 0};
   for (size_t i = 0; i < n; i++) MOE_CHECK(runs_add(&r, t[i].dst, t[i].src));
   return runs_flush(&r);
+}
+
+/* The dispatch's row exchange with consuming receives: from each source a
+ * RECV whose program copies its rows to their expanded places (RECV
+ * buffer), the message landing at dbase in scratch only when the
+ * transport cannot run the program out of the sender's memory. */
+static moecclResult_t consuming_exchange(const moeccl_moe_call_t* c, moeccl_sched_t* s, int* nprogs,
+                                         uint32_t pbuf, uint64_t pack_off, uint64_t dbase) {
+  const moeccl_moe_layout_t* l = c->lay;
+  uint64_t rb = c->hidden * c->elem_size;
+  for (int k = 1; k < l->nranks; k++) {
+    int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
+    size_t p0 = l->send_first[to], np = l->send_first[to + 1] - p0;
+    if (np) {
+      if ((size_t)*nprogs == c->nprogs_cap) return moecclInternalError;
+      moeccl_rows_t* g = &c->progs[*nprogs];
+      *g = program(MOECCL_ROWS_COPY, c->type, rb, UINT32_MAX, 0, l->gather + p0, np);
+      g->out_buf = pbuf, g->out_off = pack_off + p0 * rb, g->span = l->T * rb;
+      s->rows = c->progs;
+      MOE_CHECK(moeccl_sched_add_flags(s, MOECCL_OP_SEND, to, MOECCL_BUF_SEND, 0, 0, 0, np * rb,
+                                       MOECCL_OPF_ROWS));
+      s->ops[s->nops - 1].prog = (uint16_t)(*nprogs)++;
+    }
+    size_t n = l->recv_first[from + 1] - l->recv_first[from];
+    size_t t0 = l->exp_src_first[from], nt = l->exp_src_first[from + 1] - t0;
+    if (n == 0) continue;
+    if ((size_t)*nprogs == c->nprogs_cap) return moecclInternalError;
+    moeccl_rows_t* p = &c->progs[*nprogs];
+    *p = program(MOECCL_ROWS_COPY, c->type, rb, UINT32_MAX, 0, l->exp_src + t0, nt);
+    p->out_buf = MOECCL_BUF_RECV, p->out_off = 0;
+    p->terms_idx = l->exp_src_idx + t0, p->map = l->src_token + l->recv_first[from];
+    s->rows = c->progs;
+    MOE_CHECK(moeccl_sched_add_flags(s, MOECCL_OP_RECV, from, 0, 0, MOECCL_BUF_SCRATCH,
+                                     dbase + l->recv_first[from] * rb, n * rb, MOECCL_OPF_ROWS));
+    s->ops[s->nops - 1].prog = (uint16_t)(*nprogs)++;
+  }
+  return moecclSuccess;
 }
 
 /* Dispatch and combine backward: token-side rows to the experts. */
@@ -259,12 +304,19 @@ static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) 
   if (ww) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
   if (dots) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->expert_out, &ebuf));
   if (dots) MOE_CHECK(moeccl_sched_add_buf(s, c->grad_weights, &gbuf));
-  MOE_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pbuf, pack_off, 0, 0, via));
+  /* The dispatch's own rows move as gathered messages, consumed as they
+   * arrive: the sender's rows picked straight from its mapped token buffer
+   * where shared memory allows, else packed by the executor at post time
+   * (consuming_exchange).  Otherwise packed here. */
+  int consume = c->op == MOECCL_MOE_DISPATCH && !hier && !ww && l->exp_src && l->gather;
+  if (!consume) MOE_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pbuf, pack_off, 0, 0, via));
   if (hier) MOE_CHECK(pack_relay(l, s, rb, pbuf, relay_off));
   if (ww) MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
   MOE_CHECK(moeccl_sched_end_step(s));
-  MOE_CHECK(exchange_via(l, s, l->send_first, pbuf, pack_off, l->recv_first, MOECCL_BUF_SCRATCH,
-                         recv_off, rb, via));
+  if (consume) MOE_CHECK(consuming_exchange(c, s, &nprogs, pbuf, pack_off, recv_off));
+  else
+    MOE_CHECK(exchange_via(l, s, l->send_first, pbuf, pack_off, l->recv_first, MOECCL_BUF_SCRATCH,
+                           recv_off, rb, via));
   if (hier)
     MOE_CHECK(relay_exchange(l, s, l->relay_first, pbuf, relay_off, l->rin_first,
                              MOECCL_BUF_SCRATCH, rin_off, rb));
@@ -286,8 +338,9 @@ static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) 
     MOE_CHECK(forward_exchange(l, s, rb, pbuf, fout_off, MOECCL_BUF_SCRATCH, recv_off, 0));
     MOE_CHECK(moeccl_sched_end_step(s));
   }
-  MOE_CHECK(expand(c, s, &nprogs, l->exp_remote, l->n_exp_remote, MOECCL_BUF_SCRATCH, recv_off,
-                   MOECCL_BUF_SCRATCH, w_recv));
+  if (!consume)
+    MOE_CHECK(expand(c, s, &nprogs, l->exp_remote, l->n_exp_remote, MOECCL_BUF_SCRATCH, recv_off,
+                     MOECCL_BUF_SCRATCH, w_recv));
   if (!dots) return moecclSuccess;
   size_t nd = l->Q * (size_t)l->K;
   moeccl_rows_t before =
@@ -339,8 +392,42 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
                        MOECCL_BUF_SCRATCH, w_recv, kb));
     MOE_CHECK(moeccl_sched_end_step(s));
   }
-  moeccl_rows_t part = program(MOECCL_ROWS_SUM, c->type, c->hidden,
-                               ww ? MOECCL_BUF_SCRATCH : UINT32_MAX, w_recv, l->part, l->R);
+  uint32_t wb = ww ? MOECCL_BUF_SCRATCH : UINT32_MAX;
+  if (!hier && c->type == moecclFloat32 && l->own_src) {
+    /* The peers' partials (not this rank's own: its tokens sum their
+     * expert rows directly), then each peer's rows add into the tokens as
+     * they arrive, one peer per step (rank-1, rank-2, ...: a fixed order). */
+    size_t s0 = l->part_self0, s1 = l->part_self1;
+    moeccl_rows_t before = program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->part, s0);
+    moeccl_rows_t after =
+        program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->part + s1, l->R - s1);
+    uint64_t q0 = l->recv_first[l->rank], q1 = l->recv_first[l->rank + 1];
+    MOE_CHECK(rows_op(c, s, &nprogs, before, MOECCL_BUF_SEND, 0, pbuf, part_off, q0 * rb));
+    MOE_CHECK(rows_op(c, s, &nprogs, after, MOECCL_BUF_SEND, 0, pbuf, part_off, (l->Q - q1) * rb));
+    moeccl_rows_t self =
+        program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->own_self, l->n_own_self);
+    MOE_CHECK(rows_op(c, s, &nprogs, self, MOECCL_BUF_SEND, 0, MOECCL_BUF_RECV, 0, l->T * rb));
+    MOE_CHECK(moeccl_sched_end_step(s));
+    for (int k = 1; k < l->nranks; k++) {
+      int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
+      MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, pbuf, part_off + l->recv_first[to] * rb, 0,
+                                 0, (l->recv_first[to + 1] - l->recv_first[to]) * rb));
+      size_t p0 = l->send_first[from], n = l->send_first[from + 1] - p0;
+      if (n) {
+        if ((size_t)nprogs == c->nprogs_cap) return moecclInternalError;
+        moeccl_rows_t* p = &c->progs[nprogs];
+        *p = program(MOECCL_ROWS_ADD, c->type, c->hidden, UINT32_MAX, 0, l->own_src + p0, n);
+        p->out_buf = MOECCL_BUF_RECV, p->out_off = 0;
+        s->rows = c->progs;
+        MOE_CHECK(moeccl_sched_add_flags(s, MOECCL_OP_RECV, from, 0, 0, pbuf, back_off + p0 * rb,
+                                         n * rb, MOECCL_OPF_ROWS));
+        s->ops[s->nops - 1].prog = (uint16_t)nprogs++;
+      }
+      MOE_CHECK(moeccl_sched_end_step(s));
+    }
+    return moecclSuccess;
+  }
+  moeccl_rows_t part = program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->part, l->R);
   MOE_CHECK(rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, pbuf, part_off, l->Q * rb));
   MOE_CHECK(moeccl_sched_end_step(s));
   if (!hier) {

@@ -15,6 +15,7 @@
 #include "copy.h"
 #include "param.h"
 #include "reduce.h"
+#include "rows.h"
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -38,11 +39,15 @@
 #define CACHELINE 64
 
 enum { SLOT_FRAG = 1, SLOT_RNDV = 2 };
+/* A gathered rendezvous (req->gather_span): addr and the region cover the
+ * sender's whole buffer of frag_bytes bytes; the receiver picks its
+ * msg_bytes of rows from it by its program (rows->terms_idx, rows->map). */
+enum { HDR_GATHERED = 1 };
 
 typedef struct {
   _Atomic uint64_t seq; /* slot sequence + 1 once the slot is filled */
   uint32_t kind;
-  uint32_t pad;
+  uint32_t flags;      /* SLOT_RNDV: HDR_GATHERED */
   uint64_t msg_bytes;  /* whole message (every fragment carries it) */
   uint64_t frag_bytes; /* SLOT_FRAG: bytes in this slot */
   uint64_t addr;       /* SLOT_RNDV: the sender's buffer */
@@ -101,6 +106,7 @@ typedef struct {
   int nlocal, me, nslots;
   int can_reach_memory; /* every local peer may read this rank's memory (probed) */
   int use_cma;          /* ... and MOECCL_CMA_DISABLE does not forbid CMA */
+  int no_map;           /* MOECCL_SHM_MAP_DISABLE: read peers' memory by CMA only */
   size_t slot_bytes, slot_stride, chunk;
   seg_header_t* hdr;
   rank_area_t* ranks;
@@ -277,6 +283,7 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   }
   free(flags);
   s->use_cma = s->can_reach_memory && !moeccl_param_bool("MOECCL_CMA_DISABLE");
+  s->no_map = s->use_cma && moeccl_param_bool("MOECCL_SHM_MAP_DISABLE");
   if (rc != moecclSuccess) {
     shm_fini(s);
     return rc;
@@ -328,6 +335,7 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
  * the receiver maps.  r->aux bits: 1 descriptor published, 2 memory looked
  * up, 4 memory is moecclMemAlloc's. */
 static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
+  if (r->gather_span) return 1; /* shm_can_gather checked the memory */
   if (r->bytes <= s->slot_bytes || !s->can_reach_memory) return 0;
   if (s->use_cma) return 1;
   if (!(r->aux & 2)) {
@@ -342,6 +350,14 @@ static int fully_pushed(const shm_state_t* s, moeccl_req_t* r) {
   return is_rndv(s, r) ? (r->aux & 1) != 0 : r->progress >= r->bytes;
 }
 
+/* A gathered send needs memory the receiver can map: moecclMemAlloc's. */
+static int shm_can_gather(void* state, int peer, const void* buf, size_t bytes) {
+  const shm_state_t* s = state;
+  moeccl_mem_handle_t mh;
+  (void)peer;
+  return s->can_reach_memory && bytes && moeccl_mem_lookup(buf, bytes, &mh);
+}
+
 /* Fills as many slots as the ring allows with r's next bytes.  Returns 1 when
  * anything was written. */
 static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
@@ -353,8 +369,11 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
     if (is_rndv(s, r)) {
       h->kind = SLOT_RNDV;
       h->addr = (uint64_t)(uintptr_t)r->buf;
+      h->flags = r->gather_span ? HDR_GATHERED : 0;
+      h->frag_bytes = r->gather_span; /* a gathered message: the span the receiver reads */
       moeccl_mem_handle_t mh;
-      h->region_fd = moeccl_mem_lookup(r->buf, r->bytes, &mh) ? mh.fd : -1;
+      size_t span = r->gather_span ? r->gather_span : r->bytes;
+      h->region_fd = moeccl_mem_lookup(r->buf, span, &mh) ? mh.fd : -1;
       h->region_id = h->region_fd >= 0 ? mh.id : 0;
       h->region_off = h->region_fd >= 0 ? mh.offset : 0;
       r->seq = p->send_seq; /* done when the receiver frees this slot */
@@ -434,6 +453,7 @@ static moecclResult_t peer_died(shm_state_t* s, const shm_peer_t* p) {
 /* Maps the sender's moecclMemAlloc region (cached); NULL when it cannot be
  * mapped, in which case the caller falls back to CMA. */
 static const char* map_peer_region(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h) {
+  if (s->no_map) return NULL;
   peer_map_t* victim = &p->maps[0];
   for (int i = 0; i < MAP_CACHE; i++) {
     peer_map_t* m = &p->maps[i];
@@ -446,7 +466,8 @@ static const char* map_peer_region(shm_state_t* s, shm_peer_t* p, const slot_hdr
   if (fd < 0) return NULL;
   struct stat st;
   void* base = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= h->region_off + h->msg_bytes)
+  uint64_t span = h->flags & HDR_GATHERED ? h->frag_bytes : h->msg_bytes;
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= h->region_off + span)
     base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) return NULL;
@@ -493,13 +514,60 @@ static moecclResult_t pull_reduce_cma(shm_state_t* s, shm_peer_t* p, const slot_
   return moecclSuccess;
 }
 
+/* A gathered message: the receive's program picks its rows straight from
+ * the sender's mapped buffer, or, where it cannot be mapped, CMA reads
+ * them by the map into buf (message order) and the executor runs the
+ * program from there.  Whole message at once. */
+static moecclResult_t pull_gathered(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
+                                    moeccl_req_t* r) {
+  if (!r->rows || !r->rows->terms_idx || !r->rows->map)
+    return moeccl_comm_fail(s->comm, moecclInvalidUsage,
+                            "shm: rank %d sent gathered rows to a receive that cannot pick them "
+                            "(the ranks disagree on the call)",
+                            p->comm_rank);
+  const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
+  TRACE(SHM, "gathered %llu bytes from rank %d's %llu (%s)", (unsigned long long)h->msg_bytes,
+        p->comm_rank, (unsigned long long)h->frag_bytes, region ? "mapped" : "CMA");
+  if (region) {
+    moeccl_rows_t prog = *r->rows;
+    prog.terms = prog.terms_idx;
+    moeccl_rows_run(&prog, r->rows_dst, region + h->region_off, r->rows_aux);
+    r->consumed = 1;
+    r->progress = h->msg_bytes;
+    return moecclSuccess;
+  }
+  size_t rb = moeccl_rows_row_bytes(r->rows), rows = rb ? h->msg_bytes / rb : 0;
+  struct iovec local[64], remote[64];
+  for (size_t i = 0; i < rows;) {
+    size_t n = rows - i < 64 ? rows - i : 64, want = n * rb;
+    for (size_t k = 0; k < n; k++) {
+      local[k] = (struct iovec){(char*)r->buf + (i + k) * rb, rb};
+      remote[k] =
+          (struct iovec){(void*)(uintptr_t)(h->addr + (uint64_t)r->rows->map[i + k] * rb), rb};
+    }
+    ssize_t got = process_vm_readv(p->pid, local, n, remote, n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got != (ssize_t)want) return cma_failed(s, p, got < 0 ? got : 0, want);
+    i += n;
+  }
+  r->progress = h->msg_bytes;
+  return moecclSuccess;
+}
+
 /* Pulls up to one chunk of a single-copy message from the sender: a plain
  * copy from its mapped moecclMemAlloc memory, else process_vm_readv. */
 static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
                                 moeccl_req_t* r) {
+  if (h->flags & HDR_GATHERED) return pull_gathered(s, p, h, r);
   size_t n = h->msg_bytes - r->progress;
   if (n > s->chunk) n = s->chunk;
   const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
+  if (region && r->rows && r->progress == 0) { /* the whole message, consumed in place */
+    moeccl_rows_run(r->rows, r->rows_dst, region + h->region_off, r->rows_aux);
+    r->consumed = 1;
+    r->progress = h->msg_bytes;
+    return moecclSuccess;
+  }
   if (region) {
     const char* from = region + h->region_off + r->progress;
     if (r->red)
@@ -528,7 +596,7 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
     slot_hdr_t* h = slot_at(s, ch, p->recv_seq);
     if (atomic_load_explicit(&h->seq, memory_order_acquire) != p->recv_seq + 1)
       return moecclSuccess;
-    if (h->msg_bytes > r->bytes || (r->red && h->msg_bytes != r->bytes))
+    if (h->msg_bytes > r->bytes || ((r->red || r->rows) && h->msg_bytes != r->bytes))
       return truncated(s, p, h->msg_bytes, r->bytes);
     int slot_done;
     if (h->kind == SLOT_RNDV) {
@@ -625,7 +693,8 @@ static void shm_cancel_all(void* state) {
 
 const moeccl_transport_ops_t moeccl_shm_ops = {
     .name = "shm",
-    .caps = MOECCL_TRANSPORT_CAP_REDUCE,
+    .caps = MOECCL_TRANSPORT_CAP_REDUCE | MOECCL_TRANSPORT_CAP_ROWS,
+    .can_gather = shm_can_gather,
     .score = NULL,
     .can_reach = shm_can_reach,
     .init = shm_init,

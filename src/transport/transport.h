@@ -29,7 +29,7 @@ typedef struct moeccl_req {
   void* buf;
   size_t bytes;
   volatile int done;
-  int stream_copy;         /* copy into buf with streaming stores (executor's choice) */
+  int stream_copy; /* copy into buf with streaming stores (executor's choice) */
   /* A receive that reduces (MOECCL_OP_RECV_REDUCE), posted only to a
    * transport with MOECCL_TRANSPORT_CAP_REDUCE: buf = operand (+) message,
    * with moeccl_reduce(red, ..., red_flags) over whole elements (operand
@@ -42,6 +42,19 @@ typedef struct moeccl_req {
    * the message must be stage_bytes long) */
   void* stage_dst;
   size_t stage_bytes;
+  /* A receive consumed by a row program (MOECCL_OPF_ROWS): the message
+   * must be exactly bytes long.  A transport with MOECCL_TRANSPORT_CAP_ROWS
+   * may run moeccl_rows_run(rows, rows_dst, <the message>, rows_aux)
+   * instead of writing buf, and then sets consumed; otherwise the executor
+   * runs it from buf once the receive is done. */
+  const struct moeccl_rows* rows;
+  void* rows_dst;
+  const void* rows_aux;
+  int consumed;
+  /* A gathered send (MOECCL_OPF_ROWS, can_gather said yes): buf is the
+   * sender's whole buffer of gather_span bytes; bytes is the message the
+   * receiver's program reads, gathered by rows->map there. */
+  size_t gather_span;
   struct moeccl_req* next; /* transport's queue link */
   size_t progress;         /* transport's: bytes moved so far */
   uint64_t seq;            /* transport's: message sequence number */
@@ -53,7 +66,10 @@ enum {
   /* Receives can reduce as the bytes arrive (req->red), straight out of the
    * peer's memory or a slot, with no staging copy.  Without it the executor
    * receives into staging memory and reduces when the receive completes. */
-  MOECCL_TRANSPORT_CAP_REDUCE = 1
+  MOECCL_TRANSPORT_CAP_REDUCE = 1,
+  /* Receives with a row program (req->rows) can run it straight out of the
+   * peer's memory (shm: a mapped moecclMemAlloc region). */
+  MOECCL_TRANSPORT_CAP_ROWS = 2
 };
 
 typedef struct moeccl_transport_ops {
@@ -78,6 +94,11 @@ typedef struct moeccl_transport_ops {
    * selection in transport.c agrees on the outcome and may fall back to the
    * next transport on every rank. */
   moecclResult_t (*init)(moeccl_comm_t* comm, const uint8_t* use, int needed, void** state);
+  /* Optional (NULL: no): whether a send to peer may hand over the whole
+   * buffer [buf, buf + bytes) for the receiver to pick rows from
+   * (req->gather_span); the receiver then needs a gathered message's
+   * program (rows->terms_idx) or reads the rows by rows->map. */
+  int (*can_gather)(void* state, int peer, const void* buf, size_t bytes);
   /* Queues req; never blocks.  Errors here are local (no resources). */
   moecclResult_t (*post)(void* state, moeccl_req_t* req);
   /* Moves whatever can move without waiting; may copy up to one chunk per
