@@ -386,6 +386,17 @@ static float* falloc(size_t count, int* failed) {
   return p;
 }
 
+/* The activations, the dispatch's input: moecclMemAlloc memory, so that
+ * local peers pick their rows straight from it (moecclMoe(3), gathered
+ * dispatch messages). */
+static float* act_alloc(size_t count, int* failed) {
+  void* p = NULL;
+  if (moecclMemAlloc(&p, (count ? count : 1) * sizeof(float)) != moecclSuccess) p = NULL;
+  if (p) memset(p, 0, (count ? count : 1) * sizeof(float));
+  *failed |= p == NULL;
+  return p;
+}
+
 static void dws_free(dws_t* w, const moe_config_t* c) {
   if (w->layer)
     for (int l = 0; l < c->layers; l++) {
@@ -398,7 +409,8 @@ static void dws_free(dws_t* w, const moe_config_t* c) {
       }
       free(y->probs), free(y->expert), free(y->gate), free(y->stats), free(y->chunk);
     }
-  free(w->layer), free(w->act), free(w->grad), free(w->grad_next), free(w->tok), free(w->dgate);
+  if (w->act) moecclMemFree(w->act);
+  free(w->layer), free(w->grad), free(w->grad_next), free(w->tok), free(w->dgate);
   free(w->dlogits), free(w->dy_rows[0]), free(w->dx_rows[0]), free(w->da), free(w->db), free(w->dh);
   free(w->dy_rows[1]), free(w->dx_rows[1]);
   memset(w, 0, sizeof(*w));
@@ -414,7 +426,7 @@ static int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chun
   w->chunks = chunks;
   w->cap = (size_t)ds->P * ((ds->maxn + chunks - 1) / chunks) * per;
   int failed = 0;
-  w->act = falloc(n * H * (c->layers + 1), &failed);
+  w->act = act_alloc(n * H * (c->layers + 1), &failed);
   w->layer = calloc(c->layers, sizeof(*w->layer));
   failed |= w->layer == NULL;
   for (int l = 0; !failed && l < c->layers; l++) {
@@ -468,7 +480,17 @@ static float* act_of(const dws_t* w, const moe_config_t* c, const dist_t* ds, in
 
 typedef struct step_timing {
   double router, dispatch, experts, combine, backward, allreduce, optimizer;
+  double bexch; /* of backward: in the EP exchanges (or waiting for them) */
 } step_timing_t;
+
+/* Time in the EP exchanges of the backward: the call (NULL stream) or the
+ * wait for the stream. */
+#define BEXCH(tm, stmt)                                                                            \
+  do {                                                                                             \
+    double bx0_ = now();                                                                           \
+    stmt;                                                                                          \
+    (tm)->bexch += now() - bx0_;                                                                   \
+  } while (0)
 
 /* Forward of every layer on this rank's rows; the loss over the global batch.
  * base_sq: this rank's sum of (x - target)^2, summed into *baseline. */
@@ -588,10 +610,11 @@ static int dist_backward(const moe_backend_ops_t* be, const moe_config_t* c, con
     int C = w->chunks;
     moecclStream_t st = C > 1 ? ds->stream : NULL;
     dchunk_t* ch0 = &y->chunk[0];
-    CK(ds, ds->ep, moecclMoeCombineBackward(ch0->plan, w->grad + ch0->t0 * H, y->gate + ch0->t0 * K,
-                                            ch0->y_rows, w->dy_rows[0], w->cap,
-                                            w->dgate + ch0->t0 * K, H, moecclFloat32, st));
-    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+    BEXCH(tm, CK(ds, ds->ep,
+                 moecclMoeCombineBackward(ch0->plan, w->grad + ch0->t0 * H, y->gate + ch0->t0 * K,
+                                          ch0->y_rows, w->dy_rows[0], w->cap,
+                                          w->dgate + ch0->t0 * K, H, moecclFloat32, st)));
+    if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
     for (int k = 0; k < C; k++) {
       dchunk_t* ch = &y->chunk[k];
       if (k > 0) {
@@ -610,12 +633,13 @@ static int dist_backward(const moe_backend_ops_t* be, const moe_config_t* c, con
                            wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b,
                            ch->h, w->dy_rows[k % 2], gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF,
                            gl->w2 + ds->e0 * HF, w->dx_rows[k % 2], w->da, w->db, w->dh);
-      if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+      if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
     }
     dchunk_t* last = &y->chunk[C - 1];
-    CK(ds, ds->ep, moecclMoeDispatchBackward(last->plan, w->dx_rows[(C - 1) % 2], w->cap,
-                                             w->tok + last->t0 * H, H, moecclFloat32, st));
-    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+    BEXCH(tm, CK(ds, ds->ep,
+                 moecclMoeDispatchBackward(last->plan, w->dx_rows[(C - 1) % 2], w->cap,
+                                           w->tok + last->t0 * H, H, moecclFloat32, st)));
+    if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
     for (size_t i = 0; i < n * H; i++) w->grad_next[i] = w->grad[i] + w->tok[i]; /* residual */
     moe_router_backward(be, c, wl->wg, xin, (int)n, y->probs, y->expert, y->gate, w->dgate,
                         y->stats, w->dlogits, gl->wg, w->grad_next);
@@ -792,7 +816,7 @@ static int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqu
            blas);
     printf("# %5s %12s %12s %10s %12s %7s %10s  ms (rank 0): %s\n", "step", "loss", "mse", "aux",
            "baseline", "ratio", "tokens/s",
-           "router dispatch experts combine backward allreduce optimizer");
+           "router dispatch experts combine backward (exchanges) allreduce optimizer comm%");
     json = o->json ? fopen(o->json, "w") : NULL;
     if (o->json && !json) {
       fprintf(stderr, "moe_train: --json %s: %s\n", o->json, strerror(errno));
@@ -818,6 +842,9 @@ static int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqu
             nranks, ds.P, ds.D, o->chunks, blas);
   int tty = root && isatty(STDERR_FILENO);
   double first_ratio = 0.0, last_ratio = 0.0;
+  step_timing_t sum = {0}; /* over the steps after the first (warm-up) */
+  double sum_step = 0.0, sum_comm = 0.0;
+  int nsum = 0;
   for (int step = 1; step <= o->steps || (step == 1 && o->dump); step++) {
     if (!o->load && (step == 1 || o->fresh))
       synthetic_batch(be, &teacher, &tws, &batch_rng, &ds, o->tokens, xfull, x, target);
@@ -851,11 +878,21 @@ static int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqu
     if (step == 1) first_ratio = ratio;
     last_ratio = ratio;
     double tps = o->tokens / (t3 - t0);
+    /* communication: the EP exchanges not hidden (dispatch, combine, the
+     * backward's) and the gradient all-reduce */
+    double comm = tm.dispatch + tm.combine + tm.bexch + tm.allreduce;
+    if (step > 1 || o->steps == 1) {
+      sum.router += tm.router, sum.dispatch += tm.dispatch, sum.experts += tm.experts;
+      sum.combine += tm.combine, sum.backward += tm.backward, sum.bexch += tm.bexch;
+      sum.allreduce += tm.allreduce, sum.optimizer += tm.optimizer;
+      sum_step += t3 - t0, sum_comm += comm, nsum++;
+    }
     if (!root) continue;
-    printf("  %5d %12.6g %12.6g %10.4g %12.6g %7.4f %10.0f  %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n",
+    printf("  %5d %12.6g %12.6g %10.4g %12.6g %7.4f %10.0f  %.3f %.3f %.3f %.3f %.3f (%.3f) %.3f "
+           "%.3f %.1f\n",
            step, loss.total, loss.mse, loss.aux, base, ratio, tps, 1e3 * tm.router,
            1e3 * tm.dispatch, 1e3 * tm.experts, 1e3 * tm.combine, 1e3 * tm.backward,
-           1e3 * tm.allreduce, 1e3 * tm.optimizer);
+           1e3 * tm.bexch, 1e3 * tm.allreduce, 1e3 * tm.optimizer, 100 * comm / (t3 - t0));
     if (tty)
       fprintf(stderr, "\rstep %d/%d loss %.5g (%.1f%% of baseline)", step, o->steps, loss.total,
               100 * ratio);
@@ -864,11 +901,22 @@ static int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqu
               "%s\n  {\"step\": %d, \"loss\": %.9g, \"mse\": %.9g, \"aux\": %.9g, "
               "\"baseline\": %.9g, \"tokens_per_s\": %.1f, \"time_s\": {\"router\": %.6g, "
               "\"dispatch\": %.6g, \"experts\": %.6g, \"combine\": %.6g, \"backward\": "
-              "%.6g, \"allreduce\": %.6g, \"optimizer\": %.6g}}",
+              "%.6g, \"backward_exchanges\": %.6g, \"allreduce\": %.6g, \"optimizer\": %.6g}, "
+              "\"comm_share\": %.4f}",
               step > 1 ? "," : "", step, loss.total, loss.mse, loss.aux, base, tps, tm.router,
-              tm.dispatch, tm.experts, tm.combine, tm.backward, tm.allreduce, tm.optimizer);
+              tm.dispatch, tm.experts, tm.combine, tm.backward, tm.bexch, tm.allreduce,
+              tm.optimizer, comm / (t3 - t0));
   }
   if (tty) fprintf(stderr, "\n");
+  if (root && nsum > 0) {
+    double k = 1e3 / nsum;
+    printf("# mean of steps %d-%d: %.0f tokens/s; ms per step: router %.3f dispatch %.3f experts "
+           "%.3f combine %.3f backward %.3f (exchanges %.3f) allreduce %.3f optimizer %.3f; "
+           "communication %.1f%% of a step\n",
+           o->steps == 1 ? 1 : 2, o->steps, o->tokens * nsum / sum_step, k * sum.router,
+           k * sum.dispatch, k * sum.experts, k * sum.combine, k * sum.backward, k * sum.bexch,
+           k * sum.allreduce, k * sum.optimizer, 100 * sum_comm / sum_step);
+  }
   if (root && o->steps > 0)
     printf("# loss / baseline: %.4f at step 1, %.4f at step %d\n", first_ratio, last_ratio,
            o->steps);

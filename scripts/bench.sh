@@ -9,7 +9,9 @@
 #   with process_vm_readv;
 # then all_reduce_perf (moecclAllReduce against MPI_Allreduce) at 2 and 4
 # ranks, moecclMemAlloc buffers, float sum, 1 KiB to 64 MiB; then a short
-# training demo, moe_train on one rank, its loss every 20 steps.
+# training demo, moe_train on one rank, its loss every 20 steps.  moe_perf
+# (MoE dispatch + combine against permute + MPI_Alltoall(v), 4 ranks) runs
+# before the demo.
 # Every run also writes its rows as JSON and, with scripts/plot_perf.py, a
 # PNG of bus bandwidth against size (moeccl, MPI, the memory roofline) next
 # to it, in $BENCH_OUT (default build/bench/), e.g. build/bench/a2a-np2-uniform.png.
@@ -75,6 +77,18 @@ if [ -x build/perf/all_reduce_perf ]; then
   done
 else
   echo "bench.sh: build/perf/all_reduce_perf was not built; skipped" >&2
+fi
+
+# The MoE layer's communication: moeccl's dispatch and combine against a
+# host permute + MPI_Alltoall(v), T = 4096 tokens per rank, H = 1024, E = 16.
+if [ -x build/perf/moe_perf ]; then
+  echo "==== moe_perf: 4 ranks, MoE dispatch + combine vs permute + MPI_Alltoall(v), moecclMemAlloc buffers"
+  if ! mpirun -np 4 --oversubscribe build/perf/moe_perf -M -k 2,6 --json "$out/moe_perf.json"; then
+    echo "bench.sh: moe_perf FAILED" >&2
+    failed=1
+  fi
+else
+  echo "bench.sh: build/perf/moe_perf was not built; skipped" >&2
 fi
 
 # The training demo: moe_train learns a teacher MoE of its own shape on one
