@@ -250,7 +250,8 @@ static moecclResult_t probe_network_peers(moeccl_job_t* j) {
     const moeccl_req_t* r =
         &c->reqs[(j->first_req + (i - j->first_req + c->probe_cursor) % (j->nreqs - j->first_req))];
     const moeccl_peer_info_t* pi = &c->peers[r->peer];
-    if (r->done || r->peer == last || !c->transport_ops[c->peer_transport[r->peer]]->score ||
+    if (r->done || r->peer == last ||
+        !(c->transport_ops[c->peer_transport[r->peer]]->caps & MOECCL_TRANSPORT_CAP_NETWORK) ||
         pi->alive_addr.sa.sa_family == 0)
       continue;
     last = r->peer, probes++;
@@ -268,7 +269,8 @@ static moecclResult_t check_peers(moeccl_job_t* jobs, int njobs) {
     moeccl_comm_t* c = jobs[k].comm;
     for (int t = 0; t < c->ntransports; t++)
       MOECCL_CHECK(c->transport_ops[t]->check_peers(c->transport_state[t]));
-    if (c->ntransports > 1 || (c->ntransports == 1 && c->transport_ops[0]->score))
+    if (c->ntransports > 1 ||
+        (c->ntransports == 1 && (c->transport_ops[0]->caps & MOECCL_TRANSPORT_CAP_NETWORK)))
       MOECCL_CHECK(probe_network_peers(&jobs[k]));
   }
   return moecclSuccess;

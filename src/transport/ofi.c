@@ -1099,6 +1099,10 @@ static moecclResult_t ofi_init(moeccl_comm_t* comm, const uint8_t* use, int need
 
 const moeccl_transport_ops_t moeccl_ofi_ops = {
     .name = "ofi",
+    .caps = MOECCL_TRANSPORT_CAP_NETWORK,
+    .mem_types = MOECCL_MEM_TYPE_HOST,
+    /* rendezvous above MOECCL_NET_EAGER_SIZE (post_send) */
+    .link = {10.0, 15.0, 1.0, MOECCL_LINK_RNDV_NET_EAGER},
     .score = ofi_score,
     .can_reach = ofi_can_reach,
     .init = ofi_init,

@@ -694,6 +694,10 @@ static void shm_cancel_all(void* state) {
 const moeccl_transport_ops_t moeccl_shm_ops = {
     .name = "shm",
     .caps = MOECCL_TRANSPORT_CAP_REDUCE | MOECCL_TRANSPORT_CAP_ROWS,
+    .mem_types = MOECCL_MEM_TYPE_HOST,
+    /* a message past the slot size is published, pulled and its slot
+     * freed: a round trip more before the sender's step ends */
+    .link = {1.5, 0.3, 10.0, MOECCL_LINK_RNDV_SHM_SLOT},
     .can_gather = shm_can_gather,
     .score = NULL,
     .can_reach = shm_can_reach,

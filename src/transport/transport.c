@@ -28,6 +28,16 @@ static const moeccl_transport_ops_t* const net_transports[] = {
 };
 #define NNET ((int)(sizeof(net_transports) / sizeof(net_transports[0])) - 1)
 
+const moeccl_transport_ops_t* moeccl_net_transport(int i) {
+  return i >= 0 && i < NNET ? net_transports[i] : NULL;
+}
+
+int moeccl_net_transport_index(const moeccl_transport_ops_t* ops) {
+  for (int i = 0; i < NNET; i++)
+    if (net_transports[i] == ops) return i;
+  return -1;
+}
+
 /* Every rank's value of `mine`; returns the sum, or -1 if the exchange failed.
  * *all_ok is set when every rank contributed a non-zero value. */
 static long agree(moeccl_comm_t* comm, int32_t mine, int* all_ok) {

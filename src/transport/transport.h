@@ -15,6 +15,7 @@
 #define MOECCL_TRANSPORT_H_
 
 #include "core.h"
+#include "topo/topo.h"
 
 typedef enum { MOECCL_REQ_SEND = 0, MOECCL_REQ_RECV = 1 } moeccl_req_type_t;
 
@@ -69,12 +70,30 @@ enum {
   MOECCL_TRANSPORT_CAP_REDUCE = 1,
   /* Receives with a row program (req->rows) can run it straight out of the
    * peer's memory (shm: a mapped moecclMemAlloc region). */
-  MOECCL_TRANSPORT_CAP_ROWS = 2
+  MOECCL_TRANSPORT_CAP_ROWS = 2,
+  /* A network transport: it reaches other nodes (selection tries it after
+   * shared memory, in order of score), its peers are probed through their
+   * liveness sockets while a rank waits on them, and its link costs price
+   * the links between nodes. */
+  MOECCL_TRANSPORT_CAP_NETWORK = 4
 };
+
+/* Memory a transport moves (ops->mem_types): host memory only, for now. */
+enum { MOECCL_MEM_TYPE_HOST = 1 };
+
+/* link.rndv_bytes values that stand for a variable's current value. */
+#define MOECCL_LINK_RNDV_NET_EAGER (-1.0) /* MOECCL_NET_EAGER_SIZE */
+#define MOECCL_LINK_RNDV_SHM_SLOT (-2.0)  /* the shm slot size (MOECCL_SHM_EAGER_SIZE) */
 
 typedef struct moeccl_transport_ops {
   const char* name;
-  unsigned caps; /* MOECCL_TRANSPORT_CAP_* */
+  unsigned caps;      /* MOECCL_TRANSPORT_CAP_* */
+  unsigned mem_types; /* MOECCL_MEM_TYPE_* it can move */
+  /* The default costs of the links it carries, for the tuner's model
+   * (topo.h: latency, per-message overhead, GB/s per rank under all-to-all
+   * load, rendezvous threshold or a MOECCL_LINK_RNDV_* value); a tune or
+   * topology file overrides them. */
+  moeccl_link_t link;
   /* Network transports only (NULL for shm): how well this transport would do
    * here, from local facts alone (its providers or devices), without talking
    * to peers: 0 cannot run, 1 sockets only, 2 a kernel-bypass fabric.
@@ -128,6 +147,10 @@ typedef struct moeccl_transport_ops {
 } moeccl_transport_ops_t;
 
 extern const moeccl_transport_ops_t moeccl_shm_ops;
+/* The network transports built in, in selection order on equal scores:
+ * the i-th, or NULL past the last; and the index of ops among them, or -1. */
+const moeccl_transport_ops_t* moeccl_net_transport(int i);
+int moeccl_net_transport_index(const moeccl_transport_ops_t* ops);
 #ifdef MOECCL_TRANSPORT_OFI
 extern const moeccl_transport_ops_t moeccl_ofi_ops;
 #endif

@@ -656,6 +656,9 @@ static void ucx_fini(void* state) {
 
 const moeccl_transport_ops_t moeccl_ucx_ops = {
     .name = "ucx",
+    .caps = MOECCL_TRANSPORT_CAP_NETWORK,
+    .mem_types = MOECCL_MEM_TYPE_HOST,
+    .link = {5.0, 4.5, 1.0, 0.0}, /* UCX picks its own protocols */
     .score = ucx_score,
     .can_reach = ucx_can_reach,
     .init = ucx_init,

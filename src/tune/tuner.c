@@ -68,39 +68,18 @@ struct moeccl_tuner {
 
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
 
-/* Default costs per transport (latency us, overhead us per message, GB/s
- * per rank, rendezvous above this many bytes or 0; -1: MOECCL_NET_EAGER_SIZE,
- * -2: MOECCL_SHM_EAGER_SIZE). */
-typedef struct {
-  const char* transport;
-  moeccl_link_t link;
-} transport_cost_t;
-
-static const transport_cost_t transport_costs[] = {
-    /* A message past the slot size is published, pulled and its slot freed:
-     * a round trip more before the sender's step ends (shm.c). */
-    {"shm", {1.5, 0.3, 10.0, -2.0}},
-    {"ucx", {5.0, 4.5, 1.0}},
-    {"ofi", {10.0, 15.0, 1.0, -1.0}}, /* rendezvous: above MOECCL_NET_EAGER_SIZE (ofi.c) */
-};
-/* Packing copies in host memory (per copy op, GB/s). */
+/* Packing copies in host memory (per copy op, GB/s).  The links' costs are
+ * the transports' own (ops->link). */
 #define HOST_COPY_OVERHEAD_US 0.1
 #define HOST_COPY_GBPS 20.0
 
-static const moeccl_link_t* cost_of(const char* transport) {
-  for (size_t i = 0; i < sizeof(transport_costs) / sizeof(transport_costs[0]); i++)
-    if (strcmp(transport_costs[i].transport, transport) == 0) return &transport_costs[i].link;
-  return NULL;
-}
-
-/* The network transport this rank uses (index into net names), or -1. */
-static const char* const net_names[] = {"ofi", "ucx"};
+/* The network transport this rank uses (its index among the network
+ * transports, moeccl_net_transport), or -1. */
 static int32_t my_network(const moeccl_comm_t* c) {
   for (int r = 0; r < c->nranks; r++) {
     if (r == c->rank || c->peer_transport[r] == 0xff) continue;
-    const char* name = c->transport_ops[c->peer_transport[r]]->name;
-    for (int32_t i = 0; i < (int32_t)(sizeof(net_names) / sizeof(net_names[0])); i++)
-      if (strcmp(name, net_names[i]) == 0) return i;
+    const moeccl_transport_ops_t* ops = c->transport_ops[c->peer_transport[r]];
+    if (ops->caps & MOECCL_TRANSPORT_CAP_NETWORK) return moeccl_net_transport_index(ops);
   }
   return -1;
 }
@@ -192,12 +171,12 @@ static moecclResult_t build_topo(moeccl_comm_t* c, int* costs_given) {
 static void transport_defaults(moeccl_comm_t* c, int32_t net) {
   moeccl_topo_t* t = c->topo;
   t->copy_overhead_us = HOST_COPY_OVERHEAD_US, t->copy_GBps = HOST_COPY_GBPS;
-  const moeccl_link_t* known = net >= 0 ? cost_of(net_names[net]) : NULL;
+  const moeccl_transport_ops_t* known = moeccl_net_transport(net);
   moeccl_link_t net_link;
   const moeccl_link_t* l = NULL;
   if (known) {
-    net_link = *known;
-    if (net_link.rndv_bytes < 0)
+    net_link = known->link;
+    if (net_link.rndv_bytes == MOECCL_LINK_RNDV_NET_EAGER)
       net_link.rndv_bytes = (double)moeccl_param_size("MOECCL_NET_EAGER_SIZE");
     l = &net_link;
   }
@@ -205,7 +184,7 @@ static void transport_defaults(moeccl_comm_t* c, int32_t net) {
   if (moeccl_param_bool("MOECCL_SHM_DISABLE")) {
     if (l) t->link[MOECCL_LINK_NODE] = *l;
   } else {
-    t->link[MOECCL_LINK_NODE] = *cost_of("shm");
+    t->link[MOECCL_LINK_NODE] = moeccl_shm_ops.link;
     /* The slot size as shm.c rounds it (at least 256, whole cache lines). */
     size_t slot = moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
     slot = slot < 256 ? 256 : (slot + 63) / 64 * 64;
