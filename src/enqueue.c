@@ -1,6 +1,7 @@
 /* Groups, point-to-point calls, and running captured tasks. */
 #include "enqueue.h"
 #include "executor.h"
+#include "stream.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +213,17 @@ static void list_append(moeccl_task_list_t* list, moeccl_task_t* t) {
   list->tail = t;
 }
 
+/* Queues issued tasks on a stream through its kind's ops table. */
+static moecclResult_t enqueue_on(moecclStream_t stream, moeccl_task_list_t* list) {
+  const moeccl_stream_ops_t* kind = moeccl_stream_kind(stream);
+  if (!kind) { /* checked at the entry point; destroyed since? */
+    moeccl_tasks_abandon(list);
+    return moeccl_error(NULL, moecclInvalidArgument, "stream %p is no longer a live stream",
+                        stream);
+  }
+  return kind->enqueue(stream, list);
+}
+
 moecclResult_t moeccl_task_submit(moeccl_task_t* t, moecclStream_t stream) {
   if (group_depth > 0) {
     if (group_has_stream && group_stream != stream) {
@@ -228,7 +240,7 @@ moecclResult_t moeccl_task_submit(moeccl_task_t* t, moecclStream_t stream) {
   moeccl_task_list_t list = {NULL, NULL};
   list_append(&list, t);
   moeccl_tasks_issue(&list);
-  if (stream) return moeccl_host_stream_enqueue(stream, &list);
+  if (stream) return enqueue_on(stream, &list);
   return moeccl_tasks_run(&list);
 }
 
@@ -247,7 +259,7 @@ MOECCL_EXPORT moecclResult_t moecclGroupEnd(void) {
   group_has_stream = 0;
   group_stream = NULL;
   moeccl_tasks_issue(&list);
-  if (stream) return moeccl_host_stream_enqueue(stream, &list);
+  if (stream) return enqueue_on(stream, &list);
   return moeccl_tasks_run(&list);
 }
 
@@ -345,8 +357,9 @@ static moecclResult_t call_run_now(moeccl_comm_t* c, const moeccl_call_t* issued
     /* Every rank passed the argument checks, so the peers go on to the
      * call: a rank that cannot plan it (no memory) must not stay usable. */
     if (rc != moecclSuccess)
-      moeccl_comm_fail(c, rc, "planning failed after the call was issued on every rank; abort "
-                              "the communicator");
+      moeccl_comm_fail(c, rc,
+                       "planning failed after the call was issued on every rank; abort "
+                       "the communicator");
   }
   if (rc == moecclSuccess) {
     moeccl_job_t job = {.comm = c, .sched = &c->sched};

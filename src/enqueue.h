@@ -46,9 +46,9 @@ int moeccl_group_active(void);
 moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, const moeccl_call_t* call,
                                  moecclStream_t stream);
 
-/* Checks a stream argument: NULL or a live host stream. */
+/* Checks a stream argument: NULL or a stream of a kind this build knows
+ * (stream.h). */
 moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream);
 int moeccl_host_stream_valid(moecclStream_t stream);
-moecclResult_t moeccl_host_stream_enqueue(moecclStream_t stream, moeccl_task_list_t* list);
 
 #endif

@@ -3,7 +3,7 @@
  * library thread, so host-memory operations can overlap the caller's compute
  * (the MoE layer overlaps expert compute with dispatch and combine).
  */
-#include "enqueue.h"
+#include "stream.h"
 
 #include <stdlib.h>
 
@@ -33,8 +33,12 @@ int moeccl_host_stream_valid(moecclStream_t stream) {
   return s != NULL;
 }
 
+const moeccl_stream_ops_t* moeccl_stream_kind(moecclStream_t stream) {
+  return stream && moeccl_host_stream_valid(stream) ? &moeccl_host_stream_ops : NULL;
+}
+
 moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream) {
-  if (!stream || moeccl_host_stream_valid(stream)) return moecclSuccess;
+  if (!stream || moeccl_stream_kind(stream)) return moecclSuccess;
   return moeccl_error(
       comm, moecclInvalidArgument,
       "stream %p is not NULL nor a live moeccl host stream (this build has no CUDA streams)",
@@ -63,7 +67,7 @@ static void* stream_main(void* arg) {
   return NULL;
 }
 
-moecclResult_t moeccl_host_stream_enqueue(moecclStream_t stream, moeccl_task_list_t* list) {
+static moecclResult_t host_stream_enqueue(moecclStream_t stream, moeccl_task_list_t* list) {
   host_stream_t* s = stream;
   work_t* w = malloc(sizeof(*w));
   if (!w) {
@@ -108,8 +112,7 @@ static moecclResult_t check_stream(moecclStream_t stream, const char* fn) {
   return moecclSuccess;
 }
 
-MOECCL_EXPORT moecclResult_t moecclHostStreamSynchronize(moecclStream_t stream) {
-  MOECCL_CHECK(check_stream(stream, "moecclHostStreamSynchronize"));
+static moecclResult_t host_stream_synchronize(moecclStream_t stream) {
   host_stream_t* s = stream;
   pthread_mutex_lock(&s->lock);
   while (s->head || s->busy) pthread_cond_wait(&s->cond, &s->lock);
@@ -119,8 +122,7 @@ MOECCL_EXPORT moecclResult_t moecclHostStreamSynchronize(moecclStream_t stream) 
   return rc;
 }
 
-MOECCL_EXPORT moecclResult_t moecclHostStreamQuery(moecclStream_t stream) {
-  MOECCL_CHECK(check_stream(stream, "moecclHostStreamQuery"));
+static moecclResult_t host_stream_query(moecclStream_t stream) {
   host_stream_t* s = stream;
   pthread_mutex_lock(&s->lock);
   moecclResult_t rc = s->error != moecclSuccess ? s->error
@@ -130,9 +132,26 @@ MOECCL_EXPORT moecclResult_t moecclHostStreamQuery(moecclStream_t stream) {
   return rc;
 }
 
+const moeccl_stream_ops_t moeccl_host_stream_ops = {
+    .name = "host",
+    .enqueue = host_stream_enqueue,
+    .query = host_stream_query,
+    .synchronize = host_stream_synchronize,
+};
+
+MOECCL_EXPORT moecclResult_t moecclHostStreamSynchronize(moecclStream_t stream) {
+  MOECCL_CHECK(check_stream(stream, "moecclHostStreamSynchronize"));
+  return moeccl_host_stream_ops.synchronize(stream);
+}
+
+MOECCL_EXPORT moecclResult_t moecclHostStreamQuery(moecclStream_t stream) {
+  MOECCL_CHECK(check_stream(stream, "moecclHostStreamQuery"));
+  return moeccl_host_stream_ops.query(stream);
+}
+
 MOECCL_EXPORT moecclResult_t moecclHostStreamDestroy(moecclStream_t stream) {
   MOECCL_CHECK(check_stream(stream, "moecclHostStreamDestroy"));
-  moecclResult_t rc = moecclHostStreamSynchronize(stream);
+  moecclResult_t rc = host_stream_synchronize(stream);
   host_stream_t* s = stream;
   pthread_mutex_lock(&registry_lock);
   host_stream_t** p = &live_streams;

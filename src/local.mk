@@ -13,7 +13,7 @@ libmoeccl_core_la_SOURCES = \
   src/debug.c src/debug.h \
   src/enqueue.c src/enqueue.h src/error.c \
   src/executor.c src/executor.h \
-  src/hoststream.c src/memalloc.c \
+  src/hoststream.c src/stream.h src/memalloc.c \
   src/param.c src/param.h \
   src/schedule.c src/schedule.h \
   src/socket.c src/socket.h \

@@ -859,7 +859,7 @@ static moecclResult_t check_data(moecclMoePlan_t p, const moe_args_t* a) {
   if (overlaps(a->in, a->in_rows * rb, a->out, a->out_rows * rb))
     return moeccl_error(c, moecclInvalidArgument, "%s: %s and %s overlap", a->fn, a->in_name,
                         a->out_name);
-  if (a->stream && !moeccl_host_stream_valid(a->stream))
+  if (moeccl_stream_check(c, a->stream) != moecclSuccess)
     return moeccl_error(c, moecclInvalidArgument,
                         "%s: stream %p is not NULL nor a live moeccl host stream", a->fn,
                         a->stream);
