@@ -146,6 +146,11 @@ MOECCL_EXPORT moecclResult_t moecclMoePlanCreate(moecclMoePlan_t* plan, int numE
   if (numExperts < 1)
     return moeccl_error(comm, moecclInvalidArgument,
                         "moecclMoePlanCreate: numExperts %d is not positive", numExperts);
+  /* programs are named by a 16-bit index in the schedule (MOECCL_MOE_MAX_PROGS + 2n) */
+  if (comm->nranks > (UINT16_MAX - MOECCL_MOE_MAX_PROGS) / 2)
+    return moeccl_error(comm, moecclInvalidArgument,
+                        "moecclMoePlanCreate: %d ranks; MoE plans support at most %d", comm->nranks,
+                        (UINT16_MAX - MOECCL_MOE_MAX_PROGS) / 2);
   MOECCL_CHECK(check_placement(comm, numExperts, placement));
   moecclMoePlan_t p = calloc(1, sizeof(*p));
   if (!p) return moeccl_error(comm, moecclSystemError, "out of memory");
@@ -693,7 +698,9 @@ static moecclResult_t hier_tables(moecclMoePlan_t p, size_t T) {
   moeccl_comm_t* c = p->comm;
   int n = c->nranks;
   if (relay_rows(p, T) != moecclSuccess)
-    return moeccl_error(c, moecclSystemError, "moecclMoeLayout: out of memory for relay rows");
+    return moeccl_comm_fail(c, moecclSystemError,
+                            "moecclMoeLayout: out of memory for relay rows; abort the "
+                            "communicator");
   for (int r = 0; r < n; r++) {
     uint64_t* m = p->cost_out + (size_t)r * HMSG;
     memset(m, 0, sizeof(uint64_t) * HMSG);
@@ -718,6 +725,12 @@ static moecclResult_t hier_tables(moecclMoePlan_t p, size_t T) {
                             "moecclMoeLayout: out of memory for the forward lists; abort "
                             "the communicator");
   MOECCL_CHECK(rc);
+  /* row indices of the hierarchical programs are 32-bit (Q + F + P + Pr + Nin) */
+  if ((uint64_t)l->Q + l->F + l->P + p->relay_first[n] + Nin >= UINT32_MAX)
+    return moeccl_comm_fail(c, moecclInvalidArgument,
+                            "moecclMoeLayout: %zu rows on the hierarchical path are too many; "
+                            "abort the communicator",
+                            l->Q + l->F + l->P + p->relay_first[n] + Nin);
   uint64_t mine[12];
   hier_costs(p, mine);
   for (int r = 0; r < n; r++)
@@ -761,7 +774,9 @@ static moecclResult_t layout(moecclMoePlan_t p, const int32_t* ids, size_t T, in
   moecclResult_t rc = expert_tables(p, K);
   if (rc == moecclSuccess) rc = token_tables(p, T);
   if (rc == moecclSystemError)
-    return moeccl_error(p->comm, rc, "moecclMoeLayout: out of memory for the tables");
+    return moeccl_comm_fail(p->comm, rc,
+                            "moecclMoeLayout: out of memory for the tables; abort the "
+                            "communicator");
   l->rank = p->comm->rank, l->nranks = p->comm->nranks, l->K = K, l->T = T;
   l->send_first = p->send_first, l->recv_first = p->recv_first, l->pair_token = p->pair_token;
   l->hier_ok = 0;
@@ -836,6 +851,13 @@ static moecclResult_t check_data(moecclMoePlan_t p, const moe_args_t* a) {
   if (a->hidden == 0 && (l->T > 0 || l->R > 0))
     return moeccl_error(c, moecclInvalidArgument, "%s: hidden is 0 with %zu tokens, %zu rows",
                         a->fn, l->T, l->R);
+  /* Across nodes a rank may forward others' rows, and the path is chosen
+   * by the row size: every rank must pass the same hidden, never 0. */
+  if (a->hidden == 0 && l->hier_ok)
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: hidden is 0 on a communicator that spans nodes (this rank may "
+                        "forward other ranks' rows; pass the same hidden as every rank)",
+                        a->fn);
   size_t most = l->T > l->R ? l->T : l->R;
   if (a->hidden && most > SIZE_MAX / a->hidden / es)
     return moeccl_error(c, moecclInvalidArgument, "%s: hidden %zu times rows overflows", a->fn,
