@@ -1,6 +1,7 @@
 # Multi-process tests (fork-based harness, no MPI) and single-process API checks.
 # Each program exits 0 (pass), 77 (skip) or 1 (fail); the harness in
-# tests/mp_harness.c sets MOECCL_TIMEOUT=30 unless the environment sets it, and
+# tests/mp_harness.c sets MOECCL_TIMEOUT=30 (times MP_DEADLINE_SCALE) unless the
+# environment sets it, and
 # puts a deadline on every run.  Knobs, all optional:
 #   tests/mp_alltoall 2 4      rank counts (or MP_RANKS=2,4); no variants then
 #   MP_SUBTESTS=stress,big     run only these parts of a test (names in its body())

@@ -98,12 +98,19 @@ void mp_env_default(const char* name, const char* value) {
   if (!getenv(name)) setenv(name, value, 0);
 }
 
-void mp_env_defaults(void) { mp_env_default("MOECCL_TIMEOUT", "30"); }
-
 static double mp_deadline_scale(void) {
   const char* s = getenv("MP_DEADLINE_SCALE");
   double v = s ? atof(s) : 1.0;
   return v > 0 ? v : 1.0;
+}
+
+/* MOECCL_TIMEOUT: 30 s, stretched like the deadlines (a sanitizer build or
+ * an overloaded machine starves ranks for long; the timeout is "without
+ * progress", so a peer that gets no core for 30 s looks hung). */
+void mp_env_defaults(void) {
+  char t[32];
+  snprintf(t, sizeof(t), "%d", (int)(30 * mp_deadline_scale() + 0.5));
+  mp_env_default("MOECCL_TIMEOUT", t);
 }
 
 /* ---- Rank counts ---------------------------------------------------------- */
