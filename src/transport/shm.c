@@ -537,18 +537,25 @@ static moecclResult_t pull_gathered(shm_state_t* s, shm_peer_t* p, const slot_hd
     return moecclSuccess;
   }
   size_t rb = moeccl_rows_row_bytes(r->rows), rows = rb ? h->msg_bytes / rb : 0;
-  struct iovec local[64], remote[64];
+  /* up to 64 runs per call: rows consecutive in the sender's buffer merge
+   * into one remote iovec (the local side is one contiguous range) */
+  const uint32_t* map = r->rows->map;
+  struct iovec remote[64];
   for (size_t i = 0; i < rows;) {
-    size_t n = rows - i < 64 ? rows - i : 64, want = n * rb;
-    for (size_t k = 0; k < n; k++) {
-      local[k] = (struct iovec){(char*)r->buf + (i + k) * rb, rb};
-      remote[k] =
-          (struct iovec){(void*)(uintptr_t)(h->addr + (uint64_t)r->rows->map[i + k] * rb), rb};
+    size_t end = i;
+    int n = 0;
+    while (end < rows && n < 64) {
+      size_t run = 1;
+      while (end + run < rows && map[end + run] == map[end] + run) run++;
+      remote[n++] = (struct iovec){(void*)(uintptr_t)(h->addr + (uint64_t)map[end] * rb), run * rb};
+      end += run;
     }
-    ssize_t got = process_vm_readv(p->pid, local, n, remote, n, 0);
+    size_t want = (end - i) * rb;
+    struct iovec local = {(char*)r->buf + i * rb, want};
+    ssize_t got = process_vm_readv(p->pid, &local, 1, remote, (unsigned long)n, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got != (ssize_t)want) return cma_failed(s, p, got < 0 ? got : 0, want);
-    i += n;
+    i = end;
   }
   r->progress = h->msg_bytes;
   return moecclSuccess;
