@@ -509,6 +509,20 @@ static moecclResult_t split_own(moecclMoePlan_t p, size_t T) {
   return moecclSuccess;
 }
 
+/* Token groups: tok[t] holds each token's term count; it becomes the
+ * token's first term in out, a token without terms getting one zero-row
+ * term.  Returns the terms in all. */
+static size_t token_groups(size_t* tok, size_t T, moeccl_row_term_t* out) {
+  size_t sum = 0;
+  for (size_t t = 0; t < T; t++) {
+    size_t cnt = tok[t];
+    tok[t] = sum;
+    if (!cnt) out[sum] = term(t, MOECCL_ROW_NONE, MOECCL_ROW_NONE);
+    sum += cnt ? cnt : 1;
+  }
+  return sum;
+}
+
 /* Step 5, token side: per token, its pairs' returned rows, ranks ascending. */
 static moecclResult_t token_tables(moecclMoePlan_t p, size_t T) {
   moeccl_moe_layout_t* l = &p->lay;
@@ -516,14 +530,7 @@ static moecclResult_t token_tables(moecclMoePlan_t p, size_t T) {
   if (GROW(p, tok, T + 1) || GROW(p, own, T + l->P)) return moecclSystemError;
   memset(p->tok, 0, sizeof(size_t) * (T + 1));
   for (size_t q = 0; q < l->P; q++) p->tok[p->pair_token[q]]++;
-  size_t sum = 0;
-  for (size_t t = 0; t < T; t++) {
-    size_t cnt = p->tok[t];
-    p->tok[t] = sum;
-    if (!cnt) p->own[sum] = term(t, MOECCL_ROW_NONE, MOECCL_ROW_NONE);
-    sum += cnt ? cnt : 1;
-  }
-  l->n_own = sum;
+  l->n_own = token_groups(p->tok, T, p->own);
   for (int r = 0; r < n; r++)
     for (size_t q = p->send_first[r]; q < p->send_first[r + 1]; q++) {
       size_t t = p->pair_token[q];
@@ -570,7 +577,7 @@ static moecclResult_t relay_rows(moecclMoePlan_t p, size_t T) {
 static moecclResult_t forward_lists(moecclMoePlan_t p) {
   moeccl_moe_layout_t* l = &p->lay;
   int n = p->comm->nranks, nl = p->nl, me = p->comm->rank;
-  size_t nb = (size_t)n * (size_t)nl, Nin = p->rin_first[n];
+  size_t nb = (size_t)n * (size_t)nl;
   memset(p->fw_first, 0, sizeof(size_t) * (nb + 1));
   for (int s = 0; s < n; s++)
     for (size_t i = p->rin_first[s]; i < p->rin_first[s + 1]; i++) {
@@ -607,7 +614,6 @@ static moecclResult_t forward_lists(moecclMoePlan_t p) {
                               p->recv_first[s + 1] - p->recv_first[s]);
   }
   l->F = F, l->fsum = p->fsum, l->n_fsum = nf, l->fw_rows = p->fw_rows;
-  (void)Nin;
   return moecclSuccess;
 }
 
@@ -624,14 +630,7 @@ static moecclResult_t hier_own(moecclMoePlan_t p, size_t T) {
       for (size_t q = p->send_first[r]; q < p->send_first[r + 1]; q++) p->tok[p->pair_token[q]]++;
     for (size_t i = p->relay_first[r]; i < p->relay_first[r + 1]; i++) p->tok[p->relay_token[i]]++;
   }
-  size_t sum = 0;
-  for (size_t t = 0; t < T; t++) {
-    size_t cnt = p->tok[t];
-    p->tok[t] = sum;
-    if (!cnt) p->own_h[sum] = term(t, MOECCL_ROW_NONE, MOECCL_ROW_NONE);
-    sum += cnt ? cnt : 1;
-  }
-  l->n_own_h = sum;
+  l->n_own_h = token_groups(p->tok, T, p->own_h);
   size_t back = l->Q + l->F;
   for (int r = 0; r < n; r++) {
     if (p->via[r] < 0)
@@ -664,12 +663,11 @@ static void hier_costs(moecclMoePlan_t p, uint64_t* out) {
     if (p->via[r] >= 0 && p->via[r] != me) fwd_in += ri, fwdm_in += ri > 0;
   }
   uint64_t self = p->send_first[me + 1] - p->send_first[me];
-  uint64_t fw_out = 0, fwm_out = 0, fw_self = 0;
+  uint64_t fw_out = 0, fwm_out = 0;
   for (int s = 0; s < n; s++)
     for (int lr = 0; lr < p->nl; lr++) {
       size_t b = (size_t)s * p->nl + lr, k = p->fw_first[b + 1] - p->fw_first[b];
-      if (lr == p->me_local) fw_self += k;
-      else fw_out += k, fwm_out += k > 0;
+      if (lr != p->me_local) fw_out += k, fwm_out += k > 0;
     }
   uint64_t Pr = p->relay_first[n], Nin = p->rin_first[n], rm_o = 0, rm_i = 0;
   for (int r = 0; r < n; r++) {
@@ -681,7 +679,6 @@ static void hier_costs(moecclMoePlan_t p, uint64_t* out) {
   uint64_t hier[6] = {
       max64(Pr, Nin),    max64(node_o + fw_out, node_i + fwd_in),     node_o + Pr + l->F + l->R,
       max64(rm_o, rm_i), max64(nodem_o + fwm_out, nodem_i + fwdm_in), 2};
-  (void)fw_self;
   memcpy(out, flat, sizeof(flat));
   memcpy(out + 6, hier, sizeof(hier));
 }

@@ -76,6 +76,13 @@ static int count(const moeccl_sched_t* s, int step, int type, int peer) {
   return n;
 }
 
+/* Empties s and gives it the standard buffers, as the planner does. */
+static void fresh(moeccl_sched_t* s) {
+  uint32_t b;
+  moeccl_sched_reset(s);
+  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(s, NULL, &b);
+}
+
 static void test_schedule(void) {
   moeccl_moe_layout_t l = layout();
   moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS];
@@ -87,8 +94,7 @@ static void test_schedule(void) {
                          .progs = progs,
                          .nprogs_cap = MOECCL_MOE_MAX_PROGS};
   moeccl_sched_t s = {0};
-  uint32_t b;
-  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  fresh(&s);
   CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "dispatch: schedule failed");
   moeccl_sched_end_step(&s);
   CHECK(s.nsteps == 3, "dispatch: %d steps, want 3", s.nsteps);
@@ -107,8 +113,7 @@ static void test_schedule(void) {
     else if (s.ops[i].type == MOECCL_OP_RECV)
       CHECK(s.ops[i].bytes == 2 * 16, "dispatch: 2 rows in");
 
-  moeccl_sched_reset(&s);
-  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  fresh(&s);
   c.op = MOECCL_MOE_COMBINE, c.weighted = 1;
   CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "combine: schedule failed");
   moeccl_sched_end_step(&s);
@@ -125,8 +130,7 @@ static void test_schedule(void) {
         "combine: one partial-row message each way, with rank 0");
   CHECK(count(&s, 4, MOECCL_OP_ROWS, -2) == 1, "combine: one token-side program");
 
-  moeccl_sched_reset(&s);
-  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  fresh(&s);
   c.op = MOECCL_MOE_COMBINE_BACKWARD, c.weighted = 1, c.gate_grad = 1;
   CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "combine backward: schedule failed");
   moeccl_sched_end_step(&s);
@@ -219,8 +223,7 @@ static void test_hier(void) {
                          .nprogs_cap = MOECCL_MOE_MAX_PROGS,
                          .hier = 1};
   moeccl_sched_t s = {0};
-  uint32_t b;
-  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  fresh(&s);
   CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "hier dispatch: schedule failed");
   moeccl_sched_end_step(&s);
   uint64_t to[4] = {0}, nsend[4] = {0};
@@ -240,8 +243,7 @@ static void test_hier(void) {
     relay_runs += s.ops[i].type == MOECCL_OP_COPY && s.ops[i].bytes == 3 * 16;
   CHECK(relay_runs == 1, "hier dispatch: relay rows pack in %d runs of 3 rows, want 1", relay_runs);
 
-  moeccl_sched_reset(&s);
-  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  fresh(&s);
   c.op = MOECCL_MOE_COMBINE;
   CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "hier combine: schedule failed");
   moeccl_sched_end_step(&s);
@@ -280,8 +282,7 @@ static void test_gathered(void) {
                          .progs = progs,
                          .nprogs_cap = MOECCL_MOE_MAX_PROGS + 6};
   moeccl_sched_t s = {0};
-  uint32_t b;
-  for (int i = 0; i < MOECCL_BUF_NSTD; i++) moeccl_sched_add_buf(&s, NULL, &b);
+  fresh(&s);
   CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "gathered dispatch: schedule failed");
   moeccl_sched_end_step(&s);
   int sends = 0, recvs = 0, copies = 0;

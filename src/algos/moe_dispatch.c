@@ -224,6 +224,24 @@ static moeccl_rows_t program(moeccl_rows_mode_t mode, moecclDataType_t type, siz
 
 static uint64_t round64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
+/* A SEND or RECV with MOECCL_OPF_ROWS running the new program prog, which
+ * writes at (out_buf, out_off): src (SEND) or dst (RECV) at (buf, off). */
+static moecclResult_t prog_op(const moeccl_moe_call_t* c, moeccl_sched_t* s, int* nprogs,
+                              moeccl_rows_t prog, uint32_t out_buf, uint64_t out_off,
+                              moeccl_op_type_t type, int peer, uint32_t buf, uint64_t off,
+                              uint64_t bytes) {
+  if (bytes == 0) return moecclSuccess;
+  if ((size_t)*nprogs == c->nprogs_cap) return moecclInternalError;
+  prog.out_buf = out_buf, prog.out_off = out_off;
+  c->progs[*nprogs] = prog;
+  s->rows = c->progs;
+  int send = type == MOECCL_OP_SEND;
+  MOE_CHECK(moeccl_sched_add_flags(s, type, peer, send ? buf : 0, send ? off : 0, send ? 0 : buf,
+                                   send ? 0 : off, bytes, MOECCL_OPF_ROWS));
+  s->ops[s->nops - 1].prog = (uint16_t)(*nprogs)++;
+  return moecclSuccess;
+}
+
 /* Expanded rows from terms {x, src row, weight}: copies, or a weighted
  * program when the call has weights. */
 static moecclResult_t expand(const moeccl_moe_call_t* c, moeccl_sched_t* s, int* nprogs,
@@ -250,28 +268,16 @@ static moecclResult_t consuming_exchange(const moeccl_moe_call_t* c, moeccl_sche
   for (int k = 1; k < l->nranks; k++) {
     int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
     size_t p0 = l->send_first[to], np = l->send_first[to + 1] - p0;
-    if (np) {
-      if ((size_t)*nprogs == c->nprogs_cap) return moecclInternalError;
-      moeccl_rows_t* g = &c->progs[*nprogs];
-      *g = program(MOECCL_ROWS_COPY, c->type, rb, UINT32_MAX, 0, l->gather + p0, np);
-      g->out_buf = pbuf, g->out_off = pack_off + p0 * rb, g->span = l->T * rb;
-      s->rows = c->progs;
-      MOE_CHECK(moeccl_sched_add_flags(s, MOECCL_OP_SEND, to, MOECCL_BUF_SEND, 0, 0, 0, np * rb,
-                                       MOECCL_OPF_ROWS));
-      s->ops[s->nops - 1].prog = (uint16_t)(*nprogs)++;
-    }
-    size_t n = l->recv_first[from + 1] - l->recv_first[from];
+    moeccl_rows_t g = program(MOECCL_ROWS_COPY, c->type, rb, UINT32_MAX, 0, l->gather + p0, np);
+    g.span = l->T * rb;
+    MOE_CHECK(prog_op(c, s, nprogs, g, pbuf, pack_off + p0 * rb, MOECCL_OP_SEND, to,
+                      MOECCL_BUF_SEND, 0, np * rb));
+    size_t q0 = l->recv_first[from], n = l->recv_first[from + 1] - q0;
     size_t t0 = l->exp_src_first[from], nt = l->exp_src_first[from + 1] - t0;
-    if (n == 0) continue;
-    if ((size_t)*nprogs == c->nprogs_cap) return moecclInternalError;
-    moeccl_rows_t* p = &c->progs[*nprogs];
-    *p = program(MOECCL_ROWS_COPY, c->type, rb, UINT32_MAX, 0, l->exp_src + t0, nt);
-    p->out_buf = MOECCL_BUF_RECV, p->out_off = 0;
-    p->terms_idx = l->exp_src_idx + t0, p->map = l->src_token + l->recv_first[from];
-    s->rows = c->progs;
-    MOE_CHECK(moeccl_sched_add_flags(s, MOECCL_OP_RECV, from, 0, 0, MOECCL_BUF_SCRATCH,
-                                     dbase + l->recv_first[from] * rb, n * rb, MOECCL_OPF_ROWS));
-    s->ops[s->nops - 1].prog = (uint16_t)(*nprogs)++;
+    moeccl_rows_t e = program(MOECCL_ROWS_COPY, c->type, rb, UINT32_MAX, 0, l->exp_src + t0, nt);
+    e.terms_idx = l->exp_src_idx + t0, e.map = l->src_token + q0;
+    MOE_CHECK(prog_op(c, s, nprogs, e, MOECCL_BUF_RECV, 0, MOECCL_OP_RECV, from, MOECCL_BUF_SCRATCH,
+                      dbase + q0 * rb, n * rb));
   }
   return moecclSuccess;
 }
@@ -413,16 +419,10 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
       MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, pbuf, part_off + l->recv_first[to] * rb, 0,
                                  0, (l->recv_first[to + 1] - l->recv_first[to]) * rb));
       size_t p0 = l->send_first[from], n = l->send_first[from + 1] - p0;
-      if (n) {
-        if ((size_t)nprogs == c->nprogs_cap) return moecclInternalError;
-        moeccl_rows_t* p = &c->progs[nprogs];
-        *p = program(MOECCL_ROWS_ADD, c->type, c->hidden, UINT32_MAX, 0, l->own_src + p0, n);
-        p->out_buf = MOECCL_BUF_RECV, p->out_off = 0;
-        s->rows = c->progs;
-        MOE_CHECK(moeccl_sched_add_flags(s, MOECCL_OP_RECV, from, 0, 0, pbuf, back_off + p0 * rb,
-                                         n * rb, MOECCL_OPF_ROWS));
-        s->ops[s->nops - 1].prog = (uint16_t)nprogs++;
-      }
+      moeccl_rows_t add =
+          program(MOECCL_ROWS_ADD, c->type, c->hidden, UINT32_MAX, 0, l->own_src + p0, n);
+      MOE_CHECK(prog_op(c, s, &nprogs, add, MOECCL_BUF_RECV, 0, MOECCL_OP_RECV, from, pbuf,
+                        back_off + p0 * rb, n * rb));
       MOE_CHECK(moeccl_sched_end_step(s));
     }
     return moecclSuccess;
