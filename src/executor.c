@@ -132,6 +132,8 @@ static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
   }
 }
 
+static int is_adding(const moeccl_req_t* r) { return r->rows && r->rows->mode == MOECCL_ROWS_ADD; }
+
 static int is_local(const moeccl_sched_op_t* op) {
   return op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS;
 }
@@ -142,6 +144,7 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   const moeccl_sched_t* s = j->sched;
   int begin = j->step ? s->step_end[j->step - 1] : 0, end = s->step_end[j->step];
   size_t staged = 0;
+  const moeccl_req_t* last_add = NULL; /* the step's adding receives add in op order */
   j->pending = 0;
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
@@ -154,6 +157,7 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     }
     moeccl_req_t* r = &c->reqs[j->nreqs++];
     make_req(j, op, r, &staged);
+    if (is_adding(r)) r->rows_after = last_add, last_add = r;
     int t = c->peer_transport[op->peer];
     MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
     j->pending++;
@@ -201,18 +205,20 @@ static moecclResult_t finish_rows(moeccl_comm_t* c, moeccl_req_t* r) {
 }
 
 /* Counts the current step's pending requests into j->pending, finishing
- * staged reducing receives and consumed receives that completed. */
+ * staged reducing receives and consumed receives that completed; an adding
+ * receive's program waits for those of the adding receives before it. */
 static moecclResult_t count_pending(moeccl_job_t* j) {
-  int pending = 0;
+  int pending = 0, held = 0;
   for (int i = j->first_req; i < j->nreqs; i++) {
     moeccl_req_t* r = &j->comm->reqs[i];
     if (!r->done) {
       pending++;
+      held |= is_adding(r);
       continue;
     }
     if (r->stage_dst) MOECCL_CHECK(finish_staged(j->comm, r));
-    if (r->rows) MOECCL_CHECK(finish_rows(j->comm, r));
-    if (i == j->first_req) j->first_req++;
+    if (r->rows && !(held && is_adding(r))) MOECCL_CHECK(finish_rows(j->comm, r));
+    if (i == j->first_req && !r->rows) j->first_req++;
   }
   j->pending = pending;
   return moecclSuccess;

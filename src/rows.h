@@ -17,7 +17,8 @@
  *   ADD  float32 rows, one term at a time: dst row = dst row + src row, or
  *        0 + src row when the term's aux is not MOECCL_ROW_NONE (the first
  *        contribution): a sum split over programs run in a fixed order
- *        (the combine's receives, one source per step).
+ *        (the combine's receives: a step's adding receives run in op
+ *        order, executor.c).
  *   DOT  float32 element dst of the destination = the dot product of src
  *        row `src` and aux-buffer row `aux`, accumulated in float32 in
  *        element order; 0 when src or aux is MOECCL_ROW_NONE.

@@ -22,6 +22,8 @@
  *   stream     every call on a host stream
  *   large      ~2,000 tokens of 128-256 elements per rank (blocks past the
  *              shared-memory eager size), with and without a capacity
+ *   order      the float32 combine of inexact values, ranks late by random
+ *              delays: the same bits every call
  *   badargs    bad input is moecclInvalidArgument with a text, nothing sent;
  *              a layout in a group or with disagreeing ranks is refused;
  *              data calls in a group
@@ -35,6 +37,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "moeccl_moe.h"
 #include "mp_harness.h"
@@ -385,6 +388,58 @@ static int run_case(moecclComm_t comm, int rank, int n, const mcase* c, uint64_t
   return 0;
 }
 
+/* ---- summation order ---------------------------------------------------- */
+
+static float unit_float(mp_rng* rng) {
+  return (float)((double)(mp_rng_next(rng) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+/* The float32 combine of values whose sums round differently in another
+ * order, repeated with every rank late by a random 0-3 ms before each
+ * call (so the peers' rows arrive in another order each time): the result
+ * must be the same bit for bit every time (moecclMoe(3): a fixed order,
+ * independent of timing). */
+static int order(moecclComm_t comm, int rank, int n) {
+  const int E = 2 * n, K = 3, reps = 12;
+  const size_t H = 40, T = 200, rb = H * sizeof(float);
+  mp_rng rng;
+  mp_rng_seed(&rng, 7777 + (uint64_t)rank);
+  int32_t* ids = mp_xmalloc(sizeof(int32_t) * T * K);
+  float* w = mp_xmalloc(sizeof(float) * T * K);
+  float* tok = rows_alloc(T, rb);
+  for (size_t t = 0; t < T; t++) {
+    int32_t first = (int32_t)mp_rng_below(&rng, (uint64_t)E);
+    for (int j = 0; j < K; j++) { /* distinct experts, spread over the ranks */
+      ids[t * K + j] = (first + j * (E / K + 1)) % E;
+      w[t * K + j] = unit_float(&rng);
+    }
+    for (size_t h = 0; h < H; h++) tok[t * H + h] = unit_float(&rng);
+  }
+  moecclMoePlan_t plan;
+  MP_OK_COMM(comm, moecclMoePlanCreate(&plan, E, NULL, comm));
+  size_t counts[64], R = 0;
+  MP_OK_COMM(comm, moecclMoeLayout(plan, ids, T, K, 0, counts, NULL));
+  for (int i = 0; i < 2; i++) R += counts[i];
+  float* rows = rows_alloc(R, rb);
+  float* out = rows_alloc(T, rb);
+  float* first = mp_xmalloc(T * rb);
+  MP_OK_COMM(comm, moecclMoeDispatch(plan, tok, rows, R, H, moecclFloat32, NULL));
+  for (size_t i = 0; i < R * H; i++) rows[i] = rows[i] * 1.1f + unit_float(&rng) * 1e-3f;
+  for (int it = 0; it < reps; it++) {
+    usleep((useconds_t)mp_rng_below(&rng, 3000));
+    MP_OK_COMM(comm, moecclMoeCombine(plan, rows, R, w, out, H, moecclFloat32, NULL));
+    if (it == 0) memcpy(first, out, T * rb);
+    else
+      MP_CHECK(memcmp(first, out, T * rb) == 0,
+               "order: combine %d on rank %d differs from the first (the sums' order changed)", it,
+               rank);
+  }
+  MP_OK_COMM(comm, moecclMoePlanDestroy(plan));
+  rows_free(rows), rows_free(out), rows_free(tok);
+  free(first), free(ids), free(w);
+  return 0;
+}
+
 /* ---- bad input ------------------------------------------------------------- */
 
 #define EXPECT_BAD(call)                                                                           \
@@ -500,6 +555,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
       }
     }
   }
+  if (mp_want("order") && n > 2 && order(comm, rank, n)) return 1;
   if (mp_want("badargs") && badargs(comm, rank, n)) return 1;
   moecclResult_t async = moecclInternalError;
   MP_OK(moecclCommGetAsyncError(comm, &async));

@@ -24,8 +24,9 @@
  *            buffer) and one consuming RECV per peer that expands as the
  *            rows arrive.
  * flat float32 combine: the peers' partials only (the own tokens sum
- *            their expert rows directly), then one peer per step, each
- *            RECV adding its rows into the tokens as they arrive.
+ *            their expert rows directly), then one step with every peer,
+ *            each RECV adding its rows into the tokens as they arrive, in
+ *            op order (rank-1, rank-2, ...).
  * hierarchical (c->hier, moe_algos.h): the packed rows go only to this
  *            node's peers; relay rows (one per token and other node) go to
  *            the forwarders, which copy each on to their node's ranks (one
@@ -401,8 +402,9 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   uint32_t wb = ww ? MOECCL_BUF_SCRATCH : UINT32_MAX;
   if (!hier && c->type == moecclFloat32 && l->own_src) {
     /* The peers' partials (not this rank's own: its tokens sum their
-     * expert rows directly), then each peer's rows add into the tokens as
-     * they arrive, one peer per step (rank-1, rank-2, ...: a fixed order). */
+     * expert rows directly), then one step exchanges them with every peer,
+     * each peer's rows adding into the tokens as they arrive, in the
+     * step's op order (rank-1, rank-2, ...: the same sums every run). */
     size_t s0 = l->part_self0, s1 = l->part_self1;
     moeccl_rows_t before = program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->part, s0);
     moeccl_rows_t after =
@@ -423,9 +425,8 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
           program(MOECCL_ROWS_ADD, c->type, c->hidden, UINT32_MAX, 0, l->own_src + p0, n);
       MOE_CHECK(prog_op(c, s, &nprogs, add, MOECCL_BUF_RECV, 0, MOECCL_OP_RECV, from, pbuf,
                         back_off + p0 * rb, n * rb));
-      MOE_CHECK(moeccl_sched_end_step(s));
     }
-    return moecclSuccess;
+    return moeccl_sched_end_step(s);
   }
   moeccl_rows_t part = program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->part, l->R);
   MOE_CHECK(rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, pbuf, part_off, l->Q * rb));

@@ -562,14 +562,20 @@ static moecclResult_t pull_gathered(shm_state_t* s, shm_peer_t* p, const slot_hd
 }
 
 /* Pulls up to one chunk of a single-copy message from the sender: a plain
- * copy from its mapped moecclMemAlloc memory, else process_vm_readv. */
-static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
-                                moeccl_req_t* r) {
+ * copy from its mapped moecclMemAlloc memory, else process_vm_readv.  A
+ * receive consumed in place whose turn has not come (an adding one behind
+ * another) sets *wait and moves nothing. */
+static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h, moeccl_req_t* r,
+                                int* wait) {
   if (h->flags & HDR_GATHERED) return pull_gathered(s, p, h, r);
   size_t n = h->msg_bytes - r->progress;
   if (n > s->chunk) n = s->chunk;
   const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
   if (region && r->rows && r->progress == 0) { /* the whole message, consumed in place */
+    if (!moeccl_req_rows_turn(r)) {
+      *wait = 1;
+      return moecclSuccess;
+    }
     moeccl_rows_run(r->rows, r->rows_dst, region + h->region_off, r->rows_aux);
     r->consumed = 1;
     r->progress = h->msg_bytes;
@@ -607,7 +613,9 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
       return truncated(s, p, h->msg_bytes, r->bytes);
     int slot_done;
     if (h->kind == SLOT_RNDV) {
-      MOECCL_CHECK(pull_rndv(s, p, h, r));
+      int wait = 0;
+      MOECCL_CHECK(pull_rndv(s, p, h, r, &wait));
+      if (wait) return moecclSuccess;
       slot_done = r->progress == h->msg_bytes;
     } else {
       if (r->red)

@@ -52,6 +52,12 @@ typedef struct moeccl_req {
   void* rows_dst;
   const void* rows_aux;
   int consumed;
+  /* An adding program (MOECCL_ROWS_ADD) runs after the one of the step's
+   * previous adding receive, rows_after (NULL for the first), so that sums
+   * come out the same run to run: a transport consumes such a receive in
+   * place only once moeccl_req_rows_turn() says so, and otherwise waits or
+   * writes buf (the executor then runs the programs in op order). */
+  const struct moeccl_req* rows_after;
   /* A gathered send (MOECCL_OPF_ROWS, can_gather said yes): buf is the
    * sender's whole buffer of gather_span bytes; bytes is the message the
    * receiver's program reads, gathered by rows->map there. */
@@ -61,6 +67,13 @@ typedef struct moeccl_req {
   uint64_t seq;            /* transport's: message sequence number */
   uint64_t aux;            /* transport's */
 } moeccl_req_t;
+
+/* Whether r's program may run now: the previous adding receive of its step
+ * has run its program (consumed in place, or by the executor). */
+static inline int moeccl_req_rows_turn(const moeccl_req_t* r) {
+  const moeccl_req_t* a = r->rows_after;
+  return !a || !a->rows || a->consumed;
+}
 
 /* Capabilities a transport reports (ops->caps). */
 enum {
