@@ -72,7 +72,7 @@ static void plan_free(moecclMoePlan_t p) {
       p->relay_first, p->rin_first,   p->fw_first,      p->fw_cur,     p->cost_out,   p->cost_in,
       p->tmask,       p->relay_token, p->relay_mask,    p->rin_mask,   p->fw_rows,    p->fsum,
       p->own_h,       p->progs,       p->exp_src_first, p->exp_src,    p->own_self,   p->own_src,
-      p->seen,        p->exp_src_idx, p->src_token,     p->gather};
+      p->seen,        p->exp_src_idx, p->src_token,     p->gather,     p->cost_all};
   for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) free(arrays[i]);
   if (p->send_area) moecclMemFree(p->send_area);
   p->magic = 0;
@@ -104,7 +104,8 @@ static void place(moecclMoePlan_t p, const int* placement) {
   for (int e = 0; e < E; e++) p->local_index[e] = (int)next[p->owner[e]]++;
 }
 
-enum { HMSG_RELAY, HMSG_COST, HMSG = HMSG_COST + 12 };
+#define NCOST (sizeof(moeccl_moe_cost_rows_t) / sizeof(uint64_t))
+enum { HMSG_RELAY, HMSG_COST, HMSG = HMSG_COST + 2 * NCOST };
 
 /* The hierarchical path's fixed tables, when it can apply: the
  * communicator spans nodes of at most 64 ranks (a relay row's destinations
@@ -129,8 +130,9 @@ static moecclResult_t hier_setup(moecclMoePlan_t p) {
   p->fw_cur = calloc(nb, sizeof(size_t));
   p->cost_out = calloc((size_t)n * HMSG, sizeof(uint64_t));
   p->cost_in = calloc((size_t)n * HMSG, sizeof(uint64_t));
+  p->cost_all = calloc((size_t)n * 2, sizeof(moeccl_moe_cost_rows_t));
   if (!p->via || !p->node_rank || !p->relay_first || !p->rin_first || !p->fw_first || !p->fw_cur ||
-      !p->cost_out || !p->cost_in)
+      !p->cost_out || !p->cost_in || !p->cost_all)
     return moecclSystemError;
   for (int l = 0; l < p->nl; l++) p->node_rank[l] = t->node_ranks[t->node_first[node] + l];
   for (int s = 0; s < n; s++)
@@ -649,7 +651,7 @@ static moecclResult_t hier_own(moecclMoePlan_t p, size_t T) {
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* This rank's rows and messages per class on each path (cost_rows_t). */
-static void hier_costs(moecclMoePlan_t p, uint64_t* out) {
+static void hier_costs(moecclMoePlan_t p, uint64_t out[2 * NCOST]) {
   const moeccl_moe_layout_t* l = &p->lay;
   int n = p->comm->nranks, me = p->comm->rank;
   uint64_t net_o = 0, net_i = 0, node_o = 0, node_i = 0, netm_o = 0, netm_i = 0;
@@ -674,17 +676,13 @@ static void hier_costs(moecclMoePlan_t p, uint64_t* out) {
     rm_o += p->relay_first[r + 1] > p->relay_first[r];
     rm_i += p->rin_first[r + 1] > p->rin_first[r];
   }
-  uint64_t flat[6] = {max64(net_o, net_i),   max64(node_o, node_i),   l->P - self + l->R,
-                      max64(netm_o, netm_i), max64(nodem_o, nodem_i), 1};
-  uint64_t hier[6] = {
-      max64(Pr, Nin),    max64(node_o + fw_out, node_i + fwd_in),     node_o + Pr + l->F + l->R,
-      max64(rm_o, rm_i), max64(nodem_o + fwm_out, nodem_i + fwdm_in), 2};
-  memcpy(out, flat, sizeof(flat));
-  memcpy(out + 6, hier, sizeof(hier));
-}
-
-static void cost_set(moeccl_moe_cost_rows_t* k, const uint64_t* w) {
-  *k = (moeccl_moe_cost_rows_t){w[0], w[1], w[2], w[3], w[4], w[5]};
+  moeccl_moe_cost_rows_t k[2] = {
+      {max64(net_o, net_i), max64(node_o, node_i), l->P - self + l->R, max64(netm_o, netm_i),
+       max64(nodem_o, nodem_i), 1, net_o + net_i, node_i},
+      {max64(Pr, Nin), max64(node_o + fw_out, node_i + fwd_in), node_o + Pr + l->F + l->R,
+       max64(rm_o, rm_i), max64(nodem_o + fwm_out, nodem_i + fwdm_in), 2, Pr + Nin,
+       node_i + fwd_in}};
+  memcpy(out, k, sizeof(k));
 }
 
 /* The hierarchical tables: relay rows, an all-to-all of their counts, an
@@ -728,17 +726,19 @@ static moecclResult_t hier_tables(moecclMoePlan_t p, size_t T) {
                             "moecclMoeLayout: %zu rows on the hierarchical path are too many; "
                             "abort the communicator",
                             l->Q + l->F + l->P + p->relay_first[n] + Nin);
-  uint64_t mine[12];
+  uint64_t mine[2 * NCOST];
   hier_costs(p, mine);
   for (int r = 0; r < n; r++)
     memcpy(p->cost_out + (size_t)r * HMSG + HMSG_COST, mine, sizeof(mine));
   MOECCL_CHECK(moeccl_call_issue(c, &call, NULL));
-  uint64_t most[12] = {0};
-  for (int s = 0; s < n; s++)
-    for (int i = 0; i < 12; i++)
-      most[i] = max64(most[i], p->cost_in[(size_t)s * HMSG + HMSG_COST + i]);
-  cost_set(&l->cost[0], most);
-  cost_set(&l->cost[1], most + 6);
+  uint64_t most[2 * NCOST] = {0};
+  for (int s = 0; s < n; s++) {
+    const uint64_t* theirs = p->cost_in + (size_t)s * HMSG + HMSG_COST;
+    memcpy(&p->cost_all[2 * s], theirs, sizeof(mine));
+    for (size_t i = 0; i < 2 * NCOST; i++) most[i] = max64(most[i], theirs[i]);
+  }
+  memcpy(l->cost, most, sizeof(most));
+  l->cost_all = p->cost_all;
   l->via = p->via, l->relay_first = p->relay_first, l->relay_token = p->relay_token;
   l->rin_first = p->rin_first, l->nl = p->nl, l->me_local = p->me_local;
   l->node_rank = p->node_rank, l->fw_first = p->fw_first;

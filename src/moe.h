@@ -51,12 +51,13 @@ struct moecclMoePlan {
   /* the hierarchical path's tables (hier_possible: the communicator spans
    * nodes of at most 64 ranks and MOECCL_MOE_ALGO is not flat) */
   int hier_possible, nl, me_local;
-  int* via;                        /* [n] */
-  int* node_rank;                  /* [nl] */
-  size_t *relay_first, *rin_first; /* [n+1] */
-  size_t *fw_first, *fw_cur;       /* [n*nl+1] */
-  uint64_t *cost_out, *cost_in;    /* the cost exchange: HMSG words per rank */
-  MOE_ARRAY(uint64_t, tmask);      /* per token: destination ranks on one node */
+  int* via;                         /* [n] */
+  int* node_rank;                   /* [nl] */
+  size_t *relay_first, *rin_first;  /* [n+1] */
+  size_t *fw_first, *fw_cur;        /* [n*nl+1] */
+  uint64_t *cost_out, *cost_in;     /* the cost exchange: HMSG words per rank */
+  moeccl_moe_cost_rows_t* cost_all; /* [n][2]: every rank's costs, flat and hier */
+  MOE_ARRAY(uint64_t, tmask);       /* per token: destination ranks on one node */
   MOE_ARRAY(uint32_t, relay_token);
   MOE_ARRAY(uint64_t, relay_mask);
   MOE_ARRAY(uint64_t, rin_mask);

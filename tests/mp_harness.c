@@ -5,11 +5,11 @@
 #define _GNU_SOURCE
 #include "mp_harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
-#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -60,10 +60,8 @@ static void mp_vprint_line(const char* prefix, const char* file, int line, const
 
 void mp_failf(const char* file, int line, const char* fmt, ...) {
   char prefix[64];
-  if (mp_rank >= 0)
-    snprintf(prefix, sizeof(prefix), "rank %d: ", mp_rank);
-  else
-    snprintf(prefix, sizeof(prefix), "parent: ");
+  if (mp_rank >= 0) snprintf(prefix, sizeof(prefix), "rank %d: ", mp_rank);
+  else snprintf(prefix, sizeof(prefix), "parent: ");
   va_list ap;
   va_start(ap, fmt);
   mp_vprint_line(prefix, file, line, fmt, ap);
@@ -179,7 +177,8 @@ void mp_resources_get(mp_resources* r) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define MP_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||                         \
+    __has_feature(memory_sanitizer)
 #define MP_SANITIZED 1
 #endif
 #endif
@@ -200,8 +199,8 @@ int mp_check_resources(const char* file, int line, const char* what, const mp_re
   }
   int maps_grew = !MP_SANITIZED && now.maps - before->maps >= max_map_growth;
   if (now.fds > before->fds || now.threads > before->threads || maps_grew) {
-    mp_failf(file, line, "%s: resources leak: fds %d -> %d, threads %d -> %d, mappings %d -> %d", what,
-             before->fds, now.fds, before->threads, now.threads, before->maps, now.maps);
+    mp_failf(file, line, "%s: resources leak: fds %d -> %d, threads %d -> %d, mappings %d -> %d",
+             what, before->fds, now.fds, before->threads, now.threads, before->maps, now.maps);
     return 1;
   }
   return 0;
@@ -264,8 +263,8 @@ int mp_read_id(int fd) {
 }
 
 static __attribute__((noreturn)) void mp_child(int rank, int nranks, mp_body_fn body, void* arg,
-                                                const mp_opts* opts, const sigset_t* oldmask,
-                                                pid_t parent, int id_fd) {
+                                               const mp_opts* opts, const sigset_t* oldmask,
+                                               pid_t parent, int id_fd) {
   sigprocmask(SIG_SETMASK, oldmask, NULL);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(MP_EXIT_FAIL);
@@ -328,12 +327,10 @@ static int mp_reap(mp_job* job) {
 }
 
 void mp_describe_status(int st, char* buf, size_t len) {
-  if (WIFEXITED(st))
-    snprintf(buf, len, "exited with code %d", WEXITSTATUS(st));
+  if (WIFEXITED(st)) snprintf(buf, len, "exited with code %d", WEXITSTATUS(st));
   else if (WIFSIGNALED(st))
     snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
-  else
-    snprintf(buf, len, "wait status 0x%x", st);
+  else snprintf(buf, len, "wait status 0x%x", st);
 }
 
 /* Judges each rank's wait status; returns PASS, FAIL or SKIP. */
@@ -346,8 +343,8 @@ static int mp_judge(const mp_job* job, const mp_opts* opts) {
     if (r == opts->expect_killed_rank) {
       int ok = opts->expect_exit_code > 0
                    ? WIFEXITED(st) && WEXITSTATUS(st) == opts->expect_exit_code
-                   : WIFSIGNALED(st) &&
-                         (opts->expect_killed_signal == 0 || WTERMSIG(st) == opts->expect_killed_signal);
+                   : WIFSIGNALED(st) && (opts->expect_killed_signal == 0 ||
+                                         WTERMSIG(st) == opts->expect_killed_signal);
       if (!ok) {
         mp_parent_msg("FAIL nranks=%d: rank %d was expected to %s but %s", job->nranks, r,
                       opts->expect_exit_code > 0 ? "exit early" : "be killed by a signal", what);
@@ -388,7 +385,8 @@ static void mp_kill_stragglers(mp_job* job, const char* why) {
     job->done[r] = 1;
     job->status[r] = st;
   }
-  if (n) mp_parent_msg("FAIL nranks=%d: %s; ranks not finished: %s (killed)", job->nranks, why, list);
+  if (n)
+    mp_parent_msg("FAIL nranks=%d: %s; ranks not finished: %s (killed)", job->nranks, why, list);
 }
 
 /* Forks the children before the parent makes the id (and so before the
@@ -474,8 +472,8 @@ int mp_run_opts(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
   job.pids = calloc((size_t)nranks, sizeof(pid_t));
   job.done = calloc((size_t)nranks, sizeof(int));
   job.status = calloc((size_t)nranks, sizeof(int));
-  mp_shared = mmap(NULL, sizeof(mp_shared_page), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  mp_shared =
+      mmap(NULL, sizeof(mp_shared_page), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (!job.pids || !job.done || !job.status || mp_shared == MAP_FAILED) {
     mp_parent_msg("FAIL nranks=%d: out of memory in the harness", nranks);
     return MP_EXIT_FAIL;
@@ -507,7 +505,7 @@ int mp_run_opts(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
     if (r != moecclSuccess) {
       mp_parent_msg("FAIL nranks=%d: moecclGetUniqueId returned %d (%s): %s", nranks, (int)r,
                     moecclGetErrorString(r), mp_last_error_text(NULL));
-      mp_close_ids(&job, id_fds); /* the children see EOF and exit */
+      mp_close_ids(&job, id_fds);               /* the children see EOF and exit */
     } else if (mp_send_id(&job, id_fds) != 0) { /* a child died early; judged below */
       mp_parent_msg("FAIL nranks=%d: could not send the id to every child", nranks);
     }
@@ -531,8 +529,10 @@ int mp_run_opts(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
   free(job.done);
   free(job.status);
   printf("%s nranks=%d (%.1f s)\n",
-         result == MP_EXIT_PASS ? "PASS" : result == MP_EXIT_SKIP ? "SKIP" : "FAIL", nranks,
-         mp_now() - start);
+         result == MP_EXIT_PASS   ? "PASS"
+         : result == MP_EXIT_SKIP ? "SKIP"
+                                  : "FAIL",
+         nranks, mp_now() - start);
   fflush(stdout);
   return result;
 }
@@ -547,7 +547,7 @@ int mp_run(int nranks, mp_body_fn body, void* arg, int deadline_s) {
 
 static int mp_run_variant(char** argv, const mp_variant* v, int deadline_s) {
   printf("variant %s (", v->name);
-  for (int i = 0; i < 4 && v->env[i]; i++) printf("%s%s", i ? " " : "", v->env[i]);
+  for (int i = 0; i < MP_VARIANT_ENV && v->env[i]; i++) printf("%s%s", i ? " " : "", v->env[i]);
   printf("), ranks %s:\n", v->ranks);
   fflush(stdout);
   fflush(stderr);
@@ -558,7 +558,7 @@ static int mp_run_variant(char** argv, const mp_variant* v, int deadline_s) {
     return MP_EXIT_FAIL;
   }
   if (pid == 0) {
-    for (int i = 0; i < 4 && v->env[i]; i++) putenv((char*)v->env[i]);
+    for (int i = 0; i < MP_VARIANT_ENV && v->env[i]; i++) putenv((char*)v->env[i]);
     setenv("MP_VARIANT", v->name, 1);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     char* args[] = {argv[0], (char*)v->ranks, NULL};
@@ -625,9 +625,15 @@ const mp_variant mp_topo_variants[] = {
     {"rail-ppn1", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=1"}, "2,5"},
     {"rail-ppn2", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=2"}, "4,6"},
     {"rail-ppn4", {"MOECCL_ALGO=rail", "MP_RANKS_PER_NODE=4"}, "8"},
-    {"hier3-ppn1-g2", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=1", "MOECCL_TOPO_GROUP_SIZE=2"}, "4,6"},
-    {"hier3-ppn2-g2", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=2", "MOECCL_TOPO_GROUP_SIZE=2"}, "8"},
-    {"hier3-ppn4-g1", {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=4", "MOECCL_TOPO_GROUP_SIZE=1"}, "8"},
+    {"hier3-ppn1-g2",
+     {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=1", "MOECCL_TOPO_GROUP_SIZE=2"},
+     "4,6"},
+    {"hier3-ppn2-g2",
+     {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=2", "MOECCL_TOPO_GROUP_SIZE=2"},
+     "8"},
+    {"hier3-ppn4-g1",
+     {"MOECCL_ALGO=hier3", "MP_RANKS_PER_NODE=4", "MOECCL_TOPO_GROUP_SIZE=1"},
+     "8"},
     {"auto-ppn2", {"MP_RANKS_PER_NODE=2"}, "4,8"},
     {"auto-ppn2-window", {"MP_RANKS_PER_NODE=2", "MOECCL_A2A_WINDOW=2"}, "5"},
     {NULL, {NULL}, NULL},
@@ -722,7 +728,8 @@ int mp_check_block(const char* file, int line, const char* what, const void* buf
   uint64_t mask = elsize >= 8 ? ~0ull : ((1ull << (8 * elsize)) - 1);
   size_t nbad = 0;
   for (size_t i = bad; i < n; i++)
-    if (mp_verify((const unsigned char*)buf + i * elsize, elsize, 1, seed, src, dst, idx0 + i) != SIZE_MAX)
+    if (mp_verify((const unsigned char*)buf + i * elsize, elsize, 1, seed, src, dst, idx0 + i) !=
+        SIZE_MAX)
       nbad++;
   mp_failf(file, line,
            "%s: block %d->%d element %zu of %zu wrong: expected 0x%llx, got 0x%llx "
@@ -748,6 +755,4 @@ uint64_t mp_rng_next(mp_rng* rng) {
   return mp_mix64(rng->state);
 }
 
-uint64_t mp_rng_below(mp_rng* rng, uint64_t bound) {
-  return bound ? mp_rng_next(rng) % bound : 0;
-}
+uint64_t mp_rng_below(mp_rng* rng, uint64_t bound) { return bound ? mp_rng_next(rng) % bound : 0; }

@@ -40,23 +40,24 @@ struct mp_job;
 typedef void (*mp_parent_poll_fn)(struct mp_job* job, void* arg);
 
 typedef struct mp_opts {
-  int deadline_s;              /* kill everything after this long (scaled by MP_DEADLINE_SCALE) */
-  int expect_killed_rank;      /* this rank must die by a signal (-1: none) */
-  int expect_killed_signal;    /* the signal it must die by (0: any) */
-  int expect_exit_code;        /* >0: expect_killed_rank must instead exit with this code */
-  int no_init;                 /* children skip moecclCommInitRank; the body gets comm NULL */
+  int deadline_s;           /* kill everything after this long (scaled by MP_DEADLINE_SCALE) */
+  int expect_killed_rank;   /* this rank must die by a signal (-1: none) */
+  int expect_killed_signal; /* the signal it must die by (0: any) */
+  int expect_exit_code;     /* >0: expect_killed_rank must instead exit with this code */
+  int no_init;              /* children skip moecclCommInitRank; the body gets comm NULL */
   mp_parent_poll_fn parent_poll;
   void* parent_poll_arg;
 } mp_opts;
 
-#define MP_OPTS_DEFAULT {120, -1, 0, 0, 0, NULL, NULL}
+#define MP_OPTS_DEFAULT                                                                            \
+  { 120, -1, 0, 0, 0, NULL, NULL }
 
 /* What the parent knows about the children while they run. */
 typedef struct mp_job {
   int nranks;
-  pid_t* pids;                 /* pid of each rank's child */
-  int* done;                   /* 1 once the child was reaped */
-  int* status;                 /* its wait status once reaped */
+  pid_t* pids; /* pid of each rank's child */
+  int* done;   /* 1 once the child was reaped */
+  int* status; /* its wait status once reaped */
 } mp_job;
 
 /* Runs body on nranks forked processes; returns MP_EXIT_PASS/FAIL/SKIP. */
@@ -67,7 +68,7 @@ void mp_kill_rank(mp_job* job, int rank, int sig);
 
 /* ---- State visible in the children -------------------------------------- */
 
-extern int mp_rank;                 /* this child's rank in the world comm; -1 in the parent */
+extern int mp_rank; /* this child's rank in the world comm; -1 in the parent */
 extern int mp_nranks;
 extern moecclComm_t mp_comm;        /* the world comm MP_OK reports on */
 extern moecclUniqueId mp_unique_id; /* the id this run was made with */
@@ -78,7 +79,7 @@ extern int mp_comm_released;
 /* Out-of-band counters in memory shared by the parent and all children of
  * one mp_run (MP_SHARED_COUNTERS of them, zeroed before the fork). */
 #define MP_SHARED_COUNTERS 16
-int mp_shared_add(int counter, int value);   /* returns the new value */
+int mp_shared_add(int counter, int value); /* returns the new value */
 int mp_shared_get(int counter);
 /* Waits until counter reaches target; 0 on success, -1 after timeout_s. */
 int mp_shared_wait(int counter, int target, int timeout_s);
@@ -99,11 +100,12 @@ int mp_parse_ranks(int argc, char** argv, const int* defaults, int* out, int max
 extern const int mp_default_ranks[];
 
 /* An environment a test program also runs under, in a fresh process (the
- * library reads MOECCL_* once per process): up to 4 "NAME=value" strings and
- * the rank counts to run (e.g. "3,4"). */
+ * library reads MOECCL_* once per process): up to MP_VARIANT_ENV
+ * "NAME=value" strings and the rank counts to run (e.g. "3,4"). */
+#define MP_VARIANT_ENV 6
 typedef struct {
   const char* name;
-  const char* env[4];
+  const char* env[MP_VARIANT_ENV];
   const char* ranks;
 } mp_variant;
 
@@ -124,8 +126,10 @@ void mp_resources_get(mp_resources* r);
  * sanitizers). */
 int mp_check_resources(const char* file, int line, const char* what, const mp_resources* before,
                        int max_map_growth);
-#define MP_CHECK_RESOURCES(what, before, max_map_growth) \
-  do { if (mp_check_resources(__FILE__, __LINE__, what, before, max_map_growth)) return 1; } while (0)
+#define MP_CHECK_RESOURCES(what, before, max_map_growth)                                           \
+  do {                                                                                             \
+    if (mp_check_resources(__FILE__, __LINE__, what, before, max_map_growth)) return 1;            \
+  } while (0)
 
 /* 1 unless $MP_SUBTESTS is set and does not list name (comma-separated):
  * runs a part of a test alone, e.g. MP_SUBTESTS=ring,nested. */
@@ -143,39 +147,40 @@ int mp_fold(int overall, int result);
 
 /* ---- Checks --------------------------------------------------------------- */
 
-void mp_failf(const char* file, int line, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+void mp_failf(const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Prints "rank R: <what> (file:line)" to stderr and returns 1 from the caller. */
-#define MP_CHECK(cond, ...)                      \
-  do {                                           \
-    if (!(cond)) {                               \
-      mp_failf(__FILE__, __LINE__, __VA_ARGS__); \
-      return 1;                                  \
-    }                                            \
+#define MP_CHECK(cond, ...)                                                                        \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      mp_failf(__FILE__, __LINE__, __VA_ARGS__);                                                   \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
 /* Checks a moecclResult_t call against moecclSuccess, naming the error. */
-#define MP_OK_COMM(c, call)                                                              \
-  do {                                                                                   \
-    moecclResult_t mp_res_ = (call);                                                     \
-    if (mp_res_ != moecclSuccess) {                                                      \
-      mp_failf(__FILE__, __LINE__, "%s returned %d (%s): %s", #call, (int)mp_res_,       \
-               moecclGetErrorString(mp_res_), mp_last_error_text(c));                    \
-      return 1;                                                                          \
-    }                                                                                    \
+#define MP_OK_COMM(c, call)                                                                        \
+  do {                                                                                             \
+    moecclResult_t mp_res_ = (call);                                                               \
+    if (mp_res_ != moecclSuccess) {                                                                \
+      mp_failf(__FILE__, __LINE__, "%s returned %d (%s): %s", #call, (int)mp_res_,                 \
+               moecclGetErrorString(mp_res_), mp_last_error_text(c));                              \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 #define MP_OK(call) MP_OK_COMM(mp_comm, call)
 
 /* Checks that call returns the expected result. */
-#define MP_EXPECT_RES(c, expected, call)                                                 \
-  do {                                                                                   \
-    moecclResult_t mp_res_ = (call);                                                     \
-    if (mp_res_ != (expected)) {                                                         \
-      mp_failf(__FILE__, __LINE__, "%s returned %d (%s), expected %d (%s): %s", #call,   \
-               (int)mp_res_, moecclGetErrorString(mp_res_), (int)(expected),             \
-               moecclGetErrorString(expected), mp_last_error_text(c));                   \
-      return 1;                                                                          \
-    }                                                                                    \
+#define MP_EXPECT_RES(c, expected, call)                                                           \
+  do {                                                                                             \
+    moecclResult_t mp_res_ = (call);                                                               \
+    if (mp_res_ != (expected)) {                                                                   \
+      mp_failf(__FILE__, __LINE__, "%s returned %d (%s), expected %d (%s): %s", #call,             \
+               (int)mp_res_, moecclGetErrorString(mp_res_), (int)(expected),                       \
+               moecclGetErrorString(expected), mp_last_error_text(c));                             \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
 /* moecclGetLastError(c), never NULL. */
@@ -207,20 +212,20 @@ size_t mp_verify(const void* buf, size_t elsize, size_t n, uint64_t seed, int sr
 /* Both as MP_CHECK: prints the first bad element with expected/actual bytes. */
 int mp_check_block(const char* file, int line, const char* what, const void* buf, size_t elsize,
                    size_t n, uint64_t seed, int src, int dst, size_t idx0);
-#define MP_CHECK_BLOCK(what, buf, elsize, n, seed, src, dst, idx0)                               \
-  do {                                                                                         \
-    if (mp_check_block(__FILE__, __LINE__, what, buf, elsize, n, seed, src, dst, idx0)) return 1; \
+#define MP_CHECK_BLOCK(what, buf, elsize, n, seed, src, dst, idx0)                                 \
+  do {                                                                                             \
+    if (mp_check_block(__FILE__, __LINE__, what, buf, elsize, n, seed, src, dst, idx0)) return 1;  \
   } while (0)
 
 #define MP_SENTINEL 0xA5
 void mp_fill_sentinel(void* buf, size_t bytes);
 /* Offset of the first byte that is not the sentinel, or SIZE_MAX. */
 size_t mp_find_not_sentinel(const void* buf, size_t bytes);
-#define MP_CHECK_SENTINEL(what, buf, bytes)                                                    \
-  do {                                                                                         \
-    size_t mp_off_ = mp_find_not_sentinel(buf, bytes);                                         \
-    MP_CHECK(mp_off_ == SIZE_MAX, "%s: byte %zu of %zu overwritten (0x%02x)", what, mp_off_,   \
-             (size_t)(bytes), ((const unsigned char*)(buf))[mp_off_ == SIZE_MAX ? 0 : mp_off_]); \
+#define MP_CHECK_SENTINEL(what, buf, bytes)                                                        \
+  do {                                                                                             \
+    size_t mp_off_ = mp_find_not_sentinel(buf, bytes);                                             \
+    MP_CHECK(mp_off_ == SIZE_MAX, "%s: byte %zu of %zu overwritten (0x%02x)", what, mp_off_,       \
+             (size_t)(bytes), ((const unsigned char*)(buf))[mp_off_ == SIZE_MAX ? 0 : mp_off_]);   \
   } while (0)
 
 /* A small deterministic generator for test parameters (splitmix64). */

@@ -24,6 +24,8 @@
  *              shared-memory eager size), with and without a capacity
  *   order      the float32 combine of inexact values, ranks late by random
  *              delays: the same bits every call
+ *   tuner      (variant moe-tuner) the tuner picks hier where node dedup
+ *              halves the rows across nodes, flat where it saves nothing
  *   badargs    bad input is moecclInvalidArgument with a text, nothing sent;
  *              a layout in a group or with disagreeing ranks is refused;
  *              data calls in a group
@@ -440,6 +442,71 @@ static int order(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+/* ---- the tuner's path ---------------------------------------------------- */
+
+/* The path rank 0 logged for its last dispatch (MOECCL_DEBUG_FILE of the
+ * variant, %p expanded): 'h', 'f', or 0 when none was logged. */
+static int logged_path(int* loopback) {
+  char path[256], line[512];
+  snprintf(path, sizeof(path), "/tmp/mp_moe_tuner.%d.log", (int)getpid());
+  fflush(NULL); /* the library's log file is this process's stdio */
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  int got = 0;
+  while (fgets(line, sizeof(line), f)) {
+    if (strstr(line, "share one machine: the network is priced as loopback")) *loopback = 1;
+    const char* at = strstr(line, "moecclMoeDispatch of ");
+    if (!at || !(at = strstr(at, "rows: "))) continue;
+    got = strncmp(at + 6, "hier", 4) == 0 ? 'h' : strncmp(at + 6, "flat", 4) == 0 ? 'f' : '?';
+  }
+  fclose(f);
+  return got;
+}
+
+/* On 2 simulated nodes of 2 ranks (variant moe-tuner: ALGO logs into a
+ * file): every token to one expert on each rank of the other node, where
+ * the hierarchical path sends half the rows across, must run hier; every
+ * token to one expert on the other node's rank that is not this rank's
+ * forwarder, where it only adds the forwarding, must run flat.  Rank 0
+ * must also have logged that the network is priced as loopback. */
+static int tuner(moecclComm_t comm, int rank, int n) {
+  const int E = 2 * n;
+  const size_t T = 512, H = 1024, rb = H * sizeof(float);
+  int32_t* ids = mp_xmalloc(sizeof(int32_t) * T * 2);
+  float* tok = mp_xmalloc(T * rb);
+  float* rows = mp_xmalloc(2 * T * rb * (size_t)n);
+  for (size_t i = 0; i < T * H; i++) tok[i] = (float)(i % 7);
+  int other = (rank / 2 + 1) % 2; /* the other node: ranks 2*other, 2*other+1 */
+  moecclMoePlan_t plan;
+  MP_OK_COMM(comm, moecclMoePlanCreate(&plan, E, NULL, comm));
+  for (int pass = 0; pass < 2; pass++) {
+    int K = pass == 0 ? 2 : 1;
+    for (size_t t = 0; t < T; t++)
+      for (int j = 0; j < K; j++) /* rank q holds experts 2q, 2q+1 */
+        ids[t * (size_t)K + j] =
+            pass == 0 ? 2 * (2 * other + j) + (int)(t % 2) : 2 * (2 * other + 1 - rank % 2);
+    size_t counts[2];
+    MP_OK_COMM(comm, moecclMoeLayout(plan, ids, T, K, 0, counts, NULL));
+    MP_OK_COMM(comm, moecclMoeDispatch(plan, tok, rows, 2 * T * (size_t)n, H, moecclFloat32, NULL));
+    if (rank != 0) continue;
+    int loopback = 0, got = logged_path(&loopback), want = pass == 0 ? 'h' : 'f';
+    MP_CHECK(loopback, "tuner: rank 0 did not log that the simulated nodes' network is loopback");
+    MP_CHECK(got == want, "tuner: pass %d ran %s, want %s (rank 0's ALGO log)", pass,
+             got == 'h'   ? "hier"
+             : got == 'f' ? "flat"
+                          : "nothing logged",
+             want == 'h' ? "hier" : "flat");
+  }
+  MP_OK_COMM(comm, moecclMoePlanDestroy(plan));
+  char path[256]; /* every rank's log, and the harness's (rank 0) */
+  snprintf(path, sizeof(path), "/tmp/mp_moe_tuner.%d.log", (int)getpid());
+  unlink(path);
+  snprintf(path, sizeof(path), "/tmp/mp_moe_tuner.%d.log", (int)getppid());
+  if (rank == 0) unlink(path);
+  free(ids), free(tok), free(rows);
+  return 0;
+}
+
 /* ---- bad input ------------------------------------------------------------- */
 
 #define EXPECT_BAD(call)                                                                           \
@@ -555,6 +622,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
       }
     }
   }
+  if (getenv("MP_MOE_TUNER")) return n == 4 ? tuner(comm, rank, n) : 0;
   if (mp_want("order") && n > 2 && order(comm, rank, n)) return 1;
   if (mp_want("badargs") && badargs(comm, rank, n)) return 1;
   moecclResult_t async = moecclInternalError;
@@ -580,6 +648,11 @@ static const mp_variant variants[] = {
     {"moe-hier-ppn2", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2"}, "4,5"},
     {"moe-hier-ppn3", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=3"}, "5"},
     {"moe-hier-ppn1", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=1"}, "3"},
+    /* the tuner's choice between the paths, read from rank 0's ALGO log */
+    {"moe-tuner",
+     {"MP_MOE_TUNER=1", "MP_RANKS_PER_NODE=2", "MOECCL_DEBUG=INFO", "MOECCL_DEBUG_SUBSYS=ALGO",
+      "MOECCL_DEBUG_FILE=/tmp/mp_moe_tuner.%p.log"},
+     "4"},
     {"moe-hier-no-shm",
      {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2", "MOECCL_SHM_DISABLE=1"},
      "4"},

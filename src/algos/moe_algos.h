@@ -26,11 +26,15 @@
 
 /* What the tuner prices a path by (moeccl_tuner_pick_moe): rows and
  * messages one rank moves in a dispatch (combine is its mirror), the larger
- * of what it sends and receives per class.  The layout keeps each field's
- * maximum over the ranks, so that every rank decides alike. */
+ * of what it sends and receives per class; and, for the CPU time a
+ * machine's ranks share, the rows it sends plus receives over the network
+ * and receives on the node (the receiver's core copies those).  The layout
+ * keeps each field's maximum over the ranks (cost), so that every rank
+ * decides alike, and every rank's own (cost_all). */
 typedef struct {
   uint64_t net_rows, node_rows, copy_rows; /* between nodes, on the node, copied locally */
   uint64_t net_msgs, node_msgs, rounds;    /* messages per class; rounds in sequence */
+  uint64_t net_io_rows, node_in_rows;      /* network rows out + in; node rows in */
 } moeccl_moe_cost_rows_t;
 
 /* One step's routing on one rank, as the generators read it. */
@@ -114,7 +118,8 @@ typedef struct {
    * Q+F+P+i (relay row i's returned sum), none}, grouped by token. */
   const moeccl_row_term_t* own_h;
   size_t n_own_h;
-  moeccl_moe_cost_rows_t cost[2]; /* flat, hierarchical (when hier_ok) */
+  moeccl_moe_cost_rows_t cost[2];         /* flat, hierarchical (when hier_ok): maxima */
+  const moeccl_moe_cost_rows_t* cost_all; /* [nranks][2]: every rank's own (when hier_ok) */
 } moeccl_moe_layout_t;
 
 typedef enum {

@@ -73,6 +73,15 @@ struct moeccl_tuner {
 #define HOST_COPY_OVERHEAD_US 0.1
 #define HOST_COPY_GBPS 20.0
 
+/* Nodes that share one machine (MOECCL_HOSTID splits it into simulated
+ * nodes) reach each other over the loopback interface: the network's bytes
+ * are copied by the same cores as shared memory's, through the kernel, at
+ * about a fifth of shared memory's rate (a2a_perf -M, 16 MiB per rank, 4
+ * ranks on 2 cores: 3.9 ms over shm, 19.3 ms over ofi tcp, 22.6 ms over
+ * ucx tcp, 2 runs each).  The network's bandwidth is then shared memory's
+ * over this; its latency and overhead stay the transport's. */
+#define LOOPBACK_SLOWDOWN 5.0
+
 /* The network transport this rank uses (its index among the network
  * transports, moeccl_net_transport), or -1. */
 static int32_t my_network(const moeccl_comm_t* c) {
@@ -165,6 +174,11 @@ static moecclResult_t build_topo(moeccl_comm_t* c, int* costs_given) {
   return moecclSuccess;
 }
 
+/* Whether the communicator's nodes all share one machine. */
+static int loopback_network(const moeccl_comm_t* c) {
+  return c->topo->nnodes > 1 && c->tuner->nmachines == 1;
+}
+
 /* Costs of the classes from the transports that carry them: shared memory
  * within a node (unless disabled), the network transport `net` (agreed by
  * all ranks: a rank alone on its node still prices the same) between nodes. */
@@ -180,6 +194,7 @@ static void transport_defaults(moeccl_comm_t* c, int32_t net) {
       net_link.rndv_bytes = (double)moeccl_param_size("MOECCL_NET_EAGER_SIZE");
     l = &net_link;
   }
+  if (l && loopback_network(c)) net_link.bw_GBps = moeccl_shm_ops.link.bw_GBps / LOOPBACK_SLOWDOWN;
   if (l) t->link[MOECCL_LINK_GROUP] = t->link[MOECCL_LINK_GLOBAL] = *l;
   if (moeccl_param_bool("MOECCL_SHM_DISABLE")) {
     if (l) t->link[MOECCL_LINK_NODE] = *l;
@@ -309,6 +324,11 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     for (int k = MOECCL_LINK_NODE; k < MOECCL_LINK_NCLASSES; k++)
       INFO(ALGO, "link %s: latency %.2f us, overhead %.2f us, %.3g GB/s per rank", names[k],
            t->link[k].latency_us, t->link[k].overhead_us, t->link[k].bw_GBps);
+    if (loopback_network(c) && !costs_given)
+      INFO(ALGO,
+           "the %d nodes share one machine: the network is priced as loopback, at 1/%.0f "
+           "of shared memory's bandwidth",
+           t->nnodes, LOOPBACK_SLOWDOWN);
     if (c->tuner->oversubscribed)
       INFO(ALGO, "a machine holds more ranks than cores: candidates priced on every rank, "
                  "with the machine's summed CPU time over its cores as a floor");
@@ -575,10 +595,41 @@ static double moe_price(const moeccl_topo_t* t, const moeccl_moe_cost_rows_t* k,
   return us + (double)k->rounds * net->latency_us;
 }
 
+/* One rank's CPU time on a path: its copies, the node rows it receives (its
+ * core copies them out of the peer's memory), its messages' overheads and,
+ * where the network is loopback, its half of every network row it sends or
+ * receives (the kernel's copies on both ends). */
+static double moe_cpu(const moeccl_comm_t* c, const moeccl_moe_cost_rows_t* k, double rb) {
+  const moeccl_topo_t* t = c->topo;
+  const moeccl_link_t* net = &t->link[t->ngroups > 1 ? MOECCL_LINK_GLOBAL : MOECCL_LINK_GROUP];
+  const moeccl_link_t* node = &t->link[MOECCL_LINK_NODE];
+  double us = (double)k->copy_rows * rb / (t->copy_GBps * 1e3) +
+              (double)k->node_in_rows * rb / (node->bw_GBps * 1e3) +
+              (double)k->net_msgs * net->overhead_us + (double)k->node_msgs * node->overhead_us;
+  if (loopback_network(c)) us += 0.5 * (double)k->net_io_rows * rb / (net->bw_GBps * 1e3);
+  return us;
+}
+
+/* A path's price: the slowest rank's, or on machines with more ranks than
+ * cores, their ranks' summed CPU time over the cores where that is more. */
+static double moe_path_price(moeccl_comm_t* c, const moeccl_moe_layout_t* l, int path, double rb) {
+  struct moeccl_tuner* tu = c->tuner;
+  double us = moe_price(c->topo, &l->cost[path], rb);
+  if (!tu->oversubscribed || !l->cost_all) return us;
+  for (int m = 0; m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
+  for (int r = 0; r < c->nranks; r++)
+    tu->machine_cpu_us[tu->machine_of[r]] += moe_cpu(c, &l->cost_all[2 * r + path], rb);
+  for (int m = 0; m < tu->nmachines; m++) {
+    double bound = tu->machine_cpus[m] > 0 ? tu->machine_cpu_us[m] / tu->machine_cpus[m] : 0.0;
+    if (bound > us) us = bound;
+  }
+  return us;
+}
+
 int moeccl_tuner_pick_moe(moeccl_comm_t* c, const moeccl_moe_layout_t* l, size_t row_bytes,
                           double us[2]) {
-  us[0] = moe_price(c->topo, &l->cost[0], (double)row_bytes);
-  us[1] = l->hier_ok ? moe_price(c->topo, &l->cost[1], (double)row_bytes) : -1;
+  us[0] = moe_path_price(c, l, 0, (double)row_bytes);
+  us[1] = l->hier_ok ? moe_path_price(c, l, 1, (double)row_bytes) : -1;
   if (!l->hier_ok || c->forced_moe == 0) return 0;
   if (c->forced_moe == 1) return 1;
   return us[1] < us[0];
