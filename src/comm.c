@@ -45,7 +45,7 @@ static void comm_free(moeccl_comm_t* comm) {
   free(comm->peers);
   free(comm->local_ranks);
   free(comm->peer_local_index);
-  free(comm->peer_transport);
+  for (int k = 0; k < MOECCL_MEM_NKINDS; k++) free(comm->peer_transport[k]);
   pthread_mutex_destroy(&comm->lock);
   pthread_mutex_destroy(&comm->order_lock);
   pthread_cond_destroy(&comm->order_cond);

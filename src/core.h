@@ -20,7 +20,7 @@
 typedef struct {
   int32_t rank;
   int32_t pid;
-  uint64_t pid_start; /* process start time, guards against pid reuse */
+  uint64_t pid_start;    /* process start time, guards against pid reuse */
   uint64_t host_hash;    /* node identity (MOECCL_HOSTID or hostname + boot id) */
   uint64_t machine_hash; /* the machine (hostname + boot id), whatever MOECCL_HOSTID says */
   char hostname[MOECCL_HOSTNAME_MAX];
@@ -52,18 +52,19 @@ struct moecclComm {
   moeccl_peer_info_t* peers;
   int local_rank, nlocal;
   int nmachine; /* ranks on this machine (>= nlocal with MOECCL_HOSTID): they share its cores */
-  int machine_cores; /* CPUs those ranks may run on together (union of their affinity) */
+  int machine_cores;     /* CPUs those ranks may run on together (union of their affinity) */
   int* local_ranks;      /* comm ranks on this node, ascending */
   int* peer_local_index; /* comm rank -> local index or -1 */
   struct moeccl_bootstrap* boot;
   double timeout; /* seconds; MOECCL_TIMEOUT */
   int split_count;
 
-  /* Transports: per peer, which one reaches it (index into ops/state). */
+  /* Transports: per memory kind (mem.h) and peer, which one moves that
+   * kind to it (index into ops/state), 0xff none (moeccl_peer_transport). */
   const struct moeccl_transport_ops* transport_ops[4];
   void* transport_state[4];
   int ntransports;
-  uint8_t* peer_transport;
+  uint8_t* peer_transport[MOECCL_MEM_NKINDS];
 
   int forced_algo; /* all-to-all (MOECCL_ALGO); -1: tuner decides */
   int last_algo;   /* the tuner's previous choice, for logging changes */
@@ -72,9 +73,9 @@ struct moecclComm {
   int forced_moe; /* MoE dispatch/combine path (MOECCL_MOE_ALGO): -1 tuner, 0 flat, 1 hier */
   moeccl_redop_t* redops; /* PreMulSum ops (moecclRedOpCreatePreMulSum) */
   int nredops;
-  int a2a_window;  /* MOECCL_A2A_WINDOW */
-  struct moeccl_topo* topo;          /* where the ranks sit, link costs (src/topo) */
-  struct moeccl_tuner* tuner;        /* the tuner's cache and scratch (src/tune) */
+  int a2a_window;             /* MOECCL_A2A_WINDOW */
+  struct moeccl_topo* topo;   /* where the ranks sit, link costs (src/topo) */
+  struct moeccl_tuner* tuner; /* the tuner's cache and scratch (src/tune) */
   /* During moecclCommSplit only: the parent's topology and each new rank's
    * parent rank, so the child inherits placement, groups and costs. */
   const struct moeccl_topo* parent_topo;
@@ -82,9 +83,9 @@ struct moecclComm {
   /* Count rows of other ranks for v-calls of hierarchical algorithms: member
    * m of the scope has its send row at meta_rows[2m*n], recv row after it. */
   size_t* meta_rows;
-  int* meta_index; /* comm rank -> member index, or -1 */
-  size_t meta_cap; /* size_t entries allocated in meta_rows */
-  size_t meta_elem;  /* element size of the call the rows belong to */
+  int* meta_index;  /* comm rank -> member index, or -1 */
+  size_t meta_cap;  /* size_t entries allocated in meta_rows */
+  size_t meta_elem; /* element size of the call the rows belong to */
   moeccl_sched_t meta_sched;
 
   pthread_mutex_t lock; /* one operation at a time per communicator */

@@ -32,6 +32,20 @@ static void* buf_at(const moeccl_sched_t* s, uint32_t buf, uint64_t off) {
   return (char*)s->bufs[buf] + off;
 }
 
+static moeccl_mem_t buf_mem(const moeccl_sched_t* s, uint32_t buf) {
+  return s->mems ? s->mems[buf] : MOECCL_MEM_HOST_INIT;
+}
+
+/* The local-work table of an op's buffers (prepare checked it exists). */
+static const moeccl_mem_ops_t* op_mem(const moeccl_sched_t* s, uint32_t buf) {
+  return moeccl_mem_ops(buf_mem(s, buf));
+}
+
+/* The buffer a SEND, RECV or RECV_REDUCE op moves. */
+static uint32_t net_buf(const moeccl_sched_op_t* op) {
+  return op->type == MOECCL_OP_SEND ? op->src_buf : op->dst_buf;
+}
+
 static moecclResult_t reserve_reqs(moeccl_comm_t* comm, int n) {
   if (n <= comm->reqs_cap) return moecclSuccess;
   moeccl_req_t* r = realloc(comm->reqs, sizeof(*r) * (size_t)n);
@@ -58,14 +72,16 @@ static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end) {
       return moeccl_error(j->comm, moecclInvalidUsage,
                           "send to self of %llu bytes, receive of %llu bytes",
                           (unsigned long long)so->bytes, (unsigned long long)ro->bytes);
-    memcpy(buf_at(s, ro->dst_buf, ro->dst_off), buf_at(s, so->src_buf, so->src_off), so->bytes);
+    op_mem(s, ro->dst_buf)
+        ->copy(buf_at(s, ro->dst_buf, ro->dst_off), buf_at(s, so->src_buf, so->src_off), so->bytes,
+               j->stream_copy);
     si++, ri++;
   }
 }
 
 /* Fills the request of a SEND, RECV or RECV_REDUCE op.  A reducing receive
  * from a transport that cannot reduce lands in staging memory first. */
-static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, moeccl_req_t* r,
+static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t, moeccl_req_t* r,
                      size_t* staged) {
   const moeccl_sched_t* s = j->sched;
   moeccl_comm_t* c = j->comm;
@@ -74,19 +90,19 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, moeccl_req_t*
   r->peer = op->peer;
   r->buf = op->type == MOECCL_OP_SEND ? buf_at(s, op->src_buf, op->src_off)
                                       : buf_at(s, op->dst_buf, op->dst_off);
+  r->mem = buf_mem(s, net_buf(op));
   r->bytes = op->bytes;
   r->stream_copy = j->stream_copy;
   if (op->type == MOECCL_OP_SEND && (op->flags & MOECCL_OPF_ROWS)) {
     /* a gathered send: the whole buffer where the receiver can pick the
      * rows itself, else the rows packed here */
     const moeccl_rows_t* p = &s->rows[op->prog];
-    int t = c->peer_transport[op->peer];
     const moeccl_transport_ops_t* ops = c->transport_ops[t];
     if (ops->can_gather && ops->can_gather(c->transport_state[t], op->peer, r->buf, p->span)) {
       r->gather_span = p->span;
     } else {
       void* packed = buf_at(s, p->out_buf, p->out_off);
-      moeccl_rows_run(p, packed, r->buf, NULL);
+      op_mem(s, p->out_buf)->rows(p, packed, r->buf, NULL);
       r->buf = packed;
     }
     return;
@@ -103,7 +119,7 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, moeccl_req_t*
   r->red = s->red;
   r->operand = buf_at(s, op->src_buf, op->src_off);
   r->red_flags = op->flags;
-  if (c->transport_ops[c->peer_transport[op->peer]]->caps & MOECCL_TRANSPORT_CAP_REDUCE) return;
+  if (c->transport_ops[t]->caps & MOECCL_TRANSPORT_CAP_REDUCE) return;
   r->stage_dst = r->buf;
   r->stage_bytes = op->bytes;
   r->buf = (char*)c->staging + *staged;
@@ -111,24 +127,26 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, moeccl_req_t*
 }
 
 /* The step's local ops: copies (scaled or divided for reductions with a
- * pre-multiplier or an integer Avg) and reductions. */
+ * pre-multiplier or an integer Avg) and reductions, by the table of the
+ * buffers' memory kind. */
 static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
   const moeccl_sched_t* s = j->sched;
+  const moeccl_mem_ops_t* m = op_mem(s, op->dst_buf);
   void* dst = buf_at(s, op->dst_buf, op->dst_off);
   const void* src = buf_at(s, op->src_buf, op->src_off);
   if (op->type == MOECCL_OP_REDUCE) {
-    moeccl_reduce(s->red, dst, dst, src, op->bytes / s->red->elem_size, op->flags);
+    m->reduce(s->red, dst, dst, src, op->bytes / s->red->elem_size, op->flags);
   } else if (op->type == MOECCL_OP_ROWS) {
     const moeccl_rows_t* p = &s->rows[op->peer];
     const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
-    moeccl_rows_run(p, dst, src, aux);
+    m->rows(p, dst, src, aux);
   } else if (op->flags & MOECCL_OPF_DIV) {
-    if (dst != src) moeccl_copy(dst, src, op->bytes, j->stream_copy);
-    moeccl_reduce_postdiv(s->red, dst, op->bytes / s->red->elem_size);
+    if (dst != src) m->copy(dst, src, op->bytes, j->stream_copy);
+    m->postdiv(s->red, dst, op->bytes / s->red->elem_size);
   } else if (op->flags & MOECCL_OPF_PRE_B && s->red && s->red->premul) {
-    moeccl_reduce_scale(s->red, dst, src, op->bytes / s->red->elem_size);
+    m->scale(s->red, dst, src, op->bytes / s->red->elem_size);
   } else if (dst != src) {
-    moeccl_copy(dst, src, op->bytes, j->stream_copy);
+    m->copy(dst, src, op->bytes, j->stream_copy);
   }
 }
 
@@ -156,9 +174,9 @@ static moecclResult_t start_step(moeccl_job_t* j) {
       continue;
     }
     moeccl_req_t* r = &c->reqs[j->nreqs++];
-    make_req(j, op, r, &staged);
+    int t = moeccl_peer_transport(c, op->peer, buf_mem(s, net_buf(op))); /* prepare checked */
+    make_req(j, op, t, r, &staged);
     if (is_adding(r)) r->rows_after = last_add, last_add = r;
-    int t = c->peer_transport[op->peer];
     MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
     j->pending++;
   }
@@ -186,7 +204,8 @@ static moecclResult_t finish_staged(moeccl_comm_t* c, moeccl_req_t* r) {
                             "a reducing receive of %zu bytes from rank %d got a message of %zu "
                             "bytes (the ranks disagree on the call)",
                             r->stage_bytes, r->peer, r->bytes);
-  moeccl_reduce(r->red, dst, r->operand, r->buf, r->bytes / r->red->elem_size, r->red_flags);
+  moeccl_mem_ops(r->mem)->reduce(r->red, dst, r->operand, r->buf, r->bytes / r->red->elem_size,
+                                 r->red_flags);
   return moecclSuccess;
 }
 
@@ -200,7 +219,7 @@ static moecclResult_t finish_rows(moeccl_comm_t* c, moeccl_req_t* r) {
                             "a MoE receive of %zu bytes from rank %d got a message of %zu bytes "
                             "(the ranks disagree on the call)",
                             r->stage_bytes, r->peer, r->bytes);
-  moeccl_rows_run(p, r->rows_dst, r->buf, r->rows_aux);
+  moeccl_mem_ops(r->mem)->rows(p, r->rows_dst, r->buf, r->rows_aux);
   return moecclSuccess;
 }
 
@@ -257,7 +276,8 @@ static moecclResult_t probe_network_peers(moeccl_job_t* j) {
         &c->reqs[(j->first_req + (i - j->first_req + c->probe_cursor) % (j->nreqs - j->first_req))];
     const moeccl_peer_info_t* pi = &c->peers[r->peer];
     if (r->done || r->peer == last ||
-        !(c->transport_ops[c->peer_transport[r->peer]]->caps & MOECCL_TRANSPORT_CAP_NETWORK) ||
+        !(c->transport_ops[moeccl_peer_transport(c, r->peer, r->mem)]->caps &
+          MOECCL_TRANSPORT_CAP_NETWORK) ||
         pi->alive_addr.sa.sa_family == 0)
       continue;
     last = r->peer, probes++;
@@ -321,7 +341,7 @@ static void idle_wait(moeccl_job_t* jobs, int njobs) {
     moeccl_comm_t* c = jobs[k].comm;
     for (int i = jobs[k].first_req; i < jobs[k].nreqs; i++) {
       if (c->reqs[i].done) continue;
-      int t = c->peer_transport[c->reqs[i].peer];
+      int t = moeccl_peer_transport(c, c->reqs[i].peer, c->reqs[i].mem);
       if (owner && (owner != c || transport != t)) {
         usleep(50);
         return;
@@ -394,8 +414,8 @@ static moecclResult_t reserve_staging(moeccl_job_t* j) {
     for (; i < s->step_end[step]; i++) {
       const moeccl_sched_op_t* op = &s->ops[i];
       if (op->type != MOECCL_OP_RECV_REDUCE || op->peer == c->rank) continue;
-      if (!(c->transport_ops[c->peer_transport[op->peer]]->caps & MOECCL_TRANSPORT_CAP_REDUCE))
-        bytes += op->bytes;
+      int t = moeccl_peer_transport(c, op->peer, buf_mem(s, op->dst_buf));
+      if (!(c->transport_ops[t]->caps & MOECCL_TRANSPORT_CAP_REDUCE)) bytes += op->bytes;
     }
     if (bytes > most) most = bytes;
   }
@@ -407,11 +427,43 @@ static moecclResult_t reserve_staging(moeccl_job_t* j) {
   return moecclSuccess;
 }
 
+/* Every buffer's kind has a local-work table, every op's buffers are of
+ * one kind, and a transport moves that kind to every peer: checked before
+ * anything is posted, so a call refused here sends nothing. */
+static moecclResult_t check_kinds(moeccl_job_t* j) {
+  moeccl_comm_t* c = j->comm;
+  const moeccl_sched_t* s = j->sched;
+  for (int b = 0; b < s->nbufs; b++)
+    if (!moeccl_mem_ops(buf_mem(s, (uint32_t)b)))
+      return moeccl_error(c, moecclInvalidArgument,
+                          "a %s-memory buffer (device %d), which this build cannot operate on",
+                          moeccl_mem_name(buf_mem(s, (uint32_t)b)), buf_mem(s, (uint32_t)b).device);
+  for (int i = 0; i < s->nops; i++) {
+    const moeccl_sched_op_t* op = &s->ops[i];
+    if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS) {
+      moeccl_mem_t a = buf_mem(s, op->src_buf), b = buf_mem(s, op->dst_buf);
+      if (a.kind != b.kind)
+        return moeccl_error(c, moecclInvalidArgument,
+                            "a local copy from %s to %s memory, which this build cannot do",
+                            moeccl_mem_name(a), moeccl_mem_name(b));
+      continue;
+    }
+    if (op->peer == c->rank) continue;
+    moeccl_mem_t m = buf_mem(s, net_buf(op));
+    if (moeccl_peer_transport(c, op->peer, m) < 0)
+      return moeccl_error(c, moecclInvalidArgument,
+                          "no transport moves %s memory between rank %d and rank %d",
+                          moeccl_mem_name(m), c->rank, op->peer);
+  }
+  return moecclSuccess;
+}
+
 static moecclResult_t prepare(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   if (c->async_error != moecclSuccess)
     return moeccl_error(c, c->async_error,
                         "communicator is broken by an earlier error (%s); abort it", c->fail_text);
+  MOECCL_CHECK(check_kinds(j));
   MOECCL_CHECK(reserve_reqs(c, j->sched->nops));
   if (j->sched->scratch_bytes > c->scratch_bytes) {
     void* p = realloc(c->scratch, j->sched->scratch_bytes);

@@ -59,18 +59,21 @@ static moecclResult_t a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* 
   choice->need_meta = 1;
   moecclResult_t rc = meta_plan(comm, algo, desc, &comm->meta_sched);
   if (rc != moecclSuccess)
-    return moeccl_comm_fail(comm, rc, "planning the count exchange of %s failed (%s)",
-                            algo->name, moecclGetErrorString(rc));
+    return moeccl_comm_fail(comm, rc, "planning the count exchange of %s failed (%s)", algo->name,
+                            moecclGetErrorString(rc));
   return moecclSuccess;
 }
 
-/* SEND, RECV and SCRATCH, the buffers every collective's schedule names. */
+/* SEND, RECV and SCRATCH, the buffers every collective's schedule names,
+ * each with the memory kind its pointer has (scratch: the receive
+ * buffer's; a NULL send buffer, as a receive-only rank passes, too). */
 static moecclResult_t std_bufs(moeccl_sched_t* s, const void* sendbuf, void* recvbuf) {
   moeccl_sched_reset(s);
   uint32_t b;
-  MOECCL_CHECK(moeccl_sched_add_buf(s, (void*)sendbuf, &b));
-  MOECCL_CHECK(moeccl_sched_add_buf(s, recvbuf, &b));
-  MOECCL_CHECK(moeccl_sched_add_buf(s, NULL, &b)); /* scratch, provided by the executor */
+  moeccl_mem_t rm = moeccl_mem_of(recvbuf), sm = sendbuf ? moeccl_mem_of(sendbuf) : rm;
+  MOECCL_CHECK(moeccl_sched_add_buf_mem(s, (void*)sendbuf, sm, &b));
+  MOECCL_CHECK(moeccl_sched_add_buf_mem(s, recvbuf, rm, &b));
+  MOECCL_CHECK(moeccl_sched_add_buf_mem(s, NULL, rm, &b)); /* scratch, provided by the executor */
   s->scratch_buf = (int)b;
   return moecclSuccess;
 }
@@ -109,15 +112,14 @@ moecclResult_t moeccl_plan_p2p_check(moeccl_comm_t* comm, const moeccl_call_t* c
 }
 
 /* Every send and receive of the group in one step. */
-static moecclResult_t p2p_build(moeccl_comm_t* comm, const moeccl_call_t* call,
-                                moeccl_sched_t* s) {
+static moecclResult_t p2p_build(moeccl_comm_t* comm, const moeccl_call_t* call, moeccl_sched_t* s) {
   MOECCL_CHECK(moeccl_plan_p2p_check(comm, call));
   moeccl_sched_reset(s);
   MOECCL_CHECK(moeccl_sched_reserve(s, call->np2p, 1));
   for (int i = 0; i < call->np2p; i++) {
     const moeccl_p2p_op_t* op = &call->p2p[i];
     uint32_t b;
-    MOECCL_CHECK(moeccl_sched_add_buf(s, op->buf, &b));
+    MOECCL_CHECK(moeccl_sched_add_buf_mem(s, op->buf, moeccl_mem_of(op->buf), &b));
     if (op->type == MOECCL_OP_SEND)
       MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, op->peer, b, 0, 0, 0, op->bytes));
     else MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, op->peer, 0, 0, b, 0, op->bytes));
@@ -153,8 +155,8 @@ static moecclResult_t add_postdiv(const moeccl_coll_desc_t* d, moeccl_sched_t* s
   size_t bytes = result_bytes(d);
   if (!bytes) return moecclSuccess;
   MOECCL_CHECK(moeccl_sched_end_step(s));
-  MOECCL_CHECK(moeccl_sched_add_flags(s, MOECCL_OP_COPY, -1, MOECCL_BUF_RECV, 0, MOECCL_BUF_RECV,
-                                      0, bytes, MOECCL_OPF_DIV));
+  MOECCL_CHECK(moeccl_sched_add_flags(s, MOECCL_OP_COPY, -1, MOECCL_BUF_RECV, 0, MOECCL_BUF_RECV, 0,
+                                      bytes, MOECCL_OPF_DIV));
   return moeccl_sched_end_step(s);
 }
 
@@ -181,8 +183,7 @@ static moecclResult_t coll_build(moeccl_comm_t* comm, moeccl_call_t* call,
 
 /* ---- MoE dispatch and combine --------------------------------------------- */
 
-static moecclResult_t moe_build(moeccl_comm_t* comm, const moeccl_call_t* call,
-                                moeccl_sched_t* s) {
+static moecclResult_t moe_build(moeccl_comm_t* comm, const moeccl_call_t* call, moeccl_sched_t* s) {
   MOECCL_CHECK(std_bufs(s, call->sendbuf, call->recvbuf));
   moecclResult_t rc = moeccl_moe_schedule(&call->moe, s);
   if (rc == moecclSuccess) rc = moeccl_sched_end_step(s);

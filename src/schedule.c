@@ -29,6 +29,7 @@ void moeccl_sched_free(moeccl_sched_t* s) {
   free(s->ops);
   free(s->step_end);
   free(s->bufs);
+  free(s->mems);
   free(s->work);
   memset(s, 0, sizeof(*s));
 }
@@ -73,12 +74,19 @@ moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s) {
   return moecclSuccess;
 }
 
-moecclResult_t moeccl_sched_add_buf(moeccl_sched_t* s, void* buf, uint32_t* index) {
-  if (grow((void**)&s->bufs, &s->bufs_cap, s->nbufs + 1, sizeof(*s->bufs)))
+moecclResult_t moeccl_sched_add_buf_mem(moeccl_sched_t* s, void* buf, moeccl_mem_t mem,
+                                        uint32_t* index) {
+  if (grow((void**)&s->bufs, &s->bufs_cap, s->nbufs + 1, sizeof(*s->bufs)) ||
+      grow((void**)&s->mems, &s->mems_cap, s->nbufs + 1, sizeof(*s->mems)))
     return moecclSystemError;
   s->bufs[s->nbufs] = buf;
+  s->mems[s->nbufs] = mem;
   *index = (uint32_t)s->nbufs++;
   return moecclSuccess;
+}
+
+moecclResult_t moeccl_sched_add_buf(moeccl_sched_t* s, void* buf, uint32_t* index) {
+  return moeccl_sched_add_buf_mem(s, buf, MOECCL_MEM_HOST_INIT, index);
 }
 
 moecclResult_t moeccl_sched_workspace(moeccl_sched_t* s, size_t bytes, void** work) {

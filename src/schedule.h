@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mem.h"
 #include "moeccl.h"
 
 typedef enum {
@@ -75,8 +76,9 @@ typedef struct {
   int nops, ops_cap;
   int* step_end; /* step s holds ops [step_end[s-1], step_end[s]) */
   int nsteps, steps_cap;
-  void** bufs; /* buffer table; NULL entries are fine for schedule-only uses */
-  int nbufs, bufs_cap;
+  void** bufs;        /* buffer table; NULL entries are fine for schedule-only uses */
+  moeccl_mem_t* mems; /* [nbufs]: where each buffer lives (mem.h) */
+  int nbufs, bufs_cap, mems_cap;
   size_t scratch_bytes; /* size of the scratch buffer the executor provides */
   int scratch_buf;      /* its index in bufs, or -1 when the schedule has none */
   void* work;           /* generators' planning memory (moeccl_sched_workspace) */
@@ -103,8 +105,11 @@ moecclResult_t moeccl_sched_add_flags(moeccl_sched_t* s, moeccl_op_type_t type, 
                                       uint64_t dst_off, uint64_t bytes, unsigned flags);
 /* Closes the current step (an empty step is not recorded). */
 moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s);
-/* Appends a buffer to the table, returns its index in *index. */
+/* Appends a host buffer to the table, returns its index in *index. */
 moecclResult_t moeccl_sched_add_buf(moeccl_sched_t* s, void* buf, uint32_t* index);
+/* Appends a buffer of memory kind mem. */
+moecclResult_t moeccl_sched_add_buf_mem(moeccl_sched_t* s, void* buf, moeccl_mem_t mem,
+                                        uint32_t* index);
 /* Makes sure ops and steps can grow by at least n without reallocating. */
 moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps);
 /* Memory of at least bytes (aligned for any type, contents undefined) for a

@@ -825,8 +825,38 @@ static int split_cases(int* cases) {
   return failed;
 }
 
+/* The buffer table records each buffer's memory kind (mem.h), host by
+ * default, kept across growth and reset by moeccl_sched_reset. */
+static int mem_kinds(void) {
+  moeccl_sched_t s;
+  memset(&s, 0, sizeof(s));
+  moeccl_sched_reset(&s);
+  int bad = 0;
+  for (int i = 0; i < 40; i++) {
+    uint32_t b;
+    moeccl_mem_t m = {MOECCL_MEM_DEVICE, (int16_t)(i % 3)};
+    moecclResult_t rc =
+        i % 2 ? moeccl_sched_add_buf_mem(&s, NULL, m, &b) : moeccl_sched_add_buf(&s, NULL, &b);
+    bad |= rc != moecclSuccess || b != (uint32_t)i;
+  }
+  for (int i = 0; i < 40; i++) {
+    moeccl_mem_t m = s.mems[i];
+    bad |= i % 2 ? m.kind != MOECCL_MEM_DEVICE || m.device != i % 3
+                 : m.kind != MOECCL_MEM_HOST || m.device != -1;
+  }
+  bad |= moeccl_mem_ops(MOECCL_MEM_HOST_INIT) != &moeccl_host_mem_ops;
+  bad |= moeccl_mem_ops((moeccl_mem_t){MOECCL_MEM_DEVICE, 0}) != NULL; /* no devices here */
+  bad |= moeccl_mem_of(&s).kind != MOECCL_MEM_HOST;
+  moeccl_sched_reset(&s);
+  bad |= s.nbufs != 0;
+  moeccl_sched_free(&s);
+  if (bad) fprintf(stderr, "mem_kinds: the buffer table lost a memory kind\n");
+  return bad;
+}
+
 int main(void) {
   int failed = 0, cases = 0;
+  failed += mem_kinds(), cases++;
   rng_state = 0x9e3779b97f4a7c15ULL;
   double t0 = now_ms();
   static const int fixed[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};

@@ -206,6 +206,12 @@ static moecclResult_t forward_exchange(const moeccl_moe_layout_t* l, moeccl_sche
   return moecclSuccess;
 }
 
+/* The memory kind of the call's buffers (its RECV buffer's): the weights
+ * and the other buffers a call adds are of it. */
+static moeccl_mem_t call_mem(const moeccl_sched_t* s) {
+  return s->mems && s->nbufs > MOECCL_BUF_RECV ? s->mems[MOECCL_BUF_RECV] : MOECCL_MEM_HOST_INIT;
+}
+
 /* A ROWS op running a new program of the call. */
 static moecclResult_t rows_op(const moeccl_moe_call_t* c, moeccl_sched_t* s, int* nprogs,
                               moeccl_rows_t prog, uint32_t sbuf, uint64_t sbase, uint32_t dbuf,
@@ -308,9 +314,9 @@ static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) 
   uint64_t recv_off = c->send_area ? base : fout_off + F * rb, rin_off = recv_off + l->Q * rb;
   s->scratch_bytes = rin_off + Nin * rb;
   uint32_t wbuf = UINT32_MAX, ebuf = UINT32_MAX, gbuf = UINT32_MAX;
-  if (ww) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
-  if (dots) MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->expert_out, &ebuf));
-  if (dots) MOE_CHECK(moeccl_sched_add_buf(s, c->grad_weights, &gbuf));
+  if (ww) MOE_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->weights, call_mem(s), &wbuf));
+  if (dots) MOE_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->expert_out, call_mem(s), &ebuf));
+  if (dots) MOE_CHECK(moeccl_sched_add_buf_mem(s, c->grad_weights, call_mem(s), &gbuf));
   /* The dispatch's own rows move as gathered messages, consumed as they
    * arrive: the sender's rows picked straight from its mapped token buffer
    * where shared memory allows, else packed by the executor at post time
@@ -392,7 +398,7 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   uint64_t rback_off = back_off + l->P * rb, rsum_off = rback_off + Pr * rb;
   uint32_t wbuf = UINT32_MAX;
   if (ww) {
-    MOE_CHECK(moeccl_sched_add_buf(s, (void*)c->weights, &wbuf));
+    MOE_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->weights, call_mem(s), &wbuf));
     MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
     MOE_CHECK(moeccl_sched_end_step(s));
     MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,

@@ -3,7 +3,10 @@
  * (unless MOECCL_SHM_DISABLE=1); one network transport takes the rest.
  * MOECCL_NET names it (ofi, ucx) or leaves the choice to the ranks' summed
  * scores (auto).  Every init is collective, and every outcome is agreed by
- * an allgather, so all ranks fall back the same way.
+ * an allgather, so all ranks fall back the same way.  That choice is the
+ * host-memory one; another memory kind (mem.h) goes to the same transport
+ * where its ops->mem_types has the kind, else nowhere (a call with such a
+ * buffer is refused before it sends anything).
  */
 #include "transport/transport.h"
 
@@ -61,7 +64,7 @@ static void add_transport(moeccl_comm_t* comm, const moeccl_transport_ops_t* ops
   comm->transport_state[t] = state;
   int count = 0;
   for (int p = 0; p < comm->nranks; p++)
-    if (use[p]) comm->peer_transport[p] = (uint8_t)t, count++;
+    if (use[p]) comm->peer_transport[MOECCL_MEM_HOST][p] = (uint8_t)t, count++;
   if (count) INFO(INIT, "rank %d: transport %s reaches %d peer(s)", comm->rank, ops->name, count);
 }
 
@@ -129,7 +132,8 @@ static int net_candidates(moeccl_comm_t* comm, const moeccl_transport_ops_t** ou
 
 static moecclResult_t init_network(moeccl_comm_t* comm, uint8_t* use, int shm_disabled) {
   int n = comm->nranks, needed = net_needed(comm, shm_disabled);
-  for (int p = 0; p < n; p++) use[p] = p != comm->rank && comm->peer_transport[p] == 0xff;
+  for (int p = 0; p < n; p++)
+    use[p] = p != comm->rank && comm->peer_transport[MOECCL_MEM_HOST][p] == 0xff;
   const moeccl_transport_ops_t* cands[8];
   int ncands = needed ? net_candidates(comm, cands) : 0;
   for (int i = 0; i < ncands; i++) {
@@ -160,12 +164,29 @@ static moecclResult_t init_network(moeccl_comm_t* comm, uint8_t* use, int shm_di
   );
 }
 
+/* The other kinds go where the host transport of the peer also moves them
+ * (none does in this build: device memory is refused there). */
+static moecclResult_t kinds_init(moeccl_comm_t* comm) {
+  int n = comm->nranks;
+  for (int k = 0; k < MOECCL_MEM_NKINDS; k++) {
+    if (k == MOECCL_MEM_HOST) continue;
+    uint8_t* pt = malloc((size_t)n);
+    if (!pt) return moecclSystemError;
+    for (int p = 0; p < n; p++) {
+      uint8_t t = comm->peer_transport[MOECCL_MEM_HOST][p];
+      pt[p] = t != 0xff && (comm->transport_ops[t]->mem_types & (1u << k)) ? t : 0xff;
+    }
+    comm->peer_transport[k] = pt;
+  }
+  return moecclSuccess;
+}
+
 moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   int n = comm->nranks;
-  comm->peer_transport = malloc((size_t)n);
+  comm->peer_transport[MOECCL_MEM_HOST] = malloc((size_t)n);
   uint8_t* use = calloc((size_t)n, 1);
-  if (!comm->peer_transport || !use) return free(use), moecclSystemError;
-  memset(comm->peer_transport, 0xff, (size_t)n);
+  if (!comm->peer_transport[MOECCL_MEM_HOST] || !use) return free(use), moecclSystemError;
+  memset(comm->peer_transport[MOECCL_MEM_HOST], 0xff, (size_t)n);
   int shm_disabled = moeccl_param_bool("MOECCL_SHM_DISABLE");
   for (int p = 0; p < n; p++)
     use[p] = !shm_disabled && p != comm->rank && moeccl_shm_ops.can_reach(comm, p);
@@ -176,8 +197,10 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   for (int p = 0; p < n && rc == moecclSuccess; p++)
     if (p != comm->rank)
       INFO(INIT, "rank %d -> rank %d via %s", comm->rank, p,
-           comm->transport_ops[comm->peer_transport[p]]->name);
+           comm->transport_ops[comm->peer_transport[MOECCL_MEM_HOST][p]]->name);
   free(use);
+  if (rc == moecclSuccess && kinds_init(comm) != moecclSuccess)
+    rc = moeccl_error(comm, moecclSystemError, "out of memory");
   return rc;
 }
 

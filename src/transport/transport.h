@@ -28,6 +28,7 @@ typedef struct moeccl_req {
   int type; /* moeccl_req_type_t */
   int peer; /* comm rank */
   void* buf;
+  moeccl_mem_t mem; /* where buf lives; the transport was chosen for it */
   size_t bytes;
   volatile int done;
   int stream_copy; /* copy into buf with streaming stores (executor's choice) */
@@ -91,8 +92,18 @@ enum {
   MOECCL_TRANSPORT_CAP_NETWORK = 4
 };
 
-/* Memory a transport moves (ops->mem_types): host memory only, for now. */
-enum { MOECCL_MEM_TYPE_HOST = 1 };
+/* Memory a transport moves (ops->mem_types): bits of the kinds (mem.h). */
+enum {
+  MOECCL_MEM_TYPE_HOST = 1u << MOECCL_MEM_HOST,
+  MOECCL_MEM_TYPE_DEVICE = 1u << MOECCL_MEM_DEVICE
+};
+
+/* The transport that moves memory of kind m to peer, or -1 when none does. */
+static inline int moeccl_peer_transport(const moeccl_comm_t* c, int peer, moeccl_mem_t m) {
+  int t = m.kind < MOECCL_MEM_NKINDS && c->peer_transport[m.kind] ? c->peer_transport[m.kind][peer]
+                                                                  : 0xff;
+  return t == 0xff ? -1 : t;
+}
 
 /* link.rndv_bytes values that stand for a variable's current value. */
 #define MOECCL_LINK_RNDV_NET_EAGER (-1.0) /* MOECCL_NET_EAGER_SIZE */

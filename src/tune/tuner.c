@@ -86,8 +86,9 @@ struct moeccl_tuner {
  * transports, moeccl_net_transport), or -1. */
 static int32_t my_network(const moeccl_comm_t* c) {
   for (int r = 0; r < c->nranks; r++) {
-    if (r == c->rank || c->peer_transport[r] == 0xff) continue;
-    const moeccl_transport_ops_t* ops = c->transport_ops[c->peer_transport[r]];
+    int t = moeccl_peer_transport(c, r, MOECCL_MEM_HOST_INIT);
+    if (r == c->rank || t < 0) continue;
+    const moeccl_transport_ops_t* ops = c->transport_ops[t];
     if (ops->caps & MOECCL_TRANSPORT_CAP_NETWORK) return moeccl_net_transport_index(ops);
   }
   return -1;

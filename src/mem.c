@@ -1,0 +1,33 @@
+/* Memory kinds and their local-work tables (mem.h). */
+#include "mem.h"
+
+#include "copy.h"
+#include "reduce.h"
+#include "rows.h"
+
+static void host_reduce(const moeccl_red_t* r, void* dst, const void* a, const void* b, size_t n,
+                        unsigned flags) {
+  moeccl_reduce(r, dst, a, b, n, flags);
+}
+
+const moeccl_mem_ops_t moeccl_host_mem_ops = {
+    .name = "host",
+    .copy = moeccl_copy,
+    .reduce = host_reduce,
+    .scale = moeccl_reduce_scale,
+    .postdiv = moeccl_reduce_postdiv,
+    .rows = moeccl_rows_run,
+};
+
+const moeccl_mem_ops_t* moeccl_mem_ops(moeccl_mem_t m) {
+  return m.kind == MOECCL_MEM_HOST ? &moeccl_host_mem_ops : NULL;
+}
+
+moeccl_mem_t moeccl_mem_of(const void* ptr) {
+  (void)ptr; /* no device kinds in this build */
+  return MOECCL_MEM_HOST_INIT;
+}
+
+const char* moeccl_mem_name(moeccl_mem_t m) {
+  return m.kind == MOECCL_MEM_HOST ? "host" : m.kind == MOECCL_MEM_DEVICE ? "device" : "unknown";
+}
