@@ -394,8 +394,27 @@ static moecclResult_t call_defer(moeccl_comm_t* c, const moeccl_call_t* call,
   return moeccl_task_submit(t, stream);
 }
 
+/* A buffer of a memory kind this build cannot operate on is refused
+ * before anything is issued (the communicator stays usable). */
+static moecclResult_t check_kind(moeccl_comm_t* comm, const void* buf, const char* what) {
+  if (!buf) return moecclSuccess;
+  moeccl_mem_t m = moeccl_mem_of(buf);
+  if (moeccl_mem_ops(m)) return moecclSuccess;
+  return moeccl_error(comm, moecclInvalidArgument,
+                      "%s %p is %s memory (device %d), which this build cannot operate on yet",
+                      what, buf, moeccl_mem_name(m), m.device);
+}
+
+static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call) {
+  MOECCL_CHECK(check_kind(comm, call->sendbuf, "sendbuff"));
+  MOECCL_CHECK(check_kind(comm, call->recvbuf, "recvbuff"));
+  for (int i = 0; i < call->np2p; i++) MOECCL_CHECK(check_kind(comm, call->p2p[i].buf, "buffer"));
+  return moecclSuccess;
+}
+
 moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, const moeccl_call_t* call,
                                  moecclStream_t stream) {
+  MOECCL_CHECK(check_kinds(comm, call));
   if (stream || moeccl_group_active()) return call_defer(comm, call, stream);
   return call_run_now(comm, call);
 }

@@ -13,6 +13,7 @@ libmoeccl_core_la_SOURCES = \
   src/debug.c src/debug.h \
   src/enqueue.c src/enqueue.h src/error.c \
   src/executor.c src/executor.h src/mem.c src/mem.h \
+  src/device/device.c src/device/device.h src/device/emu.c \
   src/hoststream.c src/stream.h src/memalloc.c \
   src/param.c src/param.h \
   src/schedule.c src/schedule.h \
@@ -38,6 +39,13 @@ if HAVE_HWLOC
 libmoeccl_core_la_CPPFLAGS += $(hwloc_CPPFLAGS)
 libmoeccl_core_la_LIBADD += $(hwloc_LDFLAGS) $(hwloc_LIBS)
 endif
+# The CUDA backend of the device seam: only cuda.h at build time; the
+# driver is loaded with dlopen at run time (no CUDA library is linked).
+if HAVE_CUDA
+libmoeccl_core_la_SOURCES += src/device/cuda.c
+libmoeccl_core_la_CPPFLAGS += $(cuda_CPPFLAGS)
+endif
+libmoeccl_core_la_LIBADD += -ldl
 # Network transports, each behind its own conditional (see its .mk).
 include src/transport/ofi.mk
 include src/transport/ucx.mk

@@ -2,6 +2,7 @@
 #include "mem.h"
 
 #include "copy.h"
+#include "device/device.h"
 #include "reduce.h"
 #include "rows.h"
 
@@ -24,7 +25,9 @@ const moeccl_mem_ops_t* moeccl_mem_ops(moeccl_mem_t m) {
 }
 
 moeccl_mem_t moeccl_mem_of(const void* ptr) {
-  (void)ptr; /* no device kinds in this build */
+  const moeccl_device_ops_t* d = ptr ? moeccl_device() : NULL;
+  int device = -1;
+  if (d && d->pointer(ptr, &device)) return (moeccl_mem_t){MOECCL_MEM_DEVICE, (int16_t)device};
   return MOECCL_MEM_HOST_INIT;
 }
 

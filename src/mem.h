@@ -9,8 +9,10 @@
  * the kind itself; transports say which kinds they move (ops->mem_types)
  * and are chosen per (peer, kind).
  *
- * This build has the host kind only; a buffer of a kind with no ops table
- * is refused at the entry point with a text.
+ * Device pointers are told from host ones by the device seam
+ * (src/device/device.h); the device kind has no ops table yet, so a call
+ * with a device buffer is refused at the entry point with a text
+ * (enqueue.c), the communicator untouched.
  */
 #ifndef MOECCL_MEM_H_
 #define MOECCL_MEM_H_

@@ -77,6 +77,10 @@ const moeccl_param_t moeccl_params[] = {
      "never)"},
     {"MOECCL_SPIN_COUNT", MOECCL_PARAM_INT, "2000",
      "polls before a waiting rank yields the core; oversubscribed nodes spin less"},
+    {"MOECCL_DEVICE", MOECCL_PARAM_STR, "auto",
+     "device backend: auto (CUDA when a driver and device are found), cuda, emu or none"},
+    {"MOECCL_DEVICE_EMU_DELAY_US", MOECCL_PARAM_INT, "0",
+     "emu backend: a random delay of up to this many microseconds before each stream operation"},
 };
 const int moeccl_nparams = sizeof(moeccl_params) / sizeof(moeccl_params[0]);
 

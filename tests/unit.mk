@@ -27,3 +27,9 @@ tests_test_model_LDADD = libmoeccl_core.la -lm
 # perf/a2a_sim end to end (it is built always).
 TESTS += tests/test_a2a_sim.sh
 EXTRA_DIST += tests/test_a2a_sim.sh
+
+# The device seam's host emulation (src/device/emu.c), across processes.
+check_PROGRAMS += tests/test_device
+TESTS += tests/test_device
+tests_test_device_SOURCES = tests/test_device.c
+tests_test_device_LDADD = libmoeccl_core.la

@@ -1,0 +1,335 @@
+/*
+ * The CUDA backend of the device seam (device.h): the only file that calls
+ * the CUDA driver, loaded with dlopen("libcuda.so.1") the first time it is
+ * needed, so libmoeccl links no CUDA library and runs where no driver is
+ * installed.  Exportable memory is CUDA VMM (cuMemCreate with POSIX file
+ * descriptor handles, mapped and made accessible on its device); flags are
+ * waited on and written by the stream memory operations; work runs on the
+ * caller's context, the device's primary context when the thread has none.
+ * Built where cuda.h is found; it has not run on a GPU from this machine
+ * (the GPU check, scripts/gpu-check.sh, exercises it).
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "device/device.h"
+
+#define CU_FN(name) static __typeof__(&name) p_##name
+CU_FN(cuInit);
+CU_FN(cuDeviceGetCount);
+CU_FN(cuDeviceGet);
+CU_FN(cuDevicePrimaryCtxRetain);
+CU_FN(cuCtxGetCurrent);
+CU_FN(cuCtxSetCurrent);
+CU_FN(cuPointerGetAttribute);
+CU_FN(cuMemGetAllocationGranularity);
+CU_FN(cuMemCreate);
+CU_FN(cuMemRelease);
+CU_FN(cuMemAddressReserve);
+CU_FN(cuMemAddressFree);
+CU_FN(cuMemMap);
+CU_FN(cuMemUnmap);
+CU_FN(cuMemSetAccess);
+CU_FN(cuMemExportToShareableHandle);
+CU_FN(cuMemImportFromShareableHandle);
+CU_FN(cuMemRetainAllocationHandle);
+CU_FN(cuStreamCreate);
+CU_FN(cuStreamDestroy);
+CU_FN(cuMemcpyAsync);
+CU_FN(cuStreamWaitValue64);
+CU_FN(cuStreamWriteValue64);
+CU_FN(cuLaunchHostFunc);
+CU_FN(cuStreamQuery);
+CU_FN(cuStreamSynchronize);
+
+#define MAX_DEVICES 64
+#define CU_TRY(call)                                                                               \
+  do {                                                                                             \
+    moecclResult_t cu_try_ = (call);                                                               \
+    if (cu_try_ != moecclSuccess) return cu_try_;                                                  \
+  } while (0)
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static char load_error[160];
+static int ndevices;
+static CUcontext primary[MAX_DEVICES];
+
+static void* need(void* lib, const char* sym) {
+  void* p = dlsym(lib, sym);
+  if (!p && !load_error[0]) snprintf(load_error, sizeof(load_error), "libcuda.so.1 lacks %s", sym);
+  return p;
+}
+
+#define LOAD(lib, name, sym) p_##name = (__typeof__(p_##name))need(lib, sym)
+
+static void load(void) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(load_error, sizeof(load_error), "no CUDA driver (dlopen libcuda.so.1: %s)", dlerror());
+    return;
+  }
+  LOAD(lib, cuInit, "cuInit");
+  LOAD(lib, cuDeviceGetCount, "cuDeviceGetCount");
+  LOAD(lib, cuDeviceGet, "cuDeviceGet");
+  LOAD(lib, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  LOAD(lib, cuCtxGetCurrent, "cuCtxGetCurrent");
+  LOAD(lib, cuCtxSetCurrent, "cuCtxSetCurrent");
+  LOAD(lib, cuPointerGetAttribute, "cuPointerGetAttribute");
+  LOAD(lib, cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity");
+  LOAD(lib, cuMemCreate, "cuMemCreate");
+  LOAD(lib, cuMemRelease, "cuMemRelease");
+  LOAD(lib, cuMemAddressReserve, "cuMemAddressReserve");
+  LOAD(lib, cuMemAddressFree, "cuMemAddressFree");
+  LOAD(lib, cuMemMap, "cuMemMap");
+  LOAD(lib, cuMemUnmap, "cuMemUnmap");
+  LOAD(lib, cuMemSetAccess, "cuMemSetAccess");
+  LOAD(lib, cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
+  LOAD(lib, cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
+  LOAD(lib, cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
+  LOAD(lib, cuStreamCreate, "cuStreamCreate");
+  LOAD(lib, cuStreamDestroy, "cuStreamDestroy_v2");
+  LOAD(lib, cuMemcpyAsync, "cuMemcpyAsync");
+  LOAD(lib, cuStreamWaitValue64, "cuStreamWaitValue64_v2");
+  LOAD(lib, cuStreamWriteValue64, "cuStreamWriteValue64_v2");
+  LOAD(lib, cuLaunchHostFunc, "cuLaunchHostFunc");
+  LOAD(lib, cuStreamQuery, "cuStreamQuery");
+  LOAD(lib, cuStreamSynchronize, "cuStreamSynchronize");
+  if (load_error[0]) return;
+  CUresult rc = p_cuInit(0);
+  if (rc == CUDA_SUCCESS) rc = p_cuDeviceGetCount(&ndevices);
+  if (rc != CUDA_SUCCESS) {
+    snprintf(load_error, sizeof(load_error), "cuInit failed (CUresult %d)", (int)rc);
+    ndevices = 0;
+  }
+  if (ndevices > MAX_DEVICES) ndevices = MAX_DEVICES;
+}
+
+const char* moeccl_device_cuda_unavailable(void) {
+  pthread_once(&load_once, load);
+  if (load_error[0]) return load_error;
+  return ndevices > 0 ? NULL : "the CUDA driver sees no device";
+}
+
+static moecclResult_t res(CUresult rc) {
+  return rc == CUDA_SUCCESS ? moecclSuccess : moecclUnhandledCudaError;
+}
+
+/* Makes a context current on this thread: the device's primary context,
+ * or the thread's own when it has one and no device is named (-1). */
+static moecclResult_t use_device(int device) {
+  if (moeccl_device_cuda_unavailable()) return moecclUnhandledCudaError;
+  CUcontext cur = NULL;
+  if (device < 0) {
+    if (p_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur) return moecclSuccess;
+    device = 0;
+  }
+  if (device >= ndevices) return moecclInvalidArgument;
+  if (!primary[device]) { /* a benign race: retaining twice is refcounted */
+    CUdevice d;
+    CUcontext ctx;
+    if (p_cuDeviceGet(&d, device) != CUDA_SUCCESS ||
+        p_cuDevicePrimaryCtxRetain(&ctx, d) != CUDA_SUCCESS)
+      return moecclUnhandledCudaError;
+    primary[device] = ctx;
+  }
+  return res(p_cuCtxSetCurrent(primary[device]));
+}
+
+static int cu_count(void) { return moeccl_device_cuda_unavailable() ? 0 : ndevices; }
+
+static int cu_pointer(const void* ptr, int* device) {
+  if (!ptr || moeccl_device_cuda_unavailable()) return 0;
+  unsigned int type = 0;
+  int ordinal = -1;
+  if (p_cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)ptr) !=
+          CUDA_SUCCESS ||
+      type != CU_MEMORYTYPE_DEVICE)
+    return 0;
+  if (p_cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)ptr) !=
+      CUDA_SUCCESS)
+    return 0;
+  *device = ordinal;
+  return 1;
+}
+
+static CUmemAllocationProp prop_of(int device) {
+  CUmemAllocationProp p;
+  memset(&p, 0, sizeof(p));
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = device;
+  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return p;
+}
+
+/* Maps handle (bytes, a multiple of the granularity) at a new address on
+ * device, readable and writable there. */
+static moecclResult_t map_handle(CUmemGenericAllocationHandle h, size_t bytes, int device,
+                                 void** ptr) {
+  CUdeviceptr va = 0;
+  if (p_cuMemAddressReserve(&va, bytes, 0, 0, 0) != CUDA_SUCCESS) return moecclSystemError;
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof(acc));
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = device;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (p_cuMemMap(va, bytes, 0, h, 0) != CUDA_SUCCESS) {
+    p_cuMemAddressFree(va, bytes);
+    return moecclUnhandledCudaError;
+  }
+  if (p_cuMemSetAccess(va, bytes, &acc, 1) != CUDA_SUCCESS) {
+    p_cuMemUnmap(va, bytes), p_cuMemAddressFree(va, bytes);
+    return moecclUnhandledCudaError;
+  }
+  *ptr = (void*)va;
+  return moecclSuccess;
+}
+
+static size_t granular(size_t bytes, int device) {
+  CUmemAllocationProp p = prop_of(device);
+  size_t g = 0;
+  if (p_cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
+          CUDA_SUCCESS ||
+      g == 0)
+    g = 2u << 20;
+  return (bytes + g - 1) / g * g;
+}
+
+static moecclResult_t cu_alloc(void** ptr, size_t bytes, int device) {
+  CU_TRY(use_device(device));
+  size_t size = granular(bytes, device);
+  CUmemAllocationProp p = prop_of(device);
+  CUmemGenericAllocationHandle h;
+  if (p_cuMemCreate(&h, size, &p, 0) != CUDA_SUCCESS) return moecclSystemError;
+  moecclResult_t rc = map_handle(h, size, device, ptr);
+  p_cuMemRelease(h); /* the mapping keeps the memory until unmapped */
+  return rc;
+}
+
+/* The size of the allocation mapped at ptr (its base). */
+static moecclResult_t mapped_size(void* ptr, size_t* bytes) {
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (p_cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)ptr) !=
+          CUDA_SUCCESS ||
+      p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)ptr) !=
+          CUDA_SUCCESS ||
+      base != (CUdeviceptr)ptr)
+    return moecclInvalidArgument;
+  *bytes = size;
+  return moecclSuccess;
+}
+
+static moecclResult_t cu_unmap(void* ptr, size_t bytes) {
+  CUresult a = p_cuMemUnmap((CUdeviceptr)ptr, bytes);
+  CUresult b = p_cuMemAddressFree((CUdeviceptr)ptr, bytes);
+  return a == CUDA_SUCCESS && b == CUDA_SUCCESS ? moecclSuccess : moecclUnhandledCudaError;
+}
+
+static moecclResult_t cu_free(void* ptr) {
+  CU_TRY(use_device(-1));
+  size_t bytes;
+  CU_TRY(mapped_size(ptr, &bytes));
+  return cu_unmap(ptr, bytes);
+}
+
+static moecclResult_t cu_export_fd(void* ptr, int* fd, size_t* bytes) {
+  CU_TRY(use_device(-1));
+  CU_TRY(mapped_size(ptr, bytes));
+  CUmemGenericAllocationHandle h;
+  if (p_cuMemRetainAllocationHandle(&h, ptr) != CUDA_SUCCESS) return moecclInvalidArgument;
+  int out = -1;
+  CUresult rc =
+      p_cuMemExportToShareableHandle(&out, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  p_cuMemRelease(h);
+  if (rc != CUDA_SUCCESS) return moecclUnhandledCudaError;
+  *fd = out;
+  return moecclSuccess;
+}
+
+static moecclResult_t cu_import_fd(int fd, size_t bytes, int device, void** ptr) {
+  CU_TRY(use_device(device));
+  CUmemGenericAllocationHandle h;
+  if (p_cuMemImportFromShareableHandle(&h, (void*)(uintptr_t)fd,
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS)
+    return moecclUnhandledCudaError;
+  moecclResult_t rc = map_handle(h, bytes, device, ptr);
+  p_cuMemRelease(h);
+  return rc;
+}
+
+static moecclResult_t cu_unimport(void* ptr, size_t bytes) {
+  CU_TRY(use_device(-1));
+  return cu_unmap(ptr, bytes);
+}
+
+static moecclResult_t cu_stream_create(void** stream) {
+  CU_TRY(use_device(-1));
+  CUstream s;
+  if (p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return moecclUnhandledCudaError;
+  *stream = s;
+  return moecclSuccess;
+}
+
+static moecclResult_t cu_stream_destroy(void* stream) {
+  CU_TRY(use_device(-1));
+  return res(p_cuStreamDestroy((CUstream)stream));
+}
+
+static moecclResult_t cu_copy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  CU_TRY(use_device(-1));
+  return res(p_cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, (CUstream)stream));
+}
+
+/* The flag must be device memory or host memory the device can reach
+ * (registered or from cuMemHostAlloc), as the stream memory operations ask. */
+static moecclResult_t cu_wait_value(void* stream, volatile uint64_t* addr, uint64_t value) {
+  CU_TRY(use_device(-1));
+  return res(
+      p_cuStreamWaitValue64((CUstream)stream, (CUdeviceptr)addr, value, CU_STREAM_WAIT_VALUE_GEQ));
+}
+
+static moecclResult_t cu_write_value(void* stream, volatile uint64_t* addr, uint64_t value) {
+  CU_TRY(use_device(-1));
+  return res(p_cuStreamWriteValue64((CUstream)stream, (CUdeviceptr)addr, value,
+                                    CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
+static moecclResult_t cu_host_fn(void* stream, void (*fn)(void*), void* arg) {
+  CU_TRY(use_device(-1));
+  return res(p_cuLaunchHostFunc((CUstream)stream, fn, arg));
+}
+
+static moecclResult_t cu_query(void* stream) {
+  CU_TRY(use_device(-1));
+  CUresult rc = p_cuStreamQuery((CUstream)stream);
+  return rc == CUDA_ERROR_NOT_READY ? moecclInProgress : res(rc);
+}
+
+static moecclResult_t cu_synchronize(void* stream) {
+  CU_TRY(use_device(-1));
+  return res(p_cuStreamSynchronize((CUstream)stream));
+}
+
+const moeccl_device_ops_t moeccl_device_cuda_ops = {
+    .name = "cuda",
+    .count = cu_count,
+    .pointer = cu_pointer,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .export_fd = cu_export_fd,
+    .import_fd = cu_import_fd,
+    .unimport = cu_unimport,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .copy_async = cu_copy_async,
+    .wait_value = cu_wait_value,
+    .write_value = cu_write_value,
+    .host_fn = cu_host_fn,
+    .query = cu_query,
+    .synchronize = cu_synchronize,
+};

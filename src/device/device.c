@@ -1,0 +1,32 @@
+/* The device backend of this process (device.h). */
+#include <pthread.h>
+#include <string.h>
+
+#include "debug.h"
+#include "device/device.h"
+#include "param.h"
+
+static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
+static const moeccl_device_ops_t* picked;
+
+static void pick(void) {
+  const char* want = moeccl_param_str("MOECCL_DEVICE");
+  if (!want || !*want) want = "auto";
+  if (strcmp(want, "emu") == 0) {
+    picked = &moeccl_device_emu_ops;
+  } else if (strcmp(want, "cuda") == 0 || strcmp(want, "auto") == 0) {
+#ifdef MOECCL_HAVE_CUDA
+    const char* why = moeccl_device_cuda_unavailable();
+    if (!why) picked = &moeccl_device_cuda_ops;
+    else INFO(INIT, "device: no CUDA backend: %s", why);
+#else
+    INFO(INIT, "device: this build has no CUDA backend");
+#endif
+  }
+  if (picked) INFO(INIT, "device: %s backend, %d device(s)", picked->name, picked->count());
+}
+
+const moeccl_device_ops_t* moeccl_device(void) {
+  pthread_once(&pick_once, pick);
+  return picked;
+}

@@ -1,0 +1,303 @@
+/*
+ * The host emulation of the device seam (device.h), for the test suite on
+ * machines without a GPU: "device memory" is shared memory (a memfd per
+ * allocation, so it exports as a file descriptor like a CUDA VMM
+ * allocation), a "stream" is a thread running its queue in order, flags
+ * are waited on with futexes (cross-process: the flags live in shared
+ * mappings), and MOECCL_DEVICE_EMU_DELAY_US adds a random delay before
+ * every queued operation so that tests see other interleavings.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "device/device.h"
+#include "param.h"
+
+#define EMU_MAX_REGIONS 1024
+#define EMU_DEVICES 8
+
+typedef struct {
+  char* base;
+  size_t bytes;
+  int device, fd; /* fd: ours (alloc) or -1 (imported) */
+} region_t;
+
+static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
+static region_t regions[EMU_MAX_REGIONS];
+static int nregions;
+
+static int add_region(char* base, size_t bytes, int device, int fd) {
+  pthread_mutex_lock(&regions_lock);
+  int ok = nregions < EMU_MAX_REGIONS;
+  if (ok) regions[nregions++] = (region_t){base, bytes, device, fd};
+  pthread_mutex_unlock(&regions_lock);
+  return ok;
+}
+
+/* Removes the region starting at base, allocated here (own) or imported,
+ * of bytes (0: any size); returns it in *out. */
+static int take_region(const void* base, int own, size_t bytes, region_t* out) {
+  pthread_mutex_lock(&regions_lock);
+  int found = 0;
+  for (int i = 0; i < nregions && !found; i++)
+    if (regions[i].base == base && (regions[i].fd >= 0) == own &&
+        (bytes == 0 || regions[i].bytes == bytes))
+      *out = regions[i], regions[i] = regions[--nregions], found = 1;
+  pthread_mutex_unlock(&regions_lock);
+  return found;
+}
+
+static int emu_count(void) { return EMU_DEVICES; }
+
+static int emu_pointer(const void* ptr, int* device) {
+  const char* p = ptr;
+  int hit = 0;
+  pthread_mutex_lock(&regions_lock);
+  for (int i = 0; i < nregions && !hit; i++)
+    if (p >= regions[i].base && p < regions[i].base + regions[i].bytes)
+      hit = 1, *device = regions[i].device;
+  pthread_mutex_unlock(&regions_lock);
+  return hit;
+}
+
+static moecclResult_t emu_alloc(void** ptr, size_t bytes, int device) {
+  if (device < 0 || device >= EMU_DEVICES || bytes == 0) return moecclInvalidArgument;
+  int fd = memfd_create("moeccl-emu-device", MFD_CLOEXEC);
+  if (fd < 0) return moecclSystemError;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, (off_t)bytes) == 0)
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return close(fd), moecclSystemError;
+  if (!add_region(p, bytes, device, fd)) return munmap(p, bytes), close(fd), moecclSystemError;
+  *ptr = p;
+  return moecclSuccess;
+}
+
+static moecclResult_t emu_free(void* ptr) {
+  region_t r;
+  if (!take_region(ptr, 1, 0, &r)) return moecclInvalidArgument;
+  munmap(r.base, r.bytes);
+  close(r.fd);
+  return moecclSuccess;
+}
+
+static moecclResult_t emu_export_fd(void* ptr, int* fd, size_t* bytes) {
+  int got = -1;
+  pthread_mutex_lock(&regions_lock);
+  for (int i = 0; i < nregions && got < 0; i++)
+    if (regions[i].base == ptr && regions[i].fd >= 0)
+      got = fcntl(regions[i].fd, F_DUPFD_CLOEXEC, 0), *bytes = regions[i].bytes;
+  pthread_mutex_unlock(&regions_lock);
+  if (got < 0) return moecclInvalidArgument;
+  *fd = got;
+  return moecclSuccess;
+}
+
+static moecclResult_t emu_import_fd(int fd, size_t bytes, int device, void** ptr) {
+  void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return moecclSystemError;
+  if (!add_region(p, bytes, device, -1)) return munmap(p, bytes), moecclSystemError;
+  *ptr = p;
+  return moecclSuccess;
+}
+
+static moecclResult_t emu_unimport(void* ptr, size_t bytes) {
+  region_t r;
+  if (!take_region(ptr, 0, bytes, &r)) return moecclInvalidArgument;
+  munmap(r.base, r.bytes);
+  return moecclSuccess;
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+typedef enum { EMU_COPY, EMU_WAIT, EMU_WRITE, EMU_FN } emu_kind_t;
+
+typedef struct emu_op {
+  emu_kind_t kind;
+  void* dst;
+  const void* src;
+  size_t bytes;
+  volatile uint64_t* addr;
+  uint64_t value;
+  void (*fn)(void*);
+  void* arg;
+  struct emu_op* next;
+} emu_op_t;
+
+typedef struct {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond; /* work queued, or the queue drained */
+  emu_op_t *head, *tail;
+  int busy, stop;
+  moecclResult_t err;
+  unsigned seed;
+} emu_stream_t;
+
+static long futex(volatile void* addr, int op, uint32_t val, const struct timespec* ts) {
+  return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
+}
+
+/* The low 32 bits of a 64-bit flag, which its futex waits on. */
+static volatile uint32_t* low_word(volatile uint64_t* addr) {
+  return (volatile uint32_t*)addr + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+}
+
+static void emu_delay(emu_stream_t* s) {
+  long max = moeccl_param_int("MOECCL_DEVICE_EMU_DELAY_US");
+  if (max > 0) usleep((useconds_t)(rand_r(&s->seed) % (unsigned)(max + 1)));
+}
+
+/* The stream waits, without spinning, until *addr >= value (or the stream
+ * is destroyed: then its error is set). */
+static void emu_wait(emu_stream_t* s, volatile uint64_t* addr, uint64_t value) {
+  const struct timespec tick = {0, 10 * 1000 * 1000}; /* bounds a missed cross-process wake */
+  for (;;) {
+    uint64_t v = __atomic_load_n(addr, __ATOMIC_ACQUIRE);
+    if (v >= value) return;
+    if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+      s->err = moecclInvalidUsage; /* destroyed while waiting on a flag never written */
+      return;
+    }
+    futex(low_word(addr), FUTEX_WAIT, (uint32_t)v, &tick);
+  }
+}
+
+static void run_op(emu_stream_t* s, emu_op_t* op) {
+  emu_delay(s);
+  switch (op->kind) {
+    case EMU_COPY: memmove(op->dst, op->src, op->bytes); break;
+    case EMU_WAIT: emu_wait(s, op->addr, op->value); break;
+    case EMU_WRITE:
+      __atomic_store_n(op->addr, op->value, __ATOMIC_RELEASE);
+      futex(low_word(op->addr), FUTEX_WAKE, INT_MAX, NULL);
+      break;
+    case EMU_FN: op->fn(op->arg); break;
+  }
+}
+
+static void* stream_main(void* arg) {
+  emu_stream_t* s = arg;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
+    if (!s->head) break; /* stopped and drained */
+    emu_op_t* op = s->head;
+    s->head = op->next;
+    if (!s->head) s->tail = NULL;
+    s->busy = 1;
+    pthread_mutex_unlock(&s->lock);
+    if (s->err == moecclSuccess) run_op(s, op); /* after an error the rest is dropped */
+    free(op);
+    pthread_mutex_lock(&s->lock);
+    s->busy = 0;
+    pthread_cond_broadcast(&s->cond);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+static moecclResult_t emu_stream_create(void** stream) {
+  emu_stream_t* s = calloc(1, sizeof(*s));
+  if (!s) return moecclSystemError;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  s->seed = (unsigned)(uintptr_t)s ^ (unsigned)getpid();
+  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+    pthread_mutex_destroy(&s->lock), pthread_cond_destroy(&s->cond), free(s);
+    return moecclSystemError;
+  }
+  *stream = s;
+  return moecclSuccess;
+}
+
+/* Runs what is queued, as cuStreamDestroy lets it; a wait whose flag is
+ * never written gives up. */
+static moecclResult_t emu_stream_destroy(void* stream) {
+  emu_stream_t* s = stream;
+  pthread_mutex_lock(&s->lock);
+  __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->thread, NULL);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  return moecclSuccess;
+}
+
+static moecclResult_t enqueue(void* stream, emu_op_t o) {
+  emu_stream_t* s = stream;
+  emu_op_t* op = malloc(sizeof(*op));
+  if (!op) return moecclSystemError;
+  *op = o;
+  op->next = NULL;
+  pthread_mutex_lock(&s->lock);
+  if (s->tail) s->tail->next = op;
+  else s->head = op;
+  s->tail = op;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  return moecclSuccess;
+}
+
+static moecclResult_t emu_copy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  return enqueue(stream, (emu_op_t){.kind = EMU_COPY, .dst = dst, .src = src, .bytes = bytes});
+}
+
+static moecclResult_t emu_wait_value(void* stream, volatile uint64_t* addr, uint64_t value) {
+  return enqueue(stream, (emu_op_t){.kind = EMU_WAIT, .addr = addr, .value = value});
+}
+
+static moecclResult_t emu_write_value(void* stream, volatile uint64_t* addr, uint64_t value) {
+  return enqueue(stream, (emu_op_t){.kind = EMU_WRITE, .addr = addr, .value = value});
+}
+
+static moecclResult_t emu_host_fn(void* stream, void (*fn)(void*), void* arg) {
+  return enqueue(stream, (emu_op_t){.kind = EMU_FN, .fn = fn, .arg = arg});
+}
+
+static moecclResult_t emu_query(void* stream) {
+  emu_stream_t* s = stream;
+  pthread_mutex_lock(&s->lock);
+  moecclResult_t r = s->head || s->busy ? moecclInProgress : s->err;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+static moecclResult_t emu_synchronize(void* stream) {
+  emu_stream_t* s = stream;
+  pthread_mutex_lock(&s->lock);
+  while (s->head || s->busy) pthread_cond_wait(&s->cond, &s->lock);
+  moecclResult_t r = s->err;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+const moeccl_device_ops_t moeccl_device_emu_ops = {
+    .name = "emu",
+    .count = emu_count,
+    .pointer = emu_pointer,
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .export_fd = emu_export_fd,
+    .import_fd = emu_import_fd,
+    .unimport = emu_unimport,
+    .stream_create = emu_stream_create,
+    .stream_destroy = emu_stream_destroy,
+    .copy_async = emu_copy_async,
+    .wait_value = emu_wait_value,
+    .write_value = emu_write_value,
+    .host_fn = emu_host_fn,
+    .query = emu_query,
+    .synchronize = emu_synchronize,
+};
