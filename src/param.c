@@ -81,6 +81,8 @@ const moeccl_param_t moeccl_params[] = {
      "device backend: auto (CUDA when a driver and device are found), cuda, emu or none"},
     {"MOECCL_DEVICE_EMU_DELAY_US", MOECCL_PARAM_INT, "0",
      "emu backend: a random delay of up to this many microseconds before each stream operation"},
+    {"MOECCL_NCCL_VERSION", MOECCL_PARAM_INT, "22809",
+     "the NCCL drop-in (libnccl.so.2) reports this version code from ncclGetVersion"},
 };
 const int moeccl_nparams = sizeof(moeccl_params) / sizeof(moeccl_params[0]);
 
