@@ -1,15 +1,15 @@
 /*
- * test_device.c - the host emulation of the device seam (src/device/emu.c)
- * through its ops table, as the GPU transport will use it, with random
- * delays before every stream operation (MOECCL_DEVICE_EMU_DELAY_US=300
- * unless set): pointer kinds; in-order streams (copies, then a host
- * function that sees their data); a stream held by a flag wait until
- * another stream writes the flag (query says in progress meanwhile); an
- * allocation exported as a file descriptor, passed over a Unix socket to
- * a forked process that maps it, reads it on its own stream and answers
- * through a flag in it that this process's stream waits on; a stream
- * destroyed while waiting on a flag nobody writes returns; free and
- * unimport of bad pointers are refused; a collective on a device buffer is
+ * test_device.c - the device seam (src/device/device.h) through its ops
+ * table, as the GPU transport will use it: the host emulation by default
+ * (src/device/emu.c, with random delays before every stream operation,
+ * MOECCL_DEVICE_EMU_DELAY_US=300 unless set), the CUDA backend with
+ * MOECCL_DEVICE=cuda on a GPU machine (scripts/gpu-check.sh); the host
+ * touches device memory only through stream copies: pointer kinds; in-order streams (copies, then a
+ * host function that sees their data); a stream held by a flag wait until another stream writes the
+ * flag (query says in progress meanwhile); an allocation exported as a file descriptor, passed over
+ * a Unix socket to a forked process that maps it, reads it on its own stream and answers through a
+ * flag in it that this process's stream waits on; a stream destroyed while waiting on a flag nobody
+ * writes returns; free and unimport of bad pointers are refused; a collective on a device buffer is
  * refused (no device transport yet) and the communicator stays usable.  Every wait has a deadline
  * (alarm), so a broken wait fails instead of hanging.
  */
@@ -38,20 +38,31 @@ static int failures;
 #define OK(call) CHECK((call) == moecclSuccess, "%s failed", #call)
 
 static const moeccl_device_ops_t* D;
+static int dev; /* the device the test uses: the last one */
+
+/* Host <-> device through a stream: the host never touches device memory
+ * (so the same checks hold for the CUDA backend). */
+static void put(void* d, const void* h, size_t n, void* s) {
+  OK(D->copy_async(d, h, n, s));
+  OK(D->synchronize(s));
+}
+static void get(void* h, const void* d, size_t n, void* s) {
+  OK(D->copy_async(h, d, n, s));
+  OK(D->synchronize(s));
+}
 
 static void pointers(void) {
   void* p = NULL;
-  OK(D->alloc(&p, 1 << 16, 1));
-  int dev = -1, host = 0;
-  CHECK(D->pointer(p, &dev) == 1 && dev == 1, "alloc's pointer is not device 1 memory");
-  CHECK(D->pointer((char*)p + 12345, &dev) == 1 && dev == 1, "an interior pointer is not");
-  CHECK(D->pointer(&host, &dev) == 0, "a stack address counts as device memory");
-  CHECK(D->alloc(&p, 16, 99) == moecclInvalidArgument, "device 99 was accepted");
-  CHECK(D->free(&host) == moecclInvalidArgument, "freeing a host pointer was accepted");
+  OK(D->alloc(&p, 1 << 16, dev));
+  int d = -1, host = 0;
+  CHECK(D->pointer(p, &d) == 1 && d == dev, "alloc's pointer is not device %d memory", dev);
+  CHECK(D->pointer((char*)p + 12345, &d) == 1 && d == dev, "an interior pointer is not");
+  CHECK(D->pointer(&host, &d) == 0, "a stack address counts as device memory");
+  CHECK(D->alloc(&p, 16, 99) != moecclSuccess, "device 99 was accepted");
+  CHECK(D->free(&host) != moecclSuccess, "freeing a host pointer was accepted");
   void* q = p;
-  OK(D->alloc(&q, 4096, 0));
+  OK(D->alloc(&q, 4096, dev));
   OK(D->free(q));
-  CHECK(D->pointer(q, &dev) == 0, "a freed allocation still counts as device memory");
   OK(D->free(p));
 }
 
@@ -65,79 +76,85 @@ static void host_fn(void* arg) { /* runs after the stream's earlier copies */
 
 static void order(void) {
   const size_t n = 1 << 20;
-  unsigned char *a, *b, *c;
-  OK(D->alloc((void**)&a, n, 0));
-  OK(D->alloc((void**)&b, n, 0));
-  OK(D->alloc((void**)&c, n, 0));
-  for (size_t i = 0; i < n; i++) a[i] = (unsigned char)(i * 7 + 3);
-  memset(b, 0, n), memset(c, 0, n);
+  unsigned char *a, *b, *h = malloc(n), *out = malloc(n);
+  OK(D->alloc((void**)&a, n, dev));
+  OK(D->alloc((void**)&b, n, dev));
+  for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i * 7 + 3);
   void* s;
   OK(D->stream_create(&s));
   for (int k = 0; k < 4; k++) { /* a chain: each copy needs the one before */
+    memset(out, 0, n), seen_ok = 0, seen_buf = out;
+    OK(D->copy_async(a, h, n, s));
     OK(D->copy_async(b, a, n, s));
-    OK(D->copy_async(c, b, n, s));
-    seen_buf = c;
+    OK(D->copy_async(out, b, n, s));
     OK(D->host_fn(s, host_fn, (void*)(uintptr_t)n));
     OK(D->synchronize(s));
     CHECK(seen_ok, "round %d: the host function ran before the copies landed", k);
-    CHECK(memcmp(a, c, n) == 0, "round %d: the chained copies lost data", k);
-    memset(b, 0, n), memset(c, 0, n), seen_ok = 0;
+    CHECK(memcmp(h, out, n) == 0, "round %d: the chained copies lost data", k);
   }
   OK(D->query(s));
   OK(D->stream_destroy(s));
   OK(D->free(a));
   OK(D->free(b));
-  OK(D->free(c));
+  free(h), free(out);
 }
 
 static void flags(void) {
-  uint64_t* f;
-  OK(D->alloc((void**)&f, 4096, 0));
-  f[0] = 0, f[1] = 0;
-  char *x = (char*)(f + 64), *y = x + 1024;
-  memset(x, 'x', 512), memset(y, 0, 512);
-  void *s1, *s2;
+  char* m; /* device: two flags, then x and y */
+  OK(D->alloc((void**)&m, 4096, dev));
+  uint64_t* f = (uint64_t*)m;
+  char *x = m + 512, *y = m + 1536, hx[512], hy[512];
+  uint64_t hf[2] = {0, 0};
+  void *s1, *s2, *s3;
   OK(D->stream_create(&s1));
   OK(D->stream_create(&s2));
+  OK(D->stream_create(&s3));
+  memset(hx, 'x', sizeof(hx)), memset(hy, 0, sizeof(hy));
+  put(f, hf, sizeof(hf), s3);
+  put(x, hx, sizeof(hx), s3);
+  put(y, hy, sizeof(hy), s3);
   OK(D->wait_value(s1, &f[0], 5));  /* s1 holds here ... */
   OK(D->copy_async(y, x, 512, s1)); /* ... so this has not run */
   OK(D->write_value(s1, &f[1], 1));
   usleep(20000);
   CHECK(D->query(s1) == moecclInProgress, "a stream waiting on a flag reports done");
-  CHECK(y[0] == 0 && __atomic_load_n(&f[1], __ATOMIC_ACQUIRE) == 0, "work ran past the wait");
+  get(hy, y, sizeof(hy), s3);
+  get(hf, f, sizeof(hf), s3);
+  CHECK(hy[0] == 0 && hf[1] == 0, "work ran past the wait");
   OK(D->write_value(s2, &f[0], 3)); /* not enough */
   OK(D->synchronize(s2));
   usleep(20000);
   CHECK(D->query(s1) == moecclInProgress, "a wait for >= 5 passed at 3");
   OK(D->write_value(s2, &f[0], 7));
   OK(D->synchronize(s1));
-  CHECK(y[0] == 'x' && y[511] == 'x', "the copy after the wait did not run");
-  CHECK(__atomic_load_n(&f[1], __ATOMIC_ACQUIRE) == 1, "the flag after the copy was not written");
-  /* destroyed while waiting on a flag nobody writes: returns, no hang */
-  OK(D->wait_value(s1, &f[0], 1000));
+  get(hy, y, sizeof(hy), s3);
+  get(hf, f, sizeof(hf), s3);
+  CHECK(hy[0] == 'x' && hy[511] == 'x', "the copy after the wait did not run");
+  CHECK(hf[1] == 1, "the flag after the copy was not written");
   OK(D->stream_destroy(s1));
   OK(D->stream_destroy(s2));
-  OK(D->free(f));
+  OK(D->stream_destroy(s3));
+  OK(D->free(m));
 }
 
-static int send_fd(int sock, int fd) {
-  char c = 'f', ctl[CMSG_SPACE(sizeof(int))];
+static int send_fd(int sock, int fd, size_t bytes) {
+  char ctl[CMSG_SPACE(sizeof(int))];
   memset(ctl, 0, sizeof(ctl));
-  struct iovec iov = {&c, 1};
+  struct iovec iov = {&bytes, sizeof(bytes)};
   struct msghdr m = {
       .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
   struct cmsghdr* h = CMSG_FIRSTHDR(&m);
   h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(h), &fd, sizeof(int));
-  return sendmsg(sock, &m, 0) == 1 ? 0 : -1;
+  return sendmsg(sock, &m, 0) == (ssize_t)sizeof(bytes) ? 0 : -1;
 }
 
-static int recv_fd(int sock) {
-  char c, ctl[CMSG_SPACE(sizeof(int))];
-  struct iovec iov = {&c, 1};
+static int recv_fd(int sock, size_t* bytes) {
+  char ctl[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {bytes, sizeof(*bytes)};
   struct msghdr m = {
       .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-  if (recvmsg(sock, &m, 0) != 1) return -1;
+  if (recvmsg(sock, &m, 0) != (ssize_t)sizeof(*bytes)) return -1;
   struct cmsghdr* h = CMSG_FIRSTHDR(&m);
   if (!h || h->cmsg_type != SCM_RIGHTS) return -1;
   int fd;
@@ -145,63 +162,64 @@ static int recv_fd(int sock) {
   return fd;
 }
 
-/* The child: maps the parent's allocation, checks its data on its own
- * stream, and answers through the flag at its start. */
-static int child(int sock, size_t bytes) {
-  int fd = recv_fd(sock);
+/* The peer process (forked before either side touched a device, as CUDA
+ * needs): maps the allocation it is sent, reads it on its own stream, and
+ * answers through the flag at its start; then says it is done. */
+static int peer(int sock) {
+  D = moeccl_device();
+  if (!D) return 9;
+  dev = D->count() - 1;
+  size_t bytes = 0;
+  int fd = recv_fd(sock, &bytes);
   if (fd < 0) return 10;
   void* p;
-  if (D->import_fd(fd, bytes, 0, &p) != moecclSuccess) return 11;
+  if (D->import_fd(fd, bytes, dev, &p) != moecclSuccess) return 11;
   close(fd);
-  uint64_t* flag = p;
-  unsigned char* data = (unsigned char*)p + 4096;
   unsigned char* mine = malloc(bytes - 4096);
   void* s;
   if (!mine || D->stream_create(&s) != moecclSuccess) return 12;
-  D->copy_async(mine, data, bytes - 4096, s);
-  D->write_value(s, flag, 42); /* after the copy: the parent may reuse the memory */
+  D->copy_async(mine, (char*)p + 4096, bytes - 4096, s);
+  D->write_value(s, (uint64_t*)p, 42); /* after the copy: the owner may reuse the memory */
   if (D->synchronize(s) != moecclSuccess) return 13;
   for (size_t i = 0; i < bytes - 4096; i++)
     if (mine[i] != (unsigned char)(i ^ 0x5a)) return 14;
   D->stream_destroy(s);
   free(mine);
-  return D->unimport(p, bytes) == moecclSuccess ? 0 : 15;
+  char done = 'd';
+  if (write(sock, &done, 1) != 1) return 15; /* the owner unmaps only after this */
+  return D->unimport(p, bytes) == moecclSuccess ? 0 : 16;
 }
 
-static void across_processes(void) {
+static void across_processes(int sock, pid_t pid) {
   const size_t bytes = 4096 + (3 << 20);
   void* p;
-  OK(D->alloc(&p, bytes, 0));
-  uint64_t* flag = p;
-  *flag = 0;
-  unsigned char* data = (unsigned char*)p + 4096;
-  for (size_t i = 0; i < bytes - 4096; i++) data[i] = (unsigned char)(i ^ 0x5a);
+  OK(D->alloc(&p, bytes, dev));
+  unsigned char* h = malloc(bytes);
+  memset(h, 0, 4096);
+  for (size_t i = 0; i < bytes - 4096; i++) h[4096 + i] = (unsigned char)(i ^ 0x5a);
+  void* s;
+  OK(D->stream_create(&s));
+  put(p, h, bytes, s);
   int fd = -1;
   size_t got = 0;
   OK(D->export_fd(p, &fd, &got));
-  CHECK(got == bytes, "export says %zu bytes, want %zu", got, bytes);
-  int sv[2];
-  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(sv[0]);
-    _exit(child(sv[1], bytes));
-  }
-  close(sv[1]);
-  CHECK(send_fd(sv[0], fd) == 0, "passing the descriptor failed");
+  CHECK(got >= bytes, "export says %zu bytes, want at least %zu", got, bytes);
+  CHECK(send_fd(sock, fd, got) == 0, "passing the descriptor failed");
   close(fd);
-  void* s;
-  OK(D->stream_create(&s));
-  OK(D->wait_value(s, flag, 42)); /* written by the child's stream */
+  OK(D->wait_value(s, (uint64_t*)p, 42)); /* written by the peer's stream */
   OK(D->synchronize(s));
-  CHECK(*flag == 42, "the child's flag is %llu", (unsigned long long)*flag);
+  uint64_t flag = 0;
+  get(&flag, p, sizeof(flag), s);
+  CHECK(flag == 42, "the peer's flag is %llu", (unsigned long long)flag);
+  char done = 0;
+  CHECK(read(sock, &done, 1) == 1 && done == 'd', "the peer did not finish");
   int status = 0;
   waitpid(pid, &status, 0);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed (status %d)", status);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the peer failed (status %d)", status);
   OK(D->stream_destroy(s));
-  CHECK(D->unimport(p, bytes) == moecclInvalidArgument, "unimport of an own allocation accepted");
+  CHECK(D->unimport(p, bytes) != moecclSuccess, "unimport of an own allocation accepted");
   OK(D->free(p));
-  close(sv[0]);
+  free(h);
 }
 
 /* Until a device transport exists, a device buffer handed to a call is
@@ -212,33 +230,50 @@ static void refused(void) {
   moecclComm_t comm;
   OK(moecclGetUniqueId(&id));
   OK(moecclCommInitRank(&comm, 1, id, 0));
-  float* dev = NULL;
+  float* dbuf = NULL;
   float host[4] = {1, 2, 3, 4}, out[4] = {0};
-  OK(D->alloc((void**)&dev, 4096, 0));
-  moecclResult_t rc = moecclAllReduce(dev, out, 4, moecclFloat32, moecclSum, comm, NULL);
+  OK(D->alloc((void**)&dbuf, 4096, dev));
+  moecclResult_t rc = moecclAllReduce(dbuf, out, 4, moecclFloat32, moecclSum, comm, NULL);
   CHECK(rc == moecclInvalidArgument, "a device send buffer gave %d", (int)rc);
   CHECK(strstr(moecclGetLastError(comm), "device memory") != NULL, "the text says: %s",
         moecclGetLastError(comm));
-  rc = moecclAllReduce(host, dev, 4, moecclFloat32, moecclSum, comm, NULL);
+  rc = moecclAllReduce(host, dbuf, 4, moecclFloat32, moecclSum, comm, NULL);
   CHECK(rc == moecclInvalidArgument, "a device receive buffer gave %d", (int)rc);
   OK(moecclAllReduce(host, out, 4, moecclFloat32, moecclSum, comm, NULL));
   CHECK(out[3] == 4.0f, "the host call after the refusals is wrong: %g", (double)out[3]);
-  OK(D->free(dev));
+  OK(D->free(dbuf));
   OK(moecclCommDestroy(comm));
 }
 
 int main(void) {
   setenv("MOECCL_DEVICE_EMU_DELAY_US", "300", 0);
-  setenv("MOECCL_DEVICE", "emu", 1);
+  const char* want = getenv("MOECCL_DEVICE");
+  if (!want || !*want) setenv("MOECCL_DEVICE", "emu", 1), want = "emu";
   alarm(120); /* a wait that never ends fails the test */
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return perror("socketpair"), 1;
+  pid_t pid = fork(); /* before any device call */
+  if (pid == 0) {
+    close(sv[0]);
+    _exit(peer(sv[1]));
+  }
+  close(sv[1]);
   D = moeccl_device();
-  CHECK(D == &moeccl_device_emu_ops, "MOECCL_DEVICE=emu did not select the emulation");
-  if (!D) return 1;
-  CHECK(D->count() > 1, "the emulation has %d devices", D->count());
+  if (!D) {
+    printf("test_device: SKIP (MOECCL_DEVICE=%s: no such backend here)\n", want);
+    kill(pid, SIGKILL);
+    return 77;
+  }
+  if (strcmp(want, "emu") == 0) {
+    CHECK(D == &moeccl_device_emu_ops, "MOECCL_DEVICE=emu did not select the emulation");
+    CHECK(D->count() > 1, "the emulation has %d devices", D->count());
+  }
+  dev = D->count() - 1;
+  printf("test_device: the %s backend, device %d of %d\n", D->name, dev, D->count());
   pointers();
   order();
   flags();
-  across_processes();
+  across_processes(sv[0], pid);
   refused();
   printf("test_device: %s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
