@@ -22,8 +22,17 @@ MOECCL_EXPORT moecclResult_t moecclGetVersion(int* version) {
   return moecclSuccess;
 }
 
+/* The environment checked against the table (param.c): a bad value of a
+ * variable that fails creation stops it here, naming the variable. */
+static moecclResult_t check_env(const char* fn) {
+  char why[320];
+  if (moeccl_param_validate(why, sizeof(why)) == 0) return moecclSuccess;
+  return moeccl_error(NULL, moecclInvalidArgument, "%s: %s", fn, why);
+}
+
 MOECCL_EXPORT moecclResult_t moecclGetUniqueId(moecclUniqueId* uniqueId) {
   moeccl_debug_init();
+  MOECCL_CHECK(check_env("moecclGetUniqueId"));
   if (!uniqueId)
     return moeccl_error(NULL, moecclInvalidArgument, "moecclGetUniqueId: uniqueId is NULL");
   return moeccl_bootstrap_unique_id(uniqueId);
@@ -149,6 +158,7 @@ MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nr
                                                       moecclUniqueId commId, int rank,
                                                       moecclConfig_t* config) {
   moeccl_debug_init();
+  MOECCL_CHECK(check_env("moecclCommInitRank"));
   if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: comm is NULL");
   if (nranks <= 0)
     return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: nranks %d must be > 0",

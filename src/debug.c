@@ -3,6 +3,7 @@
 #include "moeccl.h"
 #include "param.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,6 +37,22 @@ static int parse_level(const char* s) {
   return MOECCL_LOG_WARN;
 }
 
+int moeccl_debug_subsys_ok(const char* s) {
+  char buf[256];
+  if (strlen(s) >= sizeof(buf)) return 0;
+  snprintf(buf, sizeof(buf), "%s", s + (s[0] == '^'));
+  char* save = NULL;
+  int any = 0;
+  for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), any = 1) {
+    size_t i = 0;
+    while (i < sizeof(subsys_names) / sizeof(subsys_names[0]) &&
+           strcasecmp(tok, subsys_names[i].name) != 0)
+      i++;
+    if (i == sizeof(subsys_names) / sizeof(subsys_names[0])) return 0;
+  }
+  return any;
+}
+
 static uint32_t parse_subsys(const char* s) {
   int invert = (s[0] == '^');
   uint32_t mask = 0;
@@ -65,6 +82,9 @@ static void open_log_file(const char* pattern) {
   path[o] = '\0';
   log_file = fopen(path, "a");
   if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
+  else
+    fprintf(stderr, "moeccl WARN cannot open MOECCL_DEBUG_FILE=%s (%s): logging to stderr\n",
+            pattern, strerror(errno));
 }
 
 static void debug_init_once(void) {
@@ -75,7 +95,7 @@ static void debug_init_once(void) {
   int level = lvl && *lvl ? parse_level(lvl) : MOECCL_LOG_WARN;
   const char* sub = moeccl_param_str("MOECCL_DEBUG_SUBSYS");
   if (sub && *sub) moeccl_log_mask = parse_subsys(sub);
-  const char* file = moeccl_param_str("MOECCL_DEBUG_FILE");
+  const char* file = getenv("MOECCL_DEBUG_FILE"); /* not the checked read: it would log */
   if (file && *file) open_log_file(file);
   if (!log_file) log_file = stderr;
   __atomic_store_n(&moeccl_log_level, level, __ATOMIC_RELEASE);

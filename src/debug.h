@@ -28,6 +28,8 @@ extern int moeccl_log_level; /* -1 until moeccl_debug_init ran */
 extern uint32_t moeccl_log_mask;
 
 void moeccl_debug_init(void);
+/* Whether s is a valid MOECCL_DEBUG_SUBSYS value. */
+int moeccl_debug_subsys_ok(const char* s);
 void moeccl_log(moeccl_log_level_t level, uint32_t subsys, const char* file, int line,
                 const char* fmt, ...) __attribute__((format(printf, 5, 6)));
 

@@ -7,82 +7,127 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+
+static int check_subsys(const char* v, char* why, size_t n);
+static int check_log_file(const char* v, char* why, size_t n);
+static int check_comm_id(const char* v, char* why, size_t n);
 
 const moeccl_param_t moeccl_params[] = {
-    {"MOECCL_DEBUG", MOECCL_PARAM_STR, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE"},
+    {"MOECCL_DEBUG", MOECCL_PARAM_STR, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE", 0,
+     0, "NONE|VERSION|WARN|INFO|TRACE", NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_DEBUG_SUBSYS", MOECCL_PARAM_STR, "ALL",
-     "subsystems to log: INIT,BOOT,SHM,COLL,P2P,ALGO,ENV,NET,ALL; a leading ^ inverts"},
+     "subsystems to log: INIT,BOOT,SHM,COLL,P2P,ALGO,ENV,NET,ALL; a leading ^ inverts", 0, 0, NULL,
+     check_subsys, MOECCL_PARAM_FAIL},
     {"MOECCL_DEBUG_FILE", MOECCL_PARAM_STR, "",
-     "log to this file instead of stderr; %h host, %p pid"},
-    {"MOECCL_TIMEOUT", MOECCL_PARAM_INT, "300", "seconds any wait may last before moecclTimeout"},
-    {"MOECCL_COMM_ID", MOECCL_PARAM_STR, "", "host:port of the root bootstrap socket"},
+     "log to this file instead of stderr; %h host, %p pid", 0, 0, NULL, check_log_file,
+     MOECCL_PARAM_WARN},
+    {"MOECCL_TIMEOUT", MOECCL_PARAM_INT, "300", "seconds any wait may last before moecclTimeout",
+     1LL, 604800LL, NULL, NULL, MOECCL_PARAM_FAIL},
+    {"MOECCL_COMM_ID", MOECCL_PARAM_STR, "", "host:port of the root bootstrap socket", 0, 0, NULL,
+     check_comm_id, MOECCL_PARAM_FAIL},
     {"MOECCL_SOCKET_IFNAME", MOECCL_PARAM_STR, "",
-     "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only"},
+     "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only", 0, 0, NULL,
+     NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_HOSTID", MOECCL_PARAM_STR, "",
-     "node identity; ranks with different ids act as separate nodes"},
+     "node identity; ranks with different ids act as separate nodes", 0, 0, NULL, NULL,
+     MOECCL_PARAM_FAIL},
     {"MOECCL_ALGO", MOECCL_PARAM_STR, "",
-     "force the all-to-all algorithm: direct, pairwise, bruck, hier2, hier3 or rail"},
+     "force the all-to-all algorithm: direct, pairwise, bruck, hier2, hier3 or rail", 0, 0,
+     "direct|pairwise|bruck|hier2|hier3|rail", NULL, MOECCL_PARAM_WARN},
     {"MOECCL_ALLREDUCE_ALGO", MOECCL_PARAM_STR, "",
-     "force the AllReduce algorithm: ring, rhd, rd, tree, direct or hier"},
+     "force the AllReduce algorithm: ring, rhd, rd, tree, direct or hier", 0, 0,
+     "ring|rhd|rd|tree|direct|hier", NULL, MOECCL_PARAM_WARN},
     {"MOECCL_REDUCESCATTER_ALGO", MOECCL_PARAM_STR, "",
-     "force the ReduceScatter algorithm: ring, rhd or direct"},
+     "force the ReduceScatter algorithm: ring, rhd or direct", 0, 0, "ring|rhd|direct", NULL,
+     MOECCL_PARAM_WARN},
     {"MOECCL_ALLGATHER_ALGO", MOECCL_PARAM_STR, "",
-     "force the AllGather algorithm: ring, rhd or direct"},
-    {"MOECCL_BROADCAST_ALGO", MOECCL_PARAM_STR, "", "force the Broadcast algorithm: tree or direct"},
-    {"MOECCL_REDUCE_ALGO", MOECCL_PARAM_STR, "", "force the Reduce algorithm: tree or direct"},
-    {"MOECCL_GATHER_ALGO", MOECCL_PARAM_STR, "", "force the Gather algorithm: direct"},
-    {"MOECCL_SCATTER_ALGO", MOECCL_PARAM_STR, "", "force the Scatter algorithm: direct"},
+     "force the AllGather algorithm: ring, rhd or direct", 0, 0, "ring|rhd|direct", NULL,
+     MOECCL_PARAM_WARN},
+    {"MOECCL_BROADCAST_ALGO", MOECCL_PARAM_STR, "", "force the Broadcast algorithm: tree or direct",
+     0, 0, "tree|direct", NULL, MOECCL_PARAM_WARN},
+    {"MOECCL_REDUCE_ALGO", MOECCL_PARAM_STR, "", "force the Reduce algorithm: tree or direct", 0, 0,
+     "tree|direct", NULL, MOECCL_PARAM_WARN},
+    {"MOECCL_GATHER_ALGO", MOECCL_PARAM_STR, "", "force the Gather algorithm: direct", 0, 0,
+     "direct", NULL, MOECCL_PARAM_WARN},
+    {"MOECCL_SCATTER_ALGO", MOECCL_PARAM_STR, "", "force the Scatter algorithm: direct", 0, 0,
+     "direct", NULL, MOECCL_PARAM_WARN},
     {"MOECCL_MOE_ALGO", MOECCL_PARAM_STR, "",
-     "force the MoE dispatch/combine path across nodes: flat or hier"},
+     "force the MoE dispatch/combine path across nodes: flat or hier", 0, 0, "flat|hier", NULL,
+     MOECCL_PARAM_WARN},
     {"MOECCL_A2A_WINDOW", MOECCL_PARAM_INT, "64",
-     "peers the direct algorithm exchanges with per step (0: all at once)"},
+     "peers the direct algorithm exchanges with per step (0: all at once)", 0, 1048576LL, NULL,
+     NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_TOPO_FILE", MOECCL_PARAM_STR, "",
-     "load the topology (nodes, groups, rails, link costs) from this file"},
+     "load the topology (nodes, groups, rails, link costs) from this file", 0, 0, NULL, NULL,
+     MOECCL_PARAM_FAIL},
     {"MOECCL_TOPO_DUMP_FILE", MOECCL_PARAM_STR, "",
-     "rank 0 writes the topology it found to this file"},
+     "rank 0 writes the topology it found to this file", 0, 0, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_TOPO_GROUP_SIZE", MOECCL_PARAM_INT, "0",
-     "nodes per group (switch or dragonfly group); 0: one group"},
-    {"MOECCL_TOPO_RAILS", MOECCL_PARAM_INT, "0", "NICs (rails) per node; 0: as hwloc finds"},
+     "nodes per group (switch or dragonfly group); 0: one group", 0, 1048576LL, NULL, NULL,
+     MOECCL_PARAM_FAIL},
+    {"MOECCL_TOPO_RAILS", MOECCL_PARAM_INT, "0", "NICs (rails) per node; 0: as hwloc finds", 0,
+     64LL, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_TUNE_V_BYTES", MOECCL_PARAM_SIZE, "65536",
-     "per-peer bytes at which the tuner prices alltoallv calls"},
+     "per-peer bytes at which the tuner prices alltoallv calls", 1LL, 1099511627776LL, NULL, NULL,
+     MOECCL_PARAM_FAIL},
     {"MOECCL_TUNE_FILE", MOECCL_PARAM_STR, "",
-     "link and copy costs for the tuner's cost model, over the defaults"},
-    {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto"},
+     "link and copy costs for the tuner's cost model, over the defaults", 0, 0, NULL, NULL,
+     MOECCL_PARAM_FAIL},
+    {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto", 0,
+     0, "auto|ofi|ucx", NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: no shared memory; ranks of one node use the network too"},
+     "1: no shared memory; ranks of one node use the network too", 0, 0, NULL, NULL,
+     MOECCL_PARAM_FAIL},
     {"MOECCL_OFI_PROVIDER", MOECCL_PARAM_STR, "",
-     "libfabric provider to use (e.g. tcp, verbs;ofi_rxm, cxi); unset: the best available"},
+     "libfabric provider to use (e.g. tcp, verbs;ofi_rxm, cxi); unset: the best available", 0, 0,
+     NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_OFI_RMA_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: large ofi messages go as tagged pieces instead of RMA writes"},
-    {"MOECCL_NET_NCHANNELS", MOECCL_PARAM_INT, "1", "endpoints (channels) per network peer"},
+     "1: large ofi messages go as tagged pieces instead of RMA writes", 0, 0, NULL, NULL,
+     MOECCL_PARAM_FAIL},
+    {"MOECCL_NET_NCHANNELS", MOECCL_PARAM_INT, "1", "endpoints (channels) per network peer", 1LL,
+     16LL, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_NET_EAGER_SIZE", MOECCL_PARAM_SIZE, "65536",
-     "network messages up to this size are sent eagerly; larger ones by RMA or rendezvous"},
+     "network messages up to this size are sent eagerly; larger ones by RMA or rendezvous", 64LL,
+     16777216LL, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_NET_CHUNK_SIZE", MOECCL_PARAM_SIZE, "1048576",
-     "large network messages move in pieces of this size"},
+     "large network messages move in pieces of this size", 4096LL, 1073741824LL, NULL, NULL,
+     MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_EAGER_SIZE", MOECCL_PARAM_SIZE, "16384",
-     "messages up to this size go through shared-memory slots; larger ones are copied once"},
+     "messages up to this size go through shared-memory slots; larger ones are copied once", 64LL,
+     4194304LL, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_SLOTS", MOECCL_PARAM_INT, "16",
-     "shared-memory slots per ordered pair of local ranks"},
+     "shared-memory slots per ordered pair of local ranks", 2LL, 1024LL, NULL, NULL,
+     MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_CHUNK_SIZE", MOECCL_PARAM_SIZE, "1048576",
-     "bytes a single-copy transfer moves before the executor looks at other work"},
+     "bytes a single-copy transfer moves before the executor looks at other work", 4096LL,
+     1073741824LL, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_CMA_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: no cross-memory attach; large messages are pipelined through the slots"},
+     "1: no cross-memory attach; large messages are pipelined through the slots", 0, 0, NULL, NULL,
+     MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_MAP_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: never map peers' moecclMemAlloc memory; read it by cross-memory attach"},
+     "1: never map peers' moecclMemAlloc memory; read it by cross-memory attach", 0, 0, NULL, NULL,
+     MOECCL_PARAM_FAIL},
     {"MOECCL_NT_COPY_SIZE", MOECCL_PARAM_SIZE, "32M",
      "operations receiving at least this many bytes per rank copy with streaming stores (0: "
-     "never)"},
+     "never)",
+     0, 1125899906842624LL, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_SPIN_COUNT", MOECCL_PARAM_INT, "2000",
-     "polls before a waiting rank yields the core; oversubscribed nodes spin less"},
+     "polls before a waiting rank yields the core; oversubscribed nodes spin less", 0, 100000000LL,
+     NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_DEVICE", MOECCL_PARAM_STR, "auto",
-     "device backend: auto (CUDA when a driver and device are found), cuda, emu or none"},
+     "device backend: auto (CUDA when a driver and device are found), cuda, emu or none", 0, 0,
+     "auto|cuda|emu|none", NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_DEVICE_EMU_DELAY_US", MOECCL_PARAM_INT, "0",
-     "emu backend: a random delay of up to this many microseconds before each stream operation"},
+     "emu backend: a random delay of up to this many microseconds before each stream operation", 0,
+     1000000LL, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_NCCL_VERSION", MOECCL_PARAM_INT, "22809",
-     "the NCCL drop-in (libnccl.so.2) reports this version code from ncclGetVersion"},
+     "the NCCL drop-in (libnccl.so.2) reports this version code from ncclGetVersion", 1000LL,
+     999999LL, NULL, NULL, MOECCL_PARAM_WARN},
 };
 const int moeccl_nparams = sizeof(moeccl_params) / sizeof(moeccl_params[0]);
 
@@ -122,10 +167,13 @@ int moeccl_parse_size(const char* s, size_t* out) {
   return 0;
 }
 
+/* Decimal only: "0x10" or "010" must not quietly mean 16 or 8. */
 static int parse_int(const char* s, int64_t* out) {
+  const char* d = s + (*s == '-' || *s == '+');
+  if (!isdigit((unsigned char)*d) || (d[0] == '0' && d[1] != '\0')) return -1;
   errno = 0;
   char* end = NULL;
-  long long v = strtoll(s, &end, 0);
+  long long v = strtoll(s, &end, 10);
   if (errno || end == s || *end != '\0') return -1;
   *out = v;
   return 0;
@@ -139,46 +187,150 @@ static int parse_bool(const char* s, int64_t* out) {
   return -1;
 }
 
+/* Parses s as p's integer-like type and checks its range: 0, or -1 with
+ * what is allowed in why. */
+static int number_of(const moeccl_param_t* p, const char* s, int64_t* out, char* why, size_t n) {
+  int64_t v = 0;
+  size_t sz = 0;
+  int rc;
+  if (p->type == MOECCL_PARAM_BOOL) {
+    rc = parse_bool(s, &v);
+  } else if (p->type == MOECCL_PARAM_SIZE) {
+    rc = moeccl_parse_size(s, &sz);
+    v = sz > (size_t)INT64_MAX ? INT64_MAX : (int64_t)sz;
+  } else {
+    rc = parse_int(s, &v);
+  }
+  if (rc != 0) {
+    snprintf(why, n, "%s",
+             p->type == MOECCL_PARAM_BOOL   ? "not 0/1, yes/no, true/false or on/off"
+             : p->type == MOECCL_PARAM_SIZE ? "not a size (digits, then K, M or G)"
+                                            : "not a decimal integer");
+    return -1;
+  }
+  if ((p->min || p->max) && (v < p->min || v > p->max)) {
+    snprintf(why, n, "out of range (%" PRId64 " to %" PRId64 ")", p->min, p->max);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* Whether s is one of p's choices and passes its check. */
+static int string_ok(const moeccl_param_t* p, const char* s, char* why, size_t n) {
+  if (p->choices) {
+    size_t len = strlen(s);
+    for (const char* c = p->choices; *c;) {
+      const char* bar = strchr(c, '|');
+      size_t clen = bar ? (size_t)(bar - c) : strlen(c);
+      if (clen == len && strncasecmp(c, s, len) == 0) goto chosen;
+      c += clen + (bar != NULL);
+    }
+    snprintf(why, n, "not one of %s", p->choices);
+    return -1;
+  }
+chosen:
+  return p->check ? p->check(s, why, n) : 0;
+}
+
+/* 0 when the environment's value of p (set and non-empty) is valid. */
+static int value_ok(const moeccl_param_t* p, const char* s, char* why, size_t n) {
+  int64_t v;
+  return p->type == MOECCL_PARAM_STR ? string_ok(p, s, why, n) : number_of(p, s, &v, why, n);
+}
+
+/* A WARN variable's bad value, logged once per process. */
+static void warn_once(const moeccl_param_t* p, const char* s, const char* why) {
+  static _Atomic unsigned char warned[256];
+  int i = (int)(p - moeccl_params);
+  if (i >= 0 && i < 256 && warned[i]++) return;
+  WARN(ENV, "ignoring %s=%s: %s; using the default%s%s", p->name, s, why,
+       p->default_value[0] ? " " : "", p->default_value);
+}
+
+int moeccl_param_check(const char* name, char* why, size_t n) {
+  const moeccl_param_t* p = param_find(name);
+  const char* s = getenv(name);
+  char w[200];
+  if (!p || !s || !*s || value_ok(p, s, w, sizeof(w)) == 0) return 0;
+  snprintf(why, n, "%s=%s is %s", name, s, w);
+  return -1;
+}
+
+int moeccl_param_validate(char* why, size_t n) {
+  for (int i = 0; i < moeccl_nparams; i++) {
+    const moeccl_param_t* p = &moeccl_params[i];
+    const char* s = getenv(p->name);
+    char w[200];
+    if (!s || !*s || value_ok(p, s, w, sizeof(w)) == 0) continue;
+    if (p->on_bad == MOECCL_PARAM_WARN) {
+      warn_once(p, s, w);
+      continue;
+    }
+    snprintf(why, n, "%s=%s is %s (moeccl-env(7))", p->name, s, w);
+    return -1;
+  }
+  return 0;
+}
+
 /* Parses name's value (env or default) as an integer-like type. */
 static int64_t param_number(const char* name) {
   const moeccl_param_t* p = param_find(name);
   if (!p) return 0;
   const char* env = getenv(name);
-  for (int pass = 0; pass < 2; pass++) {
-    const char* s = pass == 0 ? env : p->default_value;
-    if (!s || !*s) continue;
-    int64_t v = 0;
-    size_t sz = 0;
-    int rc;
-    if (p->type == MOECCL_PARAM_BOOL) {
-      rc = parse_bool(s, &v);
-    } else if (p->type == MOECCL_PARAM_SIZE) {
-      rc = moeccl_parse_size(s, &sz);
-      v = (int64_t)sz;
-    } else {
-      rc = parse_int(s, &v);
-    }
-    if (rc == 0) return v;
-    if (pass == 0)
-      WARN(ENV, "ignoring %s=%s: not a valid value, using %s", name, s, p->default_value);
+  int64_t v = 0;
+  char why[200];
+  if (env && *env) {
+    if (number_of(p, env, &v, why, sizeof(why)) == 0) return v;
+    if (p->on_bad == MOECCL_PARAM_WARN) warn_once(p, env, why);
   }
-  return 0;
+  return number_of(p, p->default_value, &v, why, sizeof(why)) == 0 ? v : 0;
 }
 
 int64_t moeccl_param_int(const char* name) { return param_number(name); }
 size_t moeccl_param_size(const char* name) { return (size_t)param_number(name); }
 int moeccl_param_bool(const char* name) { return param_number(name) != 0; }
 
-double moeccl_param_timeout(void) {
-  int64_t t = moeccl_param_int("MOECCL_TIMEOUT");
-  return t > 0 ? (double)t : 300.0;
-}
+double moeccl_param_timeout(void) { return (double)moeccl_param_int("MOECCL_TIMEOUT"); }
 
 const char* moeccl_param_str(const char* name) {
   const moeccl_param_t* p = param_find(name);
   const char* env = getenv(name);
-  if (env && *env) return env;
+  char why[200];
+  if (env && *env && p && string_ok(p, env, why, sizeof(why)) == 0) return env;
+  if (env && *env && p && p->on_bad == MOECCL_PARAM_WARN) warn_once(p, env, why);
   return p ? p->default_value : NULL;
+}
+
+/* ---- the checks of string variables --------------------------------------- */
+
+static int check_subsys(const char* v, char* why, size_t n) {
+  if (moeccl_debug_subsys_ok(v)) return 0;
+  snprintf(why, n, "not a comma list of INIT, BOOT, SHM, COLL, P2P, ALGO, ENV, NET, ALL");
+  return -1;
+}
+
+/* The log file's directory must exist (the file itself is made). */
+static int check_log_file(const char* v, char* why, size_t n) {
+  const char* slash = strrchr(v, '/');
+  if (!slash || slash == v) return 0;
+  char dir[512];
+  snprintf(dir, sizeof(dir), "%.*s", (int)(slash - v), v);
+  struct stat st;
+  if (strchr(dir, '%') || (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) return 0;
+  snprintf(why, n, "in a directory that does not exist (logging to stderr)");
+  return -1;
+}
+
+/* host:port, the port 1 to 65535. */
+static int check_comm_id(const char* v, char* why, size_t n) {
+  const char* colon = strrchr(v, ':');
+  char* end = NULL;
+  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (colon && colon != v && end && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535)
+    return 0;
+  snprintf(why, n, "not host:port with a port from 1 to 65535");
+  return -1;
 }
 
 void moeccl_param_log_all(void) {

@@ -11,14 +11,14 @@
 #include "param.h"
 
 static int failures;
-#define EXPECT(cond, ...)                                         \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);             \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fprintf(stderr, "\n");                                      \
-      failures++;                                                 \
-    }                                                             \
+#define EXPECT(cond, ...)                                                                          \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                              \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fprintf(stderr, "\n");                                                                       \
+      failures++;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 static void test_parse_size(void) {
@@ -26,15 +26,19 @@ static void test_parse_size(void) {
     const char* s;
     int ok;
     size_t v;
-  } cases[] = {{"0", 1, 0},          {"123", 1, 123},     {"4K", 1, 4096},   {"4k", 1, 4096},
-               {"16M", 1, 16 << 20}, {"1G", 1, 1 << 30},  {"2KiB", 1, 2048}, {"3MB", 1, 3 << 20},
-               {"", 0, 0},           {"abc", 0, 0},       {"-1", 0, 0},      {"12Q", 0, 0},
+  } cases[] = {{"0", 1, 0},          {"123", 1, 123},
+               {"4K", 1, 4096},      {"4k", 1, 4096},
+               {"16M", 1, 16 << 20}, {"1G", 1, 1 << 30},
+               {"2KiB", 1, 2048},    {"3MB", 1, 3 << 20},
+               {"", 0, 0},           {"abc", 0, 0},
+               {"-1", 0, 0},         {"12Q", 0, 0},
                {"1K2", 0, 0},        {"99999999999999999999", 0, 0}};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     size_t v = 12345;
     int rc = moeccl_parse_size(cases[i].s, &v);
     EXPECT((rc == 0) == cases[i].ok, "parse_size(\"%s\") returned %d", cases[i].s, rc);
-    if (cases[i].ok) EXPECT(v == cases[i].v, "parse_size(\"%s\") = %zu, expected %zu", cases[i].s, v, cases[i].v);
+    if (cases[i].ok)
+      EXPECT(v == cases[i].v, "parse_size(\"%s\") = %zu, expected %zu", cases[i].s, v, cases[i].v);
   }
 }
 
@@ -55,6 +59,100 @@ static void test_env_values(void) {
   EXPECT(strcmp(moeccl_param_str("MOECCL_ALGO"), "pairwise") == 0, "MOECCL_ALGO string");
   unsetenv("MOECCL_TIMEOUT"), unsetenv("MOECCL_SHM_CHUNK_SIZE"), unsetenv("MOECCL_CMA_DISABLE");
   unsetenv("MOECCL_ALGO");
+}
+
+/* One bad value of p: a FAIL variable makes moeccl_param_validate fail
+ * with a text naming it and the value; a WARN one passes validation and
+ * reads as its default.  Either way the default is what a read gives. */
+static void expect_bad(const moeccl_param_t* p, const char* bad) {
+  setenv(p->name, bad, 1);
+  char why[400] = "";
+  int rc = moeccl_param_validate(why, sizeof(why));
+  if (p->on_bad == MOECCL_PARAM_FAIL) {
+    EXPECT(rc == -1, "%s=%s passed validation", p->name, bad);
+    EXPECT(strstr(why, p->name) && strstr(why, bad), "%s=%s: the text does not name it: %s",
+           p->name, bad, why);
+  } else {
+    EXPECT(rc == 0, "%s=%s (warn and use the default) failed validation: %s", p->name, bad, why);
+  }
+  if (p->type == MOECCL_PARAM_STR) {
+    const char* v = moeccl_param_str(p->name);
+    EXPECT(v && strcmp(v, p->default_value) == 0, "%s=%s reads as %s, not its default", p->name,
+           bad, v ? v : "NULL");
+  } else {
+    unsetenv(p->name);
+    int64_t def = moeccl_param_int(p->name);
+    setenv(p->name, bad, 1);
+    EXPECT(moeccl_param_int(p->name) == def, "%s=%s does not read as its default", p->name, bad);
+  }
+  unsetenv(p->name);
+}
+
+/* Every variable's bad values (range ends, malformed numbers, hex and
+ * octal, values outside its choices, the custom checks), and its default
+ * and a good value accepted. */
+static void test_bad_values(void) {
+  char why[400];
+  EXPECT(moeccl_param_validate(why, sizeof(why)) == 0, "the clean environment fails: %s", why);
+  for (int i = 0; i < moeccl_nparams; i++) {
+    const moeccl_param_t* p = &moeccl_params[i];
+    char v[64];
+    if (p->default_value[0]) { /* the default itself is valid */
+      setenv(p->name, p->default_value, 1);
+      EXPECT(moeccl_param_validate(why, sizeof(why)) == 0, "%s=%s (its default) fails: %s", p->name,
+             p->default_value, why);
+      unsetenv(p->name);
+    }
+    switch (p->type) {
+      case MOECCL_PARAM_BOOL:
+        expect_bad(p, "2");
+        expect_bad(p, "maybe");
+        break;
+      case MOECCL_PARAM_INT:
+      case MOECCL_PARAM_SIZE:
+        expect_bad(p, "abc");
+        expect_bad(p, p->type == MOECCL_PARAM_INT ? "0x10" : "12Q");
+        if (p->type == MOECCL_PARAM_INT) expect_bad(p, "010");
+        EXPECT(p->min || p->max, "%s has no range", p->name);
+        if (p->min > 0 || p->type == MOECCL_PARAM_INT) {
+          snprintf(v, sizeof(v), "%lld", (long long)p->min - 1);
+          expect_bad(p, v);
+        }
+        snprintf(v, sizeof(v), "%lld", (long long)p->max + 1);
+        expect_bad(p, v);
+        break;
+      case MOECCL_PARAM_STR:
+        if (p->choices) expect_bad(p, "bogus");
+        break;
+    }
+  }
+  static const struct {
+    const char *name, *bad;
+  } custom[] = {{"MOECCL_COMM_ID", "127.0.0.1:99999"},
+                {"MOECCL_COMM_ID", "127.0.0.1"},
+                {"MOECCL_COMM_ID", ":80"},
+                {"MOECCL_COMM_ID", "host:0"},
+                {"MOECCL_DEBUG_SUBSYS", "INIT,FOO"},
+                {"MOECCL_DEBUG_SUBSYS", "^"},
+                {"MOECCL_DEBUG_FILE", "/nonexistent/dir/x"}};
+  for (size_t k = 0; k < sizeof(custom) / sizeof(custom[0]); k++)
+    for (int i = 0; i < moeccl_nparams; i++)
+      if (strcmp(moeccl_params[i].name, custom[k].name) == 0)
+        expect_bad(&moeccl_params[i], custom[k].bad);
+  static const struct {
+    const char *name, *good;
+  } fine[] = {{"MOECCL_COMM_ID", "10.0.0.1:29500"},
+              {"MOECCL_DEBUG_SUBSYS", "^SHM,net"},
+              {"MOECCL_DEBUG", "info"},
+              {"MOECCL_TIMEOUT", "1"},
+              {"MOECCL_NET_EAGER_SIZE", "16M"},
+              {"MOECCL_DEBUG_FILE", "/tmp/x.%p.log"}};
+  for (size_t k = 0; k < sizeof(fine) / sizeof(fine[0]); k++) {
+    setenv(fine[k].name, fine[k].good, 1);
+    EXPECT(moeccl_param_validate(why, sizeof(why)) == 0, "%s=%s fails: %s", fine[k].name,
+           fine[k].good, why);
+    unsetenv(fine[k].name);
+  }
 }
 
 /* Every table entry is documented, and every documented entry is in the table. */
@@ -80,7 +178,8 @@ static void test_man_page(void) {
   }
   fclose(f);
   for (int i = 0; i < moeccl_nparams; i++)
-    EXPECT(seen[i] == 1, "%s is documented %d times in %s (expected once)", moeccl_params[i].name, seen[i], path);
+    EXPECT(seen[i] == 1, "%s is documented %d times in %s (expected once)", moeccl_params[i].name,
+           seen[i], path);
   free(seen);
 }
 
@@ -88,6 +187,7 @@ int main(void) {
   test_parse_size();
   test_env_values();
   test_man_page();
+  test_bad_values();
   printf("test_param: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }

@@ -31,12 +31,12 @@ fail(moecclResult_t res, char* err, size_t errlen, const char* fmt, ...) {
 }
 
 /* A count variable: 0 or more. */
+/* A count from the environment, checked by its declaration (param.c). */
 static moecclResult_t env_count(const char* name, int* out, char* err, size_t errlen) {
-  int64_t v = moeccl_param_int(name);
-  if (v < 0 || v > (1 << 30))
-    return fail(moecclInvalidArgument, err, errlen, "%s=%lld: expected 0 to %d", name, (long long)v,
-                1 << 30);
-  *out = (int)v;
+  char why[240];
+  if (moeccl_param_check(name, why, sizeof(why)) != 0)
+    return fail(moecclInvalidArgument, err, errlen, "%s", why);
+  *out = (int)moeccl_param_int(name);
   return moecclSuccess;
 }
 
@@ -54,8 +54,10 @@ static moecclResult_t from_file(moeccl_topo_t* t, const char* path, int nranks,
   moecclResult_t res = moeccl_topo_load(t, path, 0, err, errlen);
   if (res != moecclSuccess) return blame(res, "MOECCL_TOPO_FILE", err, errlen);
   if (t->nranks != nranks) {
-    INFO(INIT, "MOECCL_TOPO_FILE %s describes %d ranks, this communicator has %d: discovering its "
-               "topology instead", path, t->nranks, nranks);
+    INFO(INIT,
+         "MOECCL_TOPO_FILE %s describes %d ranks, this communicator has %d: discovering its "
+         "topology instead",
+         path, t->nranks, nranks);
     moeccl_topo_free(t);
     return from_env(t, nranks, node_of, err, errlen);
   }
