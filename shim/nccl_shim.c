@@ -27,7 +27,10 @@
 
 static __thread char shim_error[256];
 
+/* A forwarded call's result; when it failed, moeccl's text is the newest
+ * error (ncclGetLastError), not an earlier refusal of the drop-in's. */
 static ncclResult_t res(moecclResult_t r) {
+  if (r != moecclSuccess) shim_error[0] = '\0';
   return r == moecclTimeout ? (ncclResult_t)moecclSystemError : (ncclResult_t)r;
 }
 

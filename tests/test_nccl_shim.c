@@ -99,6 +99,11 @@ static void single_process(void) {
   ncclComm_t all[2];
   int devs[2] = {0, 1};
   CHECK(ncclCommInitAll(all, 2, devs) == 5, "ncclCommInitAll accepted");
+  /* a later failure of moeccl's own is the text ncclGetLastError gives */
+  CHECK(ncclAllReduce(a, b, 3, (ncclDataType_t)99, (ncclRedOp_t)0, comm, NULL) == 4,
+        "a bad datatype was accepted");
+  CHECK(strstr(ncclGetLastError(comm), "drop-in") == NULL, "a stale refusal hides the error: %s",
+        ncclGetLastError(comm));
   OK(ncclCommDestroy(comm));
 }
 
