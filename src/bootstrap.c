@@ -17,7 +17,7 @@
 typedef struct {
   uint32_t magic;
   uint32_t version;
-  uint64_t nonce;
+  uint8_t secret[MOECCL_SECRET_BYTES];
   moeccl_sockaddr_t root;
 } id_layout_t;
 _Static_assert(sizeof(id_layout_t) <= MOECCL_UNIQUE_ID_BYTES, "unique id layout too large");
@@ -116,8 +116,9 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   memset(&l, 0, sizeof(l));
   l.magic = ID_MAGIC;
   l.version = MOECCL_VERSION_CODE;
-  if (getrandom(&l.nonce, sizeof(l.nonce), 0) != sizeof(l.nonce))
-    l.nonce = (uint64_t)getpid() ^ (uint64_t)moeccl_now();
+  if (getrandom(l.secret, sizeof(l.secret), 0) != (ssize_t)sizeof(l.secret))
+    return moeccl_error(NULL, moecclSystemError,
+                        "moecclGetUniqueId: no random bytes for the id's secret (getrandom)");
   const char* fixed = moeccl_param_str("MOECCL_COMM_ID");
   if (fixed && *fixed) {
     if (moeccl_sockaddr_parse(fixed, &l.root) != moecclSuccess)
@@ -131,7 +132,7 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   root_args_t* a = malloc(sizeof(*a));
   if (!a) return close(fd), moecclSystemError;
   a->listen_fd = fd;
-  a->nonce = l.nonce;
+  a->nonce = moeccl_secret_tag(l.secret);
   a->timeout = moeccl_param_timeout();
   pthread_t t;
   pthread_attr_t attr;
@@ -151,11 +152,12 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   return moecclSuccess;
 }
 
-moecclResult_t moeccl_bootstrap_id_nonce(const moecclUniqueId* id, uint64_t* nonce) {
+moecclResult_t moeccl_bootstrap_id_secret(const moecclUniqueId* id,
+                                          uint8_t secret[MOECCL_SECRET_BYTES]) {
   id_layout_t l;
   memcpy(&l, id->internal, sizeof(l));
   if (l.magic != ID_MAGIC) return moecclInvalidArgument;
-  *nonce = l.nonce;
+  memcpy(secret, l.secret, sizeof(l.secret));
   return moecclSuccess;
 }
 
@@ -181,7 +183,7 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   }
   self->listen_addr = local;
   moeccl_bootstrap_alive_socket(&local, &self->alive_addr);
-  hello_t h = {HELLO_MAGIC, rank, nranks, 0, l->nonce};
+  hello_t h = {HELLO_MAGIC, rank, nranks, 0, moeccl_secret_tag(l->secret)};
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, &h, sizeof(h), deadline);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, self, sizeof(*self), deadline);
   int32_t status = 0;
@@ -218,7 +220,8 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
   if (rc != moecclSuccess)
     return moeccl_error(NULL, rc, "bootstrap: could not join the rendezvous within %.0f s",
                         timeout);
-  return moeccl_bootstrap_ring(l.nonce, rank, nranks, timeout, listen_fd, peers, out);
+  return moeccl_bootstrap_ring(moeccl_secret_tag(l.secret), rank, nranks, timeout, listen_fd, peers,
+                               out);
 }
 
 typedef struct {

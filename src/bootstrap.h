@@ -17,11 +17,12 @@ typedef struct moeccl_bootstrap {
   double timeout;
 } moeccl_bootstrap_t;
 
-/* Fills id with a fresh nonce and the root address and starts the rendezvous
- * thread (MOECCL_COMM_ID fixes the address). */
+/* Fills id with a fresh 128-bit secret (getrandom) and the root address and
+ * starts the rendezvous thread (MOECCL_COMM_ID fixes the address). */
 moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id);
-/* Decodes the nonce of a valid id; moecclInvalidArgument if it is not one. */
-moecclResult_t moeccl_bootstrap_id_nonce(const moecclUniqueId* id, uint64_t* nonce);
+/* Decodes the secret of a valid id; moecclInvalidArgument if it is not one. */
+moecclResult_t moeccl_bootstrap_id_secret(const moecclUniqueId* id,
+                                          uint8_t secret[MOECCL_SECRET_BYTES]);
 /* Joins the rendezvous of id; fills peers[nranks] (self's entry filled by the
  * caller except listen_addr) and returns the connected ring. */
 moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nranks, double timeout,

@@ -4,6 +4,7 @@
 #include "core.h"
 #include "enqueue.h"
 #include "param.h"
+#include "sha256.h"
 #include "tune/tuner.h"
 
 #include <stdio.h>
@@ -73,13 +74,33 @@ static void fill_self_info(moeccl_peer_info_t* self, int rank) {
   moeccl_cpu_mask(self->cpu_mask);
 }
 
-static moecclResult_t comm_alloc(int rank, int nranks, uint64_t nonce, moeccl_comm_t** out) {
+uint64_t moeccl_secret_tag(const uint8_t secret[MOECCL_SECRET_BYTES]) {
+  uint8_t d[32];
+  moeccl_sha256_labelled("moeccl-comm", secret, MOECCL_SECRET_BYTES, d);
+  uint64_t tag;
+  memcpy(&tag, d, sizeof(tag));
+  return tag;
+}
+
+void moeccl_secret_split(const uint8_t parent[MOECCL_SECRET_BYTES], uint64_t split_count,
+                         int32_t color, uint8_t out[MOECCL_SECRET_BYTES]) {
+  uint8_t in[MOECCL_SECRET_BYTES + 12], d[32];
+  memcpy(in, parent, MOECCL_SECRET_BYTES);
+  memcpy(in + MOECCL_SECRET_BYTES, &split_count, 8);
+  memcpy(in + MOECCL_SECRET_BYTES + 8, &color, 4);
+  moeccl_sha256_labelled("moeccl-split", in, sizeof(in), d);
+  memcpy(out, d, MOECCL_SECRET_BYTES);
+}
+
+static moecclResult_t comm_alloc(int rank, int nranks, const uint8_t secret[MOECCL_SECRET_BYTES],
+                                 moeccl_comm_t** out) {
   moeccl_comm_t* c = calloc(1, sizeof(*c));
   if (!c) return moecclSystemError;
   c->magic = MOECCL_COMM_MAGIC;
   c->rank = rank;
   c->nranks = nranks;
-  c->nonce = nonce;
+  memcpy(c->secret, secret, MOECCL_SECRET_BYTES);
+  c->nonce = moeccl_secret_tag(secret);
   c->timeout = moeccl_param_timeout();
   c->forced_algo = -1;
   c->forced_moe = -1;
@@ -167,12 +188,13 @@ MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nr
     return moeccl_error(NULL, moecclInvalidArgument,
                         "moecclCommInitRank: rank %d out of range [0,%d)", rank, nranks);
   MOECCL_CHECK(check_config(NULL, config));
-  uint64_t nonce;
-  if (moeccl_bootstrap_id_nonce(&commId, &nonce) != moecclSuccess)
+  uint8_t secret[MOECCL_SECRET_BYTES];
+  if (moeccl_bootstrap_id_secret(&commId, secret) != moecclSuccess)
     return moeccl_error(NULL, moecclInvalidArgument,
                         "moecclCommInitRank: commId is not an id from moecclGetUniqueId");
   moeccl_comm_t* c;
-  MOECCL_CHECK(comm_alloc(rank, nranks, nonce, &c));
+  MOECCL_CHECK(comm_alloc(rank, nranks, secret, &c));
+  memset(secret, 0, sizeof(secret));
   moeccl_peer_info_t self;
   fill_self_info(&self, rank);
   moecclResult_t rc =
@@ -216,11 +238,12 @@ static moecclResult_t split_build(moeccl_comm_t* parent, const split_entry_t* me
                                   moeccl_comm_t** out) {
   int me = 0;
   while (members[me].old_rank != parent->rank) me++;
-  uint64_t nonce = parent->nonce * 0x9e3779b97f4a7c15ULL +
-                   (uint64_t)parent->split_count * 0x100000001b3ULL +
-                   (uint64_t)(uint32_t)members[0].color + 1;
+  uint8_t secret[MOECCL_SECRET_BYTES];
+  moeccl_secret_split(parent->secret, (uint64_t)parent->split_count, members[0].color, secret);
   moeccl_comm_t* c;
-  MOECCL_CHECK(comm_alloc(me, m, nonce, &c));
+  MOECCL_CHECK(comm_alloc(me, m, secret, &c));
+  memset(secret, 0, sizeof(secret));
+  uint64_t nonce = c->nonce;
   for (int i = 0; i < m; i++) {
     c->peers[i] = parent->peers[members[i].old_rank];
     c->peers[i].rank = i;

@@ -44,10 +44,25 @@ struct moeccl_bootstrap;
 struct moeccl_transport_ops;
 struct moeccl_req;
 
+#define MOECCL_SECRET_BYTES 16
+/* The public tag of a secret: the first 8 bytes of SHA-256("moeccl-comm", secret). */
+uint64_t moeccl_secret_tag(const uint8_t secret[MOECCL_SECRET_BYTES]);
+/* A split communicator's secret from its parent's, the split's sequence
+ * number and the new communicator's color (one-way: a child's name or tag
+ * gives away neither its parent's nor a sibling's). */
+void moeccl_secret_split(const uint8_t parent[MOECCL_SECRET_BYTES], uint64_t split_count,
+                         int32_t color, uint8_t out[MOECCL_SECRET_BYTES]);
+
 struct moecclComm {
   uint64_t magic;
   int rank, nranks;
-  uint64_t nonce; /* unique per communicator; names its shared-memory segment */
+  /* The unique id's 128-bit secret (a split's is derived from its parent's,
+   * moeccl_secret_split): never logged, never in a name or on the wire
+   * itself; what is public comes from it by one-way functions (sha256.h):
+   * nonce, the communicator's tag in the bootstrap's messages and logs,
+   * and the shared-memory segment's name (shm.c). */
+  uint8_t secret[MOECCL_SECRET_BYTES];
+  uint64_t nonce;
   char name[64];
   moeccl_peer_info_t* peers;
   int local_rank, nlocal;

@@ -9,14 +9,18 @@
  * destroyed before the parent.  Then a run where every rank makes the world
  * communicator with a non-blocking moecclCommInitRankConfig.
  */
+#include <dirent.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "mp_harness.h"
 
 /* A checked alltoall on comm, whose ranks are me of n. */
-static int alltoall_on(moecclComm_t comm, int me, int n, size_t count, uint64_t seed, const char* what) {
+static int alltoall_on(moecclComm_t comm, int me, int n, size_t count, uint64_t seed,
+                       const char* what) {
   unsigned char* s = mp_xmalloc(count * 4 * (size_t)n);
   unsigned char* r = mp_xmalloc(count * 4 * (size_t)n + 64);
   for (int p = 0; p < n; p++) mp_fill(s + p * count * 4, 4, count, seed, me, p, 0);
@@ -38,11 +42,14 @@ static int check_shape(moecclComm_t c, int expect_count, int expect_rank, const 
   int count = -1, rank = -1;
   MP_OK_COMM(c, moecclCommCount(c, &count));
   MP_OK_COMM(c, moecclCommUserRank(c, &rank));
-  MP_CHECK(count == expect_count, "%s: moecclCommCount gave %d, expected %d", what, count, expect_count);
-  MP_CHECK(rank == expect_rank, "%s: moecclCommUserRank gave %d, expected %d", what, rank, expect_rank);
+  MP_CHECK(count == expect_count, "%s: moecclCommCount gave %d, expected %d", what, count,
+           expect_count);
+  MP_CHECK(rank == expect_rank, "%s: moecclCommUserRank gave %d, expected %d", what, rank,
+           expect_rank);
   moecclResult_t async = moecclInternalError;
   MP_OK_COMM(c, moecclCommGetAsyncError(c, &async));
-  MP_CHECK(async == moecclSuccess, "%s: async error %d (%s)", what, (int)async, moecclGetErrorString(async));
+  MP_CHECK(async == moecclSuccess, "%s: async error %d (%s)", what, (int)async,
+           moecclGetErrorString(async));
   return 0;
 }
 
@@ -57,8 +64,8 @@ typedef struct {
 static void* thread_main(void* arg) {
   thread_job* j = arg;
   for (int it = 0; it < j->iters && !j->rc; it++)
-    j->rc = alltoall_on(j->comm, j->rank, j->n, 100 + (size_t)(it % 7) * 1500, j->seed + (uint64_t)it,
-                        "alltoall from a second thread");
+    j->rc = alltoall_on(j->comm, j->rank, j->n, 100 + (size_t)(it % 7) * 1500,
+                        j->seed + (uint64_t)it, "alltoall from a second thread");
   return NULL;
 }
 
@@ -71,7 +78,8 @@ static int two_threads(moecclComm_t comm, int rank, int n, uint64_t seed) {
   MP_CHECK(pthread_create(&t, NULL, thread_main, &other) == 0, "pthread_create failed");
   int rc = 0;
   for (int it = 0; it < 40 && !rc; it++)
-    rc = alltoall_on(ca, rank, n, 3000 - (size_t)(it % 5) * 500, seed + (uint64_t)it, "alltoall from the main thread");
+    rc = alltoall_on(ca, rank, n, 3000 - (size_t)(it % 5) * 500, seed + (uint64_t)it,
+                     "alltoall from the main thread");
   pthread_join(t, NULL);
   MP_CHECK(!rc && !other.rc, "two threads on two communicators failed");
   MP_OK_COMM(NULL, moecclCommDestroy(cb));
@@ -87,7 +95,9 @@ static int split_leaks(moecclComm_t comm, int rank, int n, uint64_t seed) {
     moecclComm_t c = NULL;
     MP_OK(moecclCommSplit(comm, rank % 2, rank, &c, NULL));
     int size = (n + 1 - rank % 2) / 2;
-    if (alltoall_on(c, rank / 2, size, 5000, seed + (uint64_t)it, "alltoall on a short-lived child")) return 1;
+    if (alltoall_on(c, rank / 2, size, 5000, seed + (uint64_t)it,
+                    "alltoall on a short-lived child"))
+      return 1;
     void* m = NULL;
     MP_OK(moecclMemAlloc(&m, 1 << 20));
     MP_OK(moecclMemFree(m));
@@ -97,8 +107,47 @@ static int split_leaks(moecclComm_t comm, int rank, int n, uint64_t seed) {
   return 0;
 }
 
+/* Variant "secret" (every rank logs SHM at INFO into one file): the names
+ * of the shared-memory segments the ranks made, which anyone may list in
+ * /dev/shm while they exist, carry no 8 consecutive bytes of the unique id
+ * in hex, in either byte order, and every communicator's name differs (a
+ * split's comes from its own derived secret). */
+static int names_keep_secret(void) {
+  char path[256], line[512], names[64][96];
+  int nn = 0;
+  snprintf(path, sizeof(path), "/tmp/mp_split_secret.log"); /* every rank's lines */
+  FILE* f = fopen(path, "r");
+  MP_CHECK(f != NULL, "secret: no log %s", path);
+  while (f && fgets(line, sizeof(line), f) && nn < 64) {
+    const char* at = strstr(line, "shm: segment ");
+    if (at && sscanf(at + 13, "%95s", names[nn]) == 1) nn++;
+  }
+  if (f) fclose(f);
+  unlink(path);
+  MP_CHECK(nn >= 4, "secret: %d segment names logged, want the parent's and the splits'", nn);
+  const unsigned char* id = (const unsigned char*)mp_unique_id.internal;
+  for (int k = 0; k < nn; k++) {
+    for (int o = 0; o + 8 <= MOECCL_UNIQUE_ID_BYTES; o++) {
+      char fw[17], bw[17];
+      int zero = 1; /* runs of zero bytes (the id's padding) prove nothing */
+      for (int i = 0; i < 8; i++) {
+        zero &= id[o + i] == 0;
+        snprintf(fw + 2 * i, 3, "%02x", id[o + i]);
+        snprintf(bw + 2 * i, 3, "%02x", id[o + 7 - i]);
+      }
+      MP_CHECK(zero || (!strstr(names[k], fw) && !strstr(names[k], bw)),
+               "secret: segment %s carries the id's bytes %d-%d", names[k], o, o + 7);
+    }
+    for (int q = 0; q < k; q++)
+      MP_CHECK(strcmp(names[k], names[q]) != 0, "secret: two communicators share segment %s",
+               names[k]);
+  }
+  return 0;
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
+
   uint64_t seed = mp_mix64((uint64_t)n * 7919);
 
   /* Split 1: color rank%2, key -rank: new rank = same-color ranks above me. */
@@ -150,8 +199,10 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
     MP_OK_COMM(c1, moecclAlltoAll(s1, r1, c, moecclInt32, c1, NULL));
     MP_OK(moecclAlltoAll(s0, r0, c, moecclInt32, comm, NULL));
     MP_OK(moecclGroupEnd());
-    for (int p = 0; p < size1; p++) MP_CHECK_BLOCK("grouped alltoall on child", r1 + p * c * 4, 4, c, seed ^ 10, p, rank1, 0);
-    for (int p = 0; p < n; p++) MP_CHECK_BLOCK("grouped alltoall on parent", r0 + p * c * 4, 4, c, seed ^ 11, p, rank, 0);
+    for (int p = 0; p < size1; p++)
+      MP_CHECK_BLOCK("grouped alltoall on child", r1 + p * c * 4, 4, c, seed ^ 10, p, rank1, 0);
+    for (int p = 0; p < n; p++)
+      MP_CHECK_BLOCK("grouped alltoall on parent", r0 + p * c * 4, 4, c, seed ^ 11, p, rank, 0);
     free(s1), free(r1), free(s0), free(r0);
   }
 
@@ -161,15 +212,16 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
     nb.blocking = 0;
     moecclComm_t c4 = NULL;
     moecclResult_t res = moecclCommSplit(comm, 0, n - rank, &c4, &nb);
-    MP_CHECK(res == moecclSuccess || res == moecclInProgress, "non-blocking split returned %d (%s): %s", (int)res,
-             moecclGetErrorString(res), mp_last_error_text(comm));
+    MP_CHECK(res == moecclSuccess || res == moecclInProgress,
+             "non-blocking split returned %d (%s): %s", (int)res, moecclGetErrorString(res),
+             mp_last_error_text(comm));
     MP_CHECK(c4 != NULL, "non-blocking split returned %d without setting newcomm", (int)res);
     while (res == moecclInProgress) {
       usleep(1000);
       MP_OK_COMM(c4, moecclCommGetAsyncError(c4, &res));
     }
-    MP_CHECK(res == moecclSuccess, "non-blocking split ended with %d (%s): %s", (int)res, moecclGetErrorString(res),
-             mp_last_error_text(c4));
+    MP_CHECK(res == moecclSuccess, "non-blocking split ended with %d (%s): %s", (int)res,
+             moecclGetErrorString(res), mp_last_error_text(c4));
     if (check_shape(c4, n, n - 1 - rank, "non-blocking split, key n-rank")) return 1;
     if (alltoall_on(c4, n - 1 - rank, n, 99, seed ^ 12, "alltoall on non-blocking split")) return 1;
     MP_OK_COMM(NULL, moecclCommDestroy(c4));
@@ -188,9 +240,13 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   /* Children first, then (in the harness) the parent. */
   MP_OK_COMM(NULL, moecclCommDestroy(c3));
   if (c2) MP_OK_COMM(NULL, moecclCommDestroy(c2));
-  if (alltoall_on(c1, rank1, size1, 10, seed ^ 6, "alltoall on child after sibling destroyed")) return 1;
+  if (alltoall_on(c1, rank1, size1, 10, seed ^ 6, "alltoall on child after sibling destroyed"))
+    return 1;
   MP_OK_COMM(NULL, moecclCommDestroy(c1));
-  if (alltoall_on(comm, rank, n, 64, seed ^ 7, "alltoall on parent after children destroyed")) return 1;
+  if (alltoall_on(comm, rank, n, 64, seed ^ 7, "alltoall on parent after children destroyed"))
+    return 1;
+  /* every rank's communicators are made by now: the alltoall waited for all */
+  if (getenv("MP_SPLIT_SECRET") && rank == 0 && names_keep_secret()) return 1;
   return 0;
 }
 
@@ -203,30 +259,41 @@ static int body_nonblocking_init(moecclComm_t unused, int rank, int n, void* arg
   config.commName = "mp_split.nonblocking";
   moecclComm_t comm = NULL;
   moecclResult_t res = moecclCommInitRankConfig(&comm, n, mp_unique_id, rank, &config);
-  MP_CHECK(res == moecclSuccess || res == moecclInProgress, "non-blocking init returned %d (%s): %s", (int)res,
-           moecclGetErrorString(res), mp_last_error_text(NULL));
+  MP_CHECK(res == moecclSuccess || res == moecclInProgress,
+           "non-blocking init returned %d (%s): %s", (int)res, moecclGetErrorString(res),
+           mp_last_error_text(NULL));
   MP_CHECK(comm != NULL, "non-blocking init returned %d without setting comm", (int)res);
   while (res == moecclInProgress) {
     usleep(1000);
     MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &res));
   }
-  MP_CHECK(res == moecclSuccess, "non-blocking init ended with %d (%s): %s", (int)res, moecclGetErrorString(res),
-           mp_last_error_text(comm));
+  MP_CHECK(res == moecclSuccess, "non-blocking init ended with %d (%s): %s", (int)res,
+           moecclGetErrorString(res), mp_last_error_text(comm));
   if (check_shape(comm, n, rank, "non-blocking init")) return 1;
   if (alltoall_on(comm, rank, n, 1234, 0xB10C, "alltoall after non-blocking init")) return 1;
   MP_OK_COMM(NULL, moecclCommDestroy(comm));
   return 0;
 }
 
+static const mp_variant variants[] = {
+    {"secret",
+     {"MP_SPLIT_SECRET=1", "MOECCL_DEBUG=INFO", "MOECCL_DEBUG_SUBSYS=SHM",
+      "MOECCL_DEBUG_FILE=/tmp/mp_split_secret.log"},
+     "4"},
+    {NULL, {NULL}, NULL},
+};
+
 int main(int argc, char** argv) {
-  int overall = mp_main(argc, argv, mp_default_ranks, body, NULL, 120, NULL);
+  unlink("/tmp/mp_split_secret.log");
+  int overall = mp_main(argc, argv, mp_default_ranks, body, NULL, 120, variants);
   if (mp_want("nbinit")) {
     int ranks[64];
     int n = mp_parse_ranks(argc, argv, mp_default_ranks, ranks, 64);
     mp_opts opts = MP_OPTS_DEFAULT;
     opts.no_init = 1;
     printf("non-blocking init:\n");
-    for (int i = 0; i < n; i++) overall = mp_fold(overall, mp_run_opts(ranks[i], body_nonblocking_init, NULL, &opts));
+    for (int i = 0; i < n; i++)
+      overall = mp_fold(overall, mp_run_opts(ranks[i], body_nonblocking_init, NULL, &opts));
   }
   return overall;
 }

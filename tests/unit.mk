@@ -33,3 +33,9 @@ check_PROGRAMS += tests/test_device
 TESTS += tests/test_device
 tests_test_device_SOURCES = tests/test_device.c
 tests_test_device_LDADD = libmoeccl_core.la
+
+# SHA-256 and the secrets public names derive from.
+check_PROGRAMS += tests/test_secret
+TESTS += tests/test_secret
+tests_test_secret_SOURCES = tests/test_secret.c
+tests_test_secret_LDADD = libmoeccl_core.la

@@ -16,6 +16,7 @@
 #include "param.h"
 #include "reduce.h"
 #include "rows.h"
+#include "sha256.h"
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -242,8 +243,16 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
     s->peers[l] =
         (shm_peer_t){.comm_rank = comm->local_ranks[l], .pid = pi->pid, .pid_start = pi->pid_start};
   }
-  snprintf(s->name, sizeof(s->name), "/moeccl-%016llx-%016llx", (unsigned long long)comm->nonce,
-           (unsigned long long)comm->peers[comm->rank].host_hash);
+  /* named by a one-way function of the secret and the node: anyone may list
+   * /dev/shm, and a name must give away neither the secret nor the tag
+   * that joins the bootstrap */
+  uint8_t in[MOECCL_SECRET_BYTES + 8], d[32];
+  memcpy(in, comm->secret, MOECCL_SECRET_BYTES);
+  memcpy(in + MOECCL_SECRET_BYTES, &comm->peers[comm->rank].host_hash, 8);
+  moeccl_sha256_labelled("moeccl-shm", in, sizeof(in), d);
+  int o = snprintf(s->name, sizeof(s->name), "/moeccl-");
+  for (int i = 0; i < 16 && o + 3 < (int)sizeof(s->name); i++)
+    o += snprintf(s->name + o, sizeof(s->name) - (size_t)o, "%02x", d[i]);
   s->size = segment_size(s);
   *out = s;
   return moecclSuccess;
@@ -262,6 +271,8 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   MOECCL_CHECK(state_alloc(comm, &s));
   int needed = comm->nlocal > 1, ok = 1;
   if (needed && s->me == 0) ok = map_segment(s, 1) == 0;
+  if (needed && s->me == 0)
+    INFO(SHM, "shm: segment %s of %zu bytes for %d local ranks", s->name, s->size, comm->nlocal);
   moecclResult_t rc = moeccl_bootstrap_barrier(comm->boot);
   if (rc == moecclSuccess && needed && s->me != 0 && ok) ok = map_segment(s, 0) == 0;
   if (rc == moecclSuccess) rc = moeccl_bootstrap_barrier(comm->boot);
