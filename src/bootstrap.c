@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,14 +38,35 @@ typedef struct {
   double timeout;
 } root_args_t;
 
-/* Reads a hello from a connecting rank and checks it belongs to this root. */
-static int root_read_hello(int fd, const root_args_t* a, double deadline, hello_t* h,
-                           moeccl_peer_info_t* info) {
-  if (moeccl_socket_recv(fd, h, sizeof(*h), deadline) != moecclSuccess) return -1;
-  if (h->magic != HELLO_MAGIC || h->nonce != a->nonce || h->nranks <= 0 || h->rank < 0 ||
-      h->rank >= h->nranks)
-    return -1;
-  return moeccl_socket_recv(fd, info, sizeof(*info), deadline) == moecclSuccess ? 0 : -1;
+/* Whether a hello belongs to this root's rendezvous. */
+static int hello_ok(const hello_t* h, const root_args_t* a) {
+  return h->magic == HELLO_MAGIC && h->nonce == a->nonce && h->nranks > 0 && h->rank >= 0 &&
+         h->rank < h->nranks;
+}
+
+/* A connection the root has accepted and not yet placed: it must send its
+ * hello and peer info within HELLO_WAIT seconds of connecting, or it is
+ * dropped (and logged); many are served at once, so none can hold up the
+ * rendezvous. */
+#define HELLO_WAIT 5.0
+#define MAX_PENDING 256
+typedef struct {
+  int fd;
+  double deadline;
+  size_t got;
+  moeccl_sockaddr_t from;
+  struct {
+    hello_t h;
+    moeccl_peer_info_t info;
+  } msg;
+} pending_t;
+
+static void drop(pending_t* p, const char* why) {
+  char s[64];
+  WARN(BOOT, "rendezvous: dropped a connection from %s: %s (%zu of %zu bytes)",
+       moeccl_sockaddr_str(&p->from, s, sizeof(s)), why, p->got, sizeof(p->msg));
+  close(p->fd);
+  p->fd = -1;
 }
 
 /* Sends the whole table to every rank; a rank told nranks=-1 knows the job was
@@ -57,22 +80,75 @@ static void root_reply(int* fds, int n, moeccl_peer_info_t* infos, int ok, doubl
   }
 }
 
+/* Serves the listening socket and every pending connection with poll until
+ * one pending connection has sent a whole hello and info (returns its
+ * index, the message in p[i].msg, the fd still open) or the deadline. */
+static int next_hello(const root_args_t* a, pending_t* p, int* np, double deadline) {
+  struct pollfd fds[MAX_PENDING + 1];
+  for (;;) {
+    double now = moeccl_now(), wake = deadline;
+    int k = 0;
+    for (int i = 0; i < *np; i++) {
+      if (p[i].fd >= 0 && now > p[i].deadline) drop(&p[i], "no hello in time");
+      if (p[i].fd < 0) { /* compact */
+        p[i--] = p[--*np];
+        continue;
+      }
+      if (p[i].deadline < wake) wake = p[i].deadline;
+    }
+    if (now > deadline) return -1;
+    fds[k++] = (struct pollfd){.fd = a->listen_fd, .events = POLLIN};
+    for (int i = 0; i < *np; i++) fds[k++] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+    int ms = (int)((wake - now) * 1000.0) + 1;
+    if (poll(fds, (nfds_t)k, ms > 0 ? ms : 1) < 0 && errno != EINTR) return -1;
+    if (fds[0].revents & POLLIN) {
+      moeccl_sockaddr_t from;
+      socklen_t len = sizeof(from);
+      memset(&from, 0, sizeof(from));
+      int fd = accept4(a->listen_fd, &from.sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0 && *np == MAX_PENDING) {
+        WARN(BOOT, "rendezvous: %d connections wait for their hello; refusing another",
+             MAX_PENDING);
+        close(fd);
+      } else if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        p[(*np)++] = (pending_t){fd, moeccl_now() + HELLO_WAIT, 0, from, {{0}, {0}}};
+      }
+    }
+    for (int i = 0, j = 1; i < *np && j < k; i++, j++) {
+      if (!(fds[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t r = recv(p[i].fd, (char*)&p[i].msg + p[i].got, sizeof(p[i].msg) - p[i].got, 0);
+      if (r <= 0) {
+        if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        drop(&p[i], "closed before its hello");
+        continue;
+      }
+      p[i].got += (size_t)r;
+      if (p[i].got >= sizeof(p[i].msg.h) && !hello_ok(&p[i].msg.h, a)) {
+        drop(&p[i], "not a hello of this rendezvous");
+        continue;
+      }
+      if (p[i].got == sizeof(p[i].msg)) return i;
+    }
+  }
+}
+
 static void* root_thread(void* arg) {
   root_args_t a = *(root_args_t*)arg;
   free(arg);
   double deadline = moeccl_now() + a.timeout;
-  int n = -1, joined = 0, ok = 1;
+  int n = -1, joined = 0, ok = 1, np = 0;
   int* fds = NULL;
   moeccl_peer_info_t* infos = NULL;
-  while (n < 0 || joined < n) {
-    int fd;
-    if (moeccl_socket_accept(a.listen_fd, deadline, &fd) != moecclSuccess) break;
-    hello_t h;
-    moeccl_peer_info_t info;
-    if (root_read_hello(fd, &a, deadline, &h, &info) != 0) {
-      close(fd); /* a stray connection: not one of ours */
-      continue;
-    }
+  pending_t* pend = malloc(sizeof(pending_t) * MAX_PENDING);
+  while (pend && (n < 0 || joined < n)) {
+    int i = next_hello(&a, pend, &np, deadline);
+    if (i < 0) break;
+    int fd = pend[i].fd;
+    hello_t h = pend[i].msg.h;
+    moeccl_peer_info_t info = pend[i].msg.info;
+    pend[i] = pend[--np];
     if (n < 0) {
       n = h.nranks;
       fds = malloc(sizeof(int) * (size_t)n);
@@ -105,6 +181,8 @@ static void* root_thread(void* arg) {
   }
   for (int i = 0; fds && i < n; i++)
     if (fds[i] >= 0) close(fds[i]);
+  for (int i = 0; pend && i < np; i++) close(pend[i].fd);
+  free(pend);
   free(fds);
   free(infos);
   close(a.listen_fd);
@@ -247,10 +325,16 @@ moecclResult_t moeccl_bootstrap_ring(uint64_t nonce, int rank, int nranks, doubl
       int fd;
       rc = moeccl_socket_accept(listen_fd, deadline, &fd);
       if (rc != moecclSuccess) break;
-      if (moeccl_socket_recv(fd, &got, sizeof(got), deadline) == moecclSuccess &&
-          got.magic == HELLO_MAGIC && got.nonce == nonce && got.rank == prev)
+      /* a stray connection gets HELLO_WAIT seconds, not the whole deadline */
+      double hd = moeccl_now() + HELLO_WAIT < deadline ? moeccl_now() + HELLO_WAIT : deadline;
+      if (moeccl_socket_recv(fd, &got, sizeof(got), hd) == moecclSuccess &&
+          got.magic == HELLO_MAGIC && got.nonce == nonce && got.rank == prev) {
         b->prev_fd = fd;
-      else close(fd);
+      } else {
+        WARN(BOOT, "rank %d: dropped a connection to its ring socket that sent no hello of rank %d",
+             rank, prev);
+        close(fd);
+      }
     }
   }
   if (rc != moecclSuccess) {

@@ -19,7 +19,8 @@ MP_TESTS = \
 	tests/mp_split \
 	tests/mp_hoststream \
 	tests/mp_badargs \
-	tests/mp_killpeer
+	tests/mp_killpeer \
+	tests/mp_strays
 
 check_PROGRAMS += $(MP_TESTS)
 TESTS += $(MP_TESTS)
@@ -38,5 +39,7 @@ tests_mp_hoststream_SOURCES = tests/mp_hoststream.c $(MP_HARNESS_SOURCES)
 tests_mp_hoststream_LDADD = libmoeccl.la
 tests_mp_badargs_SOURCES = tests/mp_badargs.c $(MP_HARNESS_SOURCES)
 tests_mp_badargs_LDADD = libmoeccl.la
+tests_mp_strays_SOURCES = tests/mp_strays.c
+tests_mp_strays_LDADD = libmoeccl.la -lpthread
 tests_mp_killpeer_SOURCES = tests/mp_killpeer.c $(MP_HARNESS_SOURCES)
 tests_mp_killpeer_LDADD = libmoeccl.la

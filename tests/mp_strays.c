@@ -1,0 +1,134 @@
+/*
+ * mp_strays.c - strangers on the rendezvous port cannot stall a
+ * communicator.  The root listens on a fixed local port (MOECCL_COMM_ID);
+ * before the ranks join, this process opens connections to it that send
+ * nothing, fewer bytes than a hello, 300 bytes of garbage, and one byte
+ * every 200 ms, and keeps them open; then 3 forked ranks (MOECCL_TIMEOUT
+ * 120 s) create the communicator and check an AllReduce.  The ranks must
+ * finish within the run's deadline of 60 s: a root that waited on a stray
+ * for the whole MOECCL_TIMEOUT would miss it (both times MP_DEADLINE_SCALE
+ * times longer in slow builds).  Run twice: the strays connected before
+ * any rank, and while the root waits for the last one.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "moeccl.h"
+
+#define RANKS 3
+static int scale = 1; /* MP_DEADLINE_SCALE: slow builds stretch both times alike */
+
+static int port_free(void) { /* a port the kernel just had free */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  if (fd < 0 || bind(fd, (struct sockaddr*)&a, sizeof(a)) != 0 ||
+      getsockname(fd, (struct sockaddr*)&a, &len) != 0)
+    return -1;
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static int stray(int port, const void* bytes, size_t n) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd < 0 || connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) return -1;
+  if (n && send(fd, bytes, n, MSG_NOSIGNAL) != (ssize_t)n) return -1;
+  return fd;
+}
+
+static volatile int trickling = 1;
+static void* trickle(void* arg) {
+  int fd = *(int*)arg;
+  while (trickling && send(fd, "x", 1, MSG_NOSIGNAL) == 1) usleep(200000);
+  return NULL;
+}
+
+static int rank_main(moecclUniqueId id, int rank) {
+  moecclComm_t comm;
+  if (moecclCommInitRank(&comm, RANKS, id, rank) != moecclSuccess) {
+    fprintf(stderr, "rank %d: init failed: %s\n", rank, moecclGetLastError(NULL));
+    return 1;
+  }
+  float in[64], out[64];
+  for (int i = 0; i < 64; i++) in[i] = (float)(rank + i);
+  moecclResult_t rc = moecclAllReduce(in, out, 64, moecclFloat32, moecclSum, comm, NULL);
+  int bad = rc != moecclSuccess;
+  for (int i = 0; i < 64 && !bad; i++) bad = out[i] != (float)(3 * i + 3);
+  if (bad) fprintf(stderr, "rank %d: AllReduce wrong (%d)\n", rank, (int)rc);
+  moecclCommDestroy(comm);
+  return bad;
+}
+
+/* One round: strays opened before (early) or after the ranks start. */
+static int round_with_strays(int early) {
+  int port = port_free();
+  if (port < 0) return perror("port"), 1;
+  char v[64];
+  snprintf(v, sizeof(v), "127.0.0.1:%d", port);
+  setenv("MOECCL_COMM_ID", v, 1);
+  snprintf(v, sizeof(v), "%d", 120 * scale);
+  setenv("MOECCL_TIMEOUT", v, 1);
+  moecclUniqueId id;
+  if (moecclGetUniqueId(&id) != moecclSuccess) return fprintf(stderr, "no id\n"), 1;
+  int fds[4] = {-1, -1, -1, -1};
+  char garbage[300];
+  for (size_t i = 0; i < sizeof(garbage); i++) garbage[i] = (char)(i * 131 + 7);
+  pthread_t t;
+  pid_t pids[RANKS];
+  /* early: the strays first, then every rank; else all ranks but the last
+   * join (the root then waits for it), the strays connect, the last rank. */
+  int first = early ? 0 : RANKS - 1;
+  for (int r = 0; r < first; r++)
+    if ((pids[r] = fork()) == 0) {
+      alarm(60 * (unsigned)scale);
+      _exit(rank_main(id, r));
+    }
+  if (!early) usleep(100000);
+  fds[0] = stray(port, NULL, 0);
+  fds[1] = stray(port, "MOEH", 4);
+  fds[2] = stray(port, garbage, sizeof(garbage));
+  fds[3] = stray(port, "x", 1);
+  for (int i = 0; i < 4; i++)
+    if (fds[i] < 0) return fprintf(stderr, "stray %d did not connect\n", i), 1;
+  trickling = 1;
+  pthread_create(&t, NULL, trickle, &fds[3]);
+  for (int r = first; r < RANKS; r++)
+    if ((pids[r] = fork()) == 0) {
+      alarm(60 * (unsigned)scale);
+      _exit(rank_main(id, r));
+    }
+  int failed = 0;
+  for (int r = 0; r < RANKS; r++) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "rank %d failed (status %d%s)\n", r, status,
+              WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ? ": stalled past 60 s" : "");
+      failed = 1;
+    }
+  }
+  trickling = 0;
+  pthread_join(t, NULL);
+  for (int i = 0; i < 4; i++) close(fds[i]);
+  return failed;
+}
+
+int main(void) {
+  const char* s = getenv("MP_DEADLINE_SCALE");
+  if (s && atoi(s) > 0) scale = atoi(s);
+  int failed = round_with_strays(1);
+  failed |= round_with_strays(0);
+  printf("mp_strays: %s\n", failed ? "FAIL" : "PASS");
+  return failed;
+}
