@@ -1,12 +1,14 @@
 /* Bootstrap: rendezvous at the root, then a TCP ring for setup collectives. */
 #include "bootstrap.h"
 #include "param.h"
+#include "sha256.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,24 +26,60 @@ typedef struct {
 } id_layout_t;
 _Static_assert(sizeof(id_layout_t) <= MOECCL_UNIQUE_ID_BYTES, "unique id layout too large");
 
+/* Authentication: whoever accepts a bootstrap connection first sends a
+ * fresh random challenge; the hello that comes back carries
+ * HMAC-SHA-256(key, challenge || the hello's fields), the key derived
+ * one-way from the communicator's secret (moeccl_auth_key).  So a hello
+ * proves knowledge of the secret without showing it, and a recorded one
+ * does not pass for another connection. */
+#define CHALLENGE_BYTES 16
+
 typedef struct {
   uint32_t magic;
   int32_t rank;
   int32_t nranks;
   uint32_t pad;
-  uint64_t nonce;
+  uint64_t nonce; /* the communicator's public tag */
+  uint8_t mac[32];
 } hello_t;
 
 typedef struct {
   int listen_fd;
   uint64_t nonce;
+  uint8_t key[32];
   double timeout;
 } root_args_t;
 
-/* Whether a hello belongs to this root's rendezvous. */
-static int hello_ok(const hello_t* h, const root_args_t* a) {
-  return h->magic == HELLO_MAGIC && h->nonce == a->nonce && h->nranks > 0 && h->rank >= 0 &&
-         h->rank < h->nranks;
+static void auth_key(const uint8_t secret[MOECCL_SECRET_BYTES], uint8_t key[32]) {
+  moeccl_sha256_labelled("moeccl-auth", secret, MOECCL_SECRET_BYTES, key);
+}
+
+/* The MAC of a message of n bytes (its mac field excluded: it comes last)
+ * answering challenge. */
+static void hello_mac(const uint8_t key[32], const uint8_t* challenge, const void* msg, size_t n,
+                      uint8_t out[32]) {
+  uint8_t buf[CHALLENGE_BYTES + 64];
+  memcpy(buf, challenge, CHALLENGE_BYTES);
+  memcpy(buf + CHALLENGE_BYTES, msg, n);
+  moeccl_hmac_sha256(key, 32, buf, CHALLENGE_BYTES + n, out);
+}
+
+static int same_mac(const uint8_t* a, const uint8_t* b) { /* constant time */
+  uint8_t d = 0;
+  for (int i = 0; i < 32; i++) d |= a[i] ^ b[i];
+  return d == 0;
+}
+
+static int random_bytes(uint8_t* p, size_t n) { return getrandom(p, n, 0) == (ssize_t)n ? 0 : -1; }
+
+/* Whether a hello belongs to this root's rendezvous and answers challenge. */
+static int hello_ok(const hello_t* h, const root_args_t* a, const uint8_t* challenge) {
+  if (h->magic != HELLO_MAGIC || h->nonce != a->nonce || h->nranks <= 0 || h->rank < 0 ||
+      h->rank >= h->nranks)
+    return 0;
+  uint8_t mac[32];
+  hello_mac(a->key, challenge, h, offsetof(hello_t, mac), mac);
+  return same_mac(mac, h->mac);
 }
 
 /* A connection the root has accepted and not yet placed: it must send its
@@ -54,6 +92,7 @@ typedef struct {
   int fd;
   double deadline;
   size_t got;
+  uint8_t challenge[CHALLENGE_BYTES];
   moeccl_sockaddr_t from;
   struct {
     hello_t h;
@@ -113,7 +152,13 @@ static int next_hello(const root_args_t* a, pending_t* p, int* np, double deadli
       } else if (fd >= 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        p[(*np)++] = (pending_t){fd, moeccl_now() + HELLO_WAIT, 0, from, {{0}, {0}}};
+        pending_t* q = &p[(*np)++];
+        memset(q, 0, sizeof(*q));
+        q->fd = fd, q->deadline = moeccl_now() + HELLO_WAIT, q->from = from;
+        /* 16 bytes into a fresh socket's empty buffer: the send completes */
+        if (random_bytes(q->challenge, CHALLENGE_BYTES) != 0 ||
+            send(fd, q->challenge, CHALLENGE_BYTES, MSG_NOSIGNAL | MSG_DONTWAIT) != CHALLENGE_BYTES)
+          drop(q, "could not be sent a challenge");
       }
     }
     for (int i = 0, j = 1; i < *np && j < k; i++, j++) {
@@ -125,8 +170,8 @@ static int next_hello(const root_args_t* a, pending_t* p, int* np, double deadli
         continue;
       }
       p[i].got += (size_t)r;
-      if (p[i].got >= sizeof(p[i].msg.h) && !hello_ok(&p[i].msg.h, a)) {
-        drop(&p[i], "not a hello of this rendezvous");
+      if (p[i].got >= sizeof(p[i].msg.h) && !hello_ok(&p[i].msg.h, a, p[i].challenge)) {
+        drop(&p[i], "not an authentic hello of this rendezvous");
         continue;
       }
       if (p[i].got == sizeof(p[i].msg)) return i;
@@ -211,6 +256,7 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   if (!a) return close(fd), moecclSystemError;
   a->listen_fd = fd;
   a->nonce = moeccl_secret_tag(l.secret);
+  auth_key(l.secret, a->key);
   a->timeout = moeccl_param_timeout();
   pthread_t t;
   pthread_attr_t attr;
@@ -224,7 +270,8 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
     return moeccl_error(NULL, moecclSystemError, "cannot start the bootstrap root thread");
   }
   char s[64];
-  INFO(BOOT, "bootstrap root listening on %s", moeccl_sockaddr_str(&l.root, s, sizeof(s)));
+  INFO(BOOT, "bootstrap root listening on %s (communicator tag %016llx)",
+       moeccl_sockaddr_str(&l.root, s, sizeof(s)), (unsigned long long)a->nonce);
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &l, sizeof(l));
   return moecclSuccess;
@@ -261,7 +308,11 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   }
   self->listen_addr = local;
   moeccl_bootstrap_alive_socket(&local, &self->alive_addr);
-  hello_t h = {HELLO_MAGIC, rank, nranks, 0, moeccl_secret_tag(l->secret)};
+  hello_t h = {HELLO_MAGIC, rank, nranks, 0, moeccl_secret_tag(l->secret), {0}};
+  uint8_t challenge[CHALLENGE_BYTES], key[32];
+  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, challenge, sizeof(challenge), deadline);
+  auth_key(l->secret, key);
+  hello_mac(key, challenge, &h, offsetof(hello_t, mac), h.mac);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, &h, sizeof(h), deadline);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, self, sizeof(*self), deadline);
   int32_t status = 0;
@@ -298,43 +349,66 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
   if (rc != moecclSuccess)
     return moeccl_error(NULL, rc, "bootstrap: could not join the rendezvous within %.0f s",
                         timeout);
-  return moeccl_bootstrap_ring(moeccl_secret_tag(l.secret), rank, nranks, timeout, listen_fd, peers,
-                               out);
+  return moeccl_bootstrap_ring(l.secret, rank, nranks, timeout, listen_fd, peers, out);
 }
 
 typedef struct {
   uint32_t magic;
   int32_t rank;
   uint64_t nonce;
+  uint8_t mac[32];
 } ring_hello_t;
 
-moecclResult_t moeccl_bootstrap_ring(uint64_t nonce, int rank, int nranks, double timeout,
-                                     int listen_fd, const moeccl_peer_info_t* peers,
-                                     moeccl_bootstrap_t** out) {
+/* Accepts the next connection to the ring socket and sends it a challenge. */
+static moecclResult_t ring_accept(int listen_fd, double deadline, int* fd, uint8_t* challenge) {
+  for (;;) {
+    MOECCL_CHECK(moeccl_socket_accept(listen_fd, deadline, fd));
+    if (random_bytes(challenge, CHALLENGE_BYTES) == 0 &&
+        moeccl_socket_send(*fd, challenge, CHALLENGE_BYTES, deadline) == moecclSuccess)
+      return moecclSuccess;
+    close(*fd);
+  }
+}
+
+/* Every rank connects to rank+1, accepts a connection and challenges it,
+ * answers rank+1's challenge, then checks the accepted connection's hello:
+ * rank-1's, authentic.  A connection that is not gets HELLO_WAIT seconds,
+ * not the whole deadline, and the next one is taken. */
+moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], int rank,
+                                     int nranks, double timeout, int listen_fd,
+                                     const moeccl_peer_info_t* peers, moeccl_bootstrap_t** out) {
   moeccl_bootstrap_t* b = calloc(1, sizeof(*b));
   if (!b) return close(listen_fd), moecclSystemError;
+  uint64_t nonce = moeccl_secret_tag(secret);
   *b = (moeccl_bootstrap_t){rank, nranks, nonce, listen_fd, -1, -1, timeout};
   moecclResult_t rc = moecclSuccess;
   double deadline = moeccl_now() + timeout;
   if (nranks > 1) {
-    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
-    ring_hello_t h = {HELLO_MAGIC, rank, nonce}, got;
+    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks, cand = -1;
+    uint8_t key[32], mine[CHALLENGE_BYTES], theirs[CHALLENGE_BYTES];
+    auth_key(secret, key);
+    ring_hello_t h = {HELLO_MAGIC, rank, nonce, {0}}, got;
     rc = moeccl_socket_connect(&peers[next].listen_addr, deadline, &b->next_fd);
+    if (rc == moecclSuccess) rc = ring_accept(listen_fd, deadline, &cand, mine);
+    if (rc == moecclSuccess) rc = moeccl_socket_recv(b->next_fd, theirs, sizeof(theirs), deadline);
+    hello_mac(key, theirs, &h, offsetof(ring_hello_t, mac), h.mac);
     if (rc == moecclSuccess) rc = moeccl_socket_send(b->next_fd, &h, sizeof(h), deadline);
     while (rc == moecclSuccess && b->prev_fd < 0) {
-      int fd;
-      rc = moeccl_socket_accept(listen_fd, deadline, &fd);
-      if (rc != moecclSuccess) break;
-      /* a stray connection gets HELLO_WAIT seconds, not the whole deadline */
       double hd = moeccl_now() + HELLO_WAIT < deadline ? moeccl_now() + HELLO_WAIT : deadline;
-      if (moeccl_socket_recv(fd, &got, sizeof(got), hd) == moecclSuccess &&
-          got.magic == HELLO_MAGIC && got.nonce == nonce && got.rank == prev) {
-        b->prev_fd = fd;
-      } else {
-        WARN(BOOT, "rank %d: dropped a connection to its ring socket that sent no hello of rank %d",
-             rank, prev);
-        close(fd);
+      uint8_t mac[32];
+      int ok = moeccl_socket_recv(cand, &got, sizeof(got), hd) == moecclSuccess &&
+               got.magic == HELLO_MAGIC && got.nonce == nonce && got.rank == prev;
+      if (ok) hello_mac(key, mine, &got, offsetof(ring_hello_t, mac), mac);
+      if (ok && same_mac(mac, got.mac)) {
+        b->prev_fd = cand;
+        break;
       }
+      WARN(BOOT,
+           "rank %d: dropped a connection to its ring socket that sent no authentic hello "
+           "of rank %d",
+           rank, prev);
+      close(cand);
+      rc = ring_accept(listen_fd, deadline, &cand, mine);
     }
   }
   if (rc != moecclSuccess) {

@@ -31,10 +31,11 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
 /* Opens the listening socket a rank will use in a new (split) communicator;
  * its address goes into the parent's allgather. */
 moecclResult_t moeccl_bootstrap_listen(moeccl_sockaddr_t* addr, int* fd);
-/* Forms the ring of a communicator whose table is already known. */
-moecclResult_t moeccl_bootstrap_ring(uint64_t nonce, int rank, int nranks, double timeout,
-                                     int listen_fd, const moeccl_peer_info_t* peers,
-                                     moeccl_bootstrap_t** out);
+/* Forms the ring of a communicator whose table is already known, every
+ * connection authenticated by the communicator's secret. */
+moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], int rank,
+                                     int nranks, double timeout, int listen_fd,
+                                     const moeccl_peer_info_t* peers, moeccl_bootstrap_t** out);
 /* Every rank contributes bytes at data + rank*bytes; afterwards all hold all. */
 moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, size_t bytes);
 moecclResult_t moeccl_bootstrap_barrier(moeccl_bootstrap_t* b);

@@ -243,7 +243,6 @@ static moecclResult_t split_build(moeccl_comm_t* parent, const split_entry_t* me
   moeccl_comm_t* c;
   MOECCL_CHECK(comm_alloc(me, m, secret, &c));
   memset(secret, 0, sizeof(secret));
-  uint64_t nonce = c->nonce;
   for (int i = 0; i < m; i++) {
     c->peers[i] = parent->peers[members[i].old_rank];
     c->peers[i].rank = i;
@@ -254,7 +253,7 @@ static moecclResult_t split_build(moeccl_comm_t* parent, const split_entry_t* me
   for (int i = 0; i < m; i++) old_ranks[i] = members[i].old_rank;
   c->parent_topo = parent->topo, c->parent_ranks = old_ranks;
   moecclResult_t rc =
-      moeccl_bootstrap_ring(nonce, me, m, c->timeout, listen_fd, c->peers, &c->boot);
+      moeccl_bootstrap_ring(c->secret, me, m, c->timeout, listen_fd, c->peers, &c->boot);
   if (rc == moecclSuccess) rc = comm_finish_init(c, config);
   c->parent_topo = NULL, c->parent_ranks = NULL;
   free(old_ranks);

@@ -67,6 +67,23 @@ void moeccl_sha256_final(moeccl_sha256_t* c, uint8_t out[32]) {
             out[4 * i + 2] = (uint8_t)(c->h[i] >> 8), out[4 * i + 3] = (uint8_t)c->h[i];
 }
 
+void moeccl_hmac_sha256(const uint8_t* key, size_t klen, const void* msg, size_t n,
+                        uint8_t out[32]) {
+  uint8_t k[64] = {0}, pad[64], inner[32];
+  memcpy(k, key, klen < 64 ? klen : 64);
+  moeccl_sha256_t c;
+  for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x36;
+  moeccl_sha256_init(&c);
+  moeccl_sha256_update(&c, pad, 64);
+  moeccl_sha256_update(&c, msg, n);
+  moeccl_sha256_final(&c, inner);
+  for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x5c;
+  moeccl_sha256_init(&c);
+  moeccl_sha256_update(&c, pad, 64);
+  moeccl_sha256_update(&c, inner, 32);
+  moeccl_sha256_final(&c, out);
+}
+
 void moeccl_sha256_labelled(const char* label, const void* data, size_t n, uint8_t out[32]) {
   moeccl_sha256_t c;
   moeccl_sha256_init(&c);

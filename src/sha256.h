@@ -17,5 +17,8 @@ void moeccl_sha256_update(moeccl_sha256_t* c, const void* data, size_t n);
 void moeccl_sha256_final(moeccl_sha256_t* c, uint8_t out[32]);
 /* out = SHA-256(label || data), the label naming what the digest is for. */
 void moeccl_sha256_labelled(const char* label, const void* data, size_t n, uint8_t out[32]);
+/* HMAC-SHA-256 (RFC 2104) of msg under key (at most 64 bytes). */
+void moeccl_hmac_sha256(const uint8_t* key, size_t klen, const void* msg, size_t n,
+                        uint8_t out[32]);
 
 #endif

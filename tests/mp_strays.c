@@ -7,10 +7,14 @@
  * 120 s) create the communicator and check an AllReduce.  The ranks must
  * finish within the run's deadline of 60 s: a root that waited on a stray
  * for the whole MOECCL_TIMEOUT would miss it (both times MP_DEADLINE_SCALE
- * times longer in slow builds).  Run twice: the strays connected before
- * any rank, and while the root waits for the last one.
+ * times longer in slow builds).  A forged hello that has the
+ * communicator's public tag (from the root's log) and claims the last
+ * rank, but cannot answer the root's challenge, must be refused too (an
+ * unauthenticated root would take it, and the real rank be turned away).  Run twice: the strays
+ * connected before any rank, and while the root waits for the last one.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -47,6 +51,31 @@ static int stray(int port, const void* bytes, size_t n) {
   return fd;
 }
 
+/* The tag of the latest id, from this process's log (the root logs it). */
+static unsigned long long logged_tag(void) {
+  char path[128], line[512];
+  snprintf(path, sizeof(path), "/tmp/mp_strays.%d.log", (int)getpid());
+  FILE* f = fopen(path, "r");
+  unsigned long long tag = 0;
+  while (f && fgets(line, sizeof(line), f)) {
+    const char* at = strstr(line, "communicator tag ");
+    if (at) tag = strtoull(at + 17, NULL, 16);
+  }
+  if (f) fclose(f);
+  return tag;
+}
+
+/* A hello as the old, unauthenticated protocol had it: magic, rank,
+ * nranks, pad, tag; then zeros where the MAC and the peer info go. */
+static int forged(int port, unsigned long long tag) {
+  unsigned char msg[4096] = {0};
+  uint32_t magic = 0x4d4f4548u, pad = 0;
+  int32_t rank = RANKS - 1, nranks = RANKS;
+  memcpy(msg, &magic, 4), memcpy(msg + 4, &rank, 4), memcpy(msg + 8, &nranks, 4);
+  memcpy(msg + 12, &pad, 4), memcpy(msg + 16, &tag, 8);
+  return stray(port, msg, sizeof(msg));
+}
+
 static volatile int trickling = 1;
 static void* trickle(void* arg) {
   int fd = *(int*)arg;
@@ -81,7 +110,9 @@ static int round_with_strays(int early) {
   setenv("MOECCL_TIMEOUT", v, 1);
   moecclUniqueId id;
   if (moecclGetUniqueId(&id) != moecclSuccess) return fprintf(stderr, "no id\n"), 1;
-  int fds[4] = {-1, -1, -1, -1};
+  int fds[5] = {-1, -1, -1, -1, -1};
+  unsigned long long tag = logged_tag();
+  if (!tag) return fprintf(stderr, "the root logged no tag\n"), 1;
   char garbage[300];
   for (size_t i = 0; i < sizeof(garbage); i++) garbage[i] = (char)(i * 131 + 7);
   pthread_t t;
@@ -99,7 +130,8 @@ static int round_with_strays(int early) {
   fds[1] = stray(port, "MOEH", 4);
   fds[2] = stray(port, garbage, sizeof(garbage));
   fds[3] = stray(port, "x", 1);
-  for (int i = 0; i < 4; i++)
+  fds[4] = forged(port, tag);
+  for (int i = 0; i < 5; i++)
     if (fds[i] < 0) return fprintf(stderr, "stray %d did not connect\n", i), 1;
   trickling = 1;
   pthread_create(&t, NULL, trickle, &fds[3]);
@@ -120,15 +152,30 @@ static int round_with_strays(int early) {
   }
   trickling = 0;
   pthread_join(t, NULL);
-  for (int i = 0; i < 4; i++) close(fds[i]);
+  for (int i = 0; i < 5; i++) close(fds[i]);
   return failed;
 }
 
+static void remove_logs(void) {
+  DIR* d = opendir("/tmp");
+  char path[300];
+  for (struct dirent* e; d && (e = readdir(d)) != NULL;)
+    if (strncmp(e->d_name, "mp_strays.", 10) == 0) {
+      snprintf(path, sizeof(path), "/tmp/%s", e->d_name);
+      unlink(path);
+    }
+  if (d) closedir(d);
+}
+
 int main(void) {
+  setenv("MOECCL_DEBUG", "INFO", 1);
+  setenv("MOECCL_DEBUG_SUBSYS", "BOOT", 1);
+  setenv("MOECCL_DEBUG_FILE", "/tmp/mp_strays.%p.log", 1);
   const char* s = getenv("MP_DEADLINE_SCALE");
   if (s && atoi(s) > 0) scale = atoi(s);
   int failed = round_with_strays(1);
   failed |= round_with_strays(0);
+  remove_logs();
   printf("mp_strays: %s\n", failed ? "FAIL" : "PASS");
   return failed;
 }

@@ -50,6 +50,15 @@ int main(void) {
   digest(million, sizeof(million), 997,
          "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 
+  { /* RFC 4231, test case 2 */
+    uint8_t d[32];
+    char h[65];
+    const char* msg = "what do ya want for nothing?";
+    moeccl_hmac_sha256((const uint8_t*)"Jefe", 4, msg, strlen(msg), d);
+    hex(d, h);
+    CHECK(strcmp(h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843") == 0,
+          "HMAC-SHA-256 of RFC 4231 case 2: %s", h);
+  }
   uint8_t s[MOECCL_SECRET_BYTES], a[MOECCL_SECRET_BYTES], b[MOECCL_SECRET_BYTES];
   uint8_t a2[MOECCL_SECRET_BYTES], c[MOECCL_SECRET_BYTES];
   for (int i = 0; i < MOECCL_SECRET_BYTES; i++) s[i] = (uint8_t)(i * 37 + 1);
