@@ -2,6 +2,7 @@
  * enqueue.c to run or capture. */
 #include "enqueue.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,16 @@ static size_t extent_bytes(const size_t* counts, const size_t* displs, int n, si
     if (end > top) top = end;
   }
   return top;
+}
+
+/* The end of the user address space: the power of two above the stack
+ * (which sits at its top: 2^47 with 4-level page tables), so a block that
+ * reaches past it cannot be memory of this process. */
+static uintptr_t user_top(void) {
+  volatile char here = 0;
+  uintptr_t t = 1, a = (uintptr_t)&here;
+  while (t && t <= a) t <<= 1;
+  return t ? t : UINTPTR_MAX;
 }
 
 static moecclResult_t check_overlap(moeccl_comm_t* c, const void* s, size_t sbytes, const void* r,
@@ -72,6 +83,15 @@ static moecclResult_t check_side(moeccl_comm_t* c, const void* buf, const char* 
   if (*extent && !buf)
     return moeccl_error(c, moecclInvalidArgument, "%s: %s is NULL but %s has non-zero counts", fn,
                         bufname, cname);
+  if (*extent > user_top() - (uintptr_t)buf) { /* name the block that reaches furthest */
+    int far = 0;
+    for (int i = 1; i < c->nranks; i++)
+      if (counts[i] && displs[i] + counts[i] > displs[far] + counts[far]) far = i;
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: %s[%d] + %s[%d] = %zu elements from %s %p reach past the end of "
+                        "the address space",
+                        fn, dname, far, cname, far, displs[far] + counts[far], bufname, buf);
+  }
   return moecclSuccess;
 }
 

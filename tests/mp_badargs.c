@@ -29,27 +29,30 @@ static int text_names(const char* text, const char* needles) {
   return 0;
 }
 
-static int expect_bad(const char* file, int line, moecclComm_t c, moecclResult_t res, enum accept accept,
-                      const char* needles, const char* call) {
+static int expect_bad(const char* file, int line, moecclComm_t c, moecclResult_t res,
+                      enum accept accept, const char* needles, const char* call) {
   n_checks++;
-  int ok = (accept == ARG && res == moecclInvalidArgument) || (accept == USAGE && res == moecclInvalidUsage) ||
+  int ok = (accept == ARG && res == moecclInvalidArgument) ||
+           (accept == USAGE && res == moecclInvalidUsage) ||
            (accept == ARG_OR_USAGE && (res == moecclInvalidArgument || res == moecclInvalidUsage));
   const char* text = moecclGetLastError(c);
   if (!ok) {
     mp_failf(file, line, "%s returned %d (%s), expected %s; last error: \"%s\"", call, (int)res,
              moecclGetErrorString(res),
-             accept == ARG ? "moecclInvalidArgument" : accept == USAGE ? "moecclInvalidUsage"
-                                                                       : "moecclInvalidArgument or moecclInvalidUsage",
+             accept == ARG     ? "moecclInvalidArgument"
+             : accept == USAGE ? "moecclInvalidUsage"
+                               : "moecclInvalidArgument or moecclInvalidUsage",
              text ? text : "(NULL)");
     return 1;
   }
   if (!text || !text[0]) {
-    mp_failf(file, line, "%s: moecclGetLastError(%s) is %s", call, c ? "comm" : "NULL", text ? "empty" : "NULL");
+    mp_failf(file, line, "%s: moecclGetLastError(%s) is %s", call, c ? "comm" : "NULL",
+             text ? "empty" : "NULL");
     return 1;
   }
   if (!text_names(text, needles)) {
-    mp_failf(file, line, "%s: moecclGetLastError(%s) = \"%s\" does not name %s", call, c ? "comm" : "NULL", text,
-             needles);
+    mp_failf(file, line, "%s: moecclGetLastError(%s) = \"%s\" does not name %s", call,
+             c ? "comm" : "NULL", text, needles);
     return 1;
   }
   return 0;
@@ -57,8 +60,10 @@ static int expect_bad(const char* file, int line, moecclComm_t c, moecclResult_t
 
 /* A failed check is counted, not fatal, so one run reports every gap. */
 static int n_failed;
-#define BAD_AS(c, accept, needles, call) \
-  do { if (expect_bad(__FILE__, __LINE__, c, (call), accept, needles, #call)) n_failed++; } while (0)
+#define BAD_AS(c, accept, needles, call)                                                           \
+  do {                                                                                             \
+    if (expect_bad(__FILE__, __LINE__, c, (call), accept, needles, #call)) n_failed++;             \
+  } while (0)
 #define BAD(c, needles, call) BAD_AS(c, ARG, needles, call)
 
 static const moecclDataType_t bad_types[] = {(moecclDataType_t)99, (moecclDataType_t)-1,
@@ -94,13 +99,19 @@ static int bad_alltoallv(moecclComm_t comm, int n, void* s, void* r, moecclStrea
   BAD(comm, "sendbuff", moecclAlltoAllv(NULL, ones, displs, r, ones, displs, f, comm, NULL));
   BAD(comm, "recvbuff", moecclAlltoAllv(s, ones, displs, NULL, ones, displs, f, comm, NULL));
   for (int i = 0; i < 3; i++)
-    BAD(comm, "datatype", moecclAlltoAllv(s, ones, displs, r, ones, displs, bad_types[i], comm, NULL));
+    BAD(comm, "datatype",
+        moecclAlltoAllv(s, ones, displs, r, ones, displs, bad_types[i], comm, NULL));
   huge[n - 1] = SIZE_MAX;
   BAD(comm, "sendcounts", moecclAlltoAllv(s, huge, displs, r, ones, displs, f, comm, NULL));
   BAD(comm, "recvcounts", moecclAlltoAllv(s, ones, displs, r, huge, displs, f, comm, NULL));
   huge[n - 1] = SIZE_MAX / 2; /* count*size overflows */
   BAD(comm, "sendcounts", moecclAlltoAllv(s, huge, displs, r, ones, displs, f, comm, NULL));
   BAD(comm, "recvcounts", moecclAlltoAllv(s, ones, displs, r, huge, displs, f, comm, NULL));
+  /* no overflow in elements or bytes, but past the end of the address
+   * space: named as such, not as an overlap of the two buffers */
+  huge[n - 1] = SIZE_MAX / 4 / 2;
+  BAD(comm, "address space", moecclAlltoAllv(s, ones, huge, r, ones, displs, f, comm, NULL));
+  BAD(comm, "address space", moecclAlltoAllv(s, ones, displs, r, ones, huge, f, comm, NULL));
   huge[n - 1] = SIZE_MAX - 1; /* displacement + count overflows */
   BAD(comm, "sdispls|sendcounts", moecclAlltoAllv(s, ones, huge, r, ones, displs, f, comm, NULL));
   BAD(comm, "rdispls|recvcounts", moecclAlltoAllv(s, ones, displs, r, ones, huge, f, comm, NULL));
@@ -204,15 +215,17 @@ static int error_strings_and_version(void) {
     seen[i] = moecclGetErrorString((moecclResult_t)i);
     MP_CHECK(seen[i] != NULL && seen[i][0], "moecclGetErrorString(%d) is NULL or empty", i);
     for (int j = 0; j < i; j++)
-      MP_CHECK(strcmp(seen[i], seen[j]) != 0, "moecclGetErrorString(%d) == moecclGetErrorString(%d) = \"%s\"", i, j,
-               seen[i]);
+      MP_CHECK(strcmp(seen[i], seen[j]) != 0,
+               "moecclGetErrorString(%d) == moecclGetErrorString(%d) = \"%s\"", i, j, seen[i]);
   }
-  MP_CHECK(moecclGetErrorString(moecclNumResults) != NULL, "moecclGetErrorString(moecclNumResults) is NULL");
+  MP_CHECK(moecclGetErrorString(moecclNumResults) != NULL,
+           "moecclGetErrorString(moecclNumResults) is NULL");
   MP_CHECK(moecclGetErrorString((moecclResult_t)99) != NULL, "moecclGetErrorString(99) is NULL");
   MP_CHECK(moecclGetErrorString((moecclResult_t)-1) != NULL, "moecclGetErrorString(-1) is NULL");
   int version = -1;
   MP_OK_COMM(NULL, moecclGetVersion(&version));
-  MP_CHECK(version == MOECCL_VERSION_CODE, "moecclGetVersion gave %d, header says %d", version, MOECCL_VERSION_CODE);
+  MP_CHECK(version == MOECCL_VERSION_CODE, "moecclGetVersion gave %d, header says %d", version,
+           MOECCL_VERSION_CODE);
   return 0;
 }
 
@@ -224,11 +237,13 @@ static int still_works(moecclComm_t comm, int rank, int n) {
   uint64_t seed = mp_mix64(0xBAD0 + (uint64_t)n);
   for (int p = 0; p < n; p++) mp_fill(s + p * count * 4, 4, count, seed, rank, p, 0);
   MP_OK(moecclAlltoAll(s, r, count, moecclInt32, comm, NULL));
-  for (int p = 0; p < n; p++) MP_CHECK_BLOCK("alltoall after bad calls", r + p * count * 4, 4, count, seed, p, rank, 0);
+  for (int p = 0; p < n; p++)
+    MP_CHECK_BLOCK("alltoall after bad calls", r + p * count * 4, 4, count, seed, p, rank, 0);
   /* alltoallv: block for p at p*count, rank i sends 3+i+p elements to p. */
   size_t* v = mp_xmalloc(sizeof(size_t) * 3 * (size_t)n);
   size_t *sc = v, *rc = v + n, *displs = v + 2 * n;
-  for (int p = 0; p < n; p++) sc[p] = 3 + (size_t)(rank + p), rc[p] = 3 + (size_t)(p + rank), displs[p] = (size_t)p * count;
+  for (int p = 0; p < n; p++)
+    sc[p] = 3 + (size_t)(rank + p), rc[p] = 3 + (size_t)(p + rank), displs[p] = (size_t)p * count;
   memset(r, 0, count * 4 * (size_t)n);
   MP_OK(moecclAlltoAllv(s, sc, displs, r, rc, displs, moecclInt32, comm, NULL));
   for (int p = 0; p < n; p++)
@@ -271,7 +286,8 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   free(s);
   free(r);
   if (still_works(comm, rank, n)) return 1;
-  if (rank == 0) printf("rank 0: %d of %d bad calls rejected as expected\n", n_checks - n_failed, n_checks);
+  if (rank == 0)
+    printf("rank 0: %d of %d bad calls rejected as expected\n", n_checks - n_failed, n_checks);
   return n_failed ? 1 : 0;
 }
 
