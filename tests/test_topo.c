@@ -403,6 +403,7 @@ static const bad_file_t bad_files[] = {
      "exclude each other"},
     {"no placement", H "nodes 2\nrails 1\n", 0, 3, "no placement"},
     {"no nodes", H "ranks_per_node 2\n", 0, 2, "no 'nodes' statement"},
+    {"too many rails", H "nodes 2\nranks_per_node 2\nrails 65\n", 0, 4, "at most 64"},
 };
 #undef H
 
@@ -424,7 +425,32 @@ static void test_bad_files(void) {
     EXPECT(t.rank_node == NULL && t.nranks == 0, "%s: t not left empty", b->name);
     moeccl_topo_free(&t);
   }
+  /* the caps: a line past 4096 characters, a file past 64 MiB, and a
+   * file with no end (/dev/zero: NUL bytes, refused at the first) */
+  static char longline[6000];
+  memset(longline, 'x', sizeof(longline) - 2);
+  longline[0] = '#', longline[sizeof(longline) - 2] = '\n';
+  char text[7000];
+  snprintf(text, sizeof(text), "moeccl-topo 1\n%s", longline);
+  write_file(path, text);
   moeccl_topo_t t;
+  EXPECT(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
+             strstr(err, ":2: ") && strstr(err, "longer than 4096"),
+         "long line: '%s'", err);
+  EXPECT(moeccl_topo_load(&t, "/dev/zero", 0, err, sizeof(err)) == moecclInvalidArgument &&
+             strstr(err, "NUL byte"),
+         "/dev/zero: '%s'", err);
+  FILE* big = fopen(path, "w");
+  if (big) {
+    fputs("moeccl-topo 1\n", big);
+    for (int i = 0; i < (66 << 20) / 60; i++)
+      fputs("# a comment line that is sixty-four bytes long, padding......\n", big);
+    fclose(big);
+  }
+  EXPECT(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
+             strstr(err, "larger than 64 MiB"),
+         "big file: '%s'", err);
+  unlink(path);
   path_of(path, sizeof(path), "no-such-file.topo");
   EXPECT(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
              strstr(err, path) != NULL,

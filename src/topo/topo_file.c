@@ -13,6 +13,7 @@
 #include <string.h>
 
 #define MAX_RANKS (1 << 30) /* as moeccl_topo_regular_shape */
+#define MAX_RAILS 64        /* as MOECCL_TOPO_RAILS (param.c) */
 #define MAX_WORDS 8         /* "link CLASS" and three keys, with room to spare */
 #define BLANKS " \t\r\n\v\f"
 
@@ -219,7 +220,12 @@ static moecclResult_t parse_words(parse_t* p, char** w, int nw) {
     return parse_count(p, w, nw, 1, &p->ranks_per_node, &p->ranks_per_node_line);
   if (!strcmp(s, "nodes_per_group"))
     return parse_count(p, w, nw, 0, &p->nodes_per_group, &p->nodes_per_group_line);
-  if (!strcmp(s, "rails")) return parse_count(p, w, nw, 0, &p->nrails, &p->nrails_line);
+  if (!strcmp(s, "rails")) {
+    moecclResult_t r = parse_count(p, w, nw, 0, &p->nrails, &p->nrails_line);
+    if (r == moecclSuccess && p->nrails > MAX_RAILS)
+      return fail_at(p, p->line, "rails %d: at most %d NICs per node", p->nrails, MAX_RAILS);
+    return r;
+  }
   if (!strcmp(s, "rank")) return parse_rank(p, w, nw);
   return fail_at(p, p->line, "unknown statement '%s'", s);
 }
@@ -246,6 +252,12 @@ static moecclResult_t parse_line(parse_t* p, char* line) {
   return parse_words(p, w, nw);
 }
 
+/* Caps on what a topology or tune file may hold: a line (a statement is
+ * a few words) and the whole file (a rank line per rank of a large job
+ * fits many times over); /dev/zero or a runaway file stops at the cap. */
+#define MAX_LINE 4096
+#define MAX_FILE_BYTES (64u << 20)
+
 /* Reads path line by line into p. */
 static moecclResult_t parse_file(parse_t* p) {
   FILE* f = fopen(p->path, "r");
@@ -255,12 +267,28 @@ static moecclResult_t parse_file(parse_t* p) {
   }
   c_numeric_t loc;
   c_numeric_begin(&loc);
-  char* line = NULL;
-  size_t cap = 0;
-  moecclResult_t res = moecclSuccess;
-  while (res == moecclSuccess && getline(&line, &cap, f) >= 0) {
+  char* line = malloc(MAX_LINE + 2);
+  size_t total = 0;
+  moecclResult_t res = line ? moecclSuccess : moecclSystemError;
+  if (!line) set_err(p->err, p->errlen, "%s: out of memory", p->path);
+  /* byte by byte (FILE buffers it): every byte counts toward the caps, NULs too */
+  for (int ch = 0; res == moecclSuccess && ch != EOF;) {
+    size_t len = 0;
+    while ((ch = getc(f)) != EOF && ch != '\n' && ch != '\0' && len <= MAX_LINE)
+      line[len++] = (char)ch;
+    total += len + (ch != EOF);
+    if (len == 0 && ch == EOF) break;
     p->line++;
-    res = parse_line(p, line);
+    if (ch == '\0') {
+      res = fail_at(p, p->line, "a NUL byte: not a text file");
+    } else if (len > MAX_LINE) {
+      res = fail_at(p, p->line, "line longer than %d characters", MAX_LINE);
+    } else if (total > MAX_FILE_BYTES) {
+      res = fail_at(p, p->line, "file larger than %u MiB", MAX_FILE_BYTES >> 20);
+    } else {
+      line[len] = '\0';
+      res = parse_line(p, line);
+    }
   }
   if (res == moecclSuccess && ferror(f)) {
     set_err(p->err, p->errlen, "%s:%d: read error: %s", p->path, p->line + 1, strerror(errno));
