@@ -262,7 +262,7 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&t, &attr, root_thread, a);
+  int rc = pthread_create(&t, &attr, root_thread, a); /* a is the thread's from here on */
   pthread_attr_destroy(&attr);
   if (rc != 0) {
     free(a);
@@ -271,7 +271,7 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   }
   char s[64];
   INFO(BOOT, "bootstrap root listening on %s (communicator tag %016llx)",
-       moeccl_sockaddr_str(&l.root, s, sizeof(s)), (unsigned long long)a->nonce);
+       moeccl_sockaddr_str(&l.root, s, sizeof(s)), (unsigned long long)moeccl_secret_tag(l.secret));
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &l, sizeof(l));
   return moecclSuccess;
