@@ -41,6 +41,7 @@ MOECCL_EXPORT moecclResult_t moecclGetUniqueId(moecclUniqueId* uniqueId) {
 
 static void comm_free(moeccl_comm_t* comm) {
   if (!comm) return;
+  moeccl_comm_unregister(comm);
   moeccl_transports_fini(comm);
   moeccl_bootstrap_close(comm->boot);
   moeccl_sched_free(&comm->sched);
@@ -112,6 +113,7 @@ static moecclResult_t comm_alloc(int rank, int nranks, const uint8_t secret[MOEC
   pthread_cond_init(&c->order_cond, NULL);
   c->peers = calloc((size_t)nranks, sizeof(*c->peers));
   if (!c->peers) return comm_free(c), moecclSystemError;
+  moeccl_comm_register(c);
   *out = c;
   return moecclSuccess;
 }

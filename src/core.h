@@ -135,6 +135,12 @@ typedef struct moecclComm moeccl_comm_t;
 moecclResult_t moeccl_error(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Marks comm broken with err (first one wins) and records the text. */
+/* The set of live communicators (error.c): made ones are registered, and
+ * unregistered before they are freed, so a stale handle is recognised
+ * without reading freed memory. */
+void moeccl_comm_register(moeccl_comm_t* c);
+void moeccl_comm_unregister(moeccl_comm_t* c);
+int moeccl_comm_live(const moeccl_comm_t* c);
 moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Like moeccl_comm_fail, for the loss of peer `rank` (dead, unreachable, or

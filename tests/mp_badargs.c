@@ -268,6 +268,28 @@ static int still_works(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+/* A destroyed communicator's handle (freed memory) is refused without
+ * being read (ASan would see a read of freed memory), as is one after
+ * moecclCommAbort and a pointer that never was one. */
+static int stale_handles(moecclComm_t comm, int rank, void* s, void* r) {
+  moecclComm_t c = NULL, d = NULL;
+  MP_OK(moecclCommSplit(comm, 0, rank, &c, NULL));
+  MP_OK(moecclCommSplit(comm, 0, rank, &d, NULL));
+  MP_OK_COMM(NULL, moecclCommDestroy(c));
+  MP_OK_COMM(NULL, moecclCommAbort(d));
+  int never = 0;
+  moecclComm_t stale[] = {c, d, (moecclComm_t)&never};
+  for (int i = 0; i < 3; i++) {
+    BAD(NULL, "live communicator",
+        moecclAllReduce(s, r, 4, moecclFloat32, moecclSum, stale[i], NULL));
+    BAD(NULL, "live communicator", moecclAlltoAll(s, r, 1, moecclInt8, stale[i], NULL));
+    int count = -1;
+    BAD(NULL, "live communicator", moecclCommCount(stale[i], &count));
+    MP_CHECK(moecclGetLastError(stale[i]) != NULL, "no text for a stale handle");
+  }
+  return 0;
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   size_t bytes = 64 * (size_t)n + 64;
@@ -283,6 +305,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (bad_comm_calls(comm, rank, n)) return 1;
   if (bad_misc()) return 1;
   if (bad_on_host_stream(comm, s, r)) return 1;
+  if (stale_handles(comm, rank, s, r)) return 1;
   free(s);
   free(r);
   if (still_works(comm, rank, n)) return 1;
