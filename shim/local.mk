@@ -11,8 +11,8 @@ shim_libnccl_la_LDFLAGS = -version-info 2:0:0 -no-undefined -Wl,--no-undefined
 # own nccl.h where that is installed.
 check_PROGRAMS += tests/test_nccl_shim
 TESTS += tests/test_nccl_shim tests/test_nccl_abi.sh
-tests_test_nccl_shim_SOURCES = tests/test_nccl_shim.c
-tests_test_nccl_shim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/shim
+tests_test_nccl_shim_SOURCES = tests/test_nccl_shim.c tests/unit_check.h
+tests_test_nccl_shim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/shim -I$(top_srcdir)/tests
 tests_test_nccl_shim_LDADD = shim/libnccl.la
 EXTRA_DIST += tests/test_nccl_abi.sh
 # the ABI test compiles with the build's compiler and flags (sanitizers too)

@@ -24,17 +24,8 @@
 
 #include "device/device.h"
 #include "moeccl.h"
+#include "unit_check.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
 #define OK(call) CHECK((call) == moecclSuccess, "%s failed", #call)
 
 static const moeccl_device_ops_t* D;

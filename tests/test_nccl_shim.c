@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "nccl_abi.h"
+#include "unit_check.h"
 
 ncclResult_t ncclGetVersion(int*);
 ncclResult_t ncclGetUniqueId(ncclUniqueId*);
@@ -44,16 +45,6 @@ const char* ncclGetErrorString(ncclResult_t);
 ncclResult_t pncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                             void*);
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
 #define OK(call) CHECK((call) == 0, "%s failed", #call)
 
 static void single_process(void) {

@@ -12,17 +12,8 @@
 #include "bootstrap.h"
 #include "core.h"
 #include "sha256.h"
+#include "unit_check.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
 
 static void hex(const uint8_t d[32], char out[65]) {
   for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);

@@ -31,11 +31,11 @@ EXTRA_DIST += tests/test_a2a_sim.sh
 # The device seam's host emulation (src/device/emu.c), across processes.
 check_PROGRAMS += tests/test_device
 TESTS += tests/test_device
-tests_test_device_SOURCES = tests/test_device.c
+tests_test_device_SOURCES = tests/test_device.c tests/unit_check.h
 tests_test_device_LDADD = libmoeccl_core.la
 
 # SHA-256 and the secrets public names derive from.
 check_PROGRAMS += tests/test_secret
 TESTS += tests/test_secret
-tests_test_secret_SOURCES = tests/test_secret.c
+tests_test_secret_SOURCES = tests/test_secret.c tests/unit_check.h
 tests_test_secret_LDADD = libmoeccl_core.la
