@@ -7,8 +7,13 @@
  * sequence number in its tag and is received by a directed receive (source
  * fi_addr, exact tag), so posting order decides matching whatever order the
  * provider delivers in.  The tag's high bits name the message kind: data
- * (eager payload or rendezvous header, told apart by one bit the receive
- * ignores), CTS, FIN, chunk, abort notice.
+ * (eager payload or rendezvous header), CTS, FIN, chunk, abort notice.  A
+ * rendezvous header is told from an eager payload by its remote CQ data
+ * (RTS_DATA) where the provider carries CQ data, else by a tag bit the
+ * data receive ignores.  Ignore bits are avoided where possible: libfabric
+ * 1.17-1.18's shm provider matches a receive against unexpected messages
+ * with a stale ignore mask (not the receive's), so a header that arrived
+ * before its receive was posted never matched and the exchange stalled.
  *
  * Protocols.  A message up to MOECCL_NET_EAGER_SIZE goes in one tagged send
  * straight into the posted receive.  A larger one sends a 16-byte header
@@ -60,6 +65,7 @@
 /* Tag layout: [52] RTS bit, [48..51] kind, [16..47] sequence, [0..15] chunk. */
 #define TAG_KIND_SHIFT 48
 #define TAG_RTS (1ULL << 52)
+#define RTS_DATA 1 /* remote CQ data of a rendezvous header */
 enum { K_DATA = 1, K_CTS = 2, K_FIN = 3, K_CHUNK = 4, K_ABORT = 5, K_HELLO = 6 };
 #define MAX_CHUNKS 65536
 
@@ -157,8 +163,9 @@ typedef struct {
 } pool_t;
 
 typedef struct {
-  int nch; /* channels agreed with this peer; 0: not reached */
-  int rma; /* both sides can do RMA */
+  int nch;      /* channels agreed with this peer; 0: not reached */
+  int rma;      /* both sides can do RMA */
+  int rts_data; /* both sides carry CQ data: headers flagged by RTS_DATA, not TAG_RTS */
   uint64_t send_seq, recv_seq;
   int pending; /* requests not done */
   fi_addr_t addr[MAX_CH];
@@ -172,7 +179,7 @@ typedef struct {
   struct fid_av* av;
   struct fid_cq* cq;
   struct fid_ep* ep[MAX_CH];
-  int nch, rma, rma_disabled, delivery_complete, pins, wait_fd;
+  int nch, rma, rma_disabled, delivery_complete, pins, wait_fd, rts_data;
   uint64_t mr_mode, next_key;
   size_t eager, chunk, max_msg;
   ofi_peer_t* peers;
@@ -473,11 +480,15 @@ static ssize_t issue(ofi_state_t* s, ofi_op_t* op) {
   moeccl_req_t* r = x ? x->req : NULL;
   if (x && !r) return -FI_ECANCELED;
   uint64_t seq = x ? x->seq : 0;
+  int rts_data = x && s->peers[x->peer].rts_data;
   switch (op->kind) {
     case OP_EAGER_SEND:
       return fi_tsend(ep_of(s, x), r->buf, r->bytes, mr_desc(x->mr), addr_of(s, x),
                       make_tag(K_DATA, seq, 0), op);
     case OP_RTS_SEND:
+      if (rts_data)
+        return fi_tsenddata(ep_of(s, x), &x->rts_out, sizeof(x->rts_out), x->ctrl_desc, RTS_DATA,
+                            addr_of(s, x), make_tag(K_DATA, seq, 0), op);
       return fi_tsend(ep_of(s, x), &x->rts_out, sizeof(x->rts_out), x->ctrl_desc, addr_of(s, x),
                       make_tag(K_DATA, seq, 0) | TAG_RTS, op);
     case OP_CTS_RECV:
@@ -493,7 +504,7 @@ static ssize_t issue(ofi_state_t* s, ofi_op_t* op) {
                       make_tag(K_CHUNK, seq, op->idx), op);
     case OP_MSG_RECV:
       return fi_trecv(ep_of(s, x), r->buf, r->bytes, mr_desc(x->mr), addr_of(s, x),
-                      make_tag(K_DATA, seq, 0), TAG_RTS, op);
+                      make_tag(K_DATA, seq, 0), rts_data ? 0 : TAG_RTS, op);
     case OP_CTS_SEND:
       return fi_tsend(ep_of(s, x), &x->cts, sizeof(x->cts), x->ctrl_desc, addr_of(s, x),
                       make_tag(K_CTS, seq, 0), op);
@@ -692,6 +703,12 @@ static moecclResult_t on_chunk(ofi_state_t* s, ofi_xfer_t* x, int kind) {
   return moecclSuccess;
 }
 
+/* Whether a data receive's completion is a rendezvous header. */
+static int is_rts(const ofi_state_t* s, int peer, uint64_t flags, uint64_t data, uint64_t tag) {
+  if (s->peers[peer].rts_data) return (flags & FI_REMOTE_CQ_DATA) && data == RTS_DATA;
+  return (tag & TAG_RTS) != 0;
+}
+
 /* A successful completion of op. */
 static moecclResult_t on_done(ofi_state_t* s, ofi_op_t* op, const struct fi_cq_tagged_entry* e) {
   ofi_xfer_t* x = op->x;
@@ -707,7 +724,7 @@ static moecclResult_t on_done(ofi_state_t* s, ofi_op_t* op, const struct fi_cq_t
     case OP_CHUNK_SEND:
     case OP_CHUNK_RECV: return on_chunk(s, x, op->kind);
     case OP_MSG_RECV:
-      if (e->tag & TAG_RTS) return on_rts(s, x, e->len);
+      if (is_rts(s, x->peer, e->flags, e->data, e->tag)) return on_rts(s, x, e->len);
       x->req->bytes = e->len;
       complete(s, x);
       return moecclSuccess;
@@ -744,7 +761,8 @@ static moecclResult_t on_error(ofi_state_t* s) {
   op_release(s, op);
   if (err.err == FI_ECANCELED || !live) return moecclSuccess;
   if (err.err == FI_ETRUNC && kind == OP_MSG_RECV) {
-    if (err.tag & TAG_RTS) { /* even the header did not fit: tell the waiting sender */
+    if (is_rts(s, peer, err.flags, err.data,
+               err.tag)) { /* even the header did not fit: tell the waiting sender */
       x->cts = (cts_t){.status = CTS_TRUNC, .posted = posted};
       submit(s, OP_CTS_SEND, x, 0, -1);
     }
@@ -875,7 +893,7 @@ static void ofi_cancel_all(void* state) {
 
 /* What each rank publishes: its provider and its endpoints' names. */
 typedef struct {
-  int32_t ok, nch, rma, pad;
+  int32_t ok, nch, rma, rts_data;
   char prov[32];
   uint32_t namelen[MAX_CH];
   char names[MAX_CH][NAME_MAX_BYTES];
@@ -961,6 +979,7 @@ static void configure(ofi_state_t* s) {
   s->pins = !(strstr(p, "tcp") || strstr(p, "sockets") || strstr(p, "shm") || strstr(p, "udp") ||
               strstr(p, "net"));
   s->delivery_complete = 1;
+  s->rts_data = i->domain_attr->cq_data_size > 0;
 }
 
 static moecclResult_t connect_peers(ofi_state_t* s, const uint8_t* use, const ofi_card_t* cards,
@@ -979,6 +998,7 @@ static moecclResult_t connect_peers(ofi_state_t* s, const uint8_t* use, const of
     ofi_peer_t* pe = &s->peers[p];
     pe->nch = o->nch < s->nch ? o->nch : s->nch;
     pe->rma = o->rma && s->rma;
+    pe->rts_data = o->rts_data && s->rts_data;
     for (int ch = 0; ch < pe->nch; ch++)
       if (fi_av_insert(s->av, o->names[ch], 1, &pe->addr[ch], 0, NULL) != 1)
         return moeccl_error(c, moecclSystemError, "ofi: cannot insert rank %d's address (%s)", p,
@@ -1029,6 +1049,7 @@ static moecclResult_t start_local(moeccl_comm_t* comm, ofi_state_t* s, ofi_card_
   MOECCL_CHECK(open_local(s, card));
   card->nch = s->nch;
   card->rma = s->rma;
+  card->rts_data = s->rts_data;
   snprintf(card->prov, sizeof(card->prov), "%s", s->info->fabric_attr->prov_name);
   INFO(NET,
        "rank %d: ofi provider %s (fabric %s, domain %s), chosen by %s; %s; %d channel(s), "
