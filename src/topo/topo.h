@@ -111,6 +111,13 @@ moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, 
  * dumped topology works as a tune file.  On error t is unchanged. */
 moecclResult_t moeccl_topo_load_costs(moeccl_topo_t* t, const char* path, char* err,
                                       size_t errlen);
+/* moeccl_topo_load and moeccl_topo_load_costs over the len bytes at text
+ * instead of a file (the same reader; name stands for the path in err),
+ * for tests/fuzz.  A stream that cannot be opened is moecclSystemError. */
+moecclResult_t moeccl_topo_parse(moeccl_topo_t* t, const char* name, const char* text, size_t len,
+                                 int nranks, char* err, size_t errlen);
+moecclResult_t moeccl_topo_parse_costs(moeccl_topo_t* t, const char* name, const char* text,
+                                       size_t len, char* err, size_t errlen);
 /* Writes t in the file format (loadable by moeccl_topo_load, which rebuilds
  * an identical t), then, when t->hw is this host's summary, the details of
  * moeccl_topo_dump_hw as comments.  I/O errors: moecclSystemError. */

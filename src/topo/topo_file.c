@@ -258,13 +258,8 @@ static moecclResult_t parse_line(parse_t* p, char* line) {
 #define MAX_LINE 4096
 #define MAX_FILE_BYTES (64u << 20)
 
-/* Reads path line by line into p. */
-static moecclResult_t parse_file(parse_t* p) {
-  FILE* f = fopen(p->path, "r");
-  if (!f) {
-    set_err(p->err, p->errlen, "%s: cannot open: %s", p->path, strerror(errno));
-    return moecclInvalidArgument;
-  }
+/* Reads f line by line into p (p->path names it in errors). */
+static moecclResult_t parse_stream(parse_t* p, FILE* f) {
   c_numeric_t loc;
   c_numeric_begin(&loc);
   char* line = malloc(MAX_LINE + 2);
@@ -298,6 +293,18 @@ static moecclResult_t parse_file(parse_t* p) {
     res = fail_at(p, p->line, "empty file: expected 'moeccl-topo 1'");
   free(line);
   c_numeric_end(&loc);
+  return res;
+}
+
+/* Parses the file p->path, or the len bytes at text when text is not NULL
+ * (the same reader over a memory stream, for tests/fuzz). */
+static moecclResult_t parse_source(parse_t* p, const char* text, size_t len) {
+  FILE* f = text ? fmemopen((void*)text, len, "r") : fopen(p->path, "r");
+  if (!f) {
+    set_err(p->err, p->errlen, "%s: cannot open: %s", p->path, strerror(errno));
+    return text ? moecclSystemError : moecclInvalidArgument;
+  }
+  moecclResult_t res = parse_stream(p, f);
   fclose(f);
   return res;
 }
@@ -382,9 +389,8 @@ static void parse_init(parse_t* p, const char* path, char* err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
 }
 
-moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, char* err,
-                                size_t errlen) {
-  if (!t || !path) return moecclInvalidArgument;
+static moecclResult_t load(moeccl_topo_t* t, const char* path, const char* text, size_t len,
+                           int nranks, char* err, size_t errlen) {
   memset(t, 0, sizeof(*t));
   parse_t p;
   parse_init(&p, path, err, errlen);
@@ -395,7 +401,7 @@ moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, 
   p.copy_GBps = defaults.copy_GBps;
   int* rank_node = NULL;
   int n = 0;
-  moecclResult_t res = parse_file(&p);
+  moecclResult_t res = parse_source(&p, text, len);
   if (res == moecclSuccess) res = placement(&p, nranks, &rank_node, &n);
   if (res == moecclSuccess) {
     res = moeccl_topo_from_placement(t, n, p.nnodes, rank_node, p.nodes_per_group, p.nrails);
@@ -413,22 +419,45 @@ moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, 
   return res;
 }
 
-moecclResult_t moeccl_topo_load_costs(moeccl_topo_t* t, const char* path, char* err,
-                                      size_t errlen) {
+moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, char* err,
+                                size_t errlen) {
   if (!t || !path) return moecclInvalidArgument;
+  return load(t, path, NULL, 0, nranks, err, errlen);
+}
+
+moecclResult_t moeccl_topo_parse(moeccl_topo_t* t, const char* name, const char* text, size_t len,
+                                 int nranks, char* err, size_t errlen) {
+  if (!t || !name || !text) return moecclInvalidArgument;
+  return load(t, name, text, len, nranks, err, errlen);
+}
+
+static moecclResult_t load_costs(moeccl_topo_t* t, const char* path, const char* text, size_t len,
+                                 char* err, size_t errlen) {
   parse_t p;
   parse_init(&p, path, err, errlen);
   p.costs_only = 1;
   memcpy(p.link, t->link, sizeof(p.link));
   p.copy_overhead_us = t->copy_overhead_us;
   p.copy_GBps = t->copy_GBps;
-  moecclResult_t res = parse_file(&p);
+  moecclResult_t res = parse_source(&p, text, len);
   free(p.placed);
   if (res != moecclSuccess) return res;
   memcpy(t->link, p.link, sizeof(t->link));
   t->copy_overhead_us = p.copy_overhead_us;
   t->copy_GBps = p.copy_GBps;
   return moecclSuccess;
+}
+
+moecclResult_t moeccl_topo_load_costs(moeccl_topo_t* t, const char* path, char* err,
+                                      size_t errlen) {
+  if (!t || !path) return moecclInvalidArgument;
+  return load_costs(t, path, NULL, 0, err, errlen);
+}
+
+moecclResult_t moeccl_topo_parse_costs(moeccl_topo_t* t, const char* name, const char* text,
+                                       size_t len, char* err, size_t errlen) {
+  if (!t || !name || !text) return moecclInvalidArgument;
+  return load_costs(t, name, text, len, err, errlen);
 }
 
 /* The shortest decimal form that reads back as exactly v. */
