@@ -29,10 +29,10 @@ _Static_assert(sizeof(id_layout_t) <= MOECCL_UNIQUE_ID_BYTES, "unique id layout 
 /* Authentication: whoever accepts a bootstrap connection first sends a
  * fresh random challenge; the hello that comes back carries
  * HMAC-SHA-256(key, challenge || the hello's fields), the key derived
- * one-way from the communicator's secret (moeccl_auth_key).  So a hello
+ * one-way from the communicator's secret (moeccl_bootstrap_auth_key).  So a hello
  * proves knowledge of the secret without showing it, and a recorded one
  * does not pass for another connection. */
-#define CHALLENGE_BYTES 16
+#define CHALLENGE_BYTES MOECCL_BOOT_CHALLENGE_BYTES
 
 typedef struct {
   uint32_t magic;
@@ -50,7 +50,7 @@ typedef struct {
   double timeout;
 } root_args_t;
 
-static void auth_key(const uint8_t secret[MOECCL_SECRET_BYTES], uint8_t key[32]) {
+void moeccl_bootstrap_auth_key(const uint8_t secret[MOECCL_SECRET_BYTES], uint8_t key[32]) {
   moeccl_sha256_labelled("moeccl-auth", secret, MOECCL_SECRET_BYTES, key);
 }
 
@@ -72,14 +72,20 @@ static int same_mac(const uint8_t* a, const uint8_t* b) { /* constant time */
 
 static int random_bytes(uint8_t* p, size_t n) { return getrandom(p, n, 0) == (ssize_t)n ? 0 : -1; }
 
-/* Whether a hello belongs to this root's rendezvous and answers challenge. */
-static int hello_ok(const hello_t* h, const root_args_t* a, const uint8_t* challenge) {
-  if (h->magic != HELLO_MAGIC || h->nonce != a->nonce || h->nranks <= 0 || h->rank < 0 ||
-      h->rank >= h->nranks)
-    return 0;
+moecclResult_t moeccl_bootstrap_check_hello(const void* msg, size_t len, uint64_t nonce,
+                                            const uint8_t key[32], const uint8_t* challenge,
+                                            int* rank, int* nranks) {
+  hello_t h;
+  if (len < sizeof(h)) return moecclInProgress;
+  memcpy(&h, msg, sizeof(h));
+  if (h.magic != HELLO_MAGIC || h.nonce != nonce || h.nranks <= 0 || h.rank < 0 ||
+      h.rank >= h.nranks)
+    return moecclInvalidArgument;
   uint8_t mac[32];
-  hello_mac(a->key, challenge, h, offsetof(hello_t, mac), mac);
-  return same_mac(mac, h->mac);
+  hello_mac(key, challenge, &h, offsetof(hello_t, mac), mac);
+  if (!same_mac(mac, h.mac)) return moecclInvalidArgument;
+  *rank = h.rank, *nranks = h.nranks;
+  return moecclSuccess;
 }
 
 /* A connection the root has accepted and not yet placed: it must send its
@@ -170,7 +176,10 @@ static int next_hello(const root_args_t* a, pending_t* p, int* np, double deadli
         continue;
       }
       p[i].got += (size_t)r;
-      if (p[i].got >= sizeof(p[i].msg.h) && !hello_ok(&p[i].msg.h, a, p[i].challenge)) {
+      int rank, nranks;
+      if (p[i].got >= sizeof(p[i].msg.h) &&
+          moeccl_bootstrap_check_hello(&p[i].msg, p[i].got, a->nonce, a->key, p[i].challenge, &rank,
+                                       &nranks) != moecclSuccess) {
         drop(&p[i], "not an authentic hello of this rendezvous");
         continue;
       }
@@ -256,7 +265,7 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   if (!a) return close(fd), moecclSystemError;
   a->listen_fd = fd;
   a->nonce = moeccl_secret_tag(l.secret);
-  auth_key(l.secret, a->key);
+  moeccl_bootstrap_auth_key(l.secret, a->key);
   a->timeout = moeccl_param_timeout();
   pthread_t t;
   pthread_attr_t attr;
@@ -272,22 +281,52 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   char s[64];
   INFO(BOOT, "bootstrap root listening on %s (communicator tag %016llx)",
        moeccl_sockaddr_str(&l.root, s, sizeof(s)), (unsigned long long)moeccl_secret_tag(l.secret));
+  moeccl_bootstrap_id_encode(l.secret, &l.root, id);
+  return moecclSuccess;
+}
+
+void moeccl_bootstrap_id_encode(const uint8_t secret[MOECCL_SECRET_BYTES],
+                                const moeccl_sockaddr_t* root, moecclUniqueId* id) {
+  id_layout_t l;
+  memset(&l, 0, sizeof(l));
+  l.magic = ID_MAGIC;
+  l.version = MOECCL_VERSION_CODE;
+  memcpy(l.secret, secret, sizeof(l.secret));
+  l.root = *root;
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &l, sizeof(l));
+}
+
+moecclResult_t moeccl_bootstrap_id_decode(const moecclUniqueId* id,
+                                          uint8_t secret[MOECCL_SECRET_BYTES],
+                                          moeccl_sockaddr_t* root) {
+  id_layout_t l;
+  memcpy(&l, id->internal, sizeof(l));
+  if (l.magic != ID_MAGIC) return moecclInvalidArgument;
+  memcpy(secret, l.secret, sizeof(l.secret));
+  if (root) *root = l.root;
   return moecclSuccess;
 }
 
 moecclResult_t moeccl_bootstrap_id_secret(const moecclUniqueId* id,
                                           uint8_t secret[MOECCL_SECRET_BYTES]) {
-  id_layout_t l;
-  memcpy(&l, id->internal, sizeof(l));
-  if (l.magic != ID_MAGIC) return moecclInvalidArgument;
-  memcpy(secret, l.secret, sizeof(l.secret));
-  return moecclSuccess;
+  return moeccl_bootstrap_id_decode(id, secret, NULL);
 }
 
 moecclResult_t moeccl_bootstrap_listen(moeccl_sockaddr_t* addr, int* fd) {
   return moeccl_socket_listen(addr, fd);
+}
+
+moecclResult_t moeccl_bootstrap_check_status(const void* msg, size_t len, int nranks,
+                                             int* missing) {
+  int32_t status;
+  if (len < sizeof(status)) return moecclInProgress;
+  memcpy(&status, msg, sizeof(status));
+  if (status <= -2) {
+    *missing = -status - 2;
+    return moecclRemoteError;
+  }
+  return status == nranks ? moecclSuccess : moecclInvalidUsage;
 }
 
 /* Connects to the root, sends our info, receives the table.  Our listening
@@ -311,7 +350,7 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   hello_t h = {HELLO_MAGIC, rank, nranks, 0, moeccl_secret_tag(l->secret), {0}};
   uint8_t challenge[CHALLENGE_BYTES], key[32];
   if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, challenge, sizeof(challenge), deadline);
-  auth_key(l->secret, key);
+  moeccl_bootstrap_auth_key(l->secret, key);
   hello_mac(key, challenge, &h, offsetof(hello_t, mac), h.mac);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, &h, sizeof(h), deadline);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, self, sizeof(*self), deadline);
@@ -319,12 +358,8 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   /* The root answers even when the rendezvous fails, a little after its own
    * deadline: wait that long to learn which rank was missing. */
   if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, &status, sizeof(status), deadline + 2.0);
-  if (rc == moecclSuccess && status <= -2) {
-    *missing = -status - 2;
-    rc = moecclRemoteError;
-  } else if (rc == moecclSuccess && status != nranks) {
-    rc = moecclInvalidUsage;
-  }
+  if (rc == moecclSuccess)
+    rc = moeccl_bootstrap_check_status(&status, sizeof(status), nranks, missing);
   if (rc == moecclSuccess)
     rc = moeccl_socket_recv(fd, peers, sizeof(*peers) * (size_t)nranks, deadline);
   close(fd);
@@ -359,6 +394,18 @@ typedef struct {
   uint8_t mac[32];
 } ring_hello_t;
 
+moecclResult_t moeccl_bootstrap_check_ring_hello(const void* msg, size_t len, uint64_t nonce,
+                                                 const uint8_t key[32], const uint8_t* challenge,
+                                                 int prev) {
+  ring_hello_t h;
+  if (len < sizeof(h)) return moecclInProgress;
+  memcpy(&h, msg, sizeof(h));
+  if (h.magic != HELLO_MAGIC || h.nonce != nonce || h.rank != prev) return moecclInvalidArgument;
+  uint8_t mac[32];
+  hello_mac(key, challenge, &h, offsetof(ring_hello_t, mac), mac);
+  return same_mac(mac, h.mac) ? moecclSuccess : moecclInvalidArgument;
+}
+
 /* Accepts the next connection to the ring socket and sends it a challenge. */
 static moecclResult_t ring_accept(int listen_fd, double deadline, int* fd, uint8_t* challenge) {
   for (;;) {
@@ -386,7 +433,7 @@ moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], 
   if (nranks > 1) {
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks, cand = -1;
     uint8_t key[32], mine[CHALLENGE_BYTES], theirs[CHALLENGE_BYTES];
-    auth_key(secret, key);
+    moeccl_bootstrap_auth_key(secret, key);
     ring_hello_t h = {HELLO_MAGIC, rank, nonce, {0}}, got;
     rc = moeccl_socket_connect(&peers[next].listen_addr, deadline, &b->next_fd);
     if (rc == moecclSuccess) rc = ring_accept(listen_fd, deadline, &cand, mine);
@@ -395,11 +442,9 @@ moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], 
     if (rc == moecclSuccess) rc = moeccl_socket_send(b->next_fd, &h, sizeof(h), deadline);
     while (rc == moecclSuccess && b->prev_fd < 0) {
       double hd = moeccl_now() + HELLO_WAIT < deadline ? moeccl_now() + HELLO_WAIT : deadline;
-      uint8_t mac[32];
-      int ok = moeccl_socket_recv(cand, &got, sizeof(got), hd) == moecclSuccess &&
-               got.magic == HELLO_MAGIC && got.nonce == nonce && got.rank == prev;
-      if (ok) hello_mac(key, mine, &got, offsetof(ring_hello_t, mac), mac);
-      if (ok && same_mac(mac, got.mac)) {
+      if (moeccl_socket_recv(cand, &got, sizeof(got), hd) == moecclSuccess &&
+          moeccl_bootstrap_check_ring_hello(&got, sizeof(got), nonce, key, mine, prev) ==
+              moecclSuccess) {
         b->prev_fd = cand;
         break;
       }

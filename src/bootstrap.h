@@ -23,6 +23,14 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id);
 /* Decodes the secret of a valid id; moecclInvalidArgument if it is not one. */
 moecclResult_t moeccl_bootstrap_id_secret(const moecclUniqueId* id,
                                           uint8_t secret[MOECCL_SECRET_BYTES]);
+/* The id's layout: moeccl_bootstrap_unique_id encodes the secret and root
+ * address it made; decode gives both back from a valid id (root may be
+ * NULL), moecclInvalidArgument from anything else. */
+void moeccl_bootstrap_id_encode(const uint8_t secret[MOECCL_SECRET_BYTES],
+                                const moeccl_sockaddr_t* root, moecclUniqueId* id);
+moecclResult_t moeccl_bootstrap_id_decode(const moecclUniqueId* id,
+                                          uint8_t secret[MOECCL_SECRET_BYTES],
+                                          moeccl_sockaddr_t* root);
 /* Joins the rendezvous of id; fills peers[nranks] (self's entry filled by the
  * caller except listen_addr) and returns the connected ring. */
 moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nranks, double timeout,
@@ -40,6 +48,31 @@ moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], 
 moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, size_t bytes);
 moecclResult_t moeccl_bootstrap_barrier(moeccl_bootstrap_t* b);
 void moeccl_bootstrap_close(moeccl_bootstrap_t* b);
+
+/* The checks of what the bootstrap receives, apart from its sockets, so
+ * that tests/fuzz can feed them any bytes.  msg: the len bytes received so
+ * far (moecclInProgress while short of a whole message); key:
+ * moeccl_bootstrap_auth_key of the communicator's secret; challenge: the
+ * MOECCL_BOOT_CHALLENGE_BYTES this side sent on the connection. */
+#define MOECCL_BOOT_CHALLENGE_BYTES 16
+void moeccl_bootstrap_auth_key(const uint8_t secret[MOECCL_SECRET_BYTES], uint8_t key[32]);
+/* The root's check of a joining rank's hello (the peer info after it is
+ * not looked at): moecclSuccess and the rank and nranks it claims when it
+ * is of this rendezvous (nonce), answers challenge with key and claims a
+ * rank in [0, nranks); moecclInvalidArgument otherwise. */
+moecclResult_t moeccl_bootstrap_check_hello(const void* msg, size_t len, uint64_t nonce,
+                                            const uint8_t key[32], const uint8_t* challenge,
+                                            int* rank, int* nranks);
+/* A rank's check of the hello on its ring socket: moecclSuccess when it is
+ * of this communicator, answers challenge and comes from rank prev. */
+moecclResult_t moeccl_bootstrap_check_ring_hello(const void* msg, size_t len, uint64_t nonce,
+                                                 const uint8_t key[32], const uint8_t* challenge,
+                                                 int prev);
+/* A joining rank's reading of the root's status word: moecclSuccess when
+ * the table of nranks peers follows; moecclRemoteError and *missing when
+ * the rendezvous timed out without rank *missing; moecclInvalidUsage when
+ * the ranks disagreed (nranks, or a rank claimed twice). */
+moecclResult_t moeccl_bootstrap_check_status(const void* msg, size_t len, int nranks, int* missing);
 
 /* Every process that joins a communicator opens one listening socket that it
  * never closes, on the address that reached the root (the first one it
