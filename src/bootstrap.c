@@ -323,7 +323,8 @@ moecclResult_t moeccl_bootstrap_check_status(const void* msg, size_t len, int nr
   if (len < sizeof(status)) return moecclInProgress;
   memcpy(&status, msg, sizeof(status));
   if (status <= -2) {
-    *missing = -status - 2;
+    /* in 64 bits: -INT32_MIN is no int32_t (a bogus root may send it) */
+    *missing = (int)(-2 - (int64_t)status);
     return moecclRemoteError;
   }
   return status == nranks ? moecclSuccess : moecclInvalidUsage;
