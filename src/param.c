@@ -160,8 +160,9 @@ int moeccl_parse_size(const char* s, size_t* out) {
       break;
     default: break;
   }
-  if (*end == 'i' || *end == 'B') end++; /* "KiB", "KB" */
-  if (*end == 'B') end++;
+  /* "KiB" and "KB" after a suffix, "B" after bytes; "1i" or "1BB" is no size */
+  if (shift && end[0] == 'i' && end[1] == 'B') end += 2;
+  else if (*end == 'B') end++;
   if (*end != '\0' || (shift && v > (SIZE_MAX >> shift))) return -1;
   *out = (size_t)(v << shift);
   return 0;
