@@ -13,6 +13,9 @@ packages=(
   libcmocka-dev
   libopenblas-dev
   valgrind
+  # the fuzz harnesses (scripts/fuzz.sh): Debian 12's clang brings libFuzzer
+  # and the sanitizers' runtimes through its recommended libclang-rt-14-dev
+  clang
   iproute2
   python3-matplotlib python3-numpy
 )

@@ -5,6 +5,8 @@
 #   build-valgrind/  the multi-process tests under valgrind memcheck (2 and 3
 #                    ranks, no variants; test_sched is pure computation and
 #                    left to the sanitizers),
+# then runs the libFuzzer harnesses of tests/fuzz for FUZZ_SECONDS each
+# (default 15; scripts/fuzz.sh, in build-fuzz/, each harness one test),
 # and ends with one line: "moeccl: N passed, M failed, K skipped".
 # Exits nonzero when a test failed or a build did not complete.
 # MOECCL_CHECK_TIMEOUT (seconds, default 3600) bounds each `make check`.
@@ -99,7 +101,21 @@ make_args=("TESTS=$vg_tests" "LOG_COMPILER=$vg_cmd")
 run_stage build-valgrind MP_RANKS=2,3 MP_VARIANTS=0 MP_DEADLINE_SCALE=10 MOECCL_TIMEOUT=120 --
 make_args=()
 
-stages=(build build-asan build-valgrind)
+# The fuzz harnesses, a bounded run each (about 1.5 minutes in all with their
+# builds).  fuzz.sh writes build-fuzz/test-suite.log and a .trs and .log per
+# harness, so they are counted and shown below like make check's; without
+# clang or libFuzzer it counts them as skipped.
+echo "==== build-fuzz: fuzz"
+rm -f build-fuzz/test-suite.log
+rc=0
+timeout "$check_timeout" ./scripts/fuzz.sh build-fuzz || rc=$?
+if [ "$rc" = 124 ]; then
+  stage_errors+=("build-fuzz: fuzz.sh passed MOECCL_CHECK_TIMEOUT=${check_timeout}s and was stopped")
+elif [ ! -f build-fuzz/test-suite.log ]; then
+  stage_errors+=("build-fuzz: scripts/fuzz.sh failed before any harness ran (exit $rc)")
+fi
+
+stages=(build build-asan build-valgrind build-fuzz)
 passed=0 failed=0 skipped=0
 for dir in "${stages[@]}"; do
   passed=$((passed + $(count "$dir" PASS)))
