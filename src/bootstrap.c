@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,10 @@ static int same_mac(const uint8_t* a, const uint8_t* b) { /* constant time */
 }
 
 static int random_bytes(uint8_t* p, size_t n) { return getrandom(p, n, 0) == (ssize_t)n ? 0 : -1; }
+
+static ssize_t write_nosig(int fd, const void* p, size_t n) {
+  return send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
 
 moecclResult_t moeccl_bootstrap_check_hello(const void* msg, size_t len, uint64_t nonce,
                                             const uint8_t key[32], const uint8_t* challenge,
@@ -385,7 +390,124 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
   if (rc != moecclSuccess)
     return moeccl_error(NULL, rc, "bootstrap: could not join the rendezvous within %.0f s",
                         timeout);
+  INFO(BOOT, "rank %d: joined the rendezvous of %d ranks", rank, nranks);
   return moeccl_bootstrap_ring(l.secret, rank, nranks, timeout, listen_fd, peers, out);
+}
+
+/* ---- waits that watch the peers ------------------------------------------ */
+
+#define LIVENESS_EVERY 0.1  /* seconds between liveness checks while a wait lasts */
+#define PROBES_PER_CHECK 16 /* remote peers probed per check (round robin) */
+#define DEATH_GRACE 1.0     /* seconds a lost connection waits for its peer's death to show */
+
+/* 1 when peer's process is known to be gone: /proc for a peer on this
+ * host, else its liveness socket refuses connections. */
+static int peer_gone(const moeccl_bootstrap_t* b, int peer) {
+  const moeccl_peer_info_t* p = &b->peers[peer];
+  if (p->host_hash == b->peers[b->rank].host_hash)
+    return p->pid > 0 && !moeccl_process_alive(p->pid, p->pid_start);
+  return p->alive_addr.sin.sin_port != 0 && moeccl_bootstrap_probe(&p->alive_addr, 100) == 0;
+}
+
+/* A peer known dead, or -1.  Peers on this host are all checked (cheap);
+ * remote ones PROBES_PER_CHECK at a time, the neighbours first. */
+static int find_dead(moeccl_bootstrap_t* b) {
+  int n = b->nranks, me = b->rank;
+  uint64_t host = b->peers[me].host_hash;
+  int first[2] = {(me + 1) % n, (me - 1 + n) % n};
+  for (int i = 0; i < 2; i++)
+    if (first[i] != me && peer_gone(b, first[i])) return first[i];
+  for (int p = 0; p < n; p++)
+    if (p != me && b->peers[p].host_hash == host && peer_gone(b, p)) return p;
+  for (int k = 0; k < n && k < PROBES_PER_CHECK; k++) {
+    int p = b->scan_next++ % n;
+    if (p != me && b->peers[p].host_hash != host && peer_gone(b, p)) return p;
+  }
+  return -1;
+}
+
+/* Records b's failure (sticky) and returns it as the last error. */
+static moecclResult_t boot_fail(moeccl_bootstrap_t* b, moecclResult_t rc, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static moecclResult_t boot_fail(moeccl_bootstrap_t* b, moecclResult_t rc, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b->fail_text, sizeof(b->fail_text), fmt, ap);
+  va_end(ap);
+  b->failed = rc;
+  return moeccl_error(NULL, rc, "%s", b->fail_text);
+}
+
+static moecclResult_t dead_peer(moeccl_bootstrap_t* b, int dead, const char* doing) {
+  const moeccl_peer_info_t* p = &b->peers[dead];
+  return boot_fail(b, moecclRemoteError,
+                   "bootstrap: rank %d (pid %d on %s) died while rank %d was %s", dead, (int)p->pid,
+                   p->hostname, b->rank, doing);
+}
+
+/* After a lost connection or a deadline: names the dead rank if there is
+ * one, else says whom this rank lost while doing what. */
+static moecclResult_t peer_lost(moeccl_bootstrap_t* b, moecclResult_t rc, int peer,
+                                const char* doing) {
+  /* A killed process's sockets close while it exits, a moment before /proc
+   * shows it gone and before its liveness socket refuses: look a while. */
+  int dead = -1;
+  for (double until = moeccl_now() + DEATH_GRACE; dead < 0;) {
+    dead = peer_gone(b, peer) ? peer : find_dead(b);
+    if (dead >= 0 || rc == moecclTimeout || moeccl_now() > until) break;
+    usleep(10000);
+  }
+  if (dead >= 0) return dead_peer(b, dead, doing);
+  if (rc == moecclTimeout)
+    return boot_fail(b, rc,
+                     "bootstrap: rank %d heard nothing from rank %d for %.0f s while it was %s "
+                     "(MOECCL_TIMEOUT)",
+                     b->rank, peer, b->timeout, doing);
+  return boot_fail(b, rc,
+                   "bootstrap: rank %d closed its connection while rank %d was %s (it failed; "
+                   "its own log says why)",
+                   peer, b->rank, doing);
+}
+
+/* Waits until fd is ready for events or deadline, checking the peers'
+ * liveness every LIVENESS_EVERY: 1 ready, 0 deadline, -1 error, -2 - r
+ * when rank r is dead. */
+static int boot_wait(moeccl_bootstrap_t* b, int fd, short events, double deadline) {
+  for (;;) {
+    double now = moeccl_now(), left = deadline - now;
+    if (left <= 0) return 0;
+    double step = left < LIVENESS_EVERY ? left : LIVENESS_EVERY;
+    struct pollfd pf = {.fd = fd, .events = events};
+    int rc = poll(&pf, 1, (int)(step * 1000.0) + 1);
+    if (rc > 0) return 1;
+    if (rc < 0 && errno != EINTR) return -1;
+    if (rc == 0) {
+      int dead = find_dead(b);
+      if (dead >= 0) return -2 - dead;
+    }
+  }
+}
+
+/* Exactly len bytes to / from a ring neighbour before deadline; a peer's
+ * death anywhere ends the wait (and names it). */
+static moecclResult_t boot_xfer(moeccl_bootstrap_t* b, int fd, int send, void* buf, size_t len,
+                                double deadline, int peer, const char* doing) {
+  char* p = buf;
+  while (len > 0) {
+    ssize_t n = send ? write_nosig(fd, p, len) : recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n, len -= (size_t)n;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      int w = boot_wait(b, fd, send ? POLLOUT : POLLIN, deadline);
+      if (w == 1) continue;
+      if (w <= -2) return dead_peer(b, -2 - w, doing);
+      return peer_lost(b, w == 0 ? moecclTimeout : moecclSystemError, peer, doing);
+    }
+    return peer_lost(b, moecclRemoteError, peer, doing); /* closed or reset */
+  }
+  return moecclSuccess;
 }
 
 typedef struct {
@@ -407,21 +529,66 @@ moecclResult_t moeccl_bootstrap_check_ring_hello(const void* msg, size_t len, ui
   return same_mac(mac, h.mac) ? moecclSuccess : moecclInvalidArgument;
 }
 
-/* Accepts the next connection to the ring socket and sends it a challenge. */
-static moecclResult_t ring_accept(int listen_fd, double deadline, int* fd, uint8_t* challenge) {
+/* Connects to rank next's ring socket (refused until it listens, so
+ * retried), watching the peers while it waits. */
+static moecclResult_t ring_connect(moeccl_bootstrap_t* b, int next, double deadline) {
+  char doing[64];
+  snprintf(doing, sizeof(doing), "connecting to rank %d's ring socket", next);
   for (;;) {
-    MOECCL_CHECK(moeccl_socket_accept(listen_fd, deadline, fd));
+    double step = moeccl_now() + LIVENESS_EVERY;
+    moecclResult_t rc = moeccl_socket_try_connect(&b->peers[next].listen_addr,
+                                                  step < deadline ? step : deadline, &b->next_fd);
+    if (rc == moecclSuccess) return rc;
+    if (rc != moecclTimeout || moeccl_now() >= deadline) return peer_lost(b, rc, next, doing);
+    int dead = find_dead(b);
+    if (dead >= 0) return dead_peer(b, dead, doing);
+  }
+}
+
+/* Accepts the next connection to the ring socket and sends it a challenge,
+ * watching the peers while it waits (prev's connection may never come). */
+static moecclResult_t ring_accept(moeccl_bootstrap_t* b, int prev, double deadline, int* fd,
+                                  uint8_t* challenge) {
+  char doing[64];
+  snprintf(doing, sizeof(doing), "waiting for rank %d to connect to its ring socket", prev);
+  for (;;) {
+    int w = boot_wait(b, b->listen_fd, POLLIN, deadline);
+    if (w <= -2) return dead_peer(b, -2 - w, doing);
+    if (w <= 0) return peer_lost(b, w == 0 ? moecclTimeout : moecclSystemError, prev, doing);
+    *fd = accept4(b->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (*fd < 0) continue; /* EAGAIN, ECONNABORTED, EINTR: wait again */
+    int one = 1;
+    setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (random_bytes(challenge, CHALLENGE_BYTES) == 0 &&
-        moeccl_socket_send(*fd, challenge, CHALLENGE_BYTES, deadline) == moecclSuccess)
+        moeccl_socket_send(*fd, challenge, CHALLENGE_BYTES, moeccl_now() + 1.0) == moecclSuccess)
       return moecclSuccess;
     close(*fd);
   }
 }
 
+/* A candidate's hello within its own deadline: 0 received, -1 drop it,
+ * -2 - r when rank r is dead. */
+static int cand_recv(moeccl_bootstrap_t* b, int fd, void* buf, size_t len, double deadline) {
+  char* p = buf;
+  while (len > 0) {
+    ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n, len -= (size_t)n;
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
+    int w = boot_wait(b, fd, POLLIN, deadline);
+    if (w <= -2) return w;
+    if (w <= 0) return -1;
+  }
+  return 0;
+}
+
 /* Every rank connects to rank+1, accepts a connection and challenges it,
  * answers rank+1's challenge, then checks the accepted connection's hello:
  * rank-1's, authentic.  A connection that is not gets HELLO_WAIT seconds,
- * not the whole deadline, and the next one is taken. */
+ * not the whole deadline, and the next one is taken.  Every wait watches
+ * the peers, so a rank that died fails the others at once, by name. */
 moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], int rank,
                                      int nranks, double timeout, int listen_fd,
                                      const moeccl_peer_info_t* peers, moeccl_bootstrap_t** out) {
@@ -429,23 +596,34 @@ moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], 
   if (!b) return close(listen_fd), moecclSystemError;
   uint64_t nonce = moeccl_secret_tag(secret);
   *b = (moeccl_bootstrap_t){rank, nranks, nonce, listen_fd, -1, -1, timeout};
+  b->peers = peers;
+  b->scan_next = rank + 2;
   moecclResult_t rc = moecclSuccess;
   double deadline = moeccl_now() + timeout;
   if (nranks > 1) {
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks, cand = -1;
     uint8_t key[32], mine[CHALLENGE_BYTES], theirs[CHALLENGE_BYTES];
+    char doing[64];
+    snprintf(doing, sizeof(doing), "forming the ring with rank %d", next);
     moeccl_bootstrap_auth_key(secret, key);
     ring_hello_t h = {HELLO_MAGIC, rank, nonce, {0}}, got;
-    rc = moeccl_socket_connect(&peers[next].listen_addr, deadline, &b->next_fd);
-    if (rc == moecclSuccess) rc = ring_accept(listen_fd, deadline, &cand, mine);
-    if (rc == moecclSuccess) rc = moeccl_socket_recv(b->next_fd, theirs, sizeof(theirs), deadline);
+    rc = ring_connect(b, next, deadline);
+    if (rc == moecclSuccess) rc = ring_accept(b, prev, deadline, &cand, mine);
+    if (rc == moecclSuccess)
+      rc = boot_xfer(b, b->next_fd, 0, theirs, sizeof(theirs), deadline, next, doing);
     hello_mac(key, theirs, &h, offsetof(ring_hello_t, mac), h.mac);
-    if (rc == moecclSuccess) rc = moeccl_socket_send(b->next_fd, &h, sizeof(h), deadline);
+    if (rc == moecclSuccess) rc = boot_xfer(b, b->next_fd, 1, &h, sizeof(h), deadline, next, doing);
     while (rc == moecclSuccess && b->prev_fd < 0) {
       double hd = moeccl_now() + HELLO_WAIT < deadline ? moeccl_now() + HELLO_WAIT : deadline;
-      if (moeccl_socket_recv(cand, &got, sizeof(got), hd) == moecclSuccess &&
-          moeccl_bootstrap_check_ring_hello(&got, sizeof(got), nonce, key, mine, prev) ==
-              moecclSuccess) {
+      int got_rc = cand_recv(b, cand, &got, sizeof(got), hd);
+      if (got_rc <= -2) {
+        close(cand);
+        snprintf(doing, sizeof(doing), "waiting for rank %d's ring hello", prev);
+        rc = dead_peer(b, -2 - got_rc, doing);
+        break;
+      }
+      if (got_rc == 0 && moeccl_bootstrap_check_ring_hello(&got, sizeof(got), nonce, key, mine,
+                                                           prev) == moecclSuccess) {
         b->prev_fd = cand;
         break;
       }
@@ -454,33 +632,40 @@ moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], 
            "of rank %d",
            rank, prev);
       close(cand);
-      rc = ring_accept(listen_fd, deadline, &cand, mine);
+      rc = ring_accept(b, prev, deadline, &cand, mine);
     }
   }
   if (rc != moecclSuccess) {
+    char text[sizeof(b->fail_text)];
+    snprintf(text, sizeof(text), "%s", b->fail_text);
+    int recorded = b->failed != moecclSuccess;
     moeccl_bootstrap_close(b);
+    if (recorded) return moeccl_error(NULL, rc, "%s", text);
     return moeccl_error(NULL, rc, "bootstrap: ring setup failed on rank %d", rank);
   }
   *out = b;
   return moecclSuccess;
 }
 
+moecclResult_t moeccl_bootstrap_error(const moeccl_bootstrap_t* b) {
+  if (!b || b->failed == moecclSuccess) return moecclSuccess;
+  return moeccl_error(NULL, b->failed, "%s", b->fail_text);
+}
+
 moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, size_t bytes) {
-  int n = b->nranks;
+  if (b->failed != moecclSuccess) return moeccl_bootstrap_error(b);
+  int n = b->nranks, next = (b->rank + 1) % n, prev = (b->rank - 1 + n) % n;
   double deadline = moeccl_now() + b->timeout;
   char* d = data;
+  char doing[64];
   /* Step s: pass along the block that originated s ranks behind us. */
   for (int s = 0; s < n - 1; s++) {
     int send_block = (b->rank - s + n) % n, recv_block = (b->rank - s - 1 + n) % n;
-    moecclResult_t rc =
-        moeccl_socket_send(b->next_fd, d + (size_t)send_block * bytes, bytes, deadline);
-    if (rc == moecclSuccess)
-      rc = moeccl_socket_recv(b->prev_fd, d + (size_t)recv_block * bytes, bytes, deadline);
-    if (rc != moecclSuccess) {
-      int prev = (b->rank - 1 + n) % n;
-      return moeccl_error(NULL, rc, "bootstrap allgather: lost rank %d or rank %d", prev,
-                          (b->rank + 1) % n);
-    }
+    snprintf(doing, sizeof(doing), "in a setup exchange (allgather step %d of %d)", s + 1, n - 1);
+    MOECCL_CHECK(
+        boot_xfer(b, b->next_fd, 1, d + (size_t)send_block * bytes, bytes, deadline, next, doing));
+    MOECCL_CHECK(
+        boot_xfer(b, b->prev_fd, 0, d + (size_t)recv_block * bytes, bytes, deadline, prev, doing));
   }
   return moecclSuccess;
 }

@@ -3,7 +3,11 @@
  * socket address; the process that made the id runs a rendezvous thread there
  * that gathers every rank's moeccl_peer_info_t and sends back the table.  Then
  * the ranks form a TCP ring (each connects to rank+1) used for the small
- * collectives of setup: allgather and barrier.  Every wait has a deadline.
+ * collectives of setup: allgather and barrier.  Every wait has a deadline,
+ * and while it waits a rank checks every LIVENESS_EVERY that its peers live
+ * (/proc for a peer on its host, the liveness socket for others): a rank
+ * that dies during setup fails the others within a fraction of a second,
+ * with its name, instead of at MOECCL_TIMEOUT.
  */
 #ifndef MOECCL_BOOTSTRAP_H_
 #define MOECCL_BOOTSTRAP_H_
@@ -15,6 +19,12 @@ typedef struct moeccl_bootstrap {
   uint64_t nonce;
   int listen_fd, next_fd, prev_fd;
   double timeout;
+  /* The table (the communicator's), to tell a dead peer from a slow one. */
+  const moeccl_peer_info_t* peers;
+  int scan_next; /* next peer whose liveness socket a wait probes */
+  /* Sticky: once an exchange failed, every later one fails the same way. */
+  moecclResult_t failed;
+  char fail_text[256];
 } moeccl_bootstrap_t;
 
 /* Fills id with a fresh 128-bit secret (getrandom) and the root address and
@@ -47,6 +57,9 @@ moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], 
 /* Every rank contributes bytes at data + rank*bytes; afterwards all hold all. */
 moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, size_t bytes);
 moecclResult_t moeccl_bootstrap_barrier(moeccl_bootstrap_t* b);
+/* moecclSuccess, or the error that broke b (its text recorded again as the
+ * last error, so a caller's own wrapping does not hide which rank died). */
+moecclResult_t moeccl_bootstrap_error(const moeccl_bootstrap_t* b);
 void moeccl_bootstrap_close(moeccl_bootstrap_t* b);
 
 /* The checks of what the bootstrap receives, apart from its sockets, so

@@ -159,9 +159,15 @@ static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
 /* Everything after the peer table is known: node layout and transports. */
 static moecclResult_t comm_finish_init(moeccl_comm_t* c, const moecclConfig_t* config) {
   apply_config(c, config);
-  MOECCL_CHECK(moeccl_comm_setup_node(c));
-  MOECCL_CHECK(moeccl_transports_init(c));
-  MOECCL_CHECK(moeccl_tuner_init(c));
+  moecclResult_t rc = moeccl_comm_setup_node(c);
+  if (rc == moecclSuccess) rc = moeccl_transports_init(c);
+  if (rc == moecclSuccess) rc = moeccl_tuner_init(c);
+  if (rc != moecclSuccess) {
+    /* A rank lost during setup: the bootstrap's text names it; a layer's
+     * own wrapping ("transport failed to start") would hide it. */
+    moecclResult_t brc = moeccl_bootstrap_error(c->boot);
+    return brc != moecclSuccess ? brc : rc;
+  }
   INFO(INIT, "comm %p %s rank %d nranks %d nonce %016llx local rank %d of %d - init done", (void*)c,
        c->name, c->rank, c->nranks, (unsigned long long)c->nonce, c->local_rank, c->nlocal);
   return moecclSuccess;

@@ -155,7 +155,8 @@ static int connect_once(int fd, const moeccl_sockaddr_t* addr, double deadline) 
   return err;
 }
 
-moecclResult_t moeccl_socket_connect(const moeccl_sockaddr_t* addr, double deadline, int* fd_out) {
+static moecclResult_t connect_retry(const moeccl_sockaddr_t* addr, double deadline, int warn,
+                                    int* fd_out) {
   char s[64];
   for (;;) {
     /* Non-blocking, so an address that drops packets cannot hold us past the
@@ -175,11 +176,20 @@ moecclResult_t moeccl_socket_connect(const moeccl_sockaddr_t* addr, double deadl
       return moecclSystemError;
     }
     if (moeccl_now() > deadline) {
-      WARN(BOOT, "connect to %s timed out", moeccl_sockaddr_str(addr, s, sizeof(s)));
+      if (warn) WARN(BOOT, "connect to %s timed out", moeccl_sockaddr_str(addr, s, sizeof(s)));
       return moecclTimeout;
     }
     usleep(2000);
   }
+}
+
+moecclResult_t moeccl_socket_connect(const moeccl_sockaddr_t* addr, double deadline, int* fd_out) {
+  return connect_retry(addr, deadline, 1, fd_out);
+}
+
+moecclResult_t moeccl_socket_try_connect(const moeccl_sockaddr_t* addr, double deadline,
+                                         int* fd_out) {
+  return connect_retry(addr, deadline, 0, fd_out);
 }
 
 moecclResult_t moeccl_socket_accept(int listen_fd, double deadline, int* fd_out) {

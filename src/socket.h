@@ -29,6 +29,9 @@ moecclResult_t moeccl_socket_pick_addr(moeccl_sockaddr_t* out);
 moecclResult_t moeccl_socket_listen(moeccl_sockaddr_t* addr, int* fd);
 /* Connects, retrying refused connections until deadline (moeccl_now() time). */
 moecclResult_t moeccl_socket_connect(const moeccl_sockaddr_t* addr, double deadline, int* fd);
+/* The same without a warning when the deadline passes (a caller that
+ * retries in short steps). */
+moecclResult_t moeccl_socket_try_connect(const moeccl_sockaddr_t* addr, double deadline, int* fd);
 moecclResult_t moeccl_socket_accept(int listen_fd, double deadline, int* fd);
 /* Sends / receives exactly len bytes before deadline.  A closed peer is
  * moecclRemoteError, a deadline moecclTimeout. */

@@ -118,6 +118,7 @@ static int net_candidates(moeccl_comm_t* comm, const moeccl_transport_ops_t** ou
   for (int i = 0; i < NNET; i++) {
     int ok = 0;
     long sc = agree(comm, net_transports[i]->score(), &ok);
+    if (sc < 0) return -1; /* the ranks lost each other */
     if (ok && sc > 0) score[n] = sc, out[n++] = net_transports[i];
   }
   for (int i = 1; i < n; i++) /* insertion sort by score, stable */
@@ -130,17 +131,24 @@ static int net_candidates(moeccl_comm_t* comm, const moeccl_transport_ops_t** ou
   return n;
 }
 
+/* The setup exchange failed: the bootstrap's error names the rank lost. */
+static moecclResult_t lost_contact(moeccl_comm_t* comm) {
+  moecclResult_t rc = moeccl_bootstrap_error(comm->boot);
+  if (rc != moecclSuccess) return rc;
+  return moeccl_error(comm, moecclRemoteError,
+                      "transport setup: lost contact with the other ranks");
+}
+
 static moecclResult_t init_network(moeccl_comm_t* comm, uint8_t* use, int shm_disabled) {
   int n = comm->nranks, needed = net_needed(comm, shm_disabled);
   for (int p = 0; p < n; p++)
     use[p] = p != comm->rank && comm->peer_transport[MOECCL_MEM_HOST][p] == 0xff;
   const moeccl_transport_ops_t* cands[8];
   int ncands = needed ? net_candidates(comm, cands) : 0;
+  if (ncands < 0) return lost_contact(comm);
   for (int i = 0; i < ncands; i++) {
     int r = try_transport(comm, cands[i], use, 1);
-    if (r < 0)
-      return moeccl_error(comm, moecclRemoteError,
-                          "transport setup: lost contact with the other ranks");
+    if (r < 0) return lost_contact(comm);
     if (r > 0) return moecclSuccess;
   }
   if (!needed) return moecclSuccess;
@@ -192,7 +200,9 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
     use[p] = !shm_disabled && p != comm->rank && moeccl_shm_ops.can_reach(comm, p);
   moecclResult_t rc = moecclSuccess;
   int r = try_transport(comm, &moeccl_shm_ops, use, !shm_disabled && shm_needed(comm));
-  if (r <= 0) rc = moeccl_error(comm, moecclSystemError, "shared-memory transport failed to start");
+  if (r < 0) rc = lost_contact(comm);
+  else if (r == 0)
+    rc = moeccl_error(comm, moecclSystemError, "shared-memory transport failed to start");
   if (rc == moecclSuccess) rc = init_network(comm, use, shm_disabled);
   for (int p = 0; p < n && rc == moecclSuccess; p++)
     if (p != comm->rank)
