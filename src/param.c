@@ -16,6 +16,7 @@
 static int check_subsys(const char* v, char* why, size_t n);
 static int check_log_file(const char* v, char* why, size_t n);
 static int check_comm_id(const char* v, char* why, size_t n);
+static int check_plugin_path(const char* v, char* why, size_t n);
 
 const moeccl_param_t moeccl_params[] = {
     {"MOECCL_DEBUG", MOECCL_PARAM_STR, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE", 0,
@@ -80,6 +81,9 @@ const moeccl_param_t moeccl_params[] = {
      MOECCL_PARAM_FAIL},
     {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto", 0,
      0, "auto|ofi|ucx", NULL, MOECCL_PARAM_FAIL},
+    {"MOECCL_PLUGIN_PATH", MOECCL_PARAM_STR, "",
+     "directories (colon-separated) searched first for moeccl's modules (moeccl_net_ucx.so)", 0, 0,
+     NULL, check_plugin_path, MOECCL_PARAM_WARN},
     {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0",
      "1: no shared memory; ranks of one node use the network too", 0, 0, NULL, NULL,
      MOECCL_PARAM_FAIL},
@@ -332,6 +336,20 @@ static int check_comm_id(const char* v, char* why, size_t n) {
     return 0;
   snprintf(why, n, "not host:port with a port from 1 to 65535");
   return -1;
+}
+
+/* Absolute directories only: a relative one would depend on the working
+ * directory at the moment the module is first needed. */
+static int check_plugin_path(const char* v, char* why, size_t n) {
+  for (const char* p = v; *p;) {
+    size_t len = strcspn(p, ":");
+    if (len && *p != '/') {
+      snprintf(why, n, "not a colon list of absolute directories");
+      return -1;
+    }
+    p += len + (p[len] == ':');
+  }
+  return 0;
 }
 
 void moeccl_param_log_all(void) {

@@ -39,3 +39,10 @@ check_PROGRAMS += tests/test_secret
 TESTS += tests/test_secret
 tests_test_secret_SOURCES = tests/test_secret.c tests/unit_check.h
 tests_test_secret_LDADD = libmoeccl_core.la
+
+# UCX is loaded only for a network peer and leaves the program's signal
+# handlers alone (src/transport/ucx_load.c); 2 forked ranks, skips without UCX.
+check_PROGRAMS += tests/test_ucx_lazy
+TESTS += tests/test_ucx_lazy
+tests_test_ucx_lazy_SOURCES = tests/test_ucx_lazy.c $(MP_HARNESS_SOURCES)
+tests_test_ucx_lazy_LDADD = libmoeccl.la

@@ -6,15 +6,19 @@
  * ucp_tag_send_nbx / ucp_tag_recv_nbx; UCX picks eager or rendezvous per
  * size.  The tag is [kind | source rank | per-pair sequence] and receives use
  * the full mask, so messages of a pair match in posting order whatever order
- * UCX delivers them in.  UCX_* variables pass through to UCX untouched.
+ * UCX delivers them in.  UCX_* variables the user sets pass through to UCX
+ * untouched; moeccl gives defaults only to unset ones (here and ucx_load.c).
+ *
+ * Built as the module moeccl_net_ucx.so (net_module.h), which libmoeccl
+ * loads only when a communicator needs UCX (ucx_load.c): loading UCX runs
+ * its library constructors, which install signal handlers.
  *
  * Failures: endpoints use peer error handling; the error callback records
  * the peer, and progress() fails the communicator once a request waits on
  * it.  An abort notice (its own tag kind, carrying the culprit's rank) tells
  * peers that wait on other ranks to stop.
  */
-#include "param.h"
-#include "transport/transport.h"
+#include "transport/net_module.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -23,8 +27,6 @@
 #include <string.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
-
-#include "bootstrap.h"
 
 /* Tag layout: 4 bits kind, 20 bits source rank, 40 bits sequence. */
 #define TAG_SEQ_BITS 40
@@ -654,11 +656,12 @@ static void ucx_fini(void* state) {
   free(s);
 }
 
-const moeccl_transport_ops_t moeccl_ucx_ops = {
+/* Reached through the proxy moeccl_ucx_ops of libmoeccl (ucx_load.c), which
+ * holds the name and link costs and checks that caps and mem_types match. */
+const moeccl_transport_ops_t moeccl_net_module_ops = {
     .name = "ucx",
     .caps = MOECCL_TRANSPORT_CAP_NETWORK,
     .mem_types = MOECCL_MEM_TYPE_HOST,
-    .link = {5.0, 4.5, 1.0, 0.0}, /* UCX picks its own protocols */
     .score = ucx_score,
     .can_reach = ucx_can_reach,
     .init = ucx_init,

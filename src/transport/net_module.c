@@ -1,0 +1,94 @@
+/*
+ * Module side of a network transport built as a loadable module
+ * (net_module.h): the entry point, and the libmoeccl internals the
+ * transport's code calls by name, each forwarding to the table libmoeccl
+ * handed over.  Everything here is hidden but the entry point, so none of
+ * these names can bind to (or be bound from) another object.
+ */
+#include "transport/net_module.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "socket.h"
+
+/* Texts are formatted here and passed as "%s": a va_list cannot be handed on
+ * to a variadic function.  moeccl keeps at most 512 bytes of an error text
+ * (core.h: last_error) and 1024 of a log line. */
+#define ERROR_TEXT 512
+#define LOG_TEXT 1024
+
+static const moeccl_net_host_t* host;
+
+int moeccl_log_level = -1; /* set from the host's before the first use */
+uint32_t moeccl_log_mask = MOECCL_SUBSYS_ALL;
+
+void moeccl_debug_init(void) {
+  if (host) moeccl_log_level = host->log_level, moeccl_log_mask = host->log_mask;
+}
+
+void moeccl_log(moeccl_log_level_t level, uint32_t subsys, const char* file, int line,
+                const char* fmt, ...) {
+  char msg[LOG_TEXT];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  host->log(level, subsys, file, line, "%s", msg);
+}
+
+moecclResult_t moeccl_error(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {
+  char msg[ERROR_TEXT];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return host->error(comm, err, "%s", msg);
+}
+
+moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {
+  char msg[ERROR_TEXT];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return host->comm_fail(comm, err, "%s", msg);
+}
+
+moecclResult_t moeccl_comm_peer_lost(moeccl_comm_t* comm, int rank, const char* fmt, ...) {
+  char msg[ERROR_TEXT];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return host->comm_peer_lost(comm, rank, "%s", msg);
+}
+
+moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, size_t bytes) {
+  return host->bootstrap_allgather(b, data, bytes);
+}
+
+int moeccl_process_alive(pid_t pid, uint64_t start) { return host->process_alive(pid, start); }
+
+double moeccl_now(void) { return host->now(); }
+
+__attribute__((visibility("default"))) const moeccl_transport_ops_t*
+moeccl_net_module_init(const moeccl_net_host_t* h, char* why, size_t n) {
+  if (!h || h->abi != MOECCL_NET_MODULE_ABI) {
+    snprintf(why, n, "module ABI %d, the library's %u", MOECCL_NET_MODULE_ABI, h ? h->abi : 0);
+    return NULL;
+  }
+  if (!h->version || strcmp(h->version, PACKAGE_VERSION) != 0) {
+    snprintf(why, n, "built for moeccl %s, not the library's %s", PACKAGE_VERSION,
+             h->version ? h->version : "?");
+    return NULL;
+  }
+  if (h->comm_size != sizeof(moeccl_comm_t) || h->req_size != sizeof(moeccl_req_t) ||
+      h->ops_size != sizeof(moeccl_transport_ops_t)) {
+    snprintf(why, n, "built from other sources than the library (structure sizes differ)");
+    return NULL;
+  }
+  host = h;
+  moeccl_debug_init();
+  return &moeccl_net_module_ops;
+}

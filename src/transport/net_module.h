@@ -1,0 +1,62 @@
+/*
+ * A network transport built as a loadable module (moeccl_net_ucx.so): the
+ * contract between libmoeccl and the module.
+ *
+ * libmoeccl exports only its API (moeccl[A-Z]*, src/local.mk), and its
+ * internals are hidden, so the module cannot link against them.  Instead
+ * libmoeccl hands the module a table of the few internals a transport calls
+ * (logging, errors, the bootstrap allgather, the clock, liveness), and the
+ * module gives back its ops table.  The module links UCX, never libmoeccl,
+ * so it loads the same under a program linked with libmoeccl.a.
+ *
+ * The module reads moeccl's structures (moeccl_comm_t, moeccl_req_t), so it
+ * must come from the same build: the host passes the version and the sizes
+ * it was built with, and the module refuses anything else.
+ */
+#ifndef MOECCL_NET_MODULE_H_
+#define MOECCL_NET_MODULE_H_
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "bootstrap.h"
+#include "transport/transport.h"
+
+/* Bumped when this table or the meaning of an entry changes. */
+#define MOECCL_NET_MODULE_ABI 1
+/* The one symbol a module exports. */
+#define MOECCL_NET_MODULE_INIT "moeccl_net_module_init"
+
+typedef struct moeccl_net_host {
+  unsigned abi;        /* MOECCL_NET_MODULE_ABI */
+  const char* version; /* PACKAGE_VERSION of libmoeccl */
+  size_t comm_size, req_size, ops_size;
+  /* moeccl's log level and subsystem mask, in effect when the module loads
+   * (they are read once per process) */
+  int log_level;
+  uint32_t log_mask;
+  /* The internals of the same names (core.h, debug.h, bootstrap.h,
+   * socket.h); the printf-like ones are called with "%s" and the text the
+   * module formatted. */
+  void (*log)(moeccl_log_level_t level, uint32_t subsys, const char* file, int line,
+              const char* fmt, ...);
+  moecclResult_t (*error)(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...);
+  moecclResult_t (*comm_fail)(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...);
+  moecclResult_t (*comm_peer_lost)(moeccl_comm_t* comm, int rank, const char* fmt, ...);
+  moecclResult_t (*bootstrap_allgather)(moeccl_bootstrap_t* b, void* data, size_t bytes);
+  int (*process_alive)(pid_t pid, uint64_t start);
+  double (*now)(void);
+} moeccl_net_host_t;
+
+/* The module's entry point: its ops table, or NULL with why filled (the
+ * host does not match the module's build). */
+typedef const moeccl_transport_ops_t* (*moeccl_net_module_init_fn)(const moeccl_net_host_t* host,
+                                                                   char* why, size_t n);
+
+/* Module side: the transport's table (ucx.c), which the entry point
+ * (net_module.c) returns. */
+extern const moeccl_transport_ops_t moeccl_net_module_ops;
+
+#endif
