@@ -112,8 +112,18 @@ struct moecclComm {
   pthread_cond_t order_cond;
   uint64_t issue_ticket, exec_ticket;
   int pending;
+  int order_waiters;     /* threads in a wait on order_cond: retire wakes only if some */
   volatile int aborting; /* moecclCommAbort: queued and running work stops */
   moeccl_sched_t sched;  /* reused across calls */
+  /* plan.c: the uniform all-to-all whose schedule sched holds; a call that
+   * repeats it (same buffers, block, element size and algorithm) runs that
+   * schedule again without building it. */
+  struct {
+    int valid, algo;
+    const void* sendbuf;
+    void* recvbuf;
+    size_t block, elem;
+  } plan_last;
   struct moeccl_req* reqs;
   int reqs_cap;
   void* scratch;
@@ -167,6 +177,9 @@ int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out);
  * the first; wait_turn blocks until ticket is next; retire ends n. */
 uint64_t moeccl_comm_issue(moeccl_comm_t* comm, int n);
 void moeccl_comm_wait_turn(moeccl_comm_t* comm, uint64_t ticket);
+/* issue(comm, 1) and wait_turn for it, in one critical section (a call run
+ * at once, on the caller's thread). */
+void moeccl_comm_issue_wait(moeccl_comm_t* comm);
 void moeccl_comm_retire(moeccl_comm_t* comm, int n);
 /* Waits until every issued operation of comm has retired. */
 void moeccl_comm_drain(moeccl_comm_t* comm);

@@ -26,9 +26,24 @@ uint64_t moeccl_comm_issue(moeccl_comm_t* c, int n) {
   return first;
 }
 
+/* order_lock held. */
+static void wait_order(moeccl_comm_t* c) {
+  c->order_waiters++;
+  pthread_cond_wait(&c->order_cond, &c->order_lock);
+  c->order_waiters--;
+}
+
 void moeccl_comm_wait_turn(moeccl_comm_t* c, uint64_t ticket) {
   pthread_mutex_lock(&c->order_lock);
-  while (c->exec_ticket != ticket) pthread_cond_wait(&c->order_cond, &c->order_lock);
+  while (c->exec_ticket != ticket) wait_order(c);
+  pthread_mutex_unlock(&c->order_lock);
+}
+
+void moeccl_comm_issue_wait(moeccl_comm_t* c) {
+  pthread_mutex_lock(&c->order_lock);
+  uint64_t ticket = c->issue_ticket++;
+  c->pending++;
+  while (c->exec_ticket != ticket) wait_order(c);
   pthread_mutex_unlock(&c->order_lock);
 }
 
@@ -36,13 +51,13 @@ void moeccl_comm_retire(moeccl_comm_t* c, int n) {
   pthread_mutex_lock(&c->order_lock);
   c->exec_ticket += (uint64_t)n;
   c->pending -= n;
-  pthread_cond_broadcast(&c->order_cond);
+  if (c->order_waiters) pthread_cond_broadcast(&c->order_cond);
   pthread_mutex_unlock(&c->order_lock);
 }
 
 void moeccl_comm_drain(moeccl_comm_t* c) {
   pthread_mutex_lock(&c->order_lock);
-  while (c->pending > 0) pthread_cond_wait(&c->order_cond, &c->order_lock);
+  while (c->pending > 0) wait_order(c);
   pthread_mutex_unlock(&c->order_lock);
 }
 
@@ -345,7 +360,7 @@ MOECCL_EXPORT moecclResult_t moecclRecv(void* recvbuff, size_t count, moecclData
 static moecclResult_t call_run_now(moeccl_comm_t* c, const moeccl_call_t* issued) {
   moeccl_call_t call = *issued; /* build may read a scalar into it */
   moeccl_choice_t choice;
-  moeccl_comm_wait_turn(c, moeccl_comm_issue(c, 1));
+  moeccl_comm_issue_wait(c);
   pthread_mutex_lock(&c->lock);
   moecclResult_t rc = moeccl_plan_prepare(c, &call, &choice);
   if (rc == moecclSuccess && choice.need_meta) {

@@ -204,10 +204,35 @@ moecclResult_t moeccl_plan_prepare(moeccl_comm_t* comm, const moeccl_call_t* cal
   return moecclSuccess;
 }
 
+/* A uniform all-to-all with no count exchange: its schedule is a function
+ * of the buffers, the block, the element size and the algorithm alone (the
+ * topology and window are the communicator's), so a repeat of the call
+ * that sched last held can run it again.  Training and inference loops
+ * repeat one shape; building it was a quarter of a small call's
+ * instructions. */
+static int a2a_repeat(const moeccl_comm_t* comm, const moeccl_call_t* call,
+                      const moeccl_choice_t* choice) {
+  const moeccl_a2a_desc_t* d = &call->a2a;
+  return comm->plan_last.valid && !d->send_counts && !choice->need_meta &&
+         comm->plan_last.algo == choice->algo && comm->plan_last.sendbuf == call->sendbuf &&
+         comm->plan_last.recvbuf == call->recvbuf && comm->plan_last.block == d->block_bytes &&
+         comm->plan_last.elem == d->elem_size;
+}
+
 moecclResult_t moeccl_plan_build(moeccl_comm_t* comm, moeccl_call_t* call,
                                  const moeccl_choice_t* choice, moeccl_sched_t* sched) {
   if (comm->aborting) return moeccl_error(comm, moecclInvalidUsage, "communicator was aborted");
-  if (call->kind == MOECCL_CALL_A2A) return a2a_build(comm, call, choice, sched);
+  int mine = sched == &comm->sched;
+  if (mine && call->kind == MOECCL_CALL_A2A && a2a_repeat(comm, call, choice)) return moecclSuccess;
+  if (mine) comm->plan_last.valid = 0; /* sched is about to change */
+  if (call->kind == MOECCL_CALL_A2A) {
+    moecclResult_t rc = a2a_build(comm, call, choice, sched);
+    const moeccl_a2a_desc_t* d = &call->a2a;
+    if (mine && rc == moecclSuccess && !d->send_counts && !choice->need_meta)
+      comm->plan_last = (__typeof__(comm->plan_last)){
+          1, choice->algo, call->sendbuf, call->recvbuf, d->block_bytes, d->elem_size};
+    return rc;
+  }
   if (call->kind == MOECCL_CALL_COLL) return coll_build(comm, call, choice, sched);
   if (call->kind == MOECCL_CALL_MOE) return moe_build(comm, call, sched);
   return p2p_build(comm, call, sched);

@@ -1,5 +1,6 @@
 /* The device backend of this process (device.h). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "debug.h"
@@ -26,7 +27,13 @@ static void pick(void) {
   if (picked) INFO(INIT, "device: %s backend, %d device(s)", picked->name, picked->count());
 }
 
+/* Every call asks (moeccl_mem_of per buffer): after the pick, one acquire
+ * load instead of pthread_once. */
+static atomic_int picked_ready;
+
 const moeccl_device_ops_t* moeccl_device(void) {
+  if (atomic_load_explicit(&picked_ready, memory_order_acquire)) return picked;
   pthread_once(&pick_once, pick);
+  atomic_store_explicit(&picked_ready, 1, memory_order_release);
   return picked;
 }

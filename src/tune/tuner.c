@@ -50,6 +50,7 @@ struct moeccl_tuner {
   cache_entry_t cache[CACHE_SLOTS];
   coll_entry_t coll_cache[CACHE_SLOTS];
   int coll_last; /* index of the last hit */
+  int a2a_last;  /* the same for the all-to-all cache */
   unsigned clock;
   moeccl_sched_t sched; /* candidates' schedules while pricing */
   size_t v_bytes;       /* MOECCL_TUNE_V_BYTES */
@@ -441,14 +442,25 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   size_t block = v ? c->tuner->v_bytes : d->block_bytes;
   struct moeccl_tuner* tu = c->tuner;
   tu->clock++;
+  /* Training repeats one shape: try the last hit first. */
+  cache_entry_t* last = &tu->cache[tu->a2a_last];
+  if (last->algo >= 0 && last->block == block && last->v == v) {
+    last->age = tu->clock;
+    return &moeccl_a2a_algos[last->algo];
+  }
   cache_entry_t* slot = &tu->cache[0];
   for (int i = 0; i < CACHE_SLOTS; i++) {
     cache_entry_t* e = &tu->cache[i];
-    if (e->algo >= 0 && e->block == block && e->v == v) {
+    if (e->algo < 0) { /* slots fill in order: nothing past the first empty one */
+      slot = e;
+      break;
+    }
+    if (e->block == block && e->v == v) {
       e->age = tu->clock;
+      tu->a2a_last = i;
       return &moeccl_a2a_algos[e->algo];
     }
-    if (e->algo < 0 || e->age < slot->age) slot = e;
+    if (e->age < slot->age) slot = e;
   }
   /* Miss: price every candidate. */
   char line[640];
@@ -470,6 +482,7 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
     if (best_us < 0 || us < best_us) best_us = us, best = i;
   }
   slot->block = block, slot->v = v, slot->algo = best, slot->age = tu->clock;
+  tu->a2a_last = (int)(slot - tu->cache);
   INFO(ALGO, "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s)",
        c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
        moeccl_a2a_algos[best].name, len ? line : "none");
