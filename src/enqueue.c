@@ -424,6 +424,11 @@ static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call
   MOECCL_CHECK(check_kind(comm, call->sendbuf, "sendbuff"));
   MOECCL_CHECK(check_kind(comm, call->recvbuf, "recvbuff"));
   for (int i = 0; i < call->np2p; i++) MOECCL_CHECK(check_kind(comm, call->p2p[i].buf, "buffer"));
+  if (call->kind == MOECCL_CALL_MOE) { /* the MoE calls' other buffers, read on the host */
+    MOECCL_CHECK(check_kind(comm, call->moe.weights, "weights"));
+    MOECCL_CHECK(check_kind(comm, call->moe.expert_out, "expertRows"));
+    MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights"));
+  }
   return moecclSuccess;
 }
 

@@ -219,6 +219,12 @@ static moecclResult_t check_layout(moecclMoePlan_t p, const int32_t* ids, size_t
                         T, K);
   if (T > 0 && !ids)
     return moeccl_error(c, moecclInvalidArgument, "%s: topkIdx is NULL with %zu tokens", fn, T);
+  /* The layout is computed on the host from topkIdx. */
+  moeccl_mem_t m = T > 0 ? moeccl_mem_of(ids) : MOECCL_MEM_HOST_INIT;
+  if (m.kind != MOECCL_MEM_HOST)
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s: topkIdx %p is %s memory (device %d); the layout reads it on the host",
+                        fn, (const void*)ids, moeccl_mem_name(m), m.device);
   for (size_t i = 0; i < T * (size_t)K; i++)
     if (ids[i] < -1 || ids[i] >= p->E)
       return moeccl_error(c, moecclInvalidArgument,

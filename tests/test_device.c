@@ -24,6 +24,7 @@
 
 #include "device/device.h"
 #include "moeccl.h"
+#include "moeccl_moe.h"
 #include "unit_check.h"
 
 #define OK(call) CHECK((call) == moecclSuccess, "%s failed", #call)
@@ -232,6 +233,24 @@ static void refused(void) {
   CHECK(rc == moecclInvalidArgument, "a device receive buffer gave %d", (int)rc);
   OK(moecclAllReduce(host, out, 4, moecclFloat32, moecclSum, comm, NULL));
   CHECK(out[3] == 4.0f, "the host call after the refusals is wrong: %g", (double)out[3]);
+  /* The MoE calls' other buffers too: the router's ids (read by the layout
+   * on the host) and the gate weights of a combine. */
+  moecclMoePlan_t plan = NULL;
+  OK(moecclMoePlanCreate(&plan, 2, NULL, comm));
+  int32_t ids[4] = {0, 1, 1, 0};
+  rc = moecclMoeLayout(plan, (const int32_t*)dbuf, 2, 2, 0, NULL, NULL);
+  CHECK(rc == moecclInvalidArgument, "device topkIdx gave %d", (int)rc);
+  CHECK(strstr(moecclGetLastError(comm), "device memory") != NULL, "the text says: %s",
+        moecclGetLastError(comm));
+  OK(moecclMoeLayout(plan, ids, 2, 2, 0, NULL, NULL));
+  float rows[4 * 2] = {1, 2, 3, 4, 5, 6, 7, 8}, tokens[2 * 2] = {0};
+  rc = moecclMoeCombine(plan, rows, 4, dbuf, tokens, 2, moecclFloat32, NULL);
+  CHECK(rc == moecclInvalidArgument, "device gate weights gave %d", (int)rc);
+  CHECK(strstr(moecclGetLastError(comm), "weights") != NULL, "the text says: %s",
+        moecclGetLastError(comm));
+  float w[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+  OK(moecclMoeCombine(plan, rows, 4, w, tokens, 2, moecclFloat32, NULL));
+  OK(moecclMoePlanDestroy(plan));
   OK(D->free(dbuf));
   OK(moecclCommDestroy(comm));
 }
