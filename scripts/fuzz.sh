@@ -21,8 +21,8 @@ cc=${FUZZ_CC:-clang}
 # into it directly, instrumented), besides tests/fuzz/fuzz_stubs.c, which
 # stands for the rest of the library, and src/sha256.c, which it uses.
 declare -A sources=(
-  [bootstrap_msg]="src/bootstrap.c src/socket.c src/param.c src/debug.c"
-  [unique_id]="src/bootstrap.c src/socket.c src/param.c src/debug.c"
+  [bootstrap_msg]="src/bootstrap.c src/socket.c src/topo/node.c src/param.c src/debug.c"
+  [unique_id]="src/bootstrap.c src/socket.c src/topo/node.c src/param.c src/debug.c"
   [topo_file]="src/topo/topo.c src/topo/topo_file.c"
   [tune_file]="src/topo/topo.c src/topo/topo_file.c"
   [param]="src/param.c src/debug.c"
