@@ -46,3 +46,12 @@ check_PROGRAMS += tests/test_ucx_lazy
 TESTS += tests/test_ucx_lazy
 tests_test_ucx_lazy_SOURCES = tests/test_ucx_lazy.c $(MP_HARNESS_SOURCES)
 tests_test_ucx_lazy_LDADD = libmoeccl.la
+
+# No network library is loaded (libfabric's libinfinipath installs a SIGSEGV
+# handler) before a communicator needs the network (src/transport/
+# ofi_load.c, net_load.c); 2 forked ranks, the ofi parts skip without
+# libfabric.
+check_PROGRAMS += tests/test_net_lazy
+TESTS += tests/test_net_lazy
+tests_test_net_lazy_SOURCES = tests/test_net_lazy.c $(MP_HARNESS_SOURCES)
+tests_test_net_lazy_LDADD = libmoeccl.la

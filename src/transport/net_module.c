@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "param.h"
 #include "socket.h"
 
 /* Texts are formatted here and passed as "%s": a va_list cannot be handed on
@@ -72,6 +73,15 @@ int moeccl_process_alive(pid_t pid, uint64_t start) { return host->process_alive
 
 double moeccl_now(void) { return host->now(); }
 
+int64_t moeccl_param_int(const char* name) { return host->param_int(name); }
+size_t moeccl_param_size(const char* name) { return host->param_size(name); }
+int moeccl_param_bool(const char* name) { return host->param_bool(name); }
+const char* moeccl_param_str(const char* name) { return host->param_str(name); }
+
+int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out) {
+  return host->mem_lookup(ptr, bytes, out);
+}
+
 __attribute__((visibility("default"))) const moeccl_transport_ops_t*
 moeccl_net_module_init(const moeccl_net_host_t* h, char* why, size_t n) {
   if (!h || h->abi != MOECCL_NET_MODULE_ABI) {
@@ -83,8 +93,8 @@ moeccl_net_module_init(const moeccl_net_host_t* h, char* why, size_t n) {
              h->version ? h->version : "?");
     return NULL;
   }
-  if (h->comm_size != sizeof(moeccl_comm_t) || h->req_size != sizeof(moeccl_req_t) ||
-      h->ops_size != sizeof(moeccl_transport_ops_t)) {
+  if (h->host_size != sizeof(moeccl_net_host_t) || h->comm_size != sizeof(moeccl_comm_t) ||
+      h->req_size != sizeof(moeccl_req_t) || h->ops_size != sizeof(moeccl_transport_ops_t)) {
     snprintf(why, n, "built from other sources than the library (structure sizes differ)");
     return NULL;
   }

@@ -28,9 +28,12 @@
  *
  * Channels: MOECCL_NET_NCHANNELS endpoints share one domain, AV and CQ; the
  * message with sequence s travels on channel s % nch (nch agreed per pair).
+ *
+ * Built as the module moeccl_net_ofi.so (net_module.h), which libmoeccl
+ * loads only when a communicator needs the network (ofi_load.c): libfabric
+ * links provider libraries whose constructors install signal handlers.
  */
-#include "param.h"
-#include "transport/transport.h"
+#include "transport/net_module.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -48,7 +51,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
-#include "bootstrap.h"
+#include "param.h"
 
 #define OFI_API FI_VERSION(1, 10)
 #define MAX_CH 8
@@ -1118,12 +1121,12 @@ static moecclResult_t ofi_init(moeccl_comm_t* comm, const uint8_t* use, int need
   return moecclSuccess;
 }
 
-const moeccl_transport_ops_t moeccl_ofi_ops = {
+/* Reached through the proxy moeccl_ofi_ops of libmoeccl (ofi_load.c), which
+ * holds the name and link costs and checks that caps and mem_types match. */
+const moeccl_transport_ops_t moeccl_net_module_ops = {
     .name = "ofi",
     .caps = MOECCL_TRANSPORT_CAP_NETWORK,
     .mem_types = MOECCL_MEM_TYPE_HOST,
-    /* rendezvous above MOECCL_NET_EAGER_SIZE (post_send) */
-    .link = {10.0, 15.0, 1.0, MOECCL_LINK_RNDV_NET_EAGER},
     .score = ofi_score,
     .can_reach = ofi_can_reach,
     .init = ofi_init,

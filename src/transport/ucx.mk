@@ -5,17 +5,12 @@
 # libmoeccl links no UCX: it has the proxy (ucx_load.c), which loads the
 # module moeccl_net_ucx.so (ucx.c) the first time a communicator needs UCX,
 # because loading UCX installs its signal handlers (ucx_load.c says more).
-# The module links UCX and nothing of libmoeccl (net_module.h: the library
-# hands it a table of the internals it calls), so a program linked with
-# libmoeccl.a loads it too.  It is installed in $(pkglibdir), and in the
-# build tree lies beside libmoeccl.so (.libs), where the proxy looks.
-# Its own directory variable: pkglib_LTLIBRARIES is assigned in
-# shim/local.mk, after this file.
+# The loader they share, netmoddir and the first netmod_LTLIBRARIES
+# assignment are in ofi.mk, included before this file.
 if HAVE_UCX
-libmoeccl_core_la_SOURCES += src/transport/ucx_load.c src/transport/net_module.h
-libmoeccl_core_la_CPPFLAGS += -DMOECCL_TRANSPORT_UCX -DMOECCL_PKGLIBDIR='"$(pkglibdir)"'
-netmoddir = $(pkglibdir)
-netmod_LTLIBRARIES = moeccl_net_ucx.la
+libmoeccl_core_la_SOURCES += src/transport/ucx_load.c
+libmoeccl_core_la_CPPFLAGS += -DMOECCL_TRANSPORT_UCX
+netmod_LTLIBRARIES += moeccl_net_ucx.la
 moeccl_net_ucx_la_SOURCES = src/transport/ucx.c src/transport/net_module.c \
   src/transport/net_module.h
 moeccl_net_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h $(ucx_CPPFLAGS)
