@@ -308,6 +308,8 @@ moecclResult_t moeccl_bootstrap_id_decode(const moecclUniqueId* id,
   id_layout_t l;
   memcpy(&l, id->internal, sizeof(l));
   if (l.magic != ID_MAGIC) return moecclInvalidArgument;
+  /* Another version's ranks may speak another protocol: refuse, by name. */
+  if (l.version != MOECCL_VERSION_CODE) return moecclInvalidUsage;
   memcpy(secret, l.secret, sizeof(l.secret));
   if (root) *root = l.root;
   return moecclSuccess;
@@ -368,6 +370,9 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
     rc = moeccl_bootstrap_check_status(&status, sizeof(status), nranks, missing);
   if (rc == moecclSuccess)
     rc = moeccl_socket_recv(fd, peers, sizeof(*peers) * (size_t)nranks, deadline);
+  /* The table's strings reach logs and texts: end them whatever came. */
+  for (int i = 0; rc == moecclSuccess && i < nranks; i++)
+    peers[i].hostname[sizeof(peers[i].hostname) - 1] = '\0';
   close(fd);
   if (rc != moecclSuccess && *listen_fd >= 0) close(*listen_fd), *listen_fd = -1;
   return rc;

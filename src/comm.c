@@ -197,7 +197,13 @@ MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nr
                         "moecclCommInitRank: rank %d out of range [0,%d)", rank, nranks);
   MOECCL_CHECK(check_config(NULL, config));
   uint8_t secret[MOECCL_SECRET_BYTES];
-  if (moeccl_bootstrap_id_secret(&commId, secret) != moecclSuccess)
+  moecclResult_t idrc = moeccl_bootstrap_id_secret(&commId, secret);
+  if (idrc == moecclInvalidUsage)
+    return moeccl_error(NULL, moecclInvalidUsage,
+                        "moecclCommInitRank: commId was made by another version of moeccl than "
+                        "this one (%d.%d.%d); every rank must run the same version",
+                        MOECCL_MAJOR, MOECCL_MINOR, MOECCL_PATCH);
+  if (idrc != moecclSuccess)
     return moeccl_error(NULL, moecclInvalidArgument,
                         "moecclCommInitRank: commId is not an id from moecclGetUniqueId");
   moeccl_comm_t* c;

@@ -63,7 +63,8 @@ static int one_rank_sendrecv_and_stream(moecclComm_t comm) {
   memset(r, 0, count * 8);
   MP_OK(moecclAlltoAll(s, r, count, moecclUint64, comm, st));
   moecclResult_t q = moecclHostStreamQuery(st);
-  MP_CHECK(q == moecclSuccess || q == moecclInProgress, "moecclHostStreamQuery returned %d", (int)q);
+  MP_CHECK(q == moecclSuccess || q == moecclInProgress, "moecclHostStreamQuery returned %d",
+           (int)q);
   MP_OK(moecclHostStreamSynchronize(st));
   MP_CHECK_BLOCK("1-rank host-stream alltoall", r, 8, count, 99, 0, 0, 0);
   MP_OK(moecclHostStreamDestroy(st));
@@ -114,6 +115,21 @@ static int single_rank_comm(void) {
   MP_OK(moecclCommGetAsyncError(comm, &async));
   MP_OK_COMM(NULL, moecclCommDestroy(comm));
   mp_comm = NULL;
+  /* An id whose magic is right but whose version is not this library's
+   * (bytes 4-7 of the layout) is refused by name, and one without the magic
+   * as no id at all; *comm is not touched. */
+  moecclUniqueId other = id2;
+  uint32_t v = MOECCL_VERSION_CODE + 1;
+  memcpy(other.internal + 4, &v, sizeof(v));
+  moecclComm_t untouched = (moecclComm_t)&other;
+  moecclResult_t res = moecclCommInitRank(&untouched, 1, other, 0);
+  MP_CHECK(res == moecclInvalidUsage && strstr(moecclGetLastError(NULL), "another version"),
+           "an id of another version gave %d: %s", (int)res, moecclGetLastError(NULL));
+  memset(other.internal, 0, 4);
+  res = moecclCommInitRank(&untouched, 1, other, 0);
+  MP_CHECK(res == moecclInvalidArgument && strstr(moecclGetLastError(NULL), "not an id"),
+           "an id without the magic gave %d: %s", (int)res, moecclGetLastError(NULL));
+  MP_CHECK(untouched == (moecclComm_t)&other, "a refused init changed *comm");
   /* NULL is allowed and does nothing (a NOCOLOR split result). */
   MP_OK_COMM(NULL, moecclCommDestroy(NULL));
   MP_OK_COMM(NULL, moecclCommAbort(NULL));
@@ -129,11 +145,13 @@ static int memalloc_round_trips(void) {
     MP_CHECK(ptrs[i] != NULL, "moecclMemAlloc(%zu) gave NULL", sizes[i]);
     mp_fill(ptrs[i], 1, sizes[i], 5, i, 0, 0);
   }
-  for (int i = 0; i < 5; i++) MP_CHECK_BLOCK("moecclMemAlloc memory", ptrs[i], 1, sizes[i], 5, i, 0, 0);
+  for (int i = 0; i < 5; i++)
+    MP_CHECK_BLOCK("moecclMemAlloc memory", ptrs[i], 1, sizes[i], 5, i, 0, 0);
   for (int i = 0; i < 5; i++) MP_OK_COMM(NULL, moecclMemFree(ptrs[i]));
 
   moecclResult_t r = moecclMemFree(NULL); /* like free(NULL): does nothing */
-  MP_CHECK(r == moecclSuccess, "moecclMemFree(NULL) returned %d (%s)", (int)r, moecclGetErrorString(r));
+  MP_CHECK(r == moecclSuccess, "moecclMemFree(NULL) returned %d (%s)", (int)r,
+           moecclGetErrorString(r));
   void* m = malloc(128);
   r = moecclMemFree(m);
   MP_CHECK(r == moecclInvalidArgument, "moecclMemFree(malloc'd pointer) returned %d (%s)", (int)r,
@@ -141,12 +159,14 @@ static int memalloc_round_trips(void) {
   free(m);
   int local;
   r = moecclMemFree(&local);
-  MP_CHECK(r == moecclInvalidArgument, "moecclMemFree(stack pointer) returned %d (%s)", (int)r, moecclGetErrorString(r));
+  MP_CHECK(r == moecclInvalidArgument, "moecclMemFree(stack pointer) returned %d (%s)", (int)r,
+           moecclGetErrorString(r));
   void* p = NULL;
   MP_OK_COMM(NULL, moecclMemAlloc(&p, 4096));
   MP_OK_COMM(NULL, moecclMemFree(p));
   r = moecclMemFree(p);
-  MP_CHECK(r == moecclInvalidArgument, "moecclMemFree twice returned %d (%s)", (int)r, moecclGetErrorString(r));
+  MP_CHECK(r == moecclInvalidArgument, "moecclMemFree twice returned %d (%s)", (int)r,
+           moecclGetErrorString(r));
   r = moecclMemFree((char*)ptrs[4] + 8); /* inside a freed block */
   MP_CHECK(r == moecclInvalidArgument, "moecclMemFree(interior pointer) returned %d (%s)", (int)r,
            moecclGetErrorString(r));

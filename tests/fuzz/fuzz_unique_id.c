@@ -1,6 +1,7 @@
 /* The unique id (src/bootstrap.c): moecclCommInitRank decodes whatever
  * 128 bytes the application passes as commId.  Checks that decoding
- * accepts exactly the ids that carry the id's magic, gives back the secret
+ * accepts exactly the ids that carry the id's magic and this library's
+ * version (another version's is moecclInvalidUsage), gives back the secret
  * and root address stored there, writes nothing for a refused one, that
  * encoding then decoding is the identity, and that the root address, any
  * bytes at all, formats for the logs within the buffer it is given.
@@ -41,9 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   memset(secret, 0xa5, sizeof(secret));
   memset(&root, 0xa5, sizeof(root));
   moecclResult_t rc = moeccl_bootstrap_id_decode(&id, secret, &root);
-  int valid = fuzz_le((const uint8_t*)id.internal, 4) == ID_MAGIC;
-  FUZZ_ASSERT(rc == (valid ? moecclSuccess : moecclInvalidArgument), "magic %08x: result %d",
-              (unsigned)fuzz_le((const uint8_t*)id.internal, 4), rc);
+  int magic = fuzz_le((const uint8_t*)id.internal, 4) == ID_MAGIC;
+  int same_version = fuzz_le((const uint8_t*)id.internal + 4, 4) == MOECCL_VERSION_CODE;
+  int valid = magic && same_version;
+  /* a bad magic is no id; another version's id is refused as such */
+  moecclResult_t want = valid ? moecclSuccess : magic ? moecclInvalidUsage : moecclInvalidArgument;
+  FUZZ_ASSERT(rc == want, "magic %08x version %u: result %d",
+              (unsigned)fuzz_le((const uint8_t*)id.internal, 4),
+              (unsigned)fuzz_le((const uint8_t*)id.internal + 4, 4), rc);
   memset(again, 0x5a, sizeof(again));
   FUZZ_ASSERT(moeccl_bootstrap_id_secret(&id, again) == rc, "id_secret disagrees with decode");
   if (!valid) {
