@@ -82,8 +82,9 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto", 0,
      0, "auto|ofi|ucx", NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_PLUGIN_PATH", MOECCL_PARAM_STR, "",
-     "directories (colon-separated) searched first for moeccl's modules (moeccl_net_ucx.so)", 0, 0,
-     NULL, check_plugin_path, MOECCL_PARAM_WARN},
+     "directories (colon-separated) searched first for moeccl's modules (moeccl_net_ofi.so, "
+     "moeccl_net_ucx.so)",
+     0, 0, NULL, check_plugin_path, MOECCL_PARAM_WARN},
     {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0",
      "1: no shared memory; ranks of one node use the network too", 0, 0, NULL, NULL,
      MOECCL_PARAM_FAIL},
