@@ -401,7 +401,8 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
 
 /* ---- waits that watch the peers ------------------------------------------ */
 
-#define LIVENESS_EVERY 0.1  /* seconds between liveness checks while a wait lasts */
+#define LIVENESS_EVERY 0.1  /* seconds to a wait's first liveness check */
+#define LIVENESS_MAX 1.0    /* seconds between its checks once it lasts */
 #define PROBES_PER_CHECK 16 /* remote peers probed per check (round robin) */
 #define DEATH_GRACE 1.0     /* seconds a lost connection waits for its peer's death to show */
 
@@ -475,13 +476,18 @@ static moecclResult_t peer_lost(moeccl_bootstrap_t* b, moecclResult_t rc, int pe
 }
 
 /* Waits until fd is ready for events or deadline, checking the peers'
- * liveness every LIVENESS_EVERY: 1 ready, 0 deadline, -1 error, -2 - r
- * when rank r is dead. */
+ * liveness after LIVENESS_EVERY, then at doubling intervals up to
+ * LIVENESS_MAX: 1 ready, 0 deadline, -1 error, -2 - r when rank r is dead. */
 static int boot_wait(moeccl_bootstrap_t* b, int fd, short events, double deadline) {
+  /* The interval doubles while the wait lasts, up to LIVENESS_MAX: a death
+   * early in setup is seen within 0.1 s, and thousands of ranks waiting
+   * long on a slow one do not keep probing each other ten times a second. */
+  double every = LIVENESS_EVERY;
   for (;;) {
     double now = moeccl_now(), left = deadline - now;
     if (left <= 0) return 0;
-    double step = left < LIVENESS_EVERY ? left : LIVENESS_EVERY;
+    double step = left < every ? left : every;
+    every = every * 2 < LIVENESS_MAX ? every * 2 : LIVENESS_MAX;
     struct pollfd pf = {.fd = fd, .events = events};
     int rc = poll(&pf, 1, (int)(step * 1000.0) + 1);
     if (rc > 0) return 1;
@@ -539,8 +545,9 @@ moecclResult_t moeccl_bootstrap_check_ring_hello(const void* msg, size_t len, ui
 static moecclResult_t ring_connect(moeccl_bootstrap_t* b, int next, double deadline) {
   char doing[64];
   snprintf(doing, sizeof(doing), "connecting to rank %d's ring socket", next);
-  for (;;) {
-    double step = moeccl_now() + LIVENESS_EVERY;
+  for (double every = LIVENESS_EVERY;;
+       every = every * 2 < LIVENESS_MAX ? every * 2 : LIVENESS_MAX) {
+    double step = moeccl_now() + every;
     moecclResult_t rc = moeccl_socket_try_connect(&b->peers[next].listen_addr,
                                                   step < deadline ? step : deadline, &b->next_fd);
     if (rc == moecclSuccess) return rc;

@@ -4,7 +4,8 @@
  * that gathers every rank's moeccl_peer_info_t and sends back the table.  Then
  * the ranks form a TCP ring (each connects to rank+1) used for the small
  * collectives of setup: allgather and barrier.  Every wait has a deadline,
- * and while it waits a rank checks every LIVENESS_EVERY that its peers live
+ * and while it waits a rank checks that its peers live (after 0.1 s, then
+ * at doubling intervals up to 1 s)
  * (/proc for a peer on its host, the liveness socket for others): a rank
  * that dies during setup fails the others within a fraction of a second,
  * with its name, instead of at MOECCL_TIMEOUT.
