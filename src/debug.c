@@ -105,7 +105,20 @@ static void debug_init_once(void) {
   if (level >= MOECCL_LOG_INFO && (moeccl_log_mask & MOECCL_SUBSYS_ENV)) moeccl_param_log_all();
 }
 
-void moeccl_debug_init(void) { pthread_once(&log_once, debug_init_once); }
+/* A process that forks while another of its threads writes a log line
+ * (the rendezvous root logs dropped connections) would leave the child
+ * with log_lock held, and the child's first log line would wait forever:
+ * fork waits for the line instead.  (The FILE's own lock is glibc's to
+ * reset in the child; the line is written under log_lock, so no log
+ * writer holds it at the fork.) */
+static void log_prefork(void) { pthread_mutex_lock(&log_lock); }
+static void log_postfork(void) { pthread_mutex_unlock(&log_lock); }
+static void debug_init_atfork(void) {
+  debug_init_once();
+  pthread_atfork(log_prefork, log_postfork, log_postfork);
+}
+
+void moeccl_debug_init(void) { pthread_once(&log_once, debug_init_atfork); }
 
 void moeccl_log(moeccl_log_level_t level, uint32_t subsys, const char* file, int line,
                 const char* fmt, ...) {

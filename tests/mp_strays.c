@@ -99,8 +99,41 @@ static int rank_main(moecclUniqueId id, int rank) {
   return bad;
 }
 
+/* A rank forked before the library has threads in this process (the root
+ * thread logs while it serves: a fork then could leave the child with a
+ * lock held, as mp_harness.h explains) waits for the id on a pipe. */
+static pid_t fork_rank(int rank, int* wfd) {
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[1]);
+    alarm(60 * (unsigned)scale);
+    moecclUniqueId id;
+    size_t got = 0;
+    while (got < sizeof(id)) {
+      ssize_t n = read(p[0], (char*)&id + got, sizeof(id) - got);
+      if (n <= 0) _exit(2);
+      got += (size_t)n;
+    }
+    _exit(rank_main(id, rank));
+  }
+  close(p[0]);
+  *wfd = p[1];
+  return pid;
+}
+
+static void release(int wfd, const moecclUniqueId* id) {
+  if (write(wfd, id, sizeof(*id)) != (ssize_t)sizeof(*id)) perror("write id");
+  close(wfd);
+}
+
 /* One round: strays opened before (early) or after the ranks start. */
 static int round_with_strays(int early) {
+  pid_t pids[RANKS];
+  int wfds[RANKS];
+  for (int r = 0; r < RANKS; r++)
+    if ((pids[r] = fork_rank(r, &wfds[r])) < 0) return perror("fork"), 1;
   int port = port_free();
   if (port < 0) return perror("port"), 1;
   char v[64];
@@ -116,15 +149,10 @@ static int round_with_strays(int early) {
   char garbage[300];
   for (size_t i = 0; i < sizeof(garbage); i++) garbage[i] = (char)(i * 131 + 7);
   pthread_t t;
-  pid_t pids[RANKS];
   /* early: the strays first, then every rank; else all ranks but the last
    * join (the root then waits for it), the strays connect, the last rank. */
   int first = early ? 0 : RANKS - 1;
-  for (int r = 0; r < first; r++)
-    if ((pids[r] = fork()) == 0) {
-      alarm(60 * (unsigned)scale);
-      _exit(rank_main(id, r));
-    }
+  for (int r = 0; r < first; r++) release(wfds[r], &id);
   if (!early) usleep(100000);
   fds[0] = stray(port, NULL, 0);
   fds[1] = stray(port, "MOEH", 4);
@@ -135,11 +163,7 @@ static int round_with_strays(int early) {
     if (fds[i] < 0) return fprintf(stderr, "stray %d did not connect\n", i), 1;
   trickling = 1;
   pthread_create(&t, NULL, trickle, &fds[3]);
-  for (int r = first; r < RANKS; r++)
-    if ((pids[r] = fork()) == 0) {
-      alarm(60 * (unsigned)scale);
-      _exit(rank_main(id, r));
-    }
+  for (int r = first; r < RANKS; r++) release(wfds[r], &id);
   int failed = 0;
   for (int r = 0; r < RANKS; r++) {
     int status = 0;
