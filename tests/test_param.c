@@ -9,17 +9,7 @@
 #include <string.h>
 
 #include "param.h"
-
-static int failures;
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "unit_check.h"
 
 static void test_parse_size(void) {
   static const struct {
@@ -36,27 +26,27 @@ static void test_parse_size(void) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     size_t v = 12345;
     int rc = moeccl_parse_size(cases[i].s, &v);
-    EXPECT((rc == 0) == cases[i].ok, "parse_size(\"%s\") returned %d", cases[i].s, rc);
+    CHECK((rc == 0) == cases[i].ok, "parse_size(\"%s\") returned %d", cases[i].s, rc);
     if (cases[i].ok)
-      EXPECT(v == cases[i].v, "parse_size(\"%s\") = %zu, expected %zu", cases[i].s, v, cases[i].v);
+      CHECK(v == cases[i].v, "parse_size(\"%s\") = %zu, expected %zu", cases[i].s, v, cases[i].v);
   }
 }
 
 static void test_env_values(void) {
   unsetenv("MOECCL_TIMEOUT");
-  EXPECT(moeccl_param_int("MOECCL_TIMEOUT") == 300, "default MOECCL_TIMEOUT");
+  CHECK(moeccl_param_int("MOECCL_TIMEOUT") == 300, "default MOECCL_TIMEOUT");
   setenv("MOECCL_TIMEOUT", "17", 1);
-  EXPECT(moeccl_param_int("MOECCL_TIMEOUT") == 17, "MOECCL_TIMEOUT=17");
+  CHECK(moeccl_param_int("MOECCL_TIMEOUT") == 17, "MOECCL_TIMEOUT=17");
   setenv("MOECCL_TIMEOUT", "soon", 1);
-  EXPECT(moeccl_param_int("MOECCL_TIMEOUT") == 300, "a malformed value falls back to the default");
+  CHECK(moeccl_param_int("MOECCL_TIMEOUT") == 300, "a malformed value falls back to the default");
   setenv("MOECCL_SHM_CHUNK_SIZE", "2M", 1);
-  EXPECT(moeccl_param_size("MOECCL_SHM_CHUNK_SIZE") == 2u << 20, "MOECCL_SHM_CHUNK_SIZE=2M");
+  CHECK(moeccl_param_size("MOECCL_SHM_CHUNK_SIZE") == 2u << 20, "MOECCL_SHM_CHUNK_SIZE=2M");
   setenv("MOECCL_CMA_DISABLE", "yes", 1);
-  EXPECT(moeccl_param_bool("MOECCL_CMA_DISABLE") == 1, "MOECCL_CMA_DISABLE=yes");
+  CHECK(moeccl_param_bool("MOECCL_CMA_DISABLE") == 1, "MOECCL_CMA_DISABLE=yes");
   setenv("MOECCL_CMA_DISABLE", "off", 1);
-  EXPECT(moeccl_param_bool("MOECCL_CMA_DISABLE") == 0, "MOECCL_CMA_DISABLE=off");
+  CHECK(moeccl_param_bool("MOECCL_CMA_DISABLE") == 0, "MOECCL_CMA_DISABLE=off");
   setenv("MOECCL_ALGO", "pairwise", 1);
-  EXPECT(strcmp(moeccl_param_str("MOECCL_ALGO"), "pairwise") == 0, "MOECCL_ALGO string");
+  CHECK(strcmp(moeccl_param_str("MOECCL_ALGO"), "pairwise") == 0, "MOECCL_ALGO string");
   unsetenv("MOECCL_TIMEOUT"), unsetenv("MOECCL_SHM_CHUNK_SIZE"), unsetenv("MOECCL_CMA_DISABLE");
   unsetenv("MOECCL_ALGO");
 }
@@ -69,21 +59,21 @@ static void expect_bad(const moeccl_param_t* p, const char* bad) {
   char why[400] = "";
   int rc = moeccl_param_validate(why, sizeof(why));
   if (p->on_bad == MOECCL_PARAM_FAIL) {
-    EXPECT(rc == -1, "%s=%s passed validation", p->name, bad);
-    EXPECT(strstr(why, p->name) && strstr(why, bad), "%s=%s: the text does not name it: %s",
-           p->name, bad, why);
+    CHECK(rc == -1, "%s=%s passed validation", p->name, bad);
+    CHECK(strstr(why, p->name) && strstr(why, bad), "%s=%s: the text does not name it: %s", p->name,
+          bad, why);
   } else {
-    EXPECT(rc == 0, "%s=%s (warn and use the default) failed validation: %s", p->name, bad, why);
+    CHECK(rc == 0, "%s=%s (warn and use the default) failed validation: %s", p->name, bad, why);
   }
   if (p->type == MOECCL_PARAM_STR) {
     const char* v = moeccl_param_str(p->name);
-    EXPECT(v && strcmp(v, p->default_value) == 0, "%s=%s reads as %s, not its default", p->name,
-           bad, v ? v : "NULL");
+    CHECK(v && strcmp(v, p->default_value) == 0, "%s=%s reads as %s, not its default", p->name, bad,
+          v ? v : "NULL");
   } else {
     unsetenv(p->name);
     int64_t def = moeccl_param_int(p->name);
     setenv(p->name, bad, 1);
-    EXPECT(moeccl_param_int(p->name) == def, "%s=%s does not read as its default", p->name, bad);
+    CHECK(moeccl_param_int(p->name) == def, "%s=%s does not read as its default", p->name, bad);
   }
   unsetenv(p->name);
 }
@@ -93,14 +83,14 @@ static void expect_bad(const moeccl_param_t* p, const char* bad) {
  * and a good value accepted. */
 static void test_bad_values(void) {
   char why[400];
-  EXPECT(moeccl_param_validate(why, sizeof(why)) == 0, "the clean environment fails: %s", why);
+  CHECK(moeccl_param_validate(why, sizeof(why)) == 0, "the clean environment fails: %s", why);
   for (int i = 0; i < moeccl_nparams; i++) {
     const moeccl_param_t* p = &moeccl_params[i];
     char v[64];
     if (p->default_value[0]) { /* the default itself is valid */
       setenv(p->name, p->default_value, 1);
-      EXPECT(moeccl_param_validate(why, sizeof(why)) == 0, "%s=%s (its default) fails: %s", p->name,
-             p->default_value, why);
+      CHECK(moeccl_param_validate(why, sizeof(why)) == 0, "%s=%s (its default) fails: %s", p->name,
+            p->default_value, why);
       unsetenv(p->name);
     }
     switch (p->type) {
@@ -113,7 +103,7 @@ static void test_bad_values(void) {
         expect_bad(p, "abc");
         expect_bad(p, p->type == MOECCL_PARAM_INT ? "0x10" : "12Q");
         if (p->type == MOECCL_PARAM_INT) expect_bad(p, "010");
-        EXPECT(p->min || p->max, "%s has no range", p->name);
+        CHECK(p->min || p->max, "%s has no range", p->name);
         if (p->min > 0 || p->type == MOECCL_PARAM_INT) {
           snprintf(v, sizeof(v), "%lld", (long long)p->min - 1);
           expect_bad(p, v);
@@ -149,8 +139,8 @@ static void test_bad_values(void) {
               {"MOECCL_DEBUG_FILE", "/tmp/x.%p.log"}};
   for (size_t k = 0; k < sizeof(fine) / sizeof(fine[0]); k++) {
     setenv(fine[k].name, fine[k].good, 1);
-    EXPECT(moeccl_param_validate(why, sizeof(why)) == 0, "%s=%s fails: %s", fine[k].name,
-           fine[k].good, why);
+    CHECK(moeccl_param_validate(why, sizeof(why)) == 0, "%s=%s fails: %s", fine[k].name,
+          fine[k].good, why);
     unsetenv(fine[k].name);
   }
 }
@@ -161,7 +151,7 @@ static void test_man_page(void) {
   char path[1024];
   snprintf(path, sizeof(path), "%s/man/moeccl-env.7.md", srcdir ? srcdir : ".");
   FILE* f = fopen(path, "r");
-  EXPECT(f != NULL, "cannot open %s", path);
+  CHECK(f != NULL, "cannot open %s", path);
   if (!f) return;
   int* seen = calloc((size_t)moeccl_nparams, sizeof(int));
   char line[1024];
@@ -174,12 +164,12 @@ static void test_man_page(void) {
     int found = 0;
     for (int i = 0; i < moeccl_nparams; i++)
       if (strcmp(moeccl_params[i].name, name) == 0) seen[i]++, found = 1;
-    EXPECT(found, "%s documents %s, which src/param.c does not declare", path, name);
+    CHECK(found, "%s documents %s, which src/param.c does not declare", path, name);
   }
   fclose(f);
   for (int i = 0; i < moeccl_nparams; i++)
-    EXPECT(seen[i] == 1, "%s is documented %d times in %s (expected once)", moeccl_params[i].name,
-           seen[i], path);
+    CHECK(seen[i] == 1, "%s is documented %d times in %s (expected once)", moeccl_params[i].name,
+          seen[i], path);
   free(seen);
 }
 

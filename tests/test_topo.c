@@ -14,18 +14,7 @@
 #include <unistd.h>
 
 #include "topo/topo.h"
-
-static int checks, failures;
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    checks++;                                                                                      \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "unit_check.h"
 
 static char tmpdir[512];
 
@@ -77,7 +66,7 @@ static void remove_tmpdir(void) {
 static void check_tables(const moeccl_topo_t* t, const char* what) {
   int n = t->nranks, nn = t->nnodes, bad = 0;
   if (n <= 0 || nn <= 0 || !t->rank_node || !t->node_first) {
-    EXPECT(0, "%s: empty topology", what);
+    CHECK(0, "%s: empty topology", what);
     return;
   }
   bad |= t->node_first[0] != 0 || t->node_first[nn] != n;
@@ -90,20 +79,20 @@ static void check_tables(const moeccl_topo_t* t, const char* what) {
       bad |= t->node_ranks[k] <= t->node_ranks[k - 1];
     if (i > 0) bad |= t->node_ranks[t->node_first[i]] <= t->node_ranks[t->node_first[i - 1]];
   }
-  EXPECT(!bad, "%s: node_first/node_ranks broken", what);
+  CHECK(!bad, "%s: node_first/node_ranks broken", what);
   for (int r = 0; r < n && !bad; r++) {
     int node = t->rank_node[r];
     bad |= node < 0 || node >= nn;
     if (!bad) bad |= t->node_ranks[t->node_first[node] + t->rank_local[r]] != r;
     if (!bad) bad |= moeccl_topo_rank_at(t, node, t->rank_local[r]) != r;
   }
-  EXPECT(!bad, "%s: rank_node/rank_local disagree with node_ranks", what);
-  EXPECT(t->ranks_per_node == (same ? size0 : 0), "%s: ranks_per_node %d", what, t->ranks_per_node);
+  CHECK(!bad, "%s: rank_node/rank_local disagree with node_ranks", what);
+  CHECK(t->ranks_per_node == (same ? size0 : 0), "%s: ranks_per_node %d", what, t->ranks_per_node);
   int g = t->nodes_per_group ? t->nodes_per_group : nn;
-  EXPECT(t->ngroups == (nn + g - 1) / g, "%s: ngroups %d", what, t->ngroups);
+  CHECK(t->ngroups == (nn + g - 1) / g, "%s: ngroups %d", what, t->ngroups);
   for (int i = 0; i < nn; i++)
     if (t->node_group[i] != i / g) {
-      EXPECT(0, "%s: node %d in group %d, expected %d", what, i, t->node_group[i], i / g);
+      CHECK(0, "%s: node %d in group %d, expected %d", what, i, t->node_group[i], i / g);
       break;
     }
 }
@@ -112,27 +101,27 @@ static void test_from_nodes_interleaved(void) {
   moeccl_topo_t t;
   uint64_t ids[8];
   for (int r = 0; r < 8; r++) ids[r] = r % 2 ? UINT64_MAX : 7; /* nodes alternate */
-  EXPECT(moeccl_topo_from_nodes(&t, 8, ids, 0, 2) == moecclSuccess, "interleaved");
+  CHECK(moeccl_topo_from_nodes(&t, 8, ids, 0, 2) == moecclSuccess, "interleaved");
   check_tables(&t, "interleaved");
-  EXPECT(t.nnodes == 2 && t.ranks_per_node == 4 && t.ngroups == 1 && t.nrails == 2,
-         "interleaved shape %d %d %d %d", t.nnodes, t.ranks_per_node, t.ngroups, t.nrails);
+  CHECK(t.nnodes == 2 && t.ranks_per_node == 4 && t.ngroups == 1 && t.nrails == 2,
+        "interleaved shape %d %d %d %d", t.nnodes, t.ranks_per_node, t.ngroups, t.nrails);
   for (int r = 0; r < 8; r++) {
-    EXPECT(t.rank_node[r] == r % 2, "rank %d on node %d", r, t.rank_node[r]);
-    EXPECT(t.rank_local[r] == r / 2, "rank %d local %d", r, t.rank_local[r]);
+    CHECK(t.rank_node[r] == r % 2, "rank %d on node %d", r, t.rank_node[r]);
+    CHECK(t.rank_local[r] == r / 2, "rank %d local %d", r, t.rank_local[r]);
   }
-  EXPECT(moeccl_topo_rank_at(&t, 0, 3) == 6 && moeccl_topo_rank_at(&t, 1, 0) == 1 &&
-             moeccl_topo_rank_at(&t, 1, 3) == 7,
-         "rank_at");
-  EXPECT(moeccl_topo_rank_at(&t, 1, 4) == -1 && moeccl_topo_rank_at(&t, 2, 0) == -1 &&
-             moeccl_topo_rank_at(&t, -1, 0) == -1 && moeccl_topo_rank_at(&t, 0, -1) == -1,
-         "rank_at out of range");
-  EXPECT(moeccl_topo_regular(&t, 2) && moeccl_topo_regular(&t, 3), "interleaved is regular");
-  EXPECT(moeccl_topo_class(&t, 0, 2) == MOECCL_LINK_NODE &&
-             moeccl_topo_class(&t, 0, 1) == MOECCL_LINK_GROUP &&
-             moeccl_topo_class(&t, 5, 5) == MOECCL_LINK_SELF,
-         "interleaved classes");
+  CHECK(moeccl_topo_rank_at(&t, 0, 3) == 6 && moeccl_topo_rank_at(&t, 1, 0) == 1 &&
+            moeccl_topo_rank_at(&t, 1, 3) == 7,
+        "rank_at");
+  CHECK(moeccl_topo_rank_at(&t, 1, 4) == -1 && moeccl_topo_rank_at(&t, 2, 0) == -1 &&
+            moeccl_topo_rank_at(&t, -1, 0) == -1 && moeccl_topo_rank_at(&t, 0, -1) == -1,
+        "rank_at out of range");
+  CHECK(moeccl_topo_regular(&t, 2) && moeccl_topo_regular(&t, 3), "interleaved is regular");
+  CHECK(moeccl_topo_class(&t, 0, 2) == MOECCL_LINK_NODE &&
+            moeccl_topo_class(&t, 0, 1) == MOECCL_LINK_GROUP &&
+            moeccl_topo_class(&t, 5, 5) == MOECCL_LINK_SELF,
+        "interleaved classes");
   moeccl_topo_free(&t);
-  EXPECT(t.rank_node == NULL && t.nranks == 0, "free zeroes");
+  CHECK(t.rank_node == NULL && t.nranks == 0, "free zeroes");
   moeccl_topo_free(&t); /* twice is harmless */
   moeccl_topo_free(NULL);
 }
@@ -140,17 +129,17 @@ static void test_from_nodes_interleaved(void) {
 static void test_from_nodes_irregular(void) {
   moeccl_topo_t t;
   const uint64_t ids[6] = {5, 5, 5, 6, 1u << 31, 1u << 31};
-  EXPECT(moeccl_topo_from_nodes(&t, 6, ids, 0, -3) == moecclSuccess, "irregular");
+  CHECK(moeccl_topo_from_nodes(&t, 6, ids, 0, -3) == moecclSuccess, "irregular");
   check_tables(&t, "irregular");
-  EXPECT(t.nnodes == 3 && t.ranks_per_node == 0 && t.nrails == 0, "irregular shape %d %d %d",
-         t.nnodes, t.ranks_per_node, t.nrails);
-  EXPECT(!moeccl_topo_regular(&t, 2) && !moeccl_topo_regular(&t, 3), "irregular not regular");
-  EXPECT(moeccl_topo_rank_at(&t, 1, 0) == 3 && moeccl_topo_rank_at(&t, 1, 1) == -1 &&
-             moeccl_topo_rank_at(&t, 2, 1) == 5,
-         "irregular rank_at");
+  CHECK(t.nnodes == 3 && t.ranks_per_node == 0 && t.nrails == 0, "irregular shape %d %d %d",
+        t.nnodes, t.ranks_per_node, t.nrails);
+  CHECK(!moeccl_topo_regular(&t, 2) && !moeccl_topo_regular(&t, 3), "irregular not regular");
+  CHECK(moeccl_topo_rank_at(&t, 1, 0) == 3 && moeccl_topo_rank_at(&t, 1, 1) == -1 &&
+            moeccl_topo_rank_at(&t, 2, 1) == 5,
+        "irregular rank_at");
   moeccl_topo_free(&t);
-  EXPECT(moeccl_topo_from_nodes(&t, 0, ids, 0, 0) == moecclInvalidArgument, "0 ranks");
-  EXPECT(moeccl_topo_from_nodes(&t, 4, NULL, 0, 0) == moecclInvalidArgument, "no ids");
+  CHECK(moeccl_topo_from_nodes(&t, 0, ids, 0, 0) == moecclInvalidArgument, "0 ranks");
+  CHECK(moeccl_topo_from_nodes(&t, 4, NULL, 0, 0) == moecclInvalidArgument, "no ids");
   moeccl_topo_free(&t);
 }
 
@@ -158,48 +147,48 @@ static void test_groups(void) {
   moeccl_topo_t t;
   uint64_t ids[16];
   for (int r = 0; r < 16; r++) ids[r] = 1000 + (uint64_t)(r / 2) * 1000; /* 8 nodes x 2 */
-  EXPECT(moeccl_topo_from_nodes(&t, 16, ids, 4, 1) == moecclSuccess, "groups of 4");
+  CHECK(moeccl_topo_from_nodes(&t, 16, ids, 4, 1) == moecclSuccess, "groups of 4");
   check_tables(&t, "groups of 4");
-  EXPECT(t.nnodes == 8 && t.ngroups == 2 && t.nodes_per_group == 4, "groups shape");
-  EXPECT(moeccl_topo_class(&t, 0, 0) == MOECCL_LINK_SELF, "self");
-  EXPECT(moeccl_topo_class(&t, 0, 1) == MOECCL_LINK_NODE, "node");
-  EXPECT(moeccl_topo_class(&t, 0, 2) == MOECCL_LINK_GROUP, "group");
-  EXPECT(moeccl_topo_class(&t, 0, 8) == MOECCL_LINK_GLOBAL, "global");
-  EXPECT(moeccl_topo_class(&t, 15, 14) == MOECCL_LINK_NODE, "node (high)");
-  EXPECT(moeccl_topo_class(&t, 9, 15) == MOECCL_LINK_GROUP, "group (high)");
-  EXPECT(moeccl_topo_class(&t, 7, 8) == MOECCL_LINK_GLOBAL, "global at the boundary");
-  EXPECT(moeccl_topo_regular(&t, 3), "8 nodes in groups of 4 are regular");
+  CHECK(t.nnodes == 8 && t.ngroups == 2 && t.nodes_per_group == 4, "groups shape");
+  CHECK(moeccl_topo_class(&t, 0, 0) == MOECCL_LINK_SELF, "self");
+  CHECK(moeccl_topo_class(&t, 0, 1) == MOECCL_LINK_NODE, "node");
+  CHECK(moeccl_topo_class(&t, 0, 2) == MOECCL_LINK_GROUP, "group");
+  CHECK(moeccl_topo_class(&t, 0, 8) == MOECCL_LINK_GLOBAL, "global");
+  CHECK(moeccl_topo_class(&t, 15, 14) == MOECCL_LINK_NODE, "node (high)");
+  CHECK(moeccl_topo_class(&t, 9, 15) == MOECCL_LINK_GROUP, "group (high)");
+  CHECK(moeccl_topo_class(&t, 7, 8) == MOECCL_LINK_GLOBAL, "global at the boundary");
+  CHECK(moeccl_topo_regular(&t, 3), "8 nodes in groups of 4 are regular");
   moeccl_topo_free(&t);
-  EXPECT(moeccl_topo_from_nodes(&t, 16, ids, 3, 0) == moecclSuccess, "groups of 3");
+  CHECK(moeccl_topo_from_nodes(&t, 16, ids, 3, 0) == moecclSuccess, "groups of 3");
   check_tables(&t, "groups of 3");
-  EXPECT(t.ngroups == 3 && moeccl_topo_regular(&t, 2) && !moeccl_topo_regular(&t, 3),
-         "8 nodes in groups of 3: %d groups, not regular for 3 levels", t.ngroups);
+  CHECK(t.ngroups == 3 && moeccl_topo_regular(&t, 2) && !moeccl_topo_regular(&t, 3),
+        "8 nodes in groups of 3: %d groups, not regular for 3 levels", t.ngroups);
   moeccl_topo_free(&t);
-  EXPECT(moeccl_topo_from_nodes(&t, 16, ids, 8, 0) == moecclSuccess, "group of all");
-  EXPECT(t.nodes_per_group == 0 && t.ngroups == 1, "a group of every node is one group");
-  EXPECT(moeccl_topo_class(&t, 0, 15) == MOECCL_LINK_GROUP, "one group: no global links");
+  CHECK(moeccl_topo_from_nodes(&t, 16, ids, 8, 0) == moecclSuccess, "group of all");
+  CHECK(t.nodes_per_group == 0 && t.ngroups == 1, "a group of every node is one group");
+  CHECK(moeccl_topo_class(&t, 0, 15) == MOECCL_LINK_GROUP, "one group: no global links");
   moeccl_topo_free(&t);
 }
 
 static void test_placement(void) {
   moeccl_topo_t t;
   const int ok[6] = {0, 1, 0, 2, 1, 2};
-  EXPECT(moeccl_topo_from_placement(&t, 6, 3, ok, 2, 1) == moecclSuccess, "placement");
+  CHECK(moeccl_topo_from_placement(&t, 6, 3, ok, 2, 1) == moecclSuccess, "placement");
   check_tables(&t, "placement");
-  EXPECT(t.ranks_per_node == 2 && t.ngroups == 2 && t.rank_local[4] == 1, "placement shape");
+  CHECK(t.ranks_per_node == 2 && t.ngroups == 2 && t.rank_local[4] == 1, "placement shape");
   moeccl_topo_free(&t);
   const int unordered[4] = {1, 0, 0, 1}, empty[4] = {0, 0, 1, 1}, range[3] = {0, 1, 5};
-  EXPECT(moeccl_topo_from_placement(&t, 4, 2, unordered, 0, 0) == moecclInvalidArgument,
-         "nodes out of order");
-  EXPECT(moeccl_topo_from_placement(&t, 4, 3, empty, 0, 0) == moecclInvalidArgument,
-         "an empty node");
-  EXPECT(moeccl_topo_from_placement(&t, 3, 2, range, 0, 0) == moecclInvalidArgument,
-         "node out of range");
-  EXPECT(t.rank_node == NULL, "failed placement leaves t empty");
-  EXPECT(moeccl_topo_regular_shape(&t, 3, 4, 2, 4) == moecclSuccess, "regular shape");
+  CHECK(moeccl_topo_from_placement(&t, 4, 2, unordered, 0, 0) == moecclInvalidArgument,
+        "nodes out of order");
+  CHECK(moeccl_topo_from_placement(&t, 4, 3, empty, 0, 0) == moecclInvalidArgument,
+        "an empty node");
+  CHECK(moeccl_topo_from_placement(&t, 3, 2, range, 0, 0) == moecclInvalidArgument,
+        "node out of range");
+  CHECK(t.rank_node == NULL, "failed placement leaves t empty");
+  CHECK(moeccl_topo_regular_shape(&t, 3, 4, 2, 4) == moecclSuccess, "regular shape");
   check_tables(&t, "regular shape");
-  EXPECT(t.nranks == 12 && t.ranks_per_node == 4 && t.ngroups == 2 && t.nrails == 4,
-         "regular shape fields");
+  CHECK(t.nranks == 12 && t.ranks_per_node == 4 && t.ngroups == 2 && t.nrails == 4,
+        "regular shape fields");
   moeccl_topo_free(&t);
 }
 
@@ -251,50 +240,50 @@ static int same_ints(const int* a, const int* b, int n) {
 /* Every field except source (which names where a topology came from). */
 static int same_topo(const moeccl_topo_t* a, const moeccl_topo_t* b, const char* what) {
   int before = failures;
-  EXPECT(a->nranks == b->nranks && a->nnodes == b->nnodes && a->ngroups == b->ngroups &&
-             a->nodes_per_group == b->nodes_per_group && a->ranks_per_node == b->ranks_per_node &&
-             a->nrails == b->nrails,
-         "%s: shape %d/%d/%d/%d/%d/%d vs %d/%d/%d/%d/%d/%d", what, a->nranks, a->nnodes, a->ngroups,
-         a->nodes_per_group, a->ranks_per_node, a->nrails, b->nranks, b->nnodes, b->ngroups,
-         b->nodes_per_group, b->ranks_per_node, b->nrails);
+  CHECK(a->nranks == b->nranks && a->nnodes == b->nnodes && a->ngroups == b->ngroups &&
+            a->nodes_per_group == b->nodes_per_group && a->ranks_per_node == b->ranks_per_node &&
+            a->nrails == b->nrails,
+        "%s: shape %d/%d/%d/%d/%d/%d vs %d/%d/%d/%d/%d/%d", what, a->nranks, a->nnodes, a->ngroups,
+        a->nodes_per_group, a->ranks_per_node, a->nrails, b->nranks, b->nnodes, b->ngroups,
+        b->nodes_per_group, b->ranks_per_node, b->nrails);
   if (failures != before) return 0;
-  EXPECT(same_ints(a->rank_node, b->rank_node, a->nranks) &&
-             same_ints(a->rank_local, b->rank_local, a->nranks) &&
-             same_ints(a->node_first, b->node_first, a->nnodes + 1) &&
-             same_ints(a->node_ranks, b->node_ranks, a->nranks) &&
-             same_ints(a->node_group, b->node_group, a->nnodes),
-         "%s: tables differ", what);
+  CHECK(same_ints(a->rank_node, b->rank_node, a->nranks) &&
+            same_ints(a->rank_local, b->rank_local, a->nranks) &&
+            same_ints(a->node_first, b->node_first, a->nnodes + 1) &&
+            same_ints(a->node_ranks, b->node_ranks, a->nranks) &&
+            same_ints(a->node_group, b->node_group, a->nnodes),
+        "%s: tables differ", what);
   for (int c = 0; c < MOECCL_LINK_NCLASSES; c++)
-    EXPECT(a->link[c].latency_us == b->link[c].latency_us &&
-               a->link[c].overhead_us == b->link[c].overhead_us &&
-               a->link[c].bw_GBps == b->link[c].bw_GBps,
-           "%s: link %d: %.17g/%.17g/%.17g vs %.17g/%.17g/%.17g", what, c, a->link[c].latency_us,
-           a->link[c].overhead_us, a->link[c].bw_GBps, b->link[c].latency_us,
-           b->link[c].overhead_us, b->link[c].bw_GBps);
-  EXPECT(a->copy_overhead_us == b->copy_overhead_us && a->copy_GBps == b->copy_GBps,
-         "%s: copy costs differ", what);
-  EXPECT(!strcmp(a->hw, b->hw), "%s: hw '%s' vs '%s'", what, a->hw, b->hw);
+    CHECK(a->link[c].latency_us == b->link[c].latency_us &&
+              a->link[c].overhead_us == b->link[c].overhead_us &&
+              a->link[c].bw_GBps == b->link[c].bw_GBps,
+          "%s: link %d: %.17g/%.17g/%.17g vs %.17g/%.17g/%.17g", what, c, a->link[c].latency_us,
+          a->link[c].overhead_us, a->link[c].bw_GBps, b->link[c].latency_us, b->link[c].overhead_us,
+          b->link[c].bw_GBps);
+  CHECK(a->copy_overhead_us == b->copy_overhead_us && a->copy_GBps == b->copy_GBps,
+        "%s: copy costs differ", what);
+  CHECK(!strcmp(a->hw, b->hw), "%s: hw '%s' vs '%s'", what, a->hw, b->hw);
   return failures == before;
 }
 
 static void round_trip(const moeccl_topo_t* t, const char* what, int expect_blocks) {
   char path[600], err[512];
   path_of(path, sizeof(path), "roundtrip.topo");
-  EXPECT(moeccl_topo_dump(t, path, err, sizeof(err)) == moecclSuccess, "%s: dump: %s", what, err);
+  CHECK(moeccl_topo_dump(t, path, err, sizeof(err)) == moecclSuccess, "%s: dump: %s", what, err);
   char* text = read_file(path);
   int blocks = text && strstr(text, "\nranks_per_node ") != NULL;
   int lines = text && strstr(text, "\nrank 0 node 0\n") != NULL;
-  EXPECT(blocks == expect_blocks && lines == !expect_blocks,
-         "%s: placement written %s, expected %s", what, blocks ? "by blocks" : "by rank lines",
-         expect_blocks ? "by blocks" : "by rank lines");
+  CHECK(blocks == expect_blocks && lines == !expect_blocks, "%s: placement written %s, expected %s",
+        what, blocks ? "by blocks" : "by rank lines",
+        expect_blocks ? "by blocks" : "by rank lines");
   for (int pass = 0; pass < 2; pass++) {
     moeccl_topo_t u;
     int nranks = pass ? 0 : t->nranks; /* with and without the expected count */
     moecclResult_t res = moeccl_topo_load(&u, path, nranks, err, sizeof(err));
-    EXPECT(res == moecclSuccess, "%s: load (nranks %d): %s", what, nranks, err);
+    CHECK(res == moecclSuccess, "%s: load (nranks %d): %s", what, nranks, err);
     if (res == moecclSuccess && !same_topo(t, &u, what) && text)
       fprintf(stderr, "--- %s\n%s---\n", path, text);
-    EXPECT(!strncmp(u.source, "file ", 5), "%s: source '%s'", what, u.source);
+    CHECK(!strncmp(u.source, "file ", 5), "%s: source '%s'", what, u.source);
     moeccl_topo_free(&u);
   }
   free(text);
@@ -308,7 +297,7 @@ static void test_round_trips(void) {
     int blocks = i % 2;
     snprintf(what, sizeof(what), "random %s topology %d", blocks ? "regular" : "placed", i);
     if (random_topo(&t, &seed, blocks) != moecclSuccess) {
-      EXPECT(0, "%s: cannot build", what);
+      CHECK(0, "%s: cannot build", what);
       continue;
     }
     int by_blocks = t.ranks_per_node > 0;
@@ -417,12 +406,12 @@ static void test_bad_files(void) {
     memset(&t, 0xab, sizeof(t));
     strcpy(err, "untouched");
     moecclResult_t res = moeccl_topo_load(&t, path, b->nranks, err, sizeof(err));
-    EXPECT(res == moecclInvalidArgument, "%s: result %d", b->name, (int)res);
+    CHECK(res == moecclInvalidArgument, "%s: result %d", b->name, (int)res);
     snprintf(prefix, sizeof(prefix), "%s:%d: ", path, b->line);
-    EXPECT(!strncmp(err, prefix, strlen(prefix)), "%s: message '%s' does not start '%s'", b->name,
-           err, prefix);
-    EXPECT(strstr(err, b->why) != NULL, "%s: message '%s' lacks '%s'", b->name, err, b->why);
-    EXPECT(t.rank_node == NULL && t.nranks == 0, "%s: t not left empty", b->name);
+    CHECK(!strncmp(err, prefix, strlen(prefix)), "%s: message '%s' does not start '%s'", b->name,
+          err, prefix);
+    CHECK(strstr(err, b->why) != NULL, "%s: message '%s' lacks '%s'", b->name, err, b->why);
+    CHECK(t.rank_node == NULL && t.nranks == 0, "%s: t not left empty", b->name);
     moeccl_topo_free(&t);
   }
   /* the caps: a line past 4096 characters, a file past 64 MiB, and a
@@ -434,12 +423,12 @@ static void test_bad_files(void) {
   snprintf(text, sizeof(text), "moeccl-topo 1\n%s", longline);
   write_file(path, text);
   moeccl_topo_t t;
-  EXPECT(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
-             strstr(err, ":2: ") && strstr(err, "longer than 4096"),
-         "long line: '%s'", err);
-  EXPECT(moeccl_topo_load(&t, "/dev/zero", 0, err, sizeof(err)) == moecclInvalidArgument &&
-             strstr(err, "NUL byte"),
-         "/dev/zero: '%s'", err);
+  CHECK(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, ":2: ") && strstr(err, "longer than 4096"),
+        "long line: '%s'", err);
+  CHECK(moeccl_topo_load(&t, "/dev/zero", 0, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, "NUL byte"),
+        "/dev/zero: '%s'", err);
   FILE* big = fopen(path, "w");
   if (big) {
     fputs("moeccl-topo 1\n", big);
@@ -447,15 +436,15 @@ static void test_bad_files(void) {
       fputs("# a comment line that is sixty-four bytes long, padding......\n", big);
     fclose(big);
   }
-  EXPECT(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
-             strstr(err, "larger than 64 MiB"),
-         "big file: '%s'", err);
+  CHECK(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, "larger than 64 MiB"),
+        "big file: '%s'", err);
   unlink(path);
   path_of(path, sizeof(path), "no-such-file.topo");
-  EXPECT(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
-             strstr(err, path) != NULL,
-         "missing file: '%s'", err);
-  EXPECT(moeccl_topo_load(&t, path, 0, NULL, 0) == moecclInvalidArgument, "no err buffer");
+  CHECK(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, path) != NULL,
+        "missing file: '%s'", err);
+  CHECK(moeccl_topo_load(&t, path, 0, NULL, 0) == moecclInvalidArgument, "no err buffer");
 }
 
 /* Free form that is valid: comments, blanks, CRLF, tabs, any statement
@@ -477,20 +466,20 @@ static void test_good_file(void) {
   moeccl_topo_t t, d;
   moeccl_topo_default_costs(&d);
   moecclResult_t res = moeccl_topo_load(&t, path, 4, err, sizeof(err));
-  EXPECT(res == moecclSuccess, "good file: %s", err);
+  CHECK(res == moecclSuccess, "good file: %s", err);
   if (res != moecclSuccess) return;
   check_tables(&t, "good file");
-  EXPECT(t.nnodes == 2 && t.ngroups == 2 && t.nrails == 2 && t.ranks_per_node == 2,
-         "good file shape");
-  EXPECT(t.link[MOECCL_LINK_GLOBAL].bw_GBps == 2.5 && t.link[MOECCL_LINK_GLOBAL].latency_us == 40,
-         "given keys");
-  EXPECT(t.link[MOECCL_LINK_GLOBAL].overhead_us == d.link[MOECCL_LINK_GLOBAL].overhead_us,
-         "missing key keeps the default");
-  EXPECT(!memcmp(&t.link[MOECCL_LINK_NODE], &d.link[MOECCL_LINK_NODE], sizeof(moeccl_link_t)),
-         "class not given keeps the defaults");
-  EXPECT(t.copy_GBps == 16 && t.copy_overhead_us == d.copy_overhead_us, "copy line");
-  EXPECT(!strcmp(t.hw, "some host  with  spaces"), "hw '%s'", t.hw);
-  EXPECT(moeccl_topo_class(&t, 0, 2) == MOECCL_LINK_GLOBAL, "one node per group");
+  CHECK(t.nnodes == 2 && t.ngroups == 2 && t.nrails == 2 && t.ranks_per_node == 2,
+        "good file shape");
+  CHECK(t.link[MOECCL_LINK_GLOBAL].bw_GBps == 2.5 && t.link[MOECCL_LINK_GLOBAL].latency_us == 40,
+        "given keys");
+  CHECK(t.link[MOECCL_LINK_GLOBAL].overhead_us == d.link[MOECCL_LINK_GLOBAL].overhead_us,
+        "missing key keeps the default");
+  CHECK(!memcmp(&t.link[MOECCL_LINK_NODE], &d.link[MOECCL_LINK_NODE], sizeof(moeccl_link_t)),
+        "class not given keeps the defaults");
+  CHECK(t.copy_GBps == 16 && t.copy_overhead_us == d.copy_overhead_us, "copy line");
+  CHECK(!strcmp(t.hw, "some host  with  spaces"), "hw '%s'", t.hw);
+  CHECK(moeccl_topo_class(&t, 0, 2) == MOECCL_LINK_GLOBAL, "one node per group");
   moeccl_topo_free(&t);
 }
 
@@ -504,17 +493,17 @@ static void test_tune_file(void) {
   path_of(path, sizeof(path), "tune.txt");
   write_file(path, "# measured\nlink group bw_GBps=3.5\n"
                    "link node overhead_us=0.125 latency_us=0.25\ncopy bw_GBps=12\n");
-  EXPECT(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclSuccess, "tune: %s", err);
-  EXPECT(t.link[MOECCL_LINK_GROUP].bw_GBps == 3.5 &&
-             t.link[MOECCL_LINK_GROUP].latency_us == ref.link[MOECCL_LINK_GROUP].latency_us,
-         "tune: group link");
-  EXPECT(t.link[MOECCL_LINK_NODE].latency_us == 0.25 &&
-             t.link[MOECCL_LINK_NODE].overhead_us == 0.125 &&
-             t.link[MOECCL_LINK_NODE].bw_GBps == ref.link[MOECCL_LINK_NODE].bw_GBps,
-         "tune: node link");
-  EXPECT(!memcmp(&t.link[MOECCL_LINK_GLOBAL], &ref.link[MOECCL_LINK_GLOBAL], sizeof(moeccl_link_t)),
-         "tune: global link untouched");
-  EXPECT(t.copy_GBps == 12 && t.copy_overhead_us == ref.copy_overhead_us, "tune: copy");
+  CHECK(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclSuccess, "tune: %s", err);
+  CHECK(t.link[MOECCL_LINK_GROUP].bw_GBps == 3.5 &&
+            t.link[MOECCL_LINK_GROUP].latency_us == ref.link[MOECCL_LINK_GROUP].latency_us,
+        "tune: group link");
+  CHECK(t.link[MOECCL_LINK_NODE].latency_us == 0.25 &&
+            t.link[MOECCL_LINK_NODE].overhead_us == 0.125 &&
+            t.link[MOECCL_LINK_NODE].bw_GBps == ref.link[MOECCL_LINK_NODE].bw_GBps,
+        "tune: node link");
+  CHECK(!memcmp(&t.link[MOECCL_LINK_GLOBAL], &ref.link[MOECCL_LINK_GLOBAL], sizeof(moeccl_link_t)),
+        "tune: global link untouched");
+  CHECK(t.copy_GBps == 12 && t.copy_overhead_us == ref.copy_overhead_us, "tune: copy");
   /* A whole topology file as tune file: its costs apply, its placement does not. */
   moeccl_topo_t other;
   const int placement[3] = {0, 0, 1};
@@ -522,12 +511,12 @@ static void test_tune_file(void) {
   unsigned seed = 7;
   random_costs(&other, &seed);
   path_of(path, sizeof(path), "tune-topo.topo");
-  EXPECT(moeccl_topo_dump(&other, path, err, sizeof(err)) == moecclSuccess, "dump: %s", err);
-  EXPECT(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclSuccess, "tune topo: %s", err);
+  CHECK(moeccl_topo_dump(&other, path, err, sizeof(err)) == moecclSuccess, "dump: %s", err);
+  CHECK(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclSuccess, "tune topo: %s", err);
   for (int c = MOECCL_LINK_NODE; c < MOECCL_LINK_NCLASSES; c++)
-    EXPECT(!memcmp(&t.link[c], &other.link[c], sizeof(moeccl_link_t)), "tune topo: link %d", c);
-  EXPECT(t.copy_GBps == other.copy_GBps && t.copy_overhead_us == other.copy_overhead_us,
-         "tune topo: copy");
+    CHECK(!memcmp(&t.link[c], &other.link[c], sizeof(moeccl_link_t)), "tune topo: link %d", c);
+  CHECK(t.copy_GBps == other.copy_GBps && t.copy_overhead_us == other.copy_overhead_us,
+        "tune topo: copy");
   memcpy(ref.link, t.link, sizeof(ref.link));
   ref.copy_GBps = t.copy_GBps;
   ref.copy_overhead_us = t.copy_overhead_us;
@@ -535,14 +524,14 @@ static void test_tune_file(void) {
   /* A bad line after a good one: nothing applies. */
   path_of(path, sizeof(path), "tune-bad.txt");
   write_file(path, "link group bw_GBps=9\nlink node bw_GBps=0\n");
-  EXPECT(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclInvalidArgument &&
-             strstr(err, "tune-bad.txt:2: ") != NULL,
-         "bad tune file: '%s'", err);
+  CHECK(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, "tune-bad.txt:2: ") != NULL,
+        "bad tune file: '%s'", err);
   same_topo(&t, &ref, "a failed tune file changes nothing");
   write_file(path, "link node bw_GBps=1\nmoeccl-topo 1\n");
-  EXPECT(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclInvalidArgument &&
-             strstr(err, ":2: ") != NULL,
-         "late header in a tune file: '%s'", err);
+  CHECK(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, ":2: ") != NULL,
+        "late header in a tune file: '%s'", err);
   moeccl_topo_free(&t);
   moeccl_topo_free(&ref);
   moeccl_topo_free(&other);
@@ -564,23 +553,23 @@ static void test_configure(void) {
   moeccl_topo_t t, probe = {0};
   int nics = moeccl_topo_discover_hw(&probe);
   unset_topo_env();
-  EXPECT(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess, "default: %s", err);
-  EXPECT(t.nnodes == 4 && t.ngroups == 1 && t.nrails == (nics > 0 ? nics : 1),
-         "default: %d nodes, %d groups, %d rails (hwloc: %d NICs)", t.nnodes, t.ngroups, t.nrails,
-         nics);
-  EXPECT(!strcmp(t.hw, probe.hw) && !strcmp(t.source, "discovered"), "default: hw, source");
+  CHECK(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess, "default: %s", err);
+  CHECK(t.nnodes == 4 && t.ngroups == 1 && t.nrails == (nics > 0 ? nics : 1),
+        "default: %d nodes, %d groups, %d rails (hwloc: %d NICs)", t.nnodes, t.ngroups, t.nrails,
+        nics);
+  CHECK(!strcmp(t.hw, probe.hw) && !strcmp(t.source, "discovered"), "default: hw, source");
   moeccl_topo_free(&t);
 
   setenv("MOECCL_TOPO_GROUP_SIZE", "2", 1);
   setenv("MOECCL_TOPO_RAILS", "3", 1);
-  EXPECT(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess, "env: %s", err);
-  EXPECT(t.ngroups == 2 && t.nodes_per_group == 2 && t.nrails == 3, "env: %d groups, %d rails",
-         t.ngroups, t.nrails);
+  CHECK(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess, "env: %s", err);
+  CHECK(t.ngroups == 2 && t.nodes_per_group == 2 && t.nrails == 3, "env: %d groups, %d rails",
+        t.ngroups, t.nrails);
   moeccl_topo_free(&t);
   setenv("MOECCL_TOPO_GROUP_SIZE", "-2", 1);
-  EXPECT(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclInvalidArgument &&
-             strstr(err, "MOECCL_TOPO_GROUP_SIZE") != NULL && t.rank_node == NULL,
-         "negative group size: '%s'", err);
+  CHECK(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, "MOECCL_TOPO_GROUP_SIZE") != NULL && t.rank_node == NULL,
+        "negative group size: '%s'", err);
   setenv("MOECCL_TOPO_GROUP_SIZE", "2", 1);
 
   /* A file wins over the node ids and over GROUP_SIZE / RAILS. */
@@ -590,38 +579,38 @@ static void test_configure(void) {
   path_of(path, sizeof(path), "configure.topo");
   moeccl_topo_dump(&file_topo, path, err, sizeof(err));
   setenv("MOECCL_TOPO_FILE", path, 1);
-  EXPECT(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess, "file: %s", err);
-  EXPECT(t.nnodes == 2 && t.ngroups == 1 && t.nrails == 5 &&
-             t.link[MOECCL_LINK_GROUP].bw_GBps == 42.0 && !strncmp(t.source, "file ", 5),
-         "file: %d nodes, %d groups, %d rails, source %s", t.nnodes, t.ngroups, t.nrails, t.source);
-  EXPECT(!strcmp(t.hw, probe.hw), "file: hw from this host");
+  CHECK(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess, "file: %s", err);
+  CHECK(t.nnodes == 2 && t.ngroups == 1 && t.nrails == 5 &&
+            t.link[MOECCL_LINK_GROUP].bw_GBps == 42.0 && !strncmp(t.source, "file ", 5),
+        "file: %d nodes, %d groups, %d rails, source %s", t.nnodes, t.ngroups, t.nrails, t.source);
+  CHECK(!strcmp(t.hw, probe.hw), "file: hw from this host");
   moeccl_topo_free(&t);
   /* A communicator of another size discovers its topology instead. */
-  EXPECT(moeccl_topo_configure(&t, 6, ids, err, sizeof(err)) == moecclSuccess && t.nranks == 6 &&
-             !strcmp(t.source, "discovered"),
-         "file for 8 ranks, communicator of 6: %s (%d ranks, source %s)", err, t.nranks, t.source);
+  CHECK(moeccl_topo_configure(&t, 6, ids, err, sizeof(err)) == moecclSuccess && t.nranks == 6 &&
+            !strcmp(t.source, "discovered"),
+        "file for 8 ranks, communicator of 6: %s (%d ranks, source %s)", err, t.nranks, t.source);
   moeccl_topo_free(&t);
 
   /* TUNE_FILE over a file and over discovered tables; a bad one fails. */
   path_of(tune, sizeof(tune), "configure.tune");
   write_file(tune, "link group bw_GBps=7.5\n");
   setenv("MOECCL_TUNE_FILE", tune, 1);
-  EXPECT(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess &&
-             t.link[MOECCL_LINK_GROUP].bw_GBps == 7.5 && t.nnodes == 2,
-         "file + tune: %s", err);
+  CHECK(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess &&
+            t.link[MOECCL_LINK_GROUP].bw_GBps == 7.5 && t.nnodes == 2,
+        "file + tune: %s", err);
   moeccl_topo_free(&t);
   unsetenv("MOECCL_TOPO_FILE");
-  EXPECT(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess &&
-             t.link[MOECCL_LINK_GROUP].bw_GBps == 7.5 && t.nnodes == 4,
-         "ids + tune: %s", err);
+  CHECK(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclSuccess &&
+            t.link[MOECCL_LINK_GROUP].bw_GBps == 7.5 && t.nnodes == 4,
+        "ids + tune: %s", err);
   moeccl_topo_free(&t);
   write_file(tune, "link group bw_GBps=-7.5\n");
-  EXPECT(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclInvalidArgument &&
-             strstr(err, "MOECCL_TUNE_FILE") && strstr(err, ":1: ") && t.rank_node == NULL,
-         "bad tune file: '%s'", err);
+  CHECK(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, "MOECCL_TUNE_FILE") && strstr(err, ":1: ") && t.rank_node == NULL,
+        "bad tune file: '%s'", err);
   setenv("MOECCL_TOPO_FILE", tune, 1); /* not a topology: no header */
-  EXPECT(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclInvalidArgument,
-         "tune file as topology file");
+  CHECK(moeccl_topo_configure(&t, 8, ids, err, sizeof(err)) == moecclInvalidArgument,
+        "tune file as topology file");
   unset_topo_env();
   moeccl_topo_free(&file_topo);
 }
@@ -643,18 +632,18 @@ static void test_examples(void) {
     snprintf(path, sizeof(path), "%s/examples/topo/%s", srcdir ? srcdir : ".", examples[i].file);
     moeccl_topo_t t;
     moecclResult_t res = moeccl_topo_load(&t, path, examples[i].nranks, err, sizeof(err));
-    EXPECT(res == moecclSuccess, "%s: %s", examples[i].file, err);
+    CHECK(res == moecclSuccess, "%s: %s", examples[i].file, err);
     if (res != moecclSuccess) continue;
     check_tables(&t, examples[i].file);
-    EXPECT(t.nnodes == examples[i].nnodes && t.ngroups == examples[i].ngroups &&
-               t.nrails == examples[i].nrails && moeccl_topo_regular(&t, examples[i].levels),
-           "%s: %d nodes, %d groups, %d rails", examples[i].file, t.nnodes, t.ngroups, t.nrails);
+    CHECK(t.nnodes == examples[i].nnodes && t.ngroups == examples[i].ngroups &&
+              t.nrails == examples[i].nrails && moeccl_topo_regular(&t, examples[i].levels),
+          "%s: %d nodes, %d groups, %d rails", examples[i].file, t.nnodes, t.ngroups, t.nrails);
     if (i == 0) { /* it writes out the defaults */
       moeccl_topo_t d;
       moeccl_topo_default_costs(&d);
-      EXPECT(!memcmp(t.link, d.link, sizeof(t.link)) && t.copy_GBps == d.copy_GBps &&
-                 t.copy_overhead_us == d.copy_overhead_us,
-             "%s: costs differ from the defaults", examples[i].file);
+      CHECK(!memcmp(t.link, d.link, sizeof(t.link)) && t.copy_GBps == d.copy_GBps &&
+                t.copy_overhead_us == d.copy_overhead_us,
+            "%s: costs differ from the defaults", examples[i].file);
     }
     moeccl_topo_free(&t);
   }
@@ -665,30 +654,30 @@ static void test_examples(void) {
 static void test_discover_hw(void) {
   moeccl_topo_t t = {0}, again = {0};
   int nics = moeccl_topo_discover_hw(&t);
-  EXPECT(nics >= 0 && t.hw[0] != '\0', "discover_hw: %d, '%s'", nics, t.hw);
-  EXPECT(strstr(t.hw, "NUMA node") != NULL || !strcmp(t.hw, "hwloc not available"), "summary '%s'",
-         t.hw);
-  EXPECT(moeccl_topo_discover_hw(&again) == nics && !strcmp(t.hw, again.hw), "stable");
-  EXPECT(moeccl_topo_discover_hw(NULL) == nics, "NULL topology");
+  CHECK(nics >= 0 && t.hw[0] != '\0', "discover_hw: %d, '%s'", nics, t.hw);
+  CHECK(strstr(t.hw, "NUMA node") != NULL || !strcmp(t.hw, "hwloc not available"), "summary '%s'",
+        t.hw);
+  CHECK(moeccl_topo_discover_hw(&again) == nics && !strcmp(t.hw, again.hw), "stable");
+  CHECK(moeccl_topo_discover_hw(NULL) == nics, "NULL topology");
   printf("hw summary: %s\n", t.hw);
-  EXPECT(moeccl_topo_dump_hw(stdout, NULL) >= 1, "dump_hw writes details");
+  CHECK(moeccl_topo_dump_hw(stdout, NULL) >= 1, "dump_hw writes details");
   char path[600], err[512];
   path_of(path, sizeof(path), "hw.txt");
   FILE* f = fopen(path, "w");
-  EXPECT(f && moeccl_topo_dump_hw(f, "") == 0 && moeccl_topo_dump_hw(f, "elsewhere") == 0,
-         "dump_hw: nothing for another host");
+  CHECK(f && moeccl_topo_dump_hw(f, "") == 0 && moeccl_topo_dump_hw(f, "elsewhere") == 0,
+        "dump_hw: nothing for another host");
   if (f) fclose(f);
   /* A dump of this host's topology carries the details and still loads. */
   moeccl_topo_t u;
   moeccl_topo_regular_shape(&u, 2, 2, 0, 1);
   memcpy(u.hw, t.hw, sizeof(u.hw));
   path_of(path, sizeof(path), "hw.topo");
-  EXPECT(moeccl_topo_dump(&u, path, err, sizeof(err)) == moecclSuccess, "dump: %s", err);
+  CHECK(moeccl_topo_dump(&u, path, err, sizeof(err)) == moecclSuccess, "dump: %s", err);
   char* text = read_file(path);
-  EXPECT(text && strstr(text, "\n# hw ") && strstr(text, "\nhw "), "dump has hw lines");
+  CHECK(text && strstr(text, "\n# hw ") && strstr(text, "\nhw "), "dump has hw lines");
   free(text);
   moeccl_topo_t v;
-  EXPECT(moeccl_topo_load(&v, path, 4, err, sizeof(err)) == moecclSuccess, "load: %s", err);
+  CHECK(moeccl_topo_load(&v, path, 4, err, sizeof(err)) == moecclSuccess, "load: %s", err);
   same_topo(&u, &v, "dump with hw details");
   moeccl_topo_free(&u);
   moeccl_topo_free(&v);
@@ -697,12 +686,12 @@ static void test_discover_hw(void) {
 static void test_dump_errors(void) {
   char err[512];
   moeccl_topo_t t = {0};
-  EXPECT(moeccl_topo_dump(&t, "/nonexistent-dir/x.topo", err, sizeof(err)) == moecclInvalidArgument,
-         "dump of an empty topology");
+  CHECK(moeccl_topo_dump(&t, "/nonexistent-dir/x.topo", err, sizeof(err)) == moecclInvalidArgument,
+        "dump of an empty topology");
   moeccl_topo_regular_shape(&t, 1, 1, 0, 0);
-  EXPECT(moeccl_topo_dump(&t, "/nonexistent-dir/x.topo", err, sizeof(err)) == moecclSystemError &&
-             strstr(err, "/nonexistent-dir/x.topo") != NULL,
-         "dump to a missing folder: '%s'", err);
+  CHECK(moeccl_topo_dump(&t, "/nonexistent-dir/x.topo", err, sizeof(err)) == moecclSystemError &&
+            strstr(err, "/nonexistent-dir/x.topo") != NULL,
+        "dump to a missing folder: '%s'", err);
   moeccl_topo_free(&t);
 }
 
