@@ -32,7 +32,11 @@ _Static_assert(sizeof(id_layout_t) <= MOECCL_UNIQUE_ID_BYTES, "unique id layout 
  * HMAC-SHA-256(key, challenge || the hello's fields), the key derived
  * one-way from the communicator's secret (moeccl_bootstrap_auth_key).  So a hello
  * proves knowledge of the secret without showing it, and a recorded one
- * does not pass for another connection. */
+ * does not pass for another connection.  The other way, a joining rank's
+ * hello carries a challenge of its own, and the root's answer (status
+ * word, peer table) ends with a MAC over it (moeccl_bootstrap_reply_mac):
+ * a process that took the root's address without the id cannot hand
+ * the ranks a table of its own, nor tell them a rank is missing. */
 #define CHALLENGE_BYTES MOECCL_BOOT_CHALLENGE_BYTES
 
 typedef struct {
@@ -40,7 +44,8 @@ typedef struct {
   int32_t rank;
   int32_t nranks;
   uint32_t pad;
-  uint64_t nonce; /* the communicator's public tag */
+  uint64_t nonce;                     /* the communicator's public tag */
+  uint8_t challenge[CHALLENGE_BYTES]; /* the root's answer must prove the secret over it */
   uint8_t mac[32];
 } hello_t;
 
@@ -63,6 +68,21 @@ static void hello_mac(const uint8_t key[32], const uint8_t* challenge, const voi
   memcpy(buf, challenge, CHALLENGE_BYTES);
   memcpy(buf + CHALLENGE_BYTES, msg, n);
   moeccl_hmac_sha256(key, 32, buf, CHALLENGE_BYTES + n, out);
+}
+
+void moeccl_bootstrap_reply_mac(const uint8_t key[32], const uint8_t* challenge, int32_t status,
+                                const void* table, size_t table_bytes, uint8_t out[32]) {
+  static const char label[] = "moeccl-root-reply"; /* never the start of a hello's MAC input */
+  uint8_t buf[sizeof(label) + CHALLENGE_BYTES + sizeof(status) + 32];
+  uint8_t* q = buf;
+  memcpy(q, label, sizeof(label)), q += sizeof(label);
+  memcpy(q, challenge, CHALLENGE_BYTES), q += CHALLENGE_BYTES;
+  memcpy(q, &status, sizeof(status)), q += sizeof(status);
+  moeccl_sha256_t c; /* the table's digest: the root hashes it once for all ranks */
+  moeccl_sha256_init(&c);
+  if (table_bytes) moeccl_sha256_update(&c, table, table_bytes);
+  moeccl_sha256_final(&c, q);
+  moeccl_hmac_sha256(key, 32, buf, sizeof(buf), out);
 }
 
 static int same_mac(const uint8_t* a, const uint8_t* b) { /* constant time */
@@ -119,14 +139,20 @@ static void drop(pending_t* p, const char* why) {
   p->fd = -1;
 }
 
-/* Sends the whole table to every rank; a rank told nranks=-1 knows the job was
- * inconsistent (two ranks claimed the same rank, or nranks differed). */
-static void root_reply(int* fds, int n, moeccl_peer_info_t* infos, int ok, double deadline) {
-  int32_t status = ok ? n : -1;
+/* Answers every rank that joined: status (n: the table follows; -1: the
+ * job was inconsistent, two ranks claimed one rank or nranks differed;
+ * -2 - r: rank r never came), the table when it follows, and the MAC over
+ * the rank's own challenge, status and table. */
+static void root_reply(const root_args_t* a, int* fds, uint8_t (*challenges)[CHALLENGE_BYTES],
+                       int n, const moeccl_peer_info_t* infos, int32_t status, double deadline) {
+  size_t table = status == n ? sizeof(*infos) * (size_t)n : 0;
   for (int i = 0; i < n; i++) {
     if (fds[i] < 0) continue;
-    if (moeccl_socket_send(fds[i], &status, sizeof(status), deadline) == moecclSuccess && ok)
-      moeccl_socket_send(fds[i], infos, sizeof(*infos) * (size_t)n, deadline);
+    uint8_t mac[32];
+    moeccl_bootstrap_reply_mac(a->key, challenges[i], status, infos, table, mac);
+    if (moeccl_socket_send(fds[i], &status, sizeof(status), deadline) == moecclSuccess &&
+        (!table || moeccl_socket_send(fds[i], infos, table, deadline) == moecclSuccess))
+      moeccl_socket_send(fds[i], mac, sizeof(mac), deadline);
   }
 }
 
@@ -200,6 +226,7 @@ static void* root_thread(void* arg) {
   int n = -1, joined = 0, ok = 1, np = 0;
   int* fds = NULL;
   moeccl_peer_info_t* infos = NULL;
+  uint8_t(*challenges)[CHALLENGE_BYTES] = NULL;
   pending_t* pend = malloc(sizeof(pending_t) * MAX_PENDING);
   while (pend && (n < 0 || joined < n)) {
     int i = next_hello(&a, pend, &np, deadline);
@@ -212,7 +239,8 @@ static void* root_thread(void* arg) {
       n = h.nranks;
       fds = malloc(sizeof(int) * (size_t)n);
       infos = calloc((size_t)n, sizeof(*infos));
-      if (!fds || !infos) break;
+      challenges = calloc((size_t)n, sizeof(*challenges));
+      if (!fds || !infos || !challenges) break;
       for (int i = 0; i < n; i++) fds[i] = -1;
     }
     if (h.nranks != n || fds[h.rank] >= 0) {
@@ -224,19 +252,18 @@ static void* root_thread(void* arg) {
     }
     fds[h.rank] = fd;
     infos[h.rank] = info;
+    memcpy(challenges[h.rank], h.challenge, CHALLENGE_BYTES);
     joined++;
   }
-  if (n > 0 && fds && infos && joined == n) {
-    root_reply(fds, n, infos, ok, deadline);
-  } else if (n > 0 && fds) {
+  if (n > 0 && fds && infos && challenges && joined == n) {
+    root_reply(&a, fds, challenges, n, infos, ok ? n : -1, deadline);
+  } else if (n > 0 && fds && challenges) {
     /* Tell the ranks that came which one did not, so their error names it. */
     int missing = 0;
     while (missing < n && fds[missing] >= 0) missing++;
     WARN(BOOT, "rendezvous: %d of %d ranks joined before the deadline; rank %d is missing", joined,
          n, missing);
-    int32_t status = -2 - missing;
-    for (int i = 0; i < n; i++)
-      if (fds[i] >= 0) moeccl_socket_send(fds[i], &status, sizeof(status), moeccl_now() + 1.0);
+    root_reply(&a, fds, challenges, n, infos, -2 - missing, moeccl_now() + 1.0);
   }
   for (int i = 0; fds && i < n; i++)
     if (fds[i] >= 0) close(fds[i]);
@@ -244,6 +271,7 @@ static void* root_thread(void* arg) {
   free(pend);
   free(fds);
   free(infos);
+  free(challenges);
   close(a.listen_fd);
   return NULL;
 }
@@ -341,7 +369,7 @@ moecclResult_t moeccl_bootstrap_check_status(const void* msg, size_t len, int nr
  * socket is bound to the local address that reaches the root. */
 static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, double deadline,
                                 moeccl_peer_info_t* self, moeccl_peer_info_t* peers, int* listen_fd,
-                                int* missing) {
+                                int* missing, int* forged) {
   int fd;
   MOECCL_CHECK(moeccl_socket_connect(&l->root, deadline, &fd));
   moeccl_sockaddr_t local;
@@ -355,8 +383,10 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   }
   self->listen_addr = local;
   moeccl_bootstrap_alive_socket(&local, &self->alive_addr);
-  hello_t h = {HELLO_MAGIC, rank, nranks, 0, moeccl_secret_tag(l->secret), {0}};
-  uint8_t challenge[CHALLENGE_BYTES], key[32];
+  hello_t h = {HELLO_MAGIC, rank, nranks, 0, moeccl_secret_tag(l->secret), {0}, {0}};
+  uint8_t challenge[CHALLENGE_BYTES], key[32], mac[32], want[32];
+  if (rc == moecclSuccess && random_bytes(h.challenge, CHALLENGE_BYTES) != 0)
+    rc = moecclSystemError;
   if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, challenge, sizeof(challenge), deadline);
   moeccl_bootstrap_auth_key(l->secret, key);
   hello_mac(key, challenge, &h, offsetof(hello_t, mac), h.mac);
@@ -366,10 +396,16 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   /* The root answers even when the rendezvous fails, a little after its own
    * deadline: wait that long to learn which rank was missing. */
   if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, &status, sizeof(status), deadline + 2.0);
+  size_t table = status == nranks ? sizeof(*peers) * (size_t)nranks : 0;
+  if (rc == moecclSuccess && table) rc = moeccl_socket_recv(fd, peers, table, deadline + 2.0);
+  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, mac, sizeof(mac), deadline + 2.0);
+  /* Nothing the answer says counts before its MAC is checked. */
+  if (rc == moecclSuccess) {
+    moeccl_bootstrap_reply_mac(key, h.challenge, status, peers, table, want);
+    if (!same_mac(mac, want)) rc = moecclRemoteError, *forged = 1;
+  }
   if (rc == moecclSuccess)
     rc = moeccl_bootstrap_check_status(&status, sizeof(status), nranks, missing);
-  if (rc == moecclSuccess)
-    rc = moeccl_socket_recv(fd, peers, sizeof(*peers) * (size_t)nranks, deadline);
   /* The table's strings reach logs and texts: end them whatever came. */
   for (int i = 0; rc == moecclSuccess && i < nranks; i++)
     peers[i].hostname[sizeof(peers[i].hostname) - 1] = '\0';
@@ -384,8 +420,15 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
   id_layout_t l;
   memcpy(&l, id->internal, sizeof(l));
   double deadline = moeccl_now() + timeout;
-  int listen_fd = -1, missing = -1;
-  moecclResult_t rc = join_root(&l, rank, nranks, deadline, self, peers, &listen_fd, &missing);
+  int listen_fd = -1, missing = -1, forged = 0;
+  moecclResult_t rc =
+      join_root(&l, rank, nranks, deadline, self, peers, &listen_fd, &missing, &forged);
+  char s[64];
+  if (forged)
+    return moeccl_error(NULL, rc,
+                        "bootstrap: the rendezvous at %s answered without proof of this unique "
+                        "id's secret (not the root that made the id); its answer was ignored",
+                        moeccl_sockaddr_str(&l.root, s, sizeof(s)));
   if (rc == moecclInvalidUsage)
     return moeccl_error(NULL, rc, "bootstrap: ranks disagree on nranks or two ranks share a rank");
   if (missing >= 0)

@@ -82,6 +82,12 @@ moecclResult_t moeccl_bootstrap_check_hello(const void* msg, size_t len, uint64_
 moecclResult_t moeccl_bootstrap_check_ring_hello(const void* msg, size_t len, uint64_t nonce,
                                                  const uint8_t key[32], const uint8_t* challenge,
                                                  int prev);
+/* The MAC that ends the root's answer to a joining rank: HMAC-SHA-256
+ * under key of a label, the challenge the rank sent in its hello, the
+ * status word and the SHA-256 of the table_bytes of peer table sent
+ * (0 when none follows the status). */
+void moeccl_bootstrap_reply_mac(const uint8_t key[32], const uint8_t* challenge, int32_t status,
+                                const void* table, size_t table_bytes, uint8_t out[32]);
 /* A joining rank's reading of the root's status word: moecclSuccess when
  * the table of nranks peers follows; moecclRemoteError and *missing when
  * the rendezvous timed out without rank *missing; moecclInvalidUsage when

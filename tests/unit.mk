@@ -40,6 +40,13 @@ TESTS += tests/test_secret
 tests_test_secret_SOURCES = tests/test_secret.c tests/unit_check.h
 tests_test_secret_LDADD = libmoeccl_core.la
 
+# A joining rank believes only a root that proves the id's secret: a fake
+# root's table, 'rank missing' and replayed answers are refused.
+check_PROGRAMS += tests/test_boot_reply
+TESTS += tests/test_boot_reply
+tests_test_boot_reply_SOURCES = tests/test_boot_reply.c tests/unit_check.h
+tests_test_boot_reply_LDADD = libmoeccl_core.la
+
 # UCX is loaded only for a network peer and leaves the program's signal
 # handlers alone (src/transport/ucx_load.c); 2 forked ranks, skips without UCX.
 check_PROGRAMS += tests/test_ucx_lazy

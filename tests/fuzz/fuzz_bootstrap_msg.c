@@ -26,8 +26,8 @@
 
 /* The wire format, as join_root and moeccl_bootstrap_ring write it. */
 #define HELLO_MAGIC 0x4d4f4548u
-#define HELLO_BYTES 56 /* magic, rank, nranks, pad, nonce (8), mac (32) */
-#define HELLO_SIGNED 24
+#define HELLO_BYTES 72 /* magic, rank, nranks, pad, nonce (8), challenge (16), mac (32) */
+#define HELLO_SIGNED 40
 #define RING_BYTES 48 /* magic, rank, nonce (8), mac (32) */
 #define RING_SIGNED 16
 #define CH MOECCL_BOOT_CHALLENGE_BYTES

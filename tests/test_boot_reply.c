@@ -1,0 +1,149 @@
+/*
+ * test_boot_reply.c - a joining rank believes only a root that proves the
+ * unique id's secret.  A fake root listens on a port of its own, and an id
+ * with a fresh secret names it: the fake plays a process that took the
+ * root's address but never saw the id.  It speaks the wire format as the
+ * real root does (a challenge; then the hello and peer info; then a status
+ * word, the table when one follows, and the MAC) and may read the rank's
+ * challenge from the hello, but signs with a key of its own.  Each such
+ * answer must be refused by moeccl_bootstrap_init with moecclRemoteError
+ * and a text saying the rendezvous gave no proof: a whole table (believed,
+ * it would send the rank to addresses of the fake's choosing), "rank 5
+ * never joined", "the ranks disagree", and an answer signed with the right
+ * key over another connection's challenge (a replay).  The same fake
+ * signing with the right key over this connection's challenge is believed
+ * (so the refusals are the MAC's, not the format's), and so is the real
+ * root (moeccl_bootstrap_unique_id).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "core.h"
+#include "unit_check.h"
+
+/* The hello's wire format (bootstrap.c): magic, rank, nranks, pad, tag (8),
+ * the rank's challenge (16), MAC (32); then the peer info. */
+#define HELLO_BYTES 72
+#define HELLO_CHALLENGE 24
+#define CH MOECCL_BOOT_CHALLENGE_BYTES
+
+enum sign { WRONG_KEY, REPLAY, RIGHT };
+
+typedef struct {
+  int listen_fd;
+  int32_t status; /* what the fake answers; 1 (= nranks): the table follows */
+  enum sign sign;
+  uint8_t key[32]; /* the id's key (REPLAY, RIGHT) */
+  int served;      /* 1 once the fake read a whole hello and answered */
+} fake_t;
+
+static void* fake_root(void* arg) {
+  fake_t* f = arg;
+  int fd;
+  if (moeccl_socket_accept(f->listen_fd, moeccl_now() + 20.0, &fd) != moecclSuccess) return NULL;
+  double deadline = moeccl_now() + 20.0;
+  uint8_t challenge[CH] = {1, 2, 3}, hello[HELLO_BYTES], mac[32];
+  moeccl_peer_info_t info;
+  if (moeccl_socket_send(fd, challenge, CH, deadline) == moecclSuccess &&
+      moeccl_socket_recv(fd, hello, sizeof(hello), deadline) == moecclSuccess &&
+      moeccl_socket_recv(fd, &info, sizeof(info), deadline) == moecclSuccess) {
+    uint8_t key[32], other[CH];
+    const uint8_t* theirs = hello + HELLO_CHALLENGE;
+    memcpy(key, f->key, sizeof(key));
+    if (f->sign == WRONG_KEY) memset(key, 0x77, sizeof(key)); /* the fake's own key */
+    if (f->sign == REPLAY) {                                  /* another connection's challenge */
+      memcpy(other, theirs, CH);
+      other[0] ^= 1;
+      theirs = other;
+    }
+    size_t table = f->status == 1 ? sizeof(info) : 0;
+    moeccl_bootstrap_reply_mac(key, theirs, f->status, &info, table, mac);
+    if (moeccl_socket_send(fd, &f->status, sizeof(f->status), deadline) == moecclSuccess &&
+        (!table || moeccl_socket_send(fd, &info, table, deadline) == moecclSuccess) &&
+        moeccl_socket_send(fd, mac, sizeof(mac), deadline) == moecclSuccess)
+      f->served = 1;
+  }
+  /* Wait for the rank to close: the answer must be read whatever comes. */
+  char c;
+  while (recv(fd, &c, 1, 0) > 0) {
+  }
+  close(fd);
+  return NULL;
+}
+
+/* Joins as rank 0 of 1 through a fake root answering status signed so;
+ * returns init's result and, in text, the last error. */
+static moecclResult_t join_fake(int32_t status, enum sign sign, char* text, size_t len) {
+  fake_t f = {.status = status, .sign = sign};
+  moeccl_sockaddr_t addr;
+  CHECK(moeccl_sockaddr_parse("127.0.0.1:0", &addr) == moecclSuccess, "parse");
+  CHECK(moeccl_socket_listen(&addr, &f.listen_fd) == moecclSuccess, "listen");
+  uint8_t secret[MOECCL_SECRET_BYTES];
+  for (int i = 0; i < MOECCL_SECRET_BYTES; i++) secret[i] = (uint8_t)(rand() & 0xff);
+  moeccl_bootstrap_auth_key(secret, f.key);
+  moecclUniqueId id;
+  moeccl_bootstrap_id_encode(secret, &addr, &id);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fake_root, &f) == 0, "fake root thread");
+  moeccl_peer_info_t self, peers[1];
+  memset(&self, 0, sizeof(self));
+  memset(peers, 0, sizeof(peers));
+  moeccl_bootstrap_t* b = NULL;
+  moecclResult_t rc = moeccl_bootstrap_init(&id, 0, 1, 20.0, &self, peers, &b);
+  snprintf(text, len, "%s", moecclGetLastError(NULL));
+  pthread_join(t, NULL);
+  close(f.listen_fd);
+  CHECK(f.served, "status %d: the fake root did not get to answer", (int)status);
+  if (rc == moecclSuccess) {
+    CHECK(b != NULL, "no bootstrap handle");
+    CHECK(peers[0].listen_addr.sin.sin_port == self.listen_addr.sin.sin_port,
+          "the believed table is not the one the fake echoed");
+    moeccl_bootstrap_close(b);
+  }
+  return rc;
+}
+
+static void refused(int32_t status, enum sign sign, const char* what) {
+  char text[512];
+  moecclResult_t rc = join_fake(status, sign, text, sizeof(text));
+  CHECK(rc == moecclRemoteError, "%s: result %d, want moecclRemoteError (%s)", what, rc, text);
+  CHECK(strstr(text, "without proof of this unique id's secret") != NULL,
+        "%s: the error does not say the answer had no proof: %s", what, text);
+  CHECK(strstr(text, "never joined") == NULL && strstr(text, "disagree") == NULL,
+        "%s: the error repeats what the forged answer said: %s", what, text);
+}
+
+int main(void) {
+  setenv("MOECCL_TIMEOUT", "20", 1);
+  srand((unsigned)getpid());
+  refused(1, WRONG_KEY, "a table signed with another key");
+  refused(-2 - 5, WRONG_KEY, "'rank 5 is missing' signed with another key");
+  refused(-1, WRONG_KEY, "'the ranks disagree' signed with another key");
+  refused(1, REPLAY, "a table signed over another challenge");
+
+  char text[512];
+  moecclResult_t rc = join_fake(1, RIGHT, text, sizeof(text));
+  CHECK(rc == moecclSuccess, "the fake signing with the id's key was refused: %d (%s)", rc, text);
+  rc = join_fake(-2 - 5, RIGHT, text, sizeof(text));
+  CHECK(rc == moecclTimeout && strstr(text, "rank 5 never joined") != NULL,
+        "a signed 'rank 5 is missing': %d (%s)", rc, text);
+
+  /* The real root. */
+  moecclUniqueId id;
+  CHECK(moeccl_bootstrap_unique_id(&id) == moecclSuccess, "unique id");
+  moeccl_peer_info_t self, peers[1];
+  memset(&self, 0, sizeof(self));
+  moeccl_bootstrap_t* b = NULL;
+  rc = moeccl_bootstrap_init(&id, 0, 1, 20.0, &self, peers, &b);
+  CHECK(rc == moecclSuccess, "the real root was not believed: %d (%s)", rc,
+        moecclGetLastError(NULL));
+  if (b) moeccl_bootstrap_close(b);
+
+  if (failures) fprintf(stderr, "test_boot_reply: %d failures\n", failures);
+  else printf("test_boot_reply: ok\n");
+  return failures ? 1 : 0;
+}
