@@ -19,10 +19,11 @@ cc=${FUZZ_CC:-clang}
 
 # Each harness and the library sources it is built from (they are compiled
 # into it directly, instrumented), besides tests/fuzz/fuzz_stubs.c, which
-# stands for the rest of the library, and src/sha256.c, which it uses.
+# stands for the rest of the library.
+boot="src/bootstrap.c src/secret.c src/sha256.c src/socket.c src/topo/node.c src/param.c src/debug.c"
 declare -A sources=(
-  [bootstrap_msg]="src/bootstrap.c src/socket.c src/topo/node.c src/param.c src/debug.c"
-  [unique_id]="src/bootstrap.c src/socket.c src/topo/node.c src/param.c src/debug.c"
+  [bootstrap_msg]=$boot
+  [unique_id]=$boot
   [topo_file]="src/topo/topo.c src/topo/topo_file.c"
   [tune_file]="src/topo/topo.c src/topo/topo_file.c"
   [param]="src/param.c src/debug.c"
@@ -78,7 +79,7 @@ for name in "${names[@]}"; do
   [ -n "${sources[$name]:-}" ] || { echo "fuzz.sh: no harness $name" >&2; exit 2; }
   bin=$out/fuzz_$name log=$out/fuzz_$name.log run=$out/run/$name
   # shellcheck disable=SC2086 # the source lists split on blanks
-  if ! "$cc" "${flags[@]}" "tests/fuzz/fuzz_$name.c" tests/fuzz/fuzz_stubs.c src/sha256.c ${sources[$name]} \
+  if ! "$cc" "${flags[@]}" "tests/fuzz/fuzz_$name.c" tests/fuzz/fuzz_stubs.c ${sources[$name]} \
     -lm -lpthread -o "$bin" >"$log" 2>&1; then
     echo "fuzz_$name: FAIL (does not build; $log)"
     cat "$log"

@@ -4,7 +4,6 @@
 #include "core.h"
 #include "enqueue.h"
 #include "param.h"
-#include "sha256.h"
 #include "tune/tuner.h"
 
 #include <stdio.h>
@@ -73,24 +72,6 @@ static void fill_self_info(moeccl_peer_info_t* self, int rank) {
   self->machine_hash = moeccl_machine_hash();
   self->cma_probe_addr = (uint64_t)(uintptr_t)moeccl_cma_probe_word();
   moeccl_cpu_mask(self->cpu_mask);
-}
-
-uint64_t moeccl_secret_tag(const uint8_t secret[MOECCL_SECRET_BYTES]) {
-  uint8_t d[32];
-  moeccl_sha256_labelled("moeccl-comm", secret, MOECCL_SECRET_BYTES, d);
-  uint64_t tag;
-  memcpy(&tag, d, sizeof(tag));
-  return tag;
-}
-
-void moeccl_secret_split(const uint8_t parent[MOECCL_SECRET_BYTES], uint64_t split_count,
-                         int32_t color, uint8_t out[MOECCL_SECRET_BYTES]) {
-  uint8_t in[MOECCL_SECRET_BYTES + 12], d[32];
-  memcpy(in, parent, MOECCL_SECRET_BYTES);
-  memcpy(in + MOECCL_SECRET_BYTES, &split_count, 8);
-  memcpy(in + MOECCL_SECRET_BYTES + 8, &color, 4);
-  moeccl_sha256_labelled("moeccl-split", in, sizeof(in), d);
-  memcpy(out, d, MOECCL_SECRET_BYTES);
 }
 
 static moecclResult_t comm_alloc(int rank, int nranks, const uint8_t secret[MOECCL_SECRET_BYTES],
