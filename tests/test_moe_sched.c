@@ -7,6 +7,9 @@
  *             peer with rows and none to a peer without (nor receives), and
  *             expands with one COPY per run; the combine sends the weights
  *             and the partial rows once per peer and names its programs
+ *   combine with several peers  rank 1 of 4 exchanging with all three
+ *             peers in one step, both combine paths: every op of every step
+ *             (type, peer, buffers, offsets, bytes) and the programs named
  *   kernels   SUM groups accumulate in float32 and round once (bfloat16),
  *             a group of only empty terms writes zeros; DOT, and DOT of an
  *             empty term
@@ -140,6 +143,216 @@ static void test_schedule(void) {
   /* self expansion, self dots, remote expansion, remote dots (before the
    * self range only: the one after it is empty), token-side sum */
   CHECK(rows == 5, "combine backward: %d programs, want 5", rows);
+  moeccl_sched_free(&s);
+}
+
+/* ---- a combine with several peers in one step ------------------------------ */
+
+/* Rank 1 of 4, K = 2, 4 tokens, every peer in both directions.  Send pairs
+ * (by destination, then token): tokens 0, 2 to rank 0; token 1 to itself;
+ * tokens 0, 3 to rank 2; token 2 to rank 3.  Receive pairs: 2 from rank 0,
+ * its own 1, 1 from rank 2, 2 from rank 3.  Local experts 0 and 1, slots
+ * (q: j0 j1): q0: 0 -, q1: - 1, q2 (self, token 1): 0 1, q3: 1 -, q4: 0 -,
+ * q5: - 1; expert 0's rows x0-x2 = q0 q2 q4, expert 1's x3-x6 = q1 q2 q3
+ * q5.  The token-side tables are as src/moe.c derives them (own: Q + p for
+ * pair p's returned row, 2 for the self pair). */
+static const size_t m_send_first[] = {0, 2, 3, 5, 6}, m_recv_first[] = {0, 2, 3, 4, 6};
+static const uint32_t m_pair_token[] = {0, 2, 1, 0, 3, 2};
+static const moeccl_row_term_t m_part[] = {{0, 0, 0}, {1, 3, 3}, {2, 1, 4}, {2, 4, 5},
+                                           {3, 5, 6}, {4, 2, 8}, {5, 6, 11}};
+static const moeccl_row_term_t m_own[] = {{0, 6, N}, {0, 9, N},  {1, 2, N},
+                                          {2, 7, N}, {2, 11, N}, {3, 10, N}};
+static const moeccl_row_term_t m_own_self[] = {{1, 1, 4}, {1, 4, 5}};
+static const moeccl_row_term_t m_own_src[] = {{0, 0, 0}, {2, 1, 0}, {N, N, N},
+                                              {0, 0, N}, {3, 1, 0}, {2, 0, N}};
+
+static moeccl_moe_layout_t multi_layout(void) {
+  return (moeccl_moe_layout_t){.rank = 1,
+                               .nranks = 4,
+                               .K = 2,
+                               .T = 4,
+                               .P = 6,
+                               .Q = 6,
+                               .R = 7,
+                               .send_first = m_send_first,
+                               .recv_first = m_recv_first,
+                               .pair_token = m_pair_token,
+                               .part = m_part,
+                               .own = m_own,
+                               .n_own = 6,
+                               .own_self = m_own_self,
+                               .n_own_self = 2,
+                               .part_self0 = 2,
+                               .part_self1 = 4,
+                               .own_src = m_own_src};
+}
+
+/* One op as the test expects it; for ROWS ops peer is the program. */
+typedef struct {
+  int type, peer;
+  uint32_t src_buf;
+  uint64_t src_off;
+  uint32_t dst_buf;
+  uint64_t dst_off, bytes;
+  unsigned flags;
+} want_op_t;
+
+static want_op_t want(int type, int peer, uint32_t src_buf, uint64_t src_off, uint32_t dst_buf,
+                      uint64_t dst_off, uint64_t bytes, unsigned flags) {
+  return (want_op_t){type, peer, src_buf, src_off, dst_buf, dst_off, bytes, flags};
+}
+
+/* Step step of s holds exactly the ops w[0..n), in that order. */
+static void expect_step(const moeccl_sched_t* s, int step, const want_op_t* w, int n,
+                        const char* what) {
+  int begin = step ? s->step_end[step - 1] : 0, have = s->step_end[step] - begin;
+  CHECK(have == n, "%s: step %d has %d ops, want %d", what, step, have, n);
+  for (int i = 0; i < n && i < have; i++) {
+    const moeccl_sched_op_t* o = &s->ops[begin + i];
+    const want_op_t* e = &w[i];
+    int send = e->type == MOECCL_OP_SEND, recv = e->type == MOECCL_OP_RECV;
+    CHECK(o->type == e->type && o->peer == e->peer && o->bytes == e->bytes &&
+              o->flags == e->flags &&
+              (recv || (o->src_buf == e->src_buf && o->src_off == e->src_off)) &&
+              (send || (o->dst_buf == e->dst_buf && o->dst_off == e->dst_off)),
+          "%s: step %d op %d is type %d peer %d src %u+%llu dst %u+%llu %llu bytes flags %u, "
+          "want type %d peer %d src %u+%llu dst %u+%llu %llu bytes flags %u",
+          what, step, i, o->type, o->peer, o->src_buf, (unsigned long long)o->src_off, o->dst_buf,
+          (unsigned long long)o->dst_off, (unsigned long long)o->bytes, o->flags, e->type, e->peer,
+          e->src_buf, (unsigned long long)e->src_off, e->dst_buf, (unsigned long long)e->dst_off,
+          (unsigned long long)e->bytes, e->flags);
+  }
+}
+
+static size_t npairs(const size_t* first, int r) { return first[r + 1] - first[r]; }
+
+/* Program p runs terms [t, t + n) in mode, with aux at (aux_buf, aux_off). */
+static void expect_prog(const moeccl_rows_t* p, moeccl_rows_mode_t mode, const moeccl_row_term_t* t,
+                        size_t n, uint32_t aux_buf, uint64_t aux_off, const char* what) {
+  CHECK(p->mode == mode && p->type == moecclFloat32 && p->elems == 4 && p->terms == t &&
+            p->nterms == n && p->aux_buf == aux_buf &&
+            (aux_buf == UINT32_MAX || p->aux_off == aux_off),
+        "%s: mode %d, %zu terms at %p, aux %u+%llu; want mode %d, %zu terms at %p, aux %u+%llu",
+        what, (int)p->mode, p->nterms, (const void*)p->terms, p->aux_buf,
+        (unsigned long long)p->aux_off, (int)mode, n, (const void*)t, aux_buf,
+        (unsigned long long)aux_off);
+}
+
+/* The partial rows go back to the three sources in one step, each to the
+ * pairs it sent: to rank 1+k, from rank 1-k (k = 1, 2, 3), SEND before
+ * RECV.  Both combine paths: the unweighted bfloat16 combine (partials,
+ * exchange, token-side sum) and the weighted float32 one whose receives
+ * add into the tokens as they arrive.  Every op of every step is checked:
+ * buffers, offsets from the areas moe_dispatch.c names (weights by pair,
+ * K floats each; the partials from part_off by receive pair; the returned
+ * rows after them by send pair) and bytes from the pair counts. */
+static void test_combine_multi(void) {
+  static const int to[3] = {2, 3, 0}, from[3] = {0, 3, 2};
+  moeccl_moe_layout_t l = multi_layout();
+  moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS + 8];
+  moeccl_moe_call_t c = {.op = MOECCL_MOE_COMBINE,
+                         .lay = &l,
+                         .type = moecclBfloat16,
+                         .hidden = 4,
+                         .elem_size = 2,
+                         .progs = progs,
+                         .nprogs_cap = MOECCL_MOE_MAX_PROGS + 8};
+  const uint32_t S = MOECCL_BUF_SCRATCH;
+  moeccl_sched_t s = {0};
+  want_op_t w[8];
+
+  /* Unweighted bfloat16: rows of 8 bytes, partials at 0, returned rows at Q. */
+  uint64_t rb = 8, back = l.Q * rb;
+  fresh(&s);
+  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "multi combine: schedule failed");
+  moeccl_sched_end_step(&s);
+  CHECK(s.nsteps == 3 && s.scratch_bytes == (l.Q + l.P) * rb,
+        "multi combine: %d steps, %zu scratch bytes, want 3 and %llu", s.nsteps, s.scratch_bytes,
+        (unsigned long long)((l.Q + l.P) * rb));
+  w[0] = want(MOECCL_OP_ROWS, 0, MOECCL_BUF_SEND, 0, S, 0, l.Q * rb, 0);
+  expect_step(&s, 0, w, 1, "multi combine partials");
+  uint64_t sent = 0, got = 0;
+  for (int k = 0; k < 3; k++) {
+    w[2 * k] = want(MOECCL_OP_SEND, to[k], S, m_recv_first[to[k]] * rb, 0, 0,
+                    npairs(m_recv_first, to[k]) * rb, 0);
+    w[2 * k + 1] = want(MOECCL_OP_RECV, from[k], 0, 0, S, back + m_send_first[from[k]] * rb,
+                        npairs(m_send_first, from[k]) * rb, 0);
+    sent += w[2 * k].bytes, got += w[2 * k + 1].bytes;
+  }
+  CHECK(sent == (l.Q - 1) * rb && got == (l.P - 1) * rb,
+        "multi combine: the test's messages carry %llu and %llu bytes, not the rows of the Q - 1 "
+        "and P - 1 pairs with the peers",
+        (unsigned long long)sent, (unsigned long long)got);
+  expect_step(&s, 1, w, 6, "multi combine exchange");
+  w[0] = want(MOECCL_OP_ROWS, 1, S, 0, MOECCL_BUF_RECV, 0, l.T * rb, 0);
+  expect_step(&s, 2, w, 1, "multi combine token sums");
+  /* the programs: type is bfloat16 here */
+  CHECK(progs[0].mode == MOECCL_ROWS_SUM && progs[0].terms == m_part && progs[0].nterms == 7 &&
+            progs[0].aux_buf == UINT32_MAX && progs[1].mode == MOECCL_ROWS_SUM &&
+            progs[1].terms == m_own && progs[1].nterms == 6 && s.rows == progs,
+        "multi combine: the partial sums over part[0, 7), the token sums over own[0, 6)");
+
+  /* Weighted float32 with own_src: rows of 16 bytes; weights (K = 2
+   * floats, 8 bytes a pair) packed at 0 by send pair, received at 6 * 8 by
+   * receive pair; partials at round64(48 + 6 * 8) = 128, returned rows at
+   * 128 + 6 * 16. */
+  rb = 16;
+  const uint64_t kb = 8, w_recv = l.P * kb, part = 128;
+  back = part + l.Q * rb;
+  const uint32_t W = MOECCL_BUF_NSTD; /* the weights, the first buffer the call adds */
+  float weights[4 * 2] = {0};
+  c.type = moecclFloat32, c.elem_size = 4, c.weighted = 1, c.weights = weights;
+  fresh(&s);
+  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "multi combine f32: schedule failed");
+  moeccl_sched_end_step(&s);
+  CHECK(s.nsteps == 4 && s.scratch_bytes == part + (l.Q + l.P) * rb,
+        "multi combine f32: %d steps, %zu scratch bytes, want 4 and %llu", s.nsteps,
+        s.scratch_bytes, (unsigned long long)(part + (l.Q + l.P) * rb));
+  /* step 0: each pair's K weights from its token's; no two pairs of a peer
+   * have consecutive tokens, so one COPY each; the self pair's go straight
+   * to its receive pair (2) */
+  for (int p = 0; p < 6; p++)
+    w[p] = want(MOECCL_OP_COPY, -1, W, m_pair_token[p] * kb, S, p == 2 ? w_recv + 2 * kb : p * kb,
+                kb, 0);
+  expect_step(&s, 0, w, 6, "multi combine f32 weights pack");
+  for (int k = 0; k < 3; k++) { /* weights go the other way: to the experts */
+    w[2 * k] = want(MOECCL_OP_SEND, to[k], S, m_send_first[to[k]] * kb, 0, 0,
+                    npairs(m_send_first, to[k]) * kb, 0);
+    w[2 * k + 1] = want(MOECCL_OP_RECV, from[k], 0, 0, S, w_recv + m_recv_first[from[k]] * kb,
+                        npairs(m_recv_first, from[k]) * kb, 0);
+  }
+  expect_step(&s, 1, w, 6, "multi combine f32 weights exchange");
+  /* step 2: the partials of the receive pairs before (q0-q1: part[0, 2))
+   * and after (q3-q5: part[4, 7)) the self pair, and the own tokens' rows
+   * straight from the self pair's expert rows */
+  w[0] = want(MOECCL_OP_ROWS, 0, MOECCL_BUF_SEND, 0, S, part, 2 * rb, 0);
+  w[1] = want(MOECCL_OP_ROWS, 1, MOECCL_BUF_SEND, 0, S, part, 3 * rb, 0);
+  w[2] = want(MOECCL_OP_ROWS, 2, MOECCL_BUF_SEND, 0, MOECCL_BUF_RECV, 0, l.T * rb, 0);
+  expect_step(&s, 2, w, 3, "multi combine f32 partials");
+  expect_prog(&progs[0], MOECCL_ROWS_SUM, m_part, 2, S, w_recv, "multi combine f32 before");
+  expect_prog(&progs[1], MOECCL_ROWS_SUM, m_part + 4, 3, S, w_recv, "multi combine f32 after");
+  expect_prog(&progs[2], MOECCL_ROWS_SUM, m_own_self, 2, S, w_recv, "multi combine f32 self");
+  /* step 3: all three peers at once, each RECV adding its rows into the
+   * tokens as they arrive (own_src from the source's first send pair) */
+  for (int k = 0; k < 3; k++) {
+    w[2 * k] = want(MOECCL_OP_SEND, to[k], S, part + m_recv_first[to[k]] * rb, 0, 0,
+                    npairs(m_recv_first, to[k]) * rb, 0);
+    w[2 * k + 1] = want(MOECCL_OP_RECV, from[k], 0, 0, S, back + m_send_first[from[k]] * rb,
+                        npairs(m_send_first, from[k]) * rb, MOECCL_OPF_ROWS);
+  }
+  expect_step(&s, 3, w, 6, "multi combine f32 exchange");
+  for (int k = 0; k < 3 && s.nsteps == 4 && s.step_end[3] - s.step_end[2] == 6; k++) {
+    const moeccl_sched_op_t* o = &s.ops[s.step_end[2] + 2 * k + 1];
+    char what[64];
+    snprintf(what, sizeof(what), "multi combine f32 add from rank %d", from[k]);
+    CHECK(o->prog == 3 + k, "%s: program %d, want %d", what, o->prog, 3 + k);
+    const moeccl_rows_t* a = &progs[o->prog < MOECCL_MOE_MAX_PROGS + 8 ? o->prog : 0];
+    expect_prog(a, MOECCL_ROWS_ADD, m_own_src + m_send_first[from[k]],
+                npairs(m_send_first, from[k]), UINT32_MAX, 0, what);
+    CHECK(a->out_buf == MOECCL_BUF_RECV && a->out_off == 0,
+          "%s: writes at %u+%llu, want the tokens", what, a->out_buf,
+          (unsigned long long)a->out_off);
+  }
   moeccl_sched_free(&s);
 }
 
@@ -317,6 +530,7 @@ static void test_gathered(void) {
 
 int main(void) {
   test_schedule();
+  test_combine_multi();
   test_gathered();
   test_hier();
   test_kernels();
