@@ -1,6 +1,7 @@
 /*
  * Finding and loading a network transport's module (net_load.h), for the
- * proxies of libmoeccl (ucx_load.c, ofi_load.c).
+ * proxies of libmoeccl (ucx_load.c, ofi_load.c), and what their entry
+ * points share (the load with its warning, init).
  *
  * The module moeccl_net_<name>.so is looked for, first match wins, in each
  * directory of MOECCL_PLUGIN_PATH, then next to the object holding this code
@@ -127,11 +128,21 @@ const moeccl_transport_ops_t* moeccl_net_load(const moeccl_transport_ops_t* prox
   return m;
 }
 
-moecclResult_t moeccl_net_proxy_init(const moeccl_transport_ops_t* proxy, const char* lib,
-                                     const moeccl_transport_ops_t* m, moeccl_comm_t* comm,
-                                     const uint8_t* use, int needed, void** state) {
+const moeccl_transport_ops_t* moeccl_net_proxy_load(const moeccl_net_proxy_t* p) {
+  char why[1024] = "";
+  const moeccl_transport_ops_t* m =
+      p->load ? p->load(p->ops, why, sizeof(why)) : moeccl_net_load(p->ops, why, sizeof(why));
+  if (!m) WARN(NET, "%s transport unavailable: %s", p->ops->name, why);
+  return m;
+}
+
+moecclResult_t moeccl_net_proxy_init(const moeccl_net_proxy_t* p,
+                                     const moeccl_transport_ops_t* (*module)(void),
+                                     moeccl_comm_t* comm, const uint8_t* use, int needed,
+                                     void** state) {
   *state = NULL;
   if (!needed) return moecclSuccess;
+  const moeccl_transport_ops_t* m = module();
   int32_t* have = calloc((size_t)comm->nranks, sizeof(*have));
   if (!have) return moecclSystemError;
   have[comm->rank] = m != NULL;
@@ -143,7 +154,7 @@ moecclResult_t moeccl_net_proxy_init(const moeccl_transport_ops_t* proxy, const 
   if (rc != moecclSuccess) return rc;
   if (missing >= 0)
     return moeccl_error(comm, moecclSystemError,
-                        "%s: rank %d (%s) has no %s module (its log says why)", proxy->name,
-                        missing, comm->peers[missing].hostname, lib);
+                        "%s: rank %d (%s) has no %s module (its log says why)", p->ops->name,
+                        missing, comm->peers[missing].hostname, p->lib);
   return m->init(comm, use, needed, state);
 }

@@ -19,6 +19,17 @@
 #define ERROR_TEXT 512
 #define LOG_TEXT 1024
 
+/* Declares char msg[size] holding fmt formatted with the arguments of the
+ * variadic function it is used in. */
+#define FORMAT_VARARGS(msg, size, fmt)                                                             \
+  char msg[size];                                                                                  \
+  do {                                                                                             \
+    va_list ap;                                                                                    \
+    va_start(ap, fmt);                                                                             \
+    vsnprintf(msg, sizeof(msg), fmt, ap);                                                          \
+    va_end(ap);                                                                                    \
+  } while (0)
+
 static const moeccl_net_host_t* host;
 
 int moeccl_log_level = -1; /* set from the host's before the first use */
@@ -30,38 +41,22 @@ void moeccl_debug_init(void) {
 
 void moeccl_log(moeccl_log_level_t level, uint32_t subsys, const char* file, int line,
                 const char* fmt, ...) {
-  char msg[LOG_TEXT];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
+  FORMAT_VARARGS(msg, LOG_TEXT, fmt);
   host->log(level, subsys, file, line, "%s", msg);
 }
 
 moecclResult_t moeccl_error(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {
-  char msg[ERROR_TEXT];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
+  FORMAT_VARARGS(msg, ERROR_TEXT, fmt);
   return host->error(comm, err, "%s", msg);
 }
 
 moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {
-  char msg[ERROR_TEXT];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
+  FORMAT_VARARGS(msg, ERROR_TEXT, fmt);
   return host->comm_fail(comm, err, "%s", msg);
 }
 
 moecclResult_t moeccl_comm_peer_lost(moeccl_comm_t* comm, int rank, const char* fmt, ...) {
-  char msg[ERROR_TEXT];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
+  FORMAT_VARARGS(msg, ERROR_TEXT, fmt);
   return host->comm_peer_lost(comm, rank, "%s", msg);
 }
 

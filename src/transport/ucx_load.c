@@ -12,18 +12,16 @@
  * score or its init, which it does only when some peer is on another node
  * (or MOECCL_SHM_DISABLE=1).  The module is never unloaded: UCX cannot be.
  *
- * The module is found as net_load.c says (MOECCL_PLUGIN_PATH first).
+ * The module is found as net_load.c says (MOECCL_PLUGIN_PATH first), and
+ * the entry points are net_load.h's (MOECCL_NET_PROXY_ENTRY_POINTS).
  * Without a module the transport is unavailable (score 0, init fails on
  * every rank alike), with one warning.
  */
 #include "transport/net_load.h"
 
-#include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
-
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static const moeccl_transport_ops_t* module; /* NULL: unavailable */
 
 /* UCX reads its settings once, in that constructor, so these defaults must
  * be in the environment before dlopen.  UCX_ERROR_SIGNALS empty: no handlers
@@ -41,71 +39,35 @@ static int quiet_ucx_signals(void) {
   return 1;
 }
 
-static void load_once_fn(void) {
-  char why[1024] = "";
+/* The module's load (moeccl_net_proxy_t.load): with UCX's handlers off
+ * unless the user asked for them. */
+static const moeccl_transport_ops_t* load_ucx(const moeccl_transport_ops_t* ops, char* why,
+                                              size_t n) {
   int quiet = quiet_ucx_signals();
   /* With no error signals UCX still points this thread's alternate signal
    * stack at its own; give the application's back. */
   stack_t alt;
   int have_alt = sigaltstack(NULL, &alt) == 0;
-  const moeccl_transport_ops_t* m = moeccl_net_load(&moeccl_ucx_ops, why, sizeof(why));
+  const moeccl_transport_ops_t* m = moeccl_net_load(ops, why, n);
   if (quiet && have_alt) sigaltstack(&alt, NULL);
-  if (!m) WARN(NET, "ucx transport unavailable: %s", why);
-  else
+  if (m)
     INFO(NET, "ucx: UCX's error-signal handlers %s",
          quiet ? "off (UCX_ERROR_SIGNALS=\"\")" : "as UCX_* in the environment set");
-  module = m;
+  return m;
 }
 
-static const moeccl_transport_ops_t* ucx_module(void) {
-  pthread_once(&load_once, load_once_fn);
-  return module;
-}
+static const moeccl_net_proxy_t ucx_proxy = {
+    .ops = &moeccl_ucx_ops,
+    .lib = "UCX",
+    .load = load_ucx,
+};
 
-/* ---- the proxy's entry points ------------------------------------------- */
-
-static int px_score(void) {
-  const moeccl_transport_ops_t* m = ucx_module();
-  return m ? m->score() : 0;
-}
-
-static int px_can_reach(const moeccl_comm_t* comm, int peer) {
-  const moeccl_transport_ops_t* m = ucx_module();
-  return m ? m->can_reach(comm, peer) : 0;
-}
-
-static moecclResult_t px_init(moeccl_comm_t* comm, const uint8_t* use, int needed, void** state) {
-  *state = NULL;
-  if (!needed) return moecclSuccess;
-  return moeccl_net_proxy_init(&moeccl_ucx_ops, "UCX", ucx_module(), comm, use, needed, state);
-}
-
-/* A state exists only once the module's init made it. */
-static moecclResult_t px_post(void* s, moeccl_req_t* r) { return module->post(s, r); }
-static moecclResult_t px_progress(void* s, int* progressed) {
-  return module->progress(s, progressed);
-}
-static void px_arm(void* s) { module->arm(s); }
-static void px_wait(void* s, int64_t timeout_us) { module->wait(s, timeout_us); }
-static moecclResult_t px_check_peers(void* s) { return module->check_peers(s); }
-static void px_notify_abort(void* s, int culprit) { module->notify_abort(s, culprit); }
-static void px_cancel_all(void* s) { module->cancel_all(s); }
-static void px_fini(void* s) { module->fini(s); }
+MOECCL_NET_PROXY_ENTRY_POINTS(ucx_proxy)
 
 const moeccl_transport_ops_t moeccl_ucx_ops = {
     .name = "ucx",
     .caps = MOECCL_TRANSPORT_CAP_NETWORK,
     .mem_types = MOECCL_MEM_TYPE_HOST,
     .link = {5.0, 4.5, 1.0, 0.0}, /* UCX picks its own protocols */
-    .score = px_score,
-    .can_reach = px_can_reach,
-    .init = px_init,
-    .post = px_post,
-    .progress = px_progress,
-    .arm = px_arm,
-    .wait = px_wait,
-    .check_peers = px_check_peers,
-    .notify_abort = px_notify_abort,
-    .cancel_all = px_cancel_all,
-    .fini = px_fini,
+    MOECCL_NET_PROXY_OPS(ucx_proxy),
 };
