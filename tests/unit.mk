@@ -49,9 +49,11 @@ tests_test_boot_reply_LDADD = libmoeccl_core.la
 
 # UCX is loaded only for a network peer and leaves the program's signal
 # handlers alone (src/transport/ucx_load.c); 2 forked ranks, skips without UCX.
+# It shares its handlers, checks and main with test_net_lazy (lazy_harness.c).
+LAZY_HARNESS_SOURCES = tests/lazy_harness.c tests/lazy_harness.h $(MP_HARNESS_SOURCES)
 check_PROGRAMS += tests/test_ucx_lazy
 TESTS += tests/test_ucx_lazy
-tests_test_ucx_lazy_SOURCES = tests/test_ucx_lazy.c $(MP_HARNESS_SOURCES)
+tests_test_ucx_lazy_SOURCES = tests/test_ucx_lazy.c $(LAZY_HARNESS_SOURCES)
 tests_test_ucx_lazy_LDADD = libmoeccl.la
 
 # No network library is loaded (libfabric's libinfinipath installs a SIGSEGV
@@ -60,5 +62,5 @@ tests_test_ucx_lazy_LDADD = libmoeccl.la
 # libfabric.
 check_PROGRAMS += tests/test_net_lazy
 TESTS += tests/test_net_lazy
-tests_test_net_lazy_SOURCES = tests/test_net_lazy.c $(MP_HARNESS_SOURCES)
+tests_test_net_lazy_SOURCES = tests/test_net_lazy.c $(LAZY_HARNESS_SOURCES)
 tests_test_net_lazy_LDADD = libmoeccl.la
