@@ -56,10 +56,11 @@ static moecclResult_t reserve_reqs(moeccl_comm_t* comm, int n) {
 }
 
 /* Matches the step's sends to self with its receives from self, in order. */
-static moecclResult_t copy_progressing(moeccl_job_t* j, const moeccl_mem_ops_t* m, void* dst,
-                                       const void* src, size_t bytes);
+static moecclResult_t copy_progressing(moeccl_job_t* j, unsigned mask, const moeccl_mem_ops_t* m,
+                                       void* dst, const void* src, size_t bytes);
 
-static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end, int interleave) {
+/* Copies to self; in pieces with progress passes of mask's transports. */
+static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end, unsigned mask) {
   const moeccl_sched_t* s = j->sched;
   int me = j->comm->rank, si = begin, ri = begin;
   for (;;) {
@@ -77,7 +78,9 @@ static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end, int inte
                           (unsigned long long)so->bytes, (unsigned long long)ro->bytes);
     void* dst = buf_at(s, ro->dst_buf, ro->dst_off);
     const void* src = buf_at(s, so->src_buf, so->src_off);
-    if (interleave) MOECCL_CHECK(copy_progressing(j, op_mem(s, ro->dst_buf), dst, src, so->bytes));
+    if (mask && buf_mem(s, ro->dst_buf).kind == MOECCL_MEM_HOST &&
+        buf_mem(s, so->src_buf).kind == MOECCL_MEM_HOST)
+      MOECCL_CHECK(copy_progressing(j, mask, op_mem(s, ro->dst_buf), dst, src, so->bytes));
     else op_mem(s, ro->dst_buf)->copy(dst, src, so->bytes, j->stream_copy);
     si++, ri++;
   }
@@ -156,44 +159,91 @@ static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
 
 static int is_adding(const moeccl_req_t* r) { return r->rows && r->rows->mode == MOECCL_ROWS_ADD; }
 
-/* A long copy of a step with requests in flight is cut into pieces with a
- * progress pass of the communicator's transports between them, so that a
- * peer's rendezvous header is answered within a piece, not after the
- * whole copy: over ucx/tcp, 2 ranks at 1 MiB per rank, the own block's
+/* A long local op of a step with requests in flight is cut into pieces
+ * with a progress pass of the step's plain transports between them, so
+ * that a peer's rendezvous header is answered within a piece, not after
+ * the whole op: over ucx/tcp, 2 ranks at 1 MiB per rank, the own block's
  * 512 KiB copy held up the handshake of the exchange on both sides. */
 #define PIECE_BYTES ((size_t)64 << 10)
 
-/* Whether the step [begin, end) may progress its transports during its
- * copies: it has requests in flight, its local work is plain copies of
- * host memory, and no receive reduces or runs a row program (their
- * effects are applied by count_pending, after the copies, in op order
- * as before; a transport's progress here only marks requests done). */
-static int step_interleaves(const moeccl_job_t* j, int begin, int end) {
-  if (j->pending == 0) return 0;
-  const moeccl_sched_t* s = j->sched;
-  for (int i = begin; i < end; i++) {
-    const moeccl_sched_op_t* op = &s->ops[i];
-    if (op->type == MOECCL_OP_RECV_REDUCE || (op->flags & MOECCL_OPF_ROWS)) return 0;
-    if (op->type == MOECCL_OP_SEND || op->type == MOECCL_OP_RECV) continue;
-    if (op->type != MOECCL_OP_COPY || (op->flags & (MOECCL_OPF_DIV | MOECCL_OPF_PRE_B)) ||
-        buf_mem(s, op->dst_buf).kind != MOECCL_MEM_HOST ||
-        buf_mem(s, op->src_buf).kind != MOECCL_MEM_HOST)
-      return 0;
+/* The transports a pass may progress: those holding requests of the step
+ * that only move bytes and mark requests done (no CAP_REDUCE, no
+ * CAP_ROWS: shared memory may reduce or run a receive's row program in
+ * its progress, whose order against the step's local ops is fixed).  What
+ * their requests need done after arrival (staged reductions, row
+ * programs) count_pending does after the local ops, in op order, as
+ * without the passes. */
+static unsigned plain_transports(const moeccl_job_t* j) {
+  const moeccl_comm_t* c = j->comm;
+  unsigned mask = 0;
+  for (int i = j->first_req; i < j->nreqs; i++) {
+    int t = moeccl_peer_transport(c, c->reqs[i].peer, c->reqs[i].mem);
+    if (!(c->transport_ops[t]->caps & (MOECCL_TRANSPORT_CAP_REDUCE | MOECCL_TRANSPORT_CAP_ROWS)))
+      mask |= 1u << t;
   }
-  return 1;
+  return mask;
 }
 
-/* dst = src through m, in pieces with a progress pass between them. */
-static moecclResult_t copy_progressing(moeccl_job_t* j, const moeccl_mem_ops_t* m, void* dst,
-                                       const void* src, size_t bytes) {
+static moecclResult_t progress_pass(moeccl_job_t* j, unsigned mask) {
   moeccl_comm_t* c = j->comm;
+  int progressed = 0;
+  for (int t = 0; t < c->ntransports; t++)
+    if (mask & (1u << t))
+      MOECCL_CHECK(c->transport_ops[t]->progress(c->transport_state[t], &progressed));
+  return moecclSuccess;
+}
+
+/* dst = src through m, in pieces with a pass between them. */
+static moecclResult_t copy_progressing(moeccl_job_t* j, unsigned mask, const moeccl_mem_ops_t* m,
+                                       void* dst, const void* src, size_t bytes) {
   for (size_t off = 0; off < bytes; off += PIECE_BYTES) {
     size_t n = bytes - off < PIECE_BYTES ? bytes - off : PIECE_BYTES;
     m->copy((char*)dst + off, (const char*)src + off, n, j->stream_copy);
-    int progressed = 0;
-    for (int t = 0; off + n < bytes && t < c->ntransports; t++)
-      MOECCL_CHECK(c->transport_ops[t]->progress(c->transport_state[t], &progressed));
+    if (off + n < bytes) MOECCL_CHECK(progress_pass(j, mask));
   }
+  return moecclSuccess;
+}
+
+/* Row program p in pieces of about PIECE_BYTES of rows with a pass between
+ * them; a SUM group (consecutive terms of one dst row) is never split, so
+ * every row is computed as by the whole program. */
+static moecclResult_t rows_progressing(moeccl_job_t* j, unsigned mask, const moeccl_mem_ops_t* m,
+                                       const moeccl_rows_t* p, void* dst, const void* src,
+                                       const void* aux) {
+  size_t per = PIECE_BYTES / moeccl_rows_row_bytes(p) + 1, a = 0;
+  while (a < p->nterms) {
+    size_t b = a + per < p->nterms ? a + per : p->nterms;
+    while (p->mode == MOECCL_ROWS_SUM && b < p->nterms && p->terms[b].dst == p->terms[b - 1].dst)
+      b++;
+    moeccl_rows_t piece = *p;
+    piece.terms = p->terms + a, piece.nterms = b - a;
+    m->rows(&piece, dst, src, aux);
+    if (b < p->nterms) MOECCL_CHECK(progress_pass(j, mask));
+    a = b;
+  }
+  return moecclSuccess;
+}
+
+/* A local op, in pieces when mask names transports to progress and the op
+ * is a long copy or row program of host memory. */
+static moecclResult_t local_op(moeccl_job_t* j, unsigned mask, const moeccl_sched_op_t* op) {
+  const moeccl_sched_t* s = j->sched;
+  int host = buf_mem(s, op->dst_buf).kind == MOECCL_MEM_HOST &&
+             buf_mem(s, op->src_buf).kind == MOECCL_MEM_HOST;
+  const moeccl_mem_ops_t* m = op_mem(s, op->dst_buf);
+  void* dst = buf_at(s, op->dst_buf, op->dst_off);
+  const void* src = buf_at(s, op->src_buf, op->src_off);
+  if (mask && host && op->type == MOECCL_OP_COPY &&
+      !(op->flags & (MOECCL_OPF_DIV | MOECCL_OPF_PRE_B)) && dst != src && op->bytes > PIECE_BYTES)
+    return copy_progressing(j, mask, m, dst, src, op->bytes);
+  if (mask && host && op->type == MOECCL_OP_ROWS) {
+    const moeccl_rows_t* p = &s->rows[op->peer];
+    if (p->nterms * moeccl_rows_row_bytes(p) > PIECE_BYTES) {
+      const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
+      return rows_progressing(j, mask, m, p, dst, src, aux);
+    }
+  }
+  run_local_op(j, op);
   return moecclSuccess;
 }
 
@@ -227,18 +277,12 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
     j->pending++;
   }
-  int interleave = step_interleaves(j, begin, end);
-  for (int i = begin; i < end; i++) {
-    const moeccl_sched_op_t* op = &s->ops[i];
-    if (!is_local(op)) continue;
-    if (interleave && op->bytes > PIECE_BYTES)
-      MOECCL_CHECK(copy_progressing(j, op_mem(s, op->dst_buf), buf_at(s, op->dst_buf, op->dst_off),
-                                    buf_at(s, op->src_buf, op->src_off), op->bytes));
-    else run_local_op(j, op);
-  }
-  MOECCL_CHECK(run_self_ops(j, begin, end, interleave));
+  unsigned mask = j->pending ? plain_transports(j) : 0;
+  for (int i = begin; i < end; i++)
+    if (is_local(&s->ops[i])) MOECCL_CHECK(local_op(j, mask, &s->ops[i]));
+  MOECCL_CHECK(run_self_ops(j, begin, end, mask));
   /* Requests the passes saw complete are counted (and finished) now. */
-  return interleave ? count_pending(j) : moecclSuccess;
+  return mask ? count_pending(j) : moecclSuccess;
 }
 
 /* Starts steps until one has network ops pending or the schedule is done. */
