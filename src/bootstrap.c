@@ -446,7 +446,8 @@ moecclResult_t moeccl_bootstrap_init(const moecclUniqueId* id, int rank, int nra
 
 #define LIVENESS_EVERY 0.1  /* seconds to a wait's first liveness check */
 #define LIVENESS_MAX 1.0    /* seconds between its checks once it lasts */
-#define PROBES_PER_CHECK 16 /* remote peers probed per check (round robin) */
+#define PROBES_PER_CHECK 16 /* remote peers probed per check (round robin), at once */
+#define PROBE_WAIT_MS 100   /* the probes' one budget */
 #define DEATH_GRACE 1.0     /* seconds a lost connection waits for its peer's death to show */
 
 /* 1 when peer's process is known to be gone: /proc for a peer on this
@@ -455,23 +456,39 @@ static int peer_gone(const moeccl_bootstrap_t* b, int peer) {
   const moeccl_peer_info_t* p = &b->peers[peer];
   if (p->host_hash == b->peers[b->rank].host_hash)
     return p->pid > 0 && !moeccl_process_alive(p->pid, p->pid_start);
-  return p->alive_addr.sin.sin_port != 0 && moeccl_bootstrap_probe(&p->alive_addr, 100) == 0;
+  return p->alive_addr.sin.sin_port != 0 &&
+         moeccl_bootstrap_probe(&p->alive_addr, PROBE_WAIT_MS) == 0;
 }
 
-/* A peer known dead, or -1.  Peers on this host are all checked (cheap);
- * remote ones PROBES_PER_CHECK at a time, the neighbours first. */
+/* A peer known dead, or -1.  Peers on this host are all checked in /proc
+ * (cheap); remote ones by their liveness sockets, PROBES_PER_CHECK at a
+ * time, the neighbours first, all at once within one PROBE_WAIT_MS (a
+ * refusal comes back in microseconds; a peer that does not answer, say
+ * behind a cut link, is not taken for dead). */
 static int find_dead(moeccl_bootstrap_t* b) {
   int n = b->nranks, me = b->rank;
   uint64_t host = b->peers[me].host_hash;
-  int first[2] = {(me + 1) % n, (me - 1 + n) % n};
-  for (int i = 0; i < 2; i++)
-    if (first[i] != me && peer_gone(b, first[i])) return first[i];
-  for (int p = 0; p < n; p++)
-    if (p != me && b->peers[p].host_hash == host && peer_gone(b, p)) return p;
-  for (int k = 0; k < n && k < PROBES_PER_CHECK; k++) {
-    int p = b->scan_next++ % n;
-    if (p != me && b->peers[p].host_hash != host && peer_gone(b, p)) return p;
+  for (int p = 0; p < n; p++) {
+    const moeccl_peer_info_t* q = &b->peers[p];
+    if (p != me && q->host_hash == host && q->pid > 0 &&
+        !moeccl_process_alive(q->pid, q->pid_start))
+      return p;
   }
+  int who[PROBES_PER_CHECK + 2], m = 0;
+  const moeccl_sockaddr_t* addrs[PROBES_PER_CHECK + 2] = {0};
+  int first[2] = {(me + 1) % n, (me - 1 + n) % n};
+  for (int i = 0; i < 2 + PROBES_PER_CHECK && i < 2 + n; i++) {
+    int p = i < 2 ? first[i] : b->scan_next++ % n;
+    const moeccl_peer_info_t* q = &b->peers[p];
+    int dup = 0;
+    for (int k = 0; k < m; k++) dup |= who[k] == p;
+    if (p == me || dup || q->host_hash == host || q->alive_addr.sin.sin_port == 0) continue;
+    who[m] = p, addrs[m++] = &q->alive_addr;
+  }
+  int states[PROBES_PER_CHECK + 2];
+  moeccl_bootstrap_probe_many(addrs, m, PROBE_WAIT_MS, states);
+  for (int k = 0; k < m; k++)
+    if (states[k] == 0) return who[k];
   return -1;
 }
 
@@ -742,24 +759,48 @@ void moeccl_bootstrap_close(moeccl_bootstrap_t* b) {
 }
 
 int moeccl_bootstrap_probe(const moeccl_sockaddr_t* addr, int timeout_ms) {
-  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  int state = -1;
-  if (connect(fd, &addr->sa, moeccl_sockaddr_len(addr)) == 0) {
-    state = 1;
-  } else if (errno == ECONNREFUSED) {
-    state = 0;
-  } else if (errno == EINPROGRESS) {
-    struct pollfd p = {.fd = fd, .events = POLLOUT};
-    if (poll(&p, 1, timeout_ms) == 1) {
+  int state;
+  moeccl_bootstrap_probe_many(&addr, 1, timeout_ms, &state);
+  return state;
+}
+
+void moeccl_bootstrap_probe_many(const moeccl_sockaddr_t* const* addrs, int n, int timeout_ms,
+                                 int* states) {
+  struct pollfd p[MOECCL_PROBE_MAX];
+  int k = 0; /* connections still waiting: p[0, k), for states[idx[i]] */
+  int idx[MOECCL_PROBE_MAX];
+  if (n > MOECCL_PROBE_MAX) n = MOECCL_PROBE_MAX;
+  for (int i = 0; i < n; i++) {
+    const moeccl_sockaddr_t* a = addrs[i];
+    states[i] = -1;
+    int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (connect(fd, &a->sa, moeccl_sockaddr_len(a)) == 0) states[i] = 1;
+    else if (errno == ECONNREFUSED) states[i] = 0;
+    else if (errno == EINPROGRESS) {
+      p[k] = (struct pollfd){.fd = fd, .events = POLLOUT};
+      idx[k++] = i;
+      continue;
+    }
+    close(fd);
+  }
+  /* One budget for all: the connects run at once. */
+  double deadline = moeccl_now() + timeout_ms / 1000.0;
+  while (k > 0) {
+    int ms = (int)((deadline - moeccl_now()) * 1000.0 + 0.5);
+    if (ms <= 0 || poll(p, (nfds_t)k, ms) <= 0) break; /* silence, or EINTR near the end */
+    for (int i = 0; i < k; i++) {
+      if (!p[i].revents) continue;
       int err = 0;
       socklen_t len = sizeof(err);
-      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      state = err == 0 ? 1 : err == ECONNREFUSED ? 0 : -1;
+      getsockopt(p[i].fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      states[idx[i]] = err == 0 ? 1 : err == ECONNREFUSED ? 0 : -1;
+      close(p[i].fd);
+      p[i] = p[--k], idx[i] = idx[k];
+      i--;
     }
   }
-  close(fd);
-  return state;
+  for (int i = 0; i < k; i++) close(p[i].fd); /* no answer: unknown */
 }
 
 static pthread_mutex_t alive_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -366,11 +366,13 @@ static moecclResult_t progress_all(moeccl_job_t* jobs, int njobs, int* progresse
 
 /* Network peers this rank waits on are probed through their liveness
  * sockets (bootstrap.c): a killed process is found at once even where the
- * provider says nothing.  A few peers per check, rotating, bounds the cost. */
+ * provider says nothing.  A few peers per check, rotating, probed at once
+ * within one PROBE_WAIT_MS, bounds the cost. */
 static moecclResult_t probe_network_peers(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   moeccl_bootstrap_drain();
-  int probes = 0, last = -1;
+  int probes = 0, last = -1, who[PROBES_PER_CHECK];
+  const moeccl_sockaddr_t* addrs[PROBES_PER_CHECK] = {0};
   for (int i = j->first_req; i < j->nreqs && probes < PROBES_PER_CHECK; i++) {
     const moeccl_req_t* r =
         &c->reqs[(j->first_req + (i - j->first_req + c->probe_cursor) % (j->nreqs - j->first_req))];
@@ -380,13 +382,19 @@ static moecclResult_t probe_network_peers(moeccl_job_t* j) {
           MOECCL_TRANSPORT_CAP_NETWORK) ||
         pi->alive_addr.sa.sa_family == 0)
       continue;
-    last = r->peer, probes++;
-    if (moeccl_bootstrap_probe(&pi->alive_addr, PROBE_WAIT_MS) == 0)
-      return moeccl_comm_peer_lost(
-          c, r->peer, "rank %d (pid %d on %s) died (its liveness socket refuses connections)",
-          r->peer, (int)pi->pid, pi->hostname);
+    last = r->peer;
+    who[probes] = r->peer, addrs[probes++] = &pi->alive_addr;
   }
   c->probe_cursor += PROBES_PER_CHECK;
+  int states[PROBES_PER_CHECK];
+  moeccl_bootstrap_probe_many(addrs, probes, PROBE_WAIT_MS, states); /* at once */
+  for (int k = 0; k < probes; k++) {
+    const moeccl_peer_info_t* pi = &c->peers[who[k]];
+    if (states[k] == 0)
+      return moeccl_comm_peer_lost(
+          c, who[k], "rank %d (pid %d on %s) died (its liveness socket refuses connections)",
+          who[k], (int)pi->pid, pi->hostname);
+  }
   return moecclSuccess;
 }
 

@@ -14,6 +14,11 @@
  * signing with the right key over this connection's challenge is believed
  * (so the refusals are the MAC's, not the format's), and so is the real
  * root (moeccl_bootstrap_unique_id).
+ *
+ * Also the liveness probes the waits use (moeccl_bootstrap_probe_many):
+ * several sockets probed at once, each state in its own slot: a listening
+ * socket is alive (1), a port nobody listens on refuses (0), in any mix
+ * and order, and the single probe agrees.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -117,6 +122,34 @@ static void refused(int32_t status, enum sign sign, const char* what) {
         "%s: the error repeats what the forged answer said: %s", what, text);
 }
 
+/* A port that was just free: bound, then closed, so a connect is refused. */
+static moeccl_sockaddr_t closed_port(void) {
+  moeccl_sockaddr_t a;
+  int fd;
+  moeccl_sockaddr_parse("127.0.0.1:0", &a);
+  if (moeccl_socket_listen(&a, &fd) == moecclSuccess) close(fd);
+  return a;
+}
+
+static void probes(void) {
+  moeccl_sockaddr_t live[2], dead[2];
+  int fds[2];
+  for (int i = 0; i < 2; i++) {
+    moeccl_sockaddr_parse("127.0.0.1:0", &live[i]);
+    CHECK(moeccl_socket_listen(&live[i], &fds[i]) == moecclSuccess, "listen");
+    dead[i] = closed_port();
+  }
+  const moeccl_sockaddr_t* addrs[5] = {&dead[0], &live[0], &live[1], &dead[1], &live[0]};
+  int want[5] = {0, 1, 1, 0, 1}, got[5] = {7, 7, 7, 7, 7};
+  moeccl_bootstrap_probe_many(addrs, 5, 1000, got);
+  for (int i = 0; i < 5; i++) {
+    CHECK(got[i] == want[i], "probe %d of 5: state %d, want %d", i, got[i], want[i]);
+    CHECK(moeccl_bootstrap_probe(addrs[i], 1000) == want[i], "single probe %d disagrees", i);
+  }
+  moeccl_bootstrap_probe_many(addrs, 0, 1000, got); /* nothing to probe: returns */
+  for (int i = 0; i < 2; i++) close(fds[i]);
+}
+
 int main(void) {
   setenv("MOECCL_TIMEOUT", "20", 1);
   srand((unsigned)getpid());
@@ -142,6 +175,8 @@ int main(void) {
   CHECK(rc == moecclSuccess, "the real root was not believed: %d (%s)", rc,
         moecclGetLastError(NULL));
   if (b) moeccl_bootstrap_close(b);
+
+  probes();
 
   if (failures) fprintf(stderr, "test_boot_reply: %d failures\n", failures);
   else printf("test_boot_reply: ok\n");
