@@ -12,21 +12,10 @@
 
 #include "algos/algos.h"
 #include "tune/model.h"
-
-static int failures;
-
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);                            \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "unit_check.h"
 
 #define EXPECT_NEAR(got, want)                                                                     \
-  EXPECT(fabs((got) - (want)) < 1e-9, "got %.12g, want %.12g", (got), (want))
+  CHECK_EXPR(fabs((got) - (want)) < 1e-9, "got %.12g, want %.12g", (got), (want))
 
 #define REQUIRE_OK(call)                                                                           \
   do {                                                                                             \
@@ -62,8 +51,8 @@ static void test_one_send(const moeccl_topo_t* t, moeccl_sched_t* s) {
   REQUIRE_OK(moeccl_sched_end_step(s));
   moeccl_cost_t d;
   EXPECT_NEAR(moeccl_model_price(t, s, 0, &d), 8.0);
-  EXPECT(d.nsteps == 1 && d.msgs[MOECCL_LINK_GROUP] == 1, "nsteps %d msgs %d", d.nsteps,
-         d.msgs[MOECCL_LINK_GROUP]);
+  CHECK_EXPR(d.nsteps == 1 && d.msgs[MOECCL_LINK_GROUP] == 1, "nsteps %d msgs %d", d.nsteps,
+             d.msgs[MOECCL_LINK_GROUP]);
   EXPECT_NEAR(d.bytes[MOECCL_LINK_GROUP], 6000.0);
   EXPECT_NEAR(d.cpu_us, 1.0);
   EXPECT_NEAR(d.link_us, 3.0);
@@ -78,7 +67,7 @@ static void test_one_send(const moeccl_topo_t* t, moeccl_sched_t* s) {
   add(s, MOECCL_OP_SEND, 3, 20000); /* node: cpu 0.25, link 2, latency 1 */
   REQUIRE_OK(moeccl_sched_end_step(s));
   EXPECT_NEAR(moeccl_model_price(t, s, 2, &d), 3.0);
-  EXPECT(d.msgs[MOECCL_LINK_NODE] == 1 && d.msgs[MOECCL_LINK_GROUP] == 0, "class of 2->3");
+  CHECK_EXPR(d.msgs[MOECCL_LINK_NODE] == 1 && d.msgs[MOECCL_LINK_GROUP] == 0, "class of 2->3");
 }
 
 static void test_copy(const moeccl_topo_t* t, moeccl_sched_t* s) {
@@ -87,7 +76,8 @@ static void test_copy(const moeccl_topo_t* t, moeccl_sched_t* s) {
   REQUIRE_OK(moeccl_sched_end_step(s));
   moeccl_cost_t d;
   EXPECT_NEAR(moeccl_model_price(t, s, 5, &d), 2.5);
-  EXPECT(d.msgs[MOECCL_LINK_SELF] == 1, "copies counted under SELF: %d", d.msgs[MOECCL_LINK_SELF]);
+  CHECK_EXPR(d.msgs[MOECCL_LINK_SELF] == 1, "copies counted under SELF: %d",
+             d.msgs[MOECCL_LINK_SELF]);
   EXPECT_NEAR(d.bytes[MOECCL_LINK_SELF], 8000.0);
   EXPECT_NEAR(d.latency_us, 0.0);
   /* A copy next to a send adds to the CPU term, which then dominates. */
@@ -131,8 +121,8 @@ static void test_two_steps(const moeccl_topo_t* t, moeccl_sched_t* s) {
   REQUIRE_OK(moeccl_sched_end_step(s));
   moeccl_cost_t d;
   EXPECT_NEAR(moeccl_model_price(t, s, 0, &d), 18.0);
-  EXPECT(d.nsteps == 2, "nsteps %d", d.nsteps);
-  EXPECT(d.msgs[MOECCL_LINK_GLOBAL] == 0, "a receive is not a message sent");
+  CHECK_EXPR(d.nsteps == 2, "nsteps %d", d.nsteps);
+  CHECK_EXPR(d.msgs[MOECCL_LINK_GLOBAL] == 0, "a receive is not a message sent");
   EXPECT_NEAR(d.cpu_us, 2.25);
   EXPECT_NEAR(d.link_us, 8.0);
   EXPECT_NEAR(d.latency_us, 10.0);
@@ -156,9 +146,9 @@ static void test_mixed(const moeccl_topo_t* t, moeccl_sched_t* s) {
   moeccl_cost_t d;
   /* cpu 5.1, links: node 3, group 4, global 2.5 -> max 5.1; latency 9 */
   EXPECT_NEAR(moeccl_model_price(t, s, 0, &d), 5.1 + 9.0);
-  EXPECT(d.msgs[MOECCL_LINK_NODE] == 1 && d.msgs[MOECCL_LINK_GROUP] == 1 &&
-             d.msgs[MOECCL_LINK_GLOBAL] == 1 && d.msgs[MOECCL_LINK_SELF] == 1,
-         "per-class messages");
+  CHECK_EXPR(d.msgs[MOECCL_LINK_NODE] == 1 && d.msgs[MOECCL_LINK_GROUP] == 1 &&
+                 d.msgs[MOECCL_LINK_GLOBAL] == 1 && d.msgs[MOECCL_LINK_SELF] == 1,
+             "per-class messages");
   EXPECT_NEAR(d.link_us, 4.0);
   /* Receiving 12,000 more bytes over the group class in the same step makes
    * it the bottleneck: 20,000 received / 2,000 B/us = 10 us > cpu 6.1 us. */
@@ -176,13 +166,13 @@ static void test_invalid(const moeccl_topo_t* t, moeccl_sched_t* s) {
   moeccl_cost_t before = d;
   moeccl_sched_reset(s);
   EXPECT_NEAR(moeccl_model_price(t, s, 0, NULL), 0.0); /* empty schedule */
-  EXPECT(moeccl_model_price(t, s, 8, &d) < 0, "rank out of range");
-  EXPECT(moeccl_model_price(NULL, s, 0, &d) < 0, "NULL topology");
-  EXPECT(moeccl_model_price(t, NULL, 0, &d) < 0, "NULL schedule");
+  CHECK_EXPR(moeccl_model_price(t, s, 8, &d) < 0, "rank out of range");
+  CHECK_EXPR(moeccl_model_price(NULL, s, 0, &d) < 0, "NULL topology");
+  CHECK_EXPR(moeccl_model_price(t, NULL, 0, &d) < 0, "NULL schedule");
   add(s, MOECCL_OP_SEND, 8, 1);
   REQUIRE_OK(moeccl_sched_end_step(s));
-  EXPECT(moeccl_model_price(t, s, 0, &d) < 0, "peer out of range");
-  EXPECT(memcmp(&d, &before, sizeof(d)) == 0, "detail written on error");
+  CHECK_EXPR(moeccl_model_price(t, s, 0, &d) < 0, "peer out of range");
+  CHECK_EXPR(memcmp(&d, &before, sizeof(d)) == 0, "detail written on error");
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
@@ -209,7 +199,8 @@ static void test_monotone_random(const moeccl_topo_t* t, moeccl_sched_t* s) {
     double before = moeccl_model_price(t, s, rank, NULL);
     s->ops[rnd() % (uint64_t)s->nops].bytes += 1 + rnd() % 100000;
     double after = moeccl_model_price(t, s, rank, NULL);
-    EXPECT(after >= before, "trial %d: %g us became %g us with more bytes", trial, before, after);
+    CHECK_EXPR(after >= before, "trial %d: %g us became %g us with more bytes", trial, before,
+               after);
     if (failures) return;
   }
 }
@@ -229,8 +220,8 @@ static void test_monotone_algos(moeccl_sched_t* s) {
       moeccl_sched_reset(s);
       REQUIRE_OK(algo->schedule(&d, s));
       double us = moeccl_model_price(&t, s, d.rank, NULL);
-      EXPECT(us >= prev, "%s: block %zu costs %g us < %g us for half of it", algo->name, block, us,
-             prev);
+      CHECK_EXPR(us >= prev, "%s: block %zu costs %g us < %g us for half of it", algo->name, block,
+                 us, prev);
       prev = us;
     }
   }
@@ -273,9 +264,9 @@ static void test_hier3_small_blocks(const moeccl_topo_t* t, moeccl_sched_t* s) {
   moeccl_sched_reset(s);
   REQUIRE_OK(hier3->schedule(&d, s));
   double h3_us = moeccl_model_price(t, s, d.rank, &h3);
-  EXPECT(h3.msgs[MOECCL_LINK_GLOBAL] <= t->ngroups - 1, "hier3 sends %d global messages",
-         h3.msgs[MOECCL_LINK_GLOBAL]);
-  EXPECT(h3_us < direct_us / 2, "hier3 %g us, direct %g us", h3_us, direct_us);
+  CHECK_EXPR(h3.msgs[MOECCL_LINK_GLOBAL] <= t->ngroups - 1, "hier3 sends %d global messages",
+             h3.msgs[MOECCL_LINK_GLOBAL]);
+  CHECK_EXPR(h3_us < direct_us / 2, "hier3 %g us, direct %g us", h3_us, direct_us);
 }
 
 static void test_dragonfly_small_blocks(moeccl_sched_t* s) {
@@ -294,12 +285,13 @@ static void test_dragonfly_small_blocks(moeccl_sched_t* s) {
   moeccl_sched_reset(s);
   aggregated_schedule(&t, r, 64, s);
   double aggregated_us = moeccl_model_price(&t, s, r, &aggregated);
-  EXPECT(aggregated.msgs[MOECCL_LINK_GLOBAL] < direct.msgs[MOECCL_LINK_GLOBAL],
-         "global messages %d vs %d", aggregated.msgs[MOECCL_LINK_GLOBAL],
-         direct.msgs[MOECCL_LINK_GLOBAL]);
-  EXPECT(fabs(aggregated.bytes[MOECCL_LINK_GLOBAL] - direct.bytes[MOECCL_LINK_GLOBAL]) < 1e-9,
-         "the same global bytes");
-  EXPECT(aggregated_us < direct_us / 2, "aggregated %g us, direct %g us", aggregated_us, direct_us);
+  CHECK_EXPR(aggregated.msgs[MOECCL_LINK_GLOBAL] < direct.msgs[MOECCL_LINK_GLOBAL],
+             "global messages %d vs %d", aggregated.msgs[MOECCL_LINK_GLOBAL],
+             direct.msgs[MOECCL_LINK_GLOBAL]);
+  CHECK_EXPR(fabs(aggregated.bytes[MOECCL_LINK_GLOBAL] - direct.bytes[MOECCL_LINK_GLOBAL]) < 1e-9,
+             "the same global bytes");
+  CHECK_EXPR(aggregated_us < direct_us / 2, "aggregated %g us, direct %g us", aggregated_us,
+             direct_us);
   /* With large blocks the global bytes dominate both and the extra step does
    * not pay: direct is at least as cheap. */
   d.block_bytes = 4u << 20;
@@ -309,8 +301,8 @@ static void test_dragonfly_small_blocks(moeccl_sched_t* s) {
   moeccl_sched_reset(s);
   aggregated_schedule(&t, r, 4u << 20, s);
   aggregated_us = moeccl_model_price(&t, s, r, NULL);
-  EXPECT(direct_us <= aggregated_us, "large blocks: direct %g us, aggregated %g us", direct_us,
-         aggregated_us);
+  CHECK_EXPR(direct_us <= aggregated_us, "large blocks: direct %g us, aggregated %g us", direct_us,
+             aggregated_us);
   test_hier3_small_blocks(&t, s);
   moeccl_topo_free(&t);
 }

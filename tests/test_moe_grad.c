@@ -9,13 +9,14 @@
  * worst 1e-6; a wrong term is off by its own size).  The float loss must
  * equal the double one within 1e-5 relative.  Cases: the issue's shapes
  * (L=2 E=4 K=2 H=8 F=16 N=12 aux=0.01), a strong aux loss (aux=1), K = E,
- * K = 1 with experts that get no token, L=3 E=6 K=3, and exact ties (a zero router: every logit 0, so the ids
- * must be 0..K-1 in order; with K < E that layer's Wg is not differentiable
- * and is left out, with K = E it is checked too).  Also: the tie rule on
- * crafted logits, and a batch split in two halves whose statistics meet
- * through the sum hook gives the full batch's loss and (summed) gradients
- * (also 0 + 12, a rank without tokens), and one layer composed by hand from
- * the per-layer pieces (token chunks, expert halves) equals the model's.
+ * K = 1 with experts that get no token, L=3 E=6 K=3, and exact ties (a zero
+ * router: every logit 0, so the ids must be 0..K-1 in order; with K < E that
+ * layer's Wg is not differentiable and is left out, with K = E it is checked
+ * too).  Also: the tie rule on crafted logits, and a batch split in two halves
+ * whose statistics meet through the sum hook gives the full batch's loss and
+ * (summed) gradients (also 0 + 12, a rank without tokens), and one layer
+ * composed by hand from the per-layer pieces (token chunks, expert halves)
+ * equals the model's.
  * Exit 0 pass, 1 fail. */
 #include <math.h>
 #include <stdio.h>
@@ -24,18 +25,7 @@
 
 #include "backend.h"
 #include "model.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-      printf(__VA_ARGS__);                                                                         \
-      printf("\n");                                                                                \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "unit_check.h"
 
 /* --- the float64 reference of the loss ------------------------------------------ */
 
@@ -150,8 +140,9 @@ static double check_tensor(const grad_case_t* gc, const char* what, const float*
     max_err = fmax(max_err, fabs(fd - g[i]));
   }
   double rel = max_err / (max_fd > 0 ? max_fd : 1);
-  CHECK(max_err <= tol_rel * max_fd + tol_abs, "%s: %s: max error %.3g, max |fd| %.3g (rel %.3g)",
-        gc->name, what, max_err, max_fd, rel);
+  CHECK_STDOUT(max_err <= tol_rel * max_fd + tol_abs,
+               "%s: %s: max error %.3g, max |fd| %.3g (rel %.3g)", gc->name, what, max_err, max_fd,
+               rel);
   return rel;
 }
 
@@ -162,7 +153,7 @@ static void run_case(const moe_backend_ops_t* be, const grad_case_t* gc) {
   moe_workspace_t ws;
   moe_loss_t loss;
   if (moe_params_alloc(&p, c) || moe_params_alloc(&g, c) || moe_workspace_alloc(&ws, c, n)) {
-    CHECK(0, "%s: allocation", gc->name);
+    CHECK_STDOUT(0, "%s: allocation", gc->name);
     return;
   }
   moe_params_init_random(&p, gc->seed);
@@ -174,8 +165,8 @@ static void run_case(const moe_backend_ops_t* be, const grad_case_t* gc) {
   moe_rng_seed(&rng, gc->seed + 100);
   moe_rng_normal(&rng, x, (size_t)n * H, 1.0f);
   moe_rng_normal(&rng, target, (size_t)n * H, 1.0f);
-  CHECK(moe_model_forward(be, &p, &ws, x, target, n, NULL, &loss, NULL) == 0, "%s: forward",
-        gc->name);
+  CHECK_STDOUT(moe_model_forward(be, &p, &ws, x, target, n, NULL, &loss, NULL) == 0, "%s: forward",
+               gc->name);
   moe_model_backward(be, &p, &ws, target, &g, gx, NULL);
 
   double *pd = malloc(sizeof(double) * p.count), *xd = malloc(sizeof(double) * n * H);
@@ -186,8 +177,8 @@ static void run_case(const moe_backend_ops_t* be, const grad_case_t* gc) {
     td[i] = target[i];
   }
   double ref = ref_loss(c, pd, xd, td, n);
-  CHECK(fabs(loss.total - ref) <= 1e-5 * fabs(ref), "%s: loss %.9g, reference %.9g", gc->name,
-        loss.total, ref);
+  CHECK_STDOUT(fabs(loss.total - ref) <= 1e-5 * fabs(ref), "%s: loss %.9g, reference %.9g",
+               gc->name, loss.total, ref);
 
   if (gc->zero_router_layer >= 0) { /* all logits 0: ids 0..K-1 in order, weights 1/K */
     int K = c->topk;
@@ -199,8 +190,8 @@ static void run_case(const moe_backend_ops_t* be, const grad_case_t* gc) {
     for (int t = 0; t < n; t++)
       for (int j = 0; j < K; j++)
         wrong += ids[t * K + j] != j || fabsf(gate[t * K + j] - 1.0f / K) > 1e-6f;
-    CHECK(wrong == 0, "%s: %d (token, j) of a zero router are not expert j with weight 1/K",
-          gc->name, wrong);
+    CHECK_STDOUT(wrong == 0, "%s: %d (token, j) of a zero router are not expert j with weight 1/K",
+                 gc->name, wrong);
     free(probs);
     free(gate);
     free(stats);
@@ -254,12 +245,13 @@ static void check_ties(const moe_backend_ops_t* be) {
     int32_t ids[6];
     moe_router_forward(be, &c, wg, x, 1, probs, ids, gate, stats);
     for (int j = 0; j < k; j++)
-      CHECK(ids[j] == want[k - 1][j], "ties, K=%d: id %d is %d, want %d", k, j, ids[j],
-            want[k - 1][j]);
+      CHECK_STDOUT(ids[j] == want[k - 1][j], "ties, K=%d: id %d is %d, want %d", k, j, ids[j],
+                   want[k - 1][j]);
     if (k >= 3)
-      CHECK(gate[1] == gate[2] && gate[0] == gate[1], "ties, K=%d: equal logits, unequal weights",
-            k);
-    CHECK(stats[12] == 1.0f && stats[1] == 1.0f && stats[5] == (k == 6), "ties, K=%d: counts", k);
+      CHECK_STDOUT(gate[1] == gate[2] && gate[0] == gate[1],
+                   "ties, K=%d: equal logits, unequal weights", k);
+    CHECK_STDOUT(stats[12] == 1.0f && stats[1] == 1.0f && stats[5] == (k == 6),
+                 "ties, K=%d: counts", k);
   }
 }
 
@@ -320,15 +312,17 @@ static void check_split(const moe_backend_ops_t* be, int half) {
   add_a.calls = add_b.calls = 0;
   add_a.replay = add_b.replay = 1;
   moe_sum_hook_t hook_a = {split_sum, &add_a}, hook_b = {split_sum, &add_b};
-  CHECK(moe_model_forward(be, &p, &ws, xa, ta, half, &hook_a, &l_a, NULL) == 0, "split: forward a");
+  CHECK_STDOUT(moe_model_forward(be, &p, &ws, xa, ta, half, &hook_a, &l_a, NULL) == 0,
+               "split: forward a");
   moe_model_backward(be, &p, &ws, ta, &g_a, gx, NULL);
-  CHECK(moe_model_forward(be, &p, &ws, xb, tb, n - half, &hook_b, &l_b, NULL) == 0,
-        "split: forward b");
+  CHECK_STDOUT(moe_model_forward(be, &p, &ws, xb, tb, n - half, &hook_b, &l_b, NULL) == 0,
+               "split: forward b");
   moe_model_backward(be, &p, &ws, tb, &g_b, gx + half * H, NULL);
-  CHECK(rec_a.calls == c.layers + 1, "split: %d hook calls, want %d", rec_a.calls, c.layers + 1);
-  CHECK(fabs(l_a.total - l_full.total) <= 1e-5 * l_full.total &&
-            fabs(l_b.total - l_full.total) <= 1e-5 * l_full.total,
-        "split: loss %.8g / %.8g, full batch %.8g", l_a.total, l_b.total, l_full.total);
+  CHECK_STDOUT(rec_a.calls == c.layers + 1, "split: %d hook calls, want %d", rec_a.calls,
+               c.layers + 1);
+  CHECK_STDOUT(fabs(l_a.total - l_full.total) <= 1e-5 * l_full.total &&
+                   fabs(l_b.total - l_full.total) <= 1e-5 * l_full.total,
+               "split: loss %.8g / %.8g, full batch %.8g", l_a.total, l_b.total, l_full.total);
   double max_err = 0, max_g = 0;
   for (size_t i = 0; i < p.count; i++) {
     max_err = fmax(max_err, fabs(g_a.data[i] + g_b.data[i] - g_full.data[i]));
@@ -338,8 +332,8 @@ static void check_split(const moe_backend_ops_t* be, int half) {
     max_err = fmax(max_err, fabs(gx[i] - gx_full[i]));
     max_g = fmax(max_g, fabs(gx_full[i]));
   }
-  CHECK(max_err <= 1e-5 * max_g, "split %d: gradients differ by %.3g (max %.3g)", half, max_err,
-        max_g);
+  CHECK_STDOUT(max_err <= 1e-5 * max_g, "split %d: gradients differ by %.3g (max %.3g)", half,
+               max_err, max_g);
   printf("split %2d + %2d through the hook  loss %.6f  max gradient difference %.2e\n", half,
          n - half, l_full.total, max_err / max_g);
   moe_workspace_free(&ws);
@@ -433,8 +427,9 @@ static void check_pieces(const moe_backend_ops_t* be) {
   double d_out = max_diff(y, moe_model_output(&ws), (size_t)N * H, &max_out);
   double d_g = fmax(max_diff(g.data, g_model.data, g.count, &max_g),
                     max_diff(dx, gx_model, (size_t)N * H, &max_g));
-  CHECK(d_out <= 1e-6 * max_out, "pieces: output differs by %.3g (max %.3g)", d_out, max_out);
-  CHECK(d_g <= 1e-5 * max_g, "pieces: gradients differ by %.3g (max %.3g)", d_g, max_g);
+  CHECK_STDOUT(d_out <= 1e-6 * max_out, "pieces: output differs by %.3g (max %.3g)", d_out,
+               max_out);
+  CHECK_STDOUT(d_g <= 1e-5 * max_g, "pieces: gradients differ by %.3g (max %.3g)", d_g, max_g);
   printf("pieces: 2 token chunks x 2 expert halves  output %.2e  gradients %.2e\n", d_out / max_out,
          d_g / max_g);
   moe_local_plan_free(&plan);

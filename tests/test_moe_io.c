@@ -11,18 +11,7 @@
 
 #include "adam.h"
 #include "npy.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-      printf(__VA_ARGS__);                                                                         \
-      printf("\n");                                                                                \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "unit_check.h"
 
 static char dir[] = "/tmp/test_moe_io.XXXXXX";
 static char path[256];
@@ -34,25 +23,26 @@ static void check_roundtrip(void) {
   for (int i = 0; i < 24; i++) data[i] = (float)i * 0.5f - 3.0f;
   for (int nd = 0; nd <= 3; nd++) {
     moe_npy_t a;
-    CHECK(moe_npy_write(path, data, nd, shapes[nd], err, sizeof(err)) == 0, "write: %s", err);
-    CHECK(moe_npy_read(path, &a, err, sizeof(err)) == 0, "read: %s", err);
+    CHECK_STDOUT(moe_npy_write(path, data, nd, shapes[nd], err, sizeof(err)) == 0, "write: %s",
+                 err);
+    CHECK_STDOUT(moe_npy_read(path, &a, err, sizeof(err)) == 0, "read: %s", err);
     if (failures) return;
     size_t count = 1;
     for (int d = 0; d < nd; d++) count *= shapes[nd][d];
-    CHECK(a.ndim == nd && a.count == count, "ndim %d: read back ndim %d, %zu values", nd, a.ndim,
-          a.count);
-    CHECK(memcmp(a.data, data, count * sizeof(float)) == 0, "ndim %d: values differ", nd);
+    CHECK_STDOUT(a.ndim == nd && a.count == count, "ndim %d: read back ndim %d, %zu values", nd,
+                 a.ndim, a.count);
+    CHECK_STDOUT(memcmp(a.data, data, count * sizeof(float)) == 0, "ndim %d: values differ", nd);
     moe_npy_free(&a);
     FILE* f = fopen(path, "rb");
     unsigned char pre[10];
-    CHECK(fread(pre, 1, 10, f) == 10 && (10 + (pre[8] | pre[9] << 8)) % 64 == 0,
-          "header not padded to 64");
+    CHECK_STDOUT(fread(pre, 1, 10, f) == 10 && (10 + (pre[8] | pre[9] << 8)) % 64 == 0,
+                 "header not padded to 64");
     fclose(f);
   }
   float back[12];
   const size_t want[2] = {4, 3};
-  CHECK(moe_npy_load(path, back, 2, want, err, sizeof(err)) != 0 && strstr(err, "shape"),
-        "load of a (2, 3, 2) file as (4, 3) accepted or unclear: %s", err);
+  CHECK_STDOUT(moe_npy_load(path, back, 2, want, err, sizeof(err)) != 0 && strstr(err, "shape"),
+               "load of a (2, 3, 2) file as (4, 3) accepted or unclear: %s", err);
 }
 
 /* A file of header text and data_bytes bytes of data (version major.minor). */
@@ -90,16 +80,17 @@ static void check_refusals(void) {
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     write_raw(bad[i].major, bad[i].header, bad[i].bytes);
     err[0] = '\0';
-    CHECK(moe_npy_read(path, &a, err, sizeof(err)) != 0 && strstr(err, bad[i].why),
-          "%s: accepted or unclear: \"%s\"", bad[i].header, err);
+    CHECK_STDOUT(moe_npy_read(path, &a, err, sizeof(err)) != 0 && strstr(err, bad[i].why),
+                 "%s: accepted or unclear: \"%s\"", bad[i].header, err);
   }
   FILE* f = fopen(path, "wb");
   fputs("not numpy at all", f);
   fclose(f);
-  CHECK(moe_npy_read(path, &a, err, sizeof(err)) != 0 && strstr(err, "magic"), "no magic: %s", err);
-  CHECK(moe_npy_read("/nonexistent/x.npy", &a, err, sizeof(err)) != 0 &&
-            strstr(err, "/nonexistent"),
-        "missing file: %s", err);
+  CHECK_STDOUT(moe_npy_read(path, &a, err, sizeof(err)) != 0 && strstr(err, "magic"),
+               "no magic: %s", err);
+  CHECK_STDOUT(moe_npy_read("/nonexistent/x.npy", &a, err, sizeof(err)) != 0 &&
+                   strstr(err, "/nonexistent"),
+               "missing file: %s", err);
 }
 
 /* Adam's first step moves each parameter by lr * g / (|g| + eps), the
@@ -108,7 +99,7 @@ static void check_adam(void) {
   moe_adam_t adam;
   float p[3] = {1, -2, 0.5f}, g1[3] = {0.1f, -3, 0}, g2[3] = {-0.2f, 1, 4};
   double ref[3], m[3] = {0}, v[3] = {0};
-  CHECK(moe_adam_init(&adam, 3, 0.01f) == 0, "adam init");
+  CHECK_STDOUT(moe_adam_init(&adam, 3, 0.01f) == 0, "adam init");
   for (int i = 0; i < 3; i++) ref[i] = p[i];
   for (int t = 1; t <= 2; t++) {
     const float* g = t == 1 ? g1 : g2;
@@ -119,8 +110,8 @@ static void check_adam(void) {
       ref[i] -= 0.01 * (m[i] / (1 - pow(0.9, t))) / (sqrt(v[i] / (1 - pow(0.999, t))) + 1e-8);
     }
     for (int i = 0; i < 3; i++)
-      CHECK(fabs(p[i] - ref[i]) <= 1e-6, "adam step %d: p[%d] = %.8f, want %.8f", t, i, p[i],
-            ref[i]);
+      CHECK_STDOUT(fabs(p[i] - ref[i]) <= 1e-6, "adam step %d: p[%d] = %.8f, want %.8f", t, i, p[i],
+                   ref[i]);
   }
   moe_adam_free(&adam);
 }

@@ -21,17 +21,7 @@
 #include "algos/moe_algos.h"
 #include "reduce.h"
 #include "rows.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-      printf(__VA_ARGS__);                                                                         \
-      printf("\n");                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "unit_check.h"
 
 #define N MOECCL_ROW_NONE
 
@@ -98,51 +88,53 @@ static void test_schedule(void) {
                          .nprogs_cap = MOECCL_MOE_MAX_PROGS};
   moeccl_sched_t s = {0};
   fresh(&s);
-  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "dispatch: schedule failed");
+  CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "dispatch: schedule failed");
   moeccl_sched_end_step(&s);
-  CHECK(s.nsteps == 3, "dispatch: %d steps, want 3", s.nsteps);
-  CHECK(count(&s, 0, MOECCL_OP_COPY, -2) == 2, "dispatch: pack has %d copies, want 2 runs",
-        count(&s, 0, MOECCL_OP_COPY, -2));
-  CHECK(s.ops[0].bytes == 2 * 16 && s.ops[0].src_off == 0, "dispatch: first run is tokens 0-1");
-  CHECK(count(&s, 1, MOECCL_OP_SEND, -2) == 1 && count(&s, 1, MOECCL_OP_SEND, 0) == 1,
-        "dispatch: one send, to rank 0 (none to rank 2, none to self)");
-  CHECK(count(&s, 1, MOECCL_OP_RECV, -2) == 1 && count(&s, 1, MOECCL_OP_RECV, 0) == 1,
-        "dispatch: one receive, from rank 0");
-  CHECK(count(&s, 1, MOECCL_OP_COPY, -2) == 1, "dispatch: the own row expands by one copy");
-  CHECK(count(&s, 2, MOECCL_OP_COPY, -2) == 2, "dispatch: expansion has %d copies, want 2 runs",
-        count(&s, 2, MOECCL_OP_COPY, -2));
+  CHECK_STDOUT(s.nsteps == 3, "dispatch: %d steps, want 3", s.nsteps);
+  CHECK_STDOUT(count(&s, 0, MOECCL_OP_COPY, -2) == 2, "dispatch: pack has %d copies, want 2 runs",
+               count(&s, 0, MOECCL_OP_COPY, -2));
+  CHECK_STDOUT(s.ops[0].bytes == 2 * 16 && s.ops[0].src_off == 0,
+               "dispatch: first run is tokens 0-1");
+  CHECK_STDOUT(count(&s, 1, MOECCL_OP_SEND, -2) == 1 && count(&s, 1, MOECCL_OP_SEND, 0) == 1,
+               "dispatch: one send, to rank 0 (none to rank 2, none to self)");
+  CHECK_STDOUT(count(&s, 1, MOECCL_OP_RECV, -2) == 1 && count(&s, 1, MOECCL_OP_RECV, 0) == 1,
+               "dispatch: one receive, from rank 0");
+  CHECK_STDOUT(count(&s, 1, MOECCL_OP_COPY, -2) == 1, "dispatch: the own row expands by one copy");
+  CHECK_STDOUT(count(&s, 2, MOECCL_OP_COPY, -2) == 2,
+               "dispatch: expansion has %d copies, want 2 runs", count(&s, 2, MOECCL_OP_COPY, -2));
   for (int i = 0; i < s.nops; i++)
-    if (s.ops[i].type == MOECCL_OP_SEND) CHECK(s.ops[i].bytes == 3 * 16, "dispatch: 3 rows sent");
+    if (s.ops[i].type == MOECCL_OP_SEND)
+      CHECK_STDOUT(s.ops[i].bytes == 3 * 16, "dispatch: 3 rows sent");
     else if (s.ops[i].type == MOECCL_OP_RECV)
-      CHECK(s.ops[i].bytes == 2 * 16, "dispatch: 2 rows in");
+      CHECK_STDOUT(s.ops[i].bytes == 2 * 16, "dispatch: 2 rows in");
 
   fresh(&s);
   c.op = MOECCL_MOE_COMBINE, c.weighted = 1;
-  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "combine: schedule failed");
+  CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "combine: schedule failed");
   moeccl_sched_end_step(&s);
-  CHECK(s.nsteps == 5, "combine: %d steps, want 5", s.nsteps);
-  CHECK(count(&s, 0, MOECCL_OP_COPY, -2) == 3, "combine: weights pack %d copies, want 2 + own",
-        count(&s, 0, MOECCL_OP_COPY, -2));
-  CHECK(count(&s, 1, MOECCL_OP_SEND, 0) == 1 && count(&s, 1, MOECCL_OP_RECV, 0) == 1 &&
-            count(&s, 1, MOECCL_OP_SEND, -2) + count(&s, 1, MOECCL_OP_RECV, -2) == 2,
-        "combine: one weights message each way, with rank 0");
-  CHECK(count(&s, 2, MOECCL_OP_ROWS, -2) == 1 && s.rows == progs,
-        "combine: one partial-sum program");
-  CHECK(count(&s, 3, MOECCL_OP_SEND, 0) == 1 && count(&s, 3, MOECCL_OP_RECV, 0) == 1 &&
-            count(&s, 3, MOECCL_OP_SEND, -2) + count(&s, 3, MOECCL_OP_RECV, -2) == 2,
-        "combine: one partial-row message each way, with rank 0");
-  CHECK(count(&s, 4, MOECCL_OP_ROWS, -2) == 1, "combine: one token-side program");
+  CHECK_STDOUT(s.nsteps == 5, "combine: %d steps, want 5", s.nsteps);
+  CHECK_STDOUT(count(&s, 0, MOECCL_OP_COPY, -2) == 3,
+               "combine: weights pack %d copies, want 2 + own", count(&s, 0, MOECCL_OP_COPY, -2));
+  CHECK_STDOUT(count(&s, 1, MOECCL_OP_SEND, 0) == 1 && count(&s, 1, MOECCL_OP_RECV, 0) == 1 &&
+                   count(&s, 1, MOECCL_OP_SEND, -2) + count(&s, 1, MOECCL_OP_RECV, -2) == 2,
+               "combine: one weights message each way, with rank 0");
+  CHECK_STDOUT(count(&s, 2, MOECCL_OP_ROWS, -2) == 1 && s.rows == progs,
+               "combine: one partial-sum program");
+  CHECK_STDOUT(count(&s, 3, MOECCL_OP_SEND, 0) == 1 && count(&s, 3, MOECCL_OP_RECV, 0) == 1 &&
+                   count(&s, 3, MOECCL_OP_SEND, -2) + count(&s, 3, MOECCL_OP_RECV, -2) == 2,
+               "combine: one partial-row message each way, with rank 0");
+  CHECK_STDOUT(count(&s, 4, MOECCL_OP_ROWS, -2) == 1, "combine: one token-side program");
 
   fresh(&s);
   c.op = MOECCL_MOE_COMBINE_BACKWARD, c.weighted = 1, c.gate_grad = 1;
-  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "combine backward: schedule failed");
+  CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "combine backward: schedule failed");
   moeccl_sched_end_step(&s);
-  CHECK(s.nsteps == 5, "combine backward: %d steps, want 5", s.nsteps);
+  CHECK_STDOUT(s.nsteps == 5, "combine backward: %d steps, want 5", s.nsteps);
   int rows = 0;
   for (int i = 0; i < s.nops; i++) rows += s.ops[i].type == MOECCL_OP_ROWS;
   /* self expansion, self dots, remote expansion, remote dots (before the
    * self range only: the one after it is empty), token-side sum */
-  CHECK(rows == 5, "combine backward: %d programs, want 5", rows);
+  CHECK_STDOUT(rows == 5, "combine backward: %d programs, want 5", rows);
   moeccl_sched_free(&s);
 }
 
@@ -206,21 +198,21 @@ static want_op_t want(int type, int peer, uint32_t src_buf, uint64_t src_off, ui
 static void expect_step(const moeccl_sched_t* s, int step, const want_op_t* w, int n,
                         const char* what) {
   int begin = step ? s->step_end[step - 1] : 0, have = s->step_end[step] - begin;
-  CHECK(have == n, "%s: step %d has %d ops, want %d", what, step, have, n);
+  CHECK_STDOUT(have == n, "%s: step %d has %d ops, want %d", what, step, have, n);
   for (int i = 0; i < n && i < have; i++) {
     const moeccl_sched_op_t* o = &s->ops[begin + i];
     const want_op_t* e = &w[i];
     int send = e->type == MOECCL_OP_SEND, recv = e->type == MOECCL_OP_RECV;
-    CHECK(o->type == e->type && o->peer == e->peer && o->bytes == e->bytes &&
-              o->flags == e->flags &&
-              (recv || (o->src_buf == e->src_buf && o->src_off == e->src_off)) &&
-              (send || (o->dst_buf == e->dst_buf && o->dst_off == e->dst_off)),
-          "%s: step %d op %d is type %d peer %d src %u+%llu dst %u+%llu %llu bytes flags %u, "
-          "want type %d peer %d src %u+%llu dst %u+%llu %llu bytes flags %u",
-          what, step, i, o->type, o->peer, o->src_buf, (unsigned long long)o->src_off, o->dst_buf,
-          (unsigned long long)o->dst_off, (unsigned long long)o->bytes, o->flags, e->type, e->peer,
-          e->src_buf, (unsigned long long)e->src_off, e->dst_buf, (unsigned long long)e->dst_off,
-          (unsigned long long)e->bytes, e->flags);
+    CHECK_STDOUT(
+        o->type == e->type && o->peer == e->peer && o->bytes == e->bytes && o->flags == e->flags &&
+            (recv || (o->src_buf == e->src_buf && o->src_off == e->src_off)) &&
+            (send || (o->dst_buf == e->dst_buf && o->dst_off == e->dst_off)),
+        "%s: step %d op %d is type %d peer %d src %u+%llu dst %u+%llu %llu bytes flags %u, "
+        "want type %d peer %d src %u+%llu dst %u+%llu %llu bytes flags %u",
+        what, step, i, o->type, o->peer, o->src_buf, (unsigned long long)o->src_off, o->dst_buf,
+        (unsigned long long)o->dst_off, (unsigned long long)o->bytes, o->flags, e->type, e->peer,
+        e->src_buf, (unsigned long long)e->src_off, e->dst_buf, (unsigned long long)e->dst_off,
+        (unsigned long long)e->bytes, e->flags);
   }
 }
 
@@ -229,13 +221,13 @@ static size_t npairs(const size_t* first, int r) { return first[r + 1] - first[r
 /* Program p runs terms [t, t + n) in mode, with aux at (aux_buf, aux_off). */
 static void expect_prog(const moeccl_rows_t* p, moeccl_rows_mode_t mode, const moeccl_row_term_t* t,
                         size_t n, uint32_t aux_buf, uint64_t aux_off, const char* what) {
-  CHECK(p->mode == mode && p->type == moecclFloat32 && p->elems == 4 && p->terms == t &&
-            p->nterms == n && p->aux_buf == aux_buf &&
-            (aux_buf == UINT32_MAX || p->aux_off == aux_off),
-        "%s: mode %d, %zu terms at %p, aux %u+%llu; want mode %d, %zu terms at %p, aux %u+%llu",
-        what, (int)p->mode, p->nterms, (const void*)p->terms, p->aux_buf,
-        (unsigned long long)p->aux_off, (int)mode, n, (const void*)t, aux_buf,
-        (unsigned long long)aux_off);
+  CHECK_STDOUT(
+      p->mode == mode && p->type == moecclFloat32 && p->elems == 4 && p->terms == t &&
+          p->nterms == n && p->aux_buf == aux_buf &&
+          (aux_buf == UINT32_MAX || p->aux_off == aux_off),
+      "%s: mode %d, %zu terms at %p, aux %u+%llu; want mode %d, %zu terms at %p, aux %u+%llu", what,
+      (int)p->mode, p->nterms, (const void*)p->terms, p->aux_buf, (unsigned long long)p->aux_off,
+      (int)mode, n, (const void*)t, aux_buf, (unsigned long long)aux_off);
 }
 
 /* The partial rows go back to the three sources in one step, each to the
@@ -264,11 +256,11 @@ static void test_combine_multi(void) {
   /* Unweighted bfloat16: rows of 8 bytes, partials at 0, returned rows at Q. */
   uint64_t rb = 8, back = l.Q * rb;
   fresh(&s);
-  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "multi combine: schedule failed");
+  CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "multi combine: schedule failed");
   moeccl_sched_end_step(&s);
-  CHECK(s.nsteps == 3 && s.scratch_bytes == (l.Q + l.P) * rb,
-        "multi combine: %d steps, %zu scratch bytes, want 3 and %llu", s.nsteps, s.scratch_bytes,
-        (unsigned long long)((l.Q + l.P) * rb));
+  CHECK_STDOUT(s.nsteps == 3 && s.scratch_bytes == (l.Q + l.P) * rb,
+               "multi combine: %d steps, %zu scratch bytes, want 3 and %llu", s.nsteps,
+               s.scratch_bytes, (unsigned long long)((l.Q + l.P) * rb));
   w[0] = want(MOECCL_OP_ROWS, 0, MOECCL_BUF_SEND, 0, S, 0, l.Q * rb, 0);
   expect_step(&s, 0, w, 1, "multi combine partials");
   uint64_t sent = 0, got = 0;
@@ -279,18 +271,20 @@ static void test_combine_multi(void) {
                         npairs(m_send_first, from[k]) * rb, 0);
     sent += w[2 * k].bytes, got += w[2 * k + 1].bytes;
   }
-  CHECK(sent == (l.Q - 1) * rb && got == (l.P - 1) * rb,
-        "multi combine: the test's messages carry %llu and %llu bytes, not the rows of the Q - 1 "
-        "and P - 1 pairs with the peers",
-        (unsigned long long)sent, (unsigned long long)got);
+  CHECK_STDOUT(
+      sent == (l.Q - 1) * rb && got == (l.P - 1) * rb,
+      "multi combine: the test's messages carry %llu and %llu bytes, not the rows of the Q - 1 "
+      "and P - 1 pairs with the peers",
+      (unsigned long long)sent, (unsigned long long)got);
   expect_step(&s, 1, w, 6, "multi combine exchange");
   w[0] = want(MOECCL_OP_ROWS, 1, S, 0, MOECCL_BUF_RECV, 0, l.T * rb, 0);
   expect_step(&s, 2, w, 1, "multi combine token sums");
   /* the programs: type is bfloat16 here */
-  CHECK(progs[0].mode == MOECCL_ROWS_SUM && progs[0].terms == m_part && progs[0].nterms == 7 &&
-            progs[0].aux_buf == UINT32_MAX && progs[1].mode == MOECCL_ROWS_SUM &&
-            progs[1].terms == m_own && progs[1].nterms == 6 && s.rows == progs,
-        "multi combine: the partial sums over part[0, 7), the token sums over own[0, 6)");
+  CHECK_STDOUT(progs[0].mode == MOECCL_ROWS_SUM && progs[0].terms == m_part &&
+                   progs[0].nterms == 7 && progs[0].aux_buf == UINT32_MAX &&
+                   progs[1].mode == MOECCL_ROWS_SUM && progs[1].terms == m_own &&
+                   progs[1].nterms == 6 && s.rows == progs,
+               "multi combine: the partial sums over part[0, 7), the token sums over own[0, 6)");
 
   /* Weighted float32 with own_src: rows of 16 bytes; weights (K = 2
    * floats, 8 bytes a pair) packed at 0 by send pair, received at 6 * 8 by
@@ -303,11 +297,11 @@ static void test_combine_multi(void) {
   float weights[4 * 2] = {0};
   c.type = moecclFloat32, c.elem_size = 4, c.weighted = 1, c.weights = weights;
   fresh(&s);
-  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "multi combine f32: schedule failed");
+  CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "multi combine f32: schedule failed");
   moeccl_sched_end_step(&s);
-  CHECK(s.nsteps == 4 && s.scratch_bytes == part + (l.Q + l.P) * rb,
-        "multi combine f32: %d steps, %zu scratch bytes, want 4 and %llu", s.nsteps,
-        s.scratch_bytes, (unsigned long long)(part + (l.Q + l.P) * rb));
+  CHECK_STDOUT(s.nsteps == 4 && s.scratch_bytes == part + (l.Q + l.P) * rb,
+               "multi combine f32: %d steps, %zu scratch bytes, want 4 and %llu", s.nsteps,
+               s.scratch_bytes, (unsigned long long)(part + (l.Q + l.P) * rb));
   /* step 0: each pair's K weights from its token's; no two pairs of a peer
    * have consecutive tokens, so one COPY each; the self pair's go straight
    * to its receive pair (2) */
@@ -345,13 +339,13 @@ static void test_combine_multi(void) {
     const moeccl_sched_op_t* o = &s.ops[s.step_end[2] + 2 * k + 1];
     char what[64];
     snprintf(what, sizeof(what), "multi combine f32 add from rank %d", from[k]);
-    CHECK(o->prog == 3 + k, "%s: program %d, want %d", what, o->prog, 3 + k);
+    CHECK_STDOUT(o->prog == 3 + k, "%s: program %d, want %d", what, o->prog, 3 + k);
     const moeccl_rows_t* a = &progs[o->prog < MOECCL_MOE_MAX_PROGS + 8 ? o->prog : 0];
     expect_prog(a, MOECCL_ROWS_ADD, m_own_src + m_send_first[from[k]],
                 npairs(m_send_first, from[k]), UINT32_MAX, 0, what);
-    CHECK(a->out_buf == MOECCL_BUF_RECV && a->out_off == 0,
-          "%s: writes at %u+%llu, want the tokens", what, a->out_buf,
-          (unsigned long long)a->out_off);
+    CHECK_STDOUT(a->out_buf == MOECCL_BUF_RECV && a->out_off == 0,
+                 "%s: writes at %u+%llu, want the tokens", what, a->out_buf,
+                 (unsigned long long)a->out_off);
   }
   moeccl_sched_free(&s);
 }
@@ -366,9 +360,9 @@ static void test_kernels(void) {
   moeccl_row_term_t t[] = {{0, 0, N}, {0, 1, 0}, {0, 2, 1}, {1, N, N}};
   moeccl_rows_t p = {MOECCL_ROWS_SUM, moecclBfloat16, 1, 0, 0, t, 4};
   moeccl_rows_run(&p, dst, src, w);
-  CHECK(moeccl_bf16_to_float(dst[0]) == 1.0f + 0x1p-7f, "bf16 sum is %g",
-        (double)moeccl_bf16_to_float(dst[0]));
-  CHECK(dst[1] == 0, "a group of empty terms writes zero (0x%x)", dst[1]);
+  CHECK_STDOUT(moeccl_bf16_to_float(dst[0]) == 1.0f + 0x1p-7f, "bf16 sum is %g",
+               (double)moeccl_bf16_to_float(dst[0]));
+  CHECK_STDOUT(dst[1] == 0, "a group of empty terms writes zero (0x%x)", dst[1]);
   /* weighted float32 rows of 300 elements (a chunk and a tail) */
   enum { H = 300 };
   static float a[2 * H], out[H], wt[2] = {0.5f, -2.0f};
@@ -378,7 +372,7 @@ static void test_kernels(void) {
   moeccl_rows_run(&p2, out, a, wt);
   int bad = 0;
   for (int i = 0; i < H; i++) bad += out[i] != 0.5f * a[i] - 2.0f * a[H + i];
-  CHECK(bad == 0, "weighted float32 sum: %d elements wrong", bad);
+  CHECK_STDOUT(bad == 0, "weighted float32 sum: %d elements wrong", bad);
   /* DOT */
   float d[2] = {-1, -1};
   moeccl_row_term_t t3[] = {{0, 0, 1}, {1, N, N}};
@@ -386,8 +380,8 @@ static void test_kernels(void) {
   moeccl_rows_run(&p3, d, a, a);
   double want = 0;
   for (int i = 0; i < H; i++) want += (double)a[i] * a[H + i];
-  CHECK(d[0] == (float)want && d[1] == 0, "dot is %g and %g, want %g and 0", (double)d[0],
-        (double)d[1], want);
+  CHECK_STDOUT(d[0] == (float)want && d[1] == 0, "dot is %g and %g, want %g and 0", (double)d[0],
+               (double)d[1], want);
 }
 
 /* The hierarchical path, rank 0 of 4 on nodes {0,1} {2,3}, K = 2, 3
@@ -437,39 +431,43 @@ static void test_hier(void) {
                          .hier = 1};
   moeccl_sched_t s = {0};
   fresh(&s);
-  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "hier dispatch: schedule failed");
+  CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "hier dispatch: schedule failed");
   moeccl_sched_end_step(&s);
   uint64_t to[4] = {0}, nsend[4] = {0};
   for (int i = 0; i < s.nops; i++)
     if (s.ops[i].type == MOECCL_OP_SEND)
       to[s.ops[i].peer] += s.ops[i].bytes, nsend[s.ops[i].peer]++;
-  CHECK(to[2] == 3 * 16 && nsend[2] == 1,
-        "hier dispatch: %llu bytes in %llu messages to the "
-        "forwarder, want 3 rows in one",
-        (unsigned long long)to[2], (unsigned long long)nsend[2]);
-  CHECK(to[3] == 0, "hier dispatch: %llu bytes to rank 3, want none (its rows go via rank 2)",
-        (unsigned long long)to[3]);
-  CHECK(to[1] == 16 && to[0] == 0, "hier dispatch: one row to rank 1 on the node, none to self");
+  CHECK_STDOUT(to[2] == 3 * 16 && nsend[2] == 1,
+               "hier dispatch: %llu bytes in %llu messages to the "
+               "forwarder, want 3 rows in one",
+               (unsigned long long)to[2], (unsigned long long)nsend[2]);
+  CHECK_STDOUT(to[3] == 0,
+               "hier dispatch: %llu bytes to rank 3, want none (its rows go via rank 2)",
+               (unsigned long long)to[3]);
+  CHECK_STDOUT(to[1] == 16 && to[0] == 0,
+               "hier dispatch: one row to rank 1 on the node, none to self");
   /* the relay rows are packed from tokens 0, 1, 2: one run */
   int relay_runs = 0;
   for (int i = 0; i < s.step_end[0]; i++)
     relay_runs += s.ops[i].type == MOECCL_OP_COPY && s.ops[i].bytes == 3 * 16;
-  CHECK(relay_runs == 1, "hier dispatch: relay rows pack in %d runs of 3 rows, want 1", relay_runs);
+  CHECK_STDOUT(relay_runs == 1, "hier dispatch: relay rows pack in %d runs of 3 rows, want 1",
+               relay_runs);
 
   fresh(&s);
   c.op = MOECCL_MOE_COMBINE;
-  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "hier combine: schedule failed");
+  CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "hier combine: schedule failed");
   moeccl_sched_end_step(&s);
   uint64_t from[4] = {0};
   for (int i = 0; i < s.nops; i++)
     if (s.ops[i].type == MOECCL_OP_RECV) from[s.ops[i].peer] += s.ops[i].bytes;
-  CHECK(from[2] == 3 * 16 && from[3] == 0 && from[1] == 16,
-        "hier combine: %llu/%llu/%llu bytes back from ranks 1/2/3, want 16/48/0",
-        (unsigned long long)from[1], (unsigned long long)from[2], (unsigned long long)from[3]);
+  CHECK_STDOUT(from[2] == 3 * 16 && from[3] == 0 && from[1] == 16,
+               "hier combine: %llu/%llu/%llu bytes back from ranks 1/2/3, want 16/48/0",
+               (unsigned long long)from[1], (unsigned long long)from[2],
+               (unsigned long long)from[3]);
   int last = s.step_end[s.nsteps - 1] - 1;
-  CHECK(s.ops[last].type == MOECCL_OP_ROWS && progs[s.ops[last].peer].terms == h_own &&
-            s.ops[last].dst_buf == MOECCL_BUF_RECV,
-        "hier combine: the token side's sum runs last, into the tokens");
+  CHECK_STDOUT(s.ops[last].type == MOECCL_OP_ROWS && progs[s.ops[last].peer].terms == h_own &&
+                   s.ops[last].dst_buf == MOECCL_BUF_RECV,
+               "hier combine: the token side's sum runs last, into the tokens");
   moeccl_sched_free(&s);
 }
 
@@ -496,7 +494,7 @@ static void test_gathered(void) {
                          .nprogs_cap = MOECCL_MOE_MAX_PROGS + 6};
   moeccl_sched_t s = {0};
   fresh(&s);
-  CHECK(moeccl_moe_schedule(&c, &s) == moecclSuccess, "gathered dispatch: schedule failed");
+  CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "gathered dispatch: schedule failed");
   moeccl_sched_end_step(&s);
   int sends = 0, recvs = 0, copies = 0;
   for (int i = 0; i < s.nops; i++) {
@@ -505,26 +503,27 @@ static void test_gathered(void) {
     if (op->type == MOECCL_OP_SEND) {
       sends++;
       const moeccl_rows_t* g = &progs[op->prog];
-      CHECK(op->peer == 0 && (op->flags & MOECCL_OPF_ROWS) && op->src_buf == MOECCL_BUF_SEND &&
-                op->bytes == 3 * 16,
-            "gathered dispatch: one gathered send of 3 rows to rank 0 from the tokens");
-      CHECK(g->mode == MOECCL_ROWS_COPY && g->terms == gather && g->nterms == 3 &&
-                g->span == 5 * 16,
-            "gathered dispatch: the send picks its 3 rows from the 5-token buffer");
+      CHECK_STDOUT(op->peer == 0 && (op->flags & MOECCL_OPF_ROWS) &&
+                       op->src_buf == MOECCL_BUF_SEND && op->bytes == 3 * 16,
+                   "gathered dispatch: one gathered send of 3 rows to rank 0 from the tokens");
+      CHECK_STDOUT(g->mode == MOECCL_ROWS_COPY && g->terms == gather && g->nterms == 3 &&
+                       g->span == 5 * 16,
+                   "gathered dispatch: the send picks its 3 rows from the 5-token buffer");
     }
     if (op->type == MOECCL_OP_RECV) {
       recvs++;
       const moeccl_rows_t* e = &progs[op->prog];
-      CHECK(op->peer == 0 && (op->flags & MOECCL_OPF_ROWS) && op->bytes == 2 * 16,
-            "gathered dispatch: one consuming receive of 2 rows from rank 0");
-      CHECK(e->terms == exp_src && e->nterms == 3 && e->terms_idx == exp_src_idx &&
-                e->map == src_token && e->out_buf == MOECCL_BUF_RECV,
-            "gathered dispatch: the receive expands rank 0's 3 rows into the expert rows");
+      CHECK_STDOUT(op->peer == 0 && (op->flags & MOECCL_OPF_ROWS) && op->bytes == 2 * 16,
+                   "gathered dispatch: one consuming receive of 2 rows from rank 0");
+      CHECK_STDOUT(e->terms == exp_src && e->nterms == 3 && e->terms_idx == exp_src_idx &&
+                       e->map == src_token && e->out_buf == MOECCL_BUF_RECV,
+                   "gathered dispatch: the receive expands rank 0's 3 rows into the expert rows");
     }
   }
-  CHECK(sends == 1 && recvs == 1, "gathered dispatch: %d sends, %d receives, want 1 and 1", sends,
-        recvs);
-  CHECK(copies == 1, "gathered dispatch: %d copies, want only the own row's expansion", copies);
+  CHECK_STDOUT(sends == 1 && recvs == 1, "gathered dispatch: %d sends, %d receives, want 1 and 1",
+               sends, recvs);
+  CHECK_STDOUT(copies == 1, "gathered dispatch: %d copies, want only the own row's expansion",
+               copies);
   moeccl_sched_free(&s);
 }
 

@@ -27,33 +27,24 @@
 #include <time.h>
 
 #include "reduce.h"
+#include "unit_check.h"
 
 /* Test hook in reduce.c: later moeccl_red_init calls take the portable
  * kernels. */
 void moeccl_red_force_portable(int on);
 
-static int failures;      /* all groups */
-static int group_fails;   /* current group */
-static long group_checks; /* current group */
+/* Each group prints its first 8 failures, and counts them and its checks
+ * from these readings of unit_check.h's counters. */
+static int group_first_failure, group_first_check;
 
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    group_checks++;                                                                                \
-    if (!(cond)) {                                                                                 \
-      if (group_fails < 8) {                                                                       \
-        fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);                          \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fputc('\n', stderr);                                                                       \
-      }                                                                                            \
-      group_fails++;                                                                               \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-
-static void group_begin(void) { group_fails = 0, group_checks = 0; }
+static void group_begin(void) {
+  group_first_failure = failures, group_first_check = checks, check_print_budget = 8;
+}
 
 static void group_end(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 static void group_end(const char* fmt, ...) {
+  int group_fails = failures - group_first_failure;
+  long group_checks = checks - group_first_check;
   va_list ap;
   va_start(ap, fmt);
   vprintf(fmt, ap);
@@ -160,8 +151,9 @@ static void check_enc(const conv_t* cv, float x) {
   const fmt_t* f = cv->fmt;
   uint32_t got = cv->enc(x), want = ref_encode(f, x);
   if (isnan(f->val[want]))
-    EXPECT(got < 2 * f->sign && isnan(f->val[got]), "%s(%a) = 0x%x, want a NaN", f->name, x, got);
-  else EXPECT(got == want, "%s(%a) = 0x%x, want 0x%x", f->name, x, got, want);
+    CHECK_EXPR(got < 2 * f->sign && isnan(f->val[got]), "%s(%a) = 0x%x, want a NaN", f->name, x,
+               got);
+  else CHECK_EXPR(got == want, "%s(%a) = 0x%x, want 0x%x", f->name, x, got, want);
 }
 
 static void test_conversions(const conv_t* cv) {
@@ -170,10 +162,10 @@ static void test_conversions(const conv_t* cv) {
   for (uint32_t c = 0; c < 2 * f->sign; c++) { /* decoding, every code */
     float got = cv->dec(c);
     double want = f->val[c];
-    if (isnan(want)) EXPECT(isnan(got), "decode %s 0x%x = %a, want NaN", f->name, c, got);
+    if (isnan(want)) CHECK_EXPR(isnan(got), "decode %s 0x%x = %a, want NaN", f->name, c, got);
     else
-      EXPECT(got == want && !signbit(got) == !signbit(want), "decode %s 0x%x = %a, want %a",
-             f->name, c, got, want);
+      CHECK_EXPR(got == want && !signbit(got) == !signbit(want), "decode %s 0x%x = %a, want %a",
+                 f->name, c, got, want);
   }
   for (uint32_t c = 0; c <= f->top; c++) { /* every value, midpoint and its neighbours */
     for (int neg = 0; neg < 2; neg++) {
@@ -182,7 +174,7 @@ static void test_conversions(const conv_t* cv) {
       if (c == f->top) continue;
       double mid = (f->val[c] + f->val[c + 1]) / 2;
       float m = (float)mid;
-      EXPECT((double)m == mid, "%s midpoint %a not a float", f->name, mid);
+      CHECK_EXPR((double)m == mid, "%s midpoint %a not a float", f->name, mid);
       float xs[3] = {m, nextafterf(m, 0.0f), nextafterf(m, INFINITY)};
       for (int k = 0; k < 3; k++) check_enc(cv, neg ? -xs[k] : xs[k]);
     }
@@ -425,18 +417,18 @@ static void run_case(const tdesc_t* t, const moeccl_red_t* r, int v, const scal_
     uint64_t ra = ld_raw(t, src_a, i), rb = ld_raw(t, src_b, i);
     uint64_t want = expected(t, v, ra, rb, sc), got = ld_raw(t, d, i);
     if (!same_result(t, v, got, want) && shown++ < 3)
-      EXPECT(0, "%s %s n=%zu %s [%zu]: a=0x%llx b=0x%llx s=%g: got 0x%llx, want 0x%llx", t->name,
-             variant_name[v], n, mode_name[mode], i, (unsigned long long)ra, (unsigned long long)rb,
-             sc->f, (unsigned long long)got, (unsigned long long)want);
-    group_checks++;
+      CHECK_EXPR(0, "%s %s n=%zu %s [%zu]: a=0x%llx b=0x%llx s=%g: got 0x%llx, want 0x%llx",
+                 t->name, variant_name[v], n, mode_name[mode], i, (unsigned long long)ra,
+                 (unsigned long long)rb, sc->f, (unsigned long long)got, (unsigned long long)want);
+    checks++;
   }
   /* Nothing written before dst or past its n elements. */
   size_t past = 0;
   while (past < GUARD && d[bytes + past] == 0xa5) past++;
-  EXPECT(past == GUARD, "%s %s n=%zu %s: byte %zu past the end written", t->name, variant_name[v],
-         n, mode_name[mode], past);
-  EXPECT(d[-1] == 0xa5, "%s %s n=%zu %s: byte before dst written", t->name, variant_name[v], n,
-         mode_name[mode]);
+  CHECK_EXPR(past == GUARD, "%s %s n=%zu %s: byte %zu past the end written", t->name,
+             variant_name[v], n, mode_name[mode], past);
+  CHECK_EXPR(d[-1] == 0xa5, "%s %s n=%zu %s: byte before dst written", t->name, variant_name[v], n,
+             mode_name[mode]);
 }
 
 /* Scalars for the pre-multiplied sums: a few values in the type (rounded
@@ -451,7 +443,7 @@ static void setup_premul(const tdesc_t* t, moeccl_red_t* r, int choice, scal_t* 
     int n = choice % (nf + 2) == nf ? 3 : 7;
     moeccl_red_set_premul_inverse(r, n);
     sc->f = 1.0 / n;
-    EXPECT(r->scalar.f == sc->f, "%s: inverse scalar %g, want %g", t->name, r->scalar.f, sc->f);
+    CHECK_EXPR(r->scalar.f == sc->f, "%s: inverse scalar %g, want %g", t->name, r->scalar.f, sc->f);
   } else {
     uint64_t raw = is_float(t) ? from_double(t, float_scalars[choice % nf])
                                : (uint64_t)int_scalars[choice % 4] & mask_of(t);
@@ -461,12 +453,13 @@ static void setup_premul(const tdesc_t* t, moeccl_red_t* r, int choice, scal_t* 
     sc->u = raw;
     sc->f = is_float(t) ? to_double(t, raw) : 0;
     if (is_float(t))
-      EXPECT(r->scalar.f == sc->f, "%s: scalar %g, want %g", t->name, r->scalar.f, sc->f);
+      CHECK_EXPR(r->scalar.f == sc->f, "%s: scalar %g, want %g", t->name, r->scalar.f, sc->f);
     else if (t->kind == K_SINT)
-      EXPECT(r->scalar.i == sext(t, raw), "%s: scalar %lld", t->name, (long long)r->scalar.i);
-    else EXPECT(r->scalar.u == raw, "%s: scalar %llu", t->name, (unsigned long long)r->scalar.u);
+      CHECK_EXPR(r->scalar.i == sext(t, raw), "%s: scalar %lld", t->name, (long long)r->scalar.i);
+    else
+      CHECK_EXPR(r->scalar.u == raw, "%s: scalar %llu", t->name, (unsigned long long)r->scalar.u);
   }
-  EXPECT(r->premul == 1, "%s: premul not set", t->name);
+  CHECK_EXPR(r->premul == 1, "%s: premul not set", t->name);
 }
 
 static void fill_random(const tdesc_t* t, size_t n) {
@@ -491,11 +484,11 @@ static void test_kernels(const tdesc_t* t, const char* path) {
       for (int mode = 0; mode < NMODES; mode++) {
         moeccl_red_t r;
         scal_t sc = {1.0, 1};
-        EXPECT(moeccl_red_init(&r, t->type, op) == moecclSuccess, "%s init", t->name);
-        EXPECT(r.type == t->type && r.elem_size == t->size && r.op == op && !r.premul &&
-                   !r.postdiv && r.kernel[0] && r.kernel[1] == r.kernel[0] &&
-                   r.kernel[2] == r.kernel[0] && r.kernel[3] == r.kernel[0],
-               "%s: init fields", t->name);
+        CHECK_EXPR(moeccl_red_init(&r, t->type, op) == moecclSuccess, "%s init", t->name);
+        CHECK_EXPR(r.type == t->type && r.elem_size == t->size && r.op == op && !r.premul &&
+                       !r.postdiv && r.kernel[0] && r.kernel[1] == r.kernel[0] &&
+                       r.kernel[2] == r.kernel[0] && r.kernel[3] == r.kernel[0],
+                   "%s: init fields", t->name);
         if (premul) setup_premul(t, &r, (int)(li * NMODES + mode), &sc);
         fill_random(t, lengths[li]);
         run_case(t, &r, v, &sc, lengths[li], mode);
@@ -529,12 +522,12 @@ static void test_scale(const tdesc_t* t, const char* path) {
     fill_random(t, n);
     memcpy(buf_a, src_a, n * t->size);
     moeccl_reduce_scale(&r, buf_d + 1, buf_a, n);
-    EXPECT(memcmp(buf_d + 1, src_a, n * t->size) == 0, "%s: plain scale copy", t->name);
+    CHECK_EXPR(memcmp(buf_d + 1, src_a, n * t->size) == 0, "%s: plain scale copy", t->name);
     moeccl_reduce_scale(&r, buf_a, buf_a, n);
-    EXPECT(memcmp(buf_a, src_a, n * t->size) == 0, "%s: plain scale in place", t->name);
+    CHECK_EXPR(memcmp(buf_a, src_a, n * t->size) == 0, "%s: plain scale in place", t->name);
     moeccl_reduce_scale(&r, buf_a + 3 * t->size, buf_a, n - 3);
-    EXPECT(memcmp(buf_a + 3 * t->size, src_a, (n - 3) * t->size) == 0, "%s: overlapping copy",
-           t->name);
+    CHECK_EXPR(memcmp(buf_a + 3 * t->size, src_a, (n - 3) * t->size) == 0, "%s: overlapping copy",
+               t->name);
 
     setup_premul(t, &r, choice, &sc);
     for (int inplace = 0; inplace < 2; inplace++) {
@@ -546,10 +539,10 @@ static void test_scale(const tdesc_t* t, const char* path) {
         uint64_t x = ld_raw(t, src_a, i), got = ld_raw(t, dst, i), want;
         if (is_float(t)) want = from_double(t, premul_float(t, sc.f, to_double(t, x)));
         else want = (sc.u * x) & mask_of(t);
-        EXPECT(same_result(t, V_SUM, got, want),
-               "%s scale %s [%zu]: s=%g x=0x%llx: got 0x%llx, want 0x%llx", t->name,
-               inplace ? "in place" : "apart", i, sc.f, (unsigned long long)x,
-               (unsigned long long)got, (unsigned long long)want);
+        CHECK_EXPR(same_result(t, V_SUM, got, want),
+                   "%s scale %s [%zu]: s=%g x=0x%llx: got 0x%llx, want 0x%llx", t->name,
+                   inplace ? "in place" : "apart", i, sc.f, (unsigned long long)x,
+                   (unsigned long long)got, (unsigned long long)want);
       }
     }
   }
@@ -572,7 +565,8 @@ static void test_postdiv(void) {
       memcpy(buf_a, src_a, n * t->size);
       r.postdiv = 0;
       moeccl_reduce_postdiv(&r, buf_a, n);
-      EXPECT(memcmp(buf_a, src_a, n * t->size) == 0, "%s: postdiv 0 changed the buffer", t->name);
+      CHECK_EXPR(memcmp(buf_a, src_a, n * t->size) == 0, "%s: postdiv 0 changed the buffer",
+                 t->name);
       r.postdiv = d;
       memcpy(buf_a + 1, src_a, n * t->size); /* unaligned */
       moeccl_reduce_postdiv(&r, buf_a + 1, n);
@@ -581,8 +575,8 @@ static void test_postdiv(void) {
         if (t->kind == K_SINT)
           want = d == -1 ? (0 - x) & mask_of(t) : (uint64_t)(sext(t, x) / d) & mask_of(t);
         else want = x / (uint64_t)d;
-        EXPECT(got == want, "%s %lld / %d: got %lld, want %lld", t->name, (long long)sext(t, x), d,
-               (long long)sext(t, got), (long long)sext(t, want));
+        CHECK_EXPR(got == want, "%s %lld / %d: got %lld, want %lld", t->name, (long long)sext(t, x),
+                   d, (long long)sext(t, got), (long long)sext(t, want));
       }
     }
   }
@@ -592,61 +586,63 @@ static void test_postdiv(void) {
   moeccl_red_init(&r, moecclInt32, MOECCL_RED_SUM);
   r.postdiv = 2;
   moeccl_reduce_postdiv(&r, v32, 5);
-  EXPECT(v32[0] == -3 && v32[1] == 3 && v32[2] == 0 && v32[3] == INT32_MIN / 2 && v32[4] == 2,
-         "int32 / 2: %d %d %d %d %d", v32[0], v32[1], v32[2], v32[3], v32[4]);
+  CHECK_EXPR(v32[0] == -3 && v32[1] == 3 && v32[2] == 0 && v32[3] == INT32_MIN / 2 && v32[4] == 2,
+             "int32 / 2: %d %d %d %d %d", v32[0], v32[1], v32[2], v32[3], v32[4]);
   int8_t v8[] = {-128, 127, -7};
   moeccl_red_init(&r, moecclInt8, MOECCL_RED_SUM);
   r.postdiv = -1;
   moeccl_reduce_postdiv(&r, v8, 3);
-  EXPECT(v8[0] == -128 && v8[1] == -127 && v8[2] == 7, "int8 / -1: %d %d %d", v8[0], v8[1], v8[2]);
+  CHECK_EXPR(v8[0] == -128 && v8[1] == -127 && v8[2] == 7, "int8 / -1: %d %d %d", v8[0], v8[1],
+             v8[2]);
   int64_t v64[] = {-9, INT64_MIN};
   moeccl_red_init(&r, moecclInt64, MOECCL_RED_SUM);
   r.postdiv = 4;
   moeccl_reduce_postdiv(&r, v64, 2);
-  EXPECT(v64[0] == -2 && v64[1] == INT64_MIN / 4, "int64 / 4: %lld", (long long)v64[0]);
+  CHECK_EXPR(v64[0] == -2 && v64[1] == INT64_MIN / 4, "int64 / 4: %lld", (long long)v64[0]);
   uint8_t u8[] = {250, 3};
   moeccl_red_init(&r, moecclUint8, MOECCL_RED_SUM);
   r.postdiv = 3;
   moeccl_reduce_postdiv(&r, u8, 2);
-  EXPECT(u8[0] == 83 && u8[1] == 1, "uint8 / 3: %d %d", u8[0], u8[1]);
+  CHECK_EXPR(u8[0] == 83 && u8[1] == 1, "uint8 / 3: %d %d", u8[0], u8[1]);
   float f32[] = {7.0f, -1.0f};
   moeccl_red_init(&r, moecclFloat32, MOECCL_RED_SUM);
   r.postdiv = 2;
   moeccl_reduce_postdiv(&r, f32, 2);
-  EXPECT(f32[0] == 3.5f && f32[1] == -0.5f, "float32 / 2: %g %g", f32[0], f32[1]);
+  CHECK_EXPR(f32[0] == 3.5f && f32[1] == -0.5f, "float32 / 2: %g %g", f32[0], f32[1]);
   uint16_t h = moeccl_float_to_half(1.0f);
   moeccl_red_init(&r, moecclFloat16, MOECCL_RED_SUM);
   r.postdiv = 3;
   moeccl_reduce_postdiv(&r, &h, 1);
-  EXPECT(h == ref_encode(&fmt_f16, 1.0 / 3), "float16 1 / 3: 0x%x", h);
+  CHECK_EXPR(h == ref_encode(&fmt_f16, 1.0 / 3), "float16 1 / 3: 0x%x", h);
   group_end("postdiv (integer types, divisors 1..1024 and negative, fixed cases)");
 }
 
 static void test_invalid(void) {
   group_begin();
   moeccl_red_t r;
-  EXPECT(moeccl_red_init(&r, (moecclDataType_t)moecclNumTypes, MOECCL_RED_SUM) ==
-             moecclInvalidArgument,
-         "type 12");
-  EXPECT(moeccl_red_init(&r, (moecclDataType_t)-1, MOECCL_RED_SUM) == moecclInvalidArgument,
-         "type -1");
-  EXPECT(moeccl_red_init(&r, moecclFloat32, MOECCL_RED_NOPS) == moecclInvalidArgument, "op 4");
-  EXPECT(moeccl_red_init(&r, moecclFloat32, (moeccl_red_op_t)-1) == moecclInvalidArgument, "op -1");
-  EXPECT(moeccl_red_init(NULL, moecclFloat32, MOECCL_RED_SUM) == moecclInvalidArgument, "NULL");
+  CHECK_EXPR(moeccl_red_init(&r, (moecclDataType_t)moecclNumTypes, MOECCL_RED_SUM) ==
+                 moecclInvalidArgument,
+             "type 12");
+  CHECK_EXPR(moeccl_red_init(&r, (moecclDataType_t)-1, MOECCL_RED_SUM) == moecclInvalidArgument,
+             "type -1");
+  CHECK_EXPR(moeccl_red_init(&r, moecclFloat32, MOECCL_RED_NOPS) == moecclInvalidArgument, "op 4");
+  CHECK_EXPR(moeccl_red_init(&r, moecclFloat32, (moeccl_red_op_t)-1) == moecclInvalidArgument,
+             "op -1");
+  CHECK_EXPR(moeccl_red_init(NULL, moecclFloat32, MOECCL_RED_SUM) == moecclInvalidArgument, "NULL");
   for (size_t ti = 0; ti < NTYPES; ti++)
     for (int op = 0; op < MOECCL_RED_NOPS; op++)
-      EXPECT(moeccl_red_init(&r, types[ti].type, (moeccl_red_op_t)op) == moecclSuccess, "%s op %d",
-             types[ti].name, op);
+      CHECK_EXPR(moeccl_red_init(&r, types[ti].type, (moeccl_red_op_t)op) == moecclSuccess,
+                 "%s op %d", types[ti].name, op);
   /* A pre-multiplier is for SUM only; on MAX it changes nothing. */
   float s = 2.0f;
   moeccl_red_init(&r, moecclFloat32, MOECCL_RED_MAX);
   moeccl_reduce_kernel_t k = r.kernel[0];
   moeccl_red_set_premul(&r, &s);
   moeccl_red_set_premul_inverse(&r, 4);
-  EXPECT(!r.premul && r.kernel[1] == k, "premul on MAX");
+  CHECK_EXPR(!r.premul && r.kernel[1] == k, "premul on MAX");
   moeccl_red_init(&r, moecclInt32, MOECCL_RED_SUM);
   moeccl_red_set_premul_inverse(&r, 4);
-  EXPECT(!r.premul, "premul inverse on int32");
+  CHECK_EXPR(!r.premul, "premul inverse on int32");
   group_end("init (unknown type / op rejected, every type x op accepted)");
 }
 

@@ -7,12 +7,12 @@ tests_test_sched_LDADD = libmoeccl_core.la
 
 check_PROGRAMS += tests/test_param
 TESTS += tests/test_param
-tests_test_param_SOURCES = tests/test_param.c
+tests_test_param_SOURCES = tests/test_param.c tests/unit_check.h
 tests_test_param_LDADD = libmoeccl_core.la
 
 check_PROGRAMS += tests/test_topo
 TESTS += tests/test_topo
-tests_test_topo_SOURCES = tests/test_topo.c
+tests_test_topo_SOURCES = tests/test_topo.c tests/unit_check.h
 tests_test_topo_LDADD = libmoeccl_core.la
 
 # The same binary's hwloc part on a made-up GPU node (hwloc XML).
@@ -21,7 +21,7 @@ EXTRA_DIST += tests/test_topo_hw.sh tests/data/topo-gpu-node.xml
 
 check_PROGRAMS += tests/test_model
 TESTS += tests/test_model
-tests_test_model_SOURCES = tests/test_model.c
+tests_test_model_SOURCES = tests/test_model.c tests/unit_check.h
 tests_test_model_LDADD = libmoeccl_core.la -lm
 
 # perf/a2a_sim end to end (it is built always).
