@@ -32,10 +32,10 @@ endif
 # the synthetic training run with the defaults.
 check_PROGRAMS += tests/test_moe_grad tests/test_moe_io
 TESTS += tests/test_moe_grad tests/test_moe_io tests/test_moe_ref.sh tests/test_moe_train.sh
-tests_test_moe_grad_SOURCES = tests/test_moe_grad.c
+tests_test_moe_grad_SOURCES = tests/test_moe_grad.c tests/unit_check.h
 tests_test_moe_grad_CPPFLAGS = $(MOE_CPPFLAGS)
 tests_test_moe_grad_LDADD = moe/libmoe.la -lm
-tests_test_moe_io_SOURCES = tests/test_moe_io.c
+tests_test_moe_io_SOURCES = tests/test_moe_io.c tests/unit_check.h
 tests_test_moe_io_CPPFLAGS = $(MOE_CPPFLAGS)
 tests_test_moe_io_LDADD = moe/libmoe.la -lm
 

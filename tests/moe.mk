@@ -13,5 +13,5 @@ tests_mp_moe_LDADD = libmoeccl.la
 # The generators and row kernels without processes.
 check_PROGRAMS += tests/test_moe_sched
 TESTS += tests/test_moe_sched
-tests_test_moe_sched_SOURCES = tests/test_moe_sched.c
+tests_test_moe_sched_SOURCES = tests/test_moe_sched.c tests/unit_check.h
 tests_test_moe_sched_LDADD = libmoeccl_core.la -lm
