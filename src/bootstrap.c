@@ -769,10 +769,10 @@ void moeccl_bootstrap_probe_many(const moeccl_sockaddr_t* const* addrs, int n, i
   struct pollfd p[MOECCL_PROBE_MAX];
   int k = 0; /* connections still waiting: p[0, k), for states[idx[i]] */
   int idx[MOECCL_PROBE_MAX];
+  for (int i = 0; i < n; i++) states[i] = -1; /* past MOECCL_PROBE_MAX: not probed, unknown */
   if (n > MOECCL_PROBE_MAX) n = MOECCL_PROBE_MAX;
   for (int i = 0; i < n; i++) {
     const moeccl_sockaddr_t* a = addrs[i];
-    states[i] = -1;
     int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
     if (connect(fd, &a->sa, moeccl_sockaddr_len(a)) == 0) states[i] = 1;

@@ -102,8 +102,9 @@ void moeccl_bootstrap_alive_socket(const moeccl_sockaddr_t* local, moeccl_sockad
 /* Probes a peer's liveness socket, waiting at most timeout_ms.  Returns 1
  * alive, 0 dead, -1 unknown (no answer, e.g. a cut link). */
 int moeccl_bootstrap_probe(const moeccl_sockaddr_t* addr, int timeout_ms);
-/* Probes n (at most MOECCL_PROBE_MAX) liveness sockets at once, all within
- * one timeout_ms: states[i] as moeccl_bootstrap_probe's result for addrs[i]. */
+/* Probes n liveness sockets at once, all within one timeout_ms: states[i]
+ * as moeccl_bootstrap_probe's result for addrs[i] (-1, unknown, for those
+ * past the first MOECCL_PROBE_MAX, which are not probed). */
 #define MOECCL_PROBE_MAX 64
 void moeccl_bootstrap_probe_many(const moeccl_sockaddr_t* const* addrs, int n, int timeout_ms,
                                  int* states);
