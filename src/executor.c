@@ -166,27 +166,19 @@ static int is_adding(const moeccl_req_t* r) { return r->rows && r->rows->mode ==
  * 512 KiB copy held up the handshake of the exchange on both sides. */
 #define PIECE_BYTES ((size_t)64 << 10)
 
-/* The transports a pass may progress: those holding requests of the step
- * that only move bytes and mark requests done (no CAP_REDUCE, no
- * CAP_ROWS: shared memory may reduce or run a receive's row program in
- * its progress, whose order against the step's local ops is fixed).  What
+/* A pass progresses the step's transports that only move bytes and mark
+ * requests done (no CAP_REDUCE, no CAP_ROWS: shared memory may reduce or
+ * run a receive's row program in its progress, whose order against the
+ * step's local ops is fixed); start_step collects them as it posts.  What
  * their requests need done after arrival (staged reductions, row
  * programs) count_pending does after the local ops, in op order, as
  * without the passes. */
-static unsigned plain_transports(const moeccl_job_t* j) {
-  const moeccl_comm_t* c = j->comm;
-  unsigned mask = 0;
-  for (int i = j->first_req; i < j->nreqs; i++) {
-    int t = moeccl_peer_transport(c, c->reqs[i].peer, c->reqs[i].mem);
-    if (!(c->transport_ops[t]->caps & (MOECCL_TRANSPORT_CAP_REDUCE | MOECCL_TRANSPORT_CAP_ROWS)))
-      mask |= 1u << t;
-  }
-  return mask;
-}
+#define PASS_CAPS (MOECCL_TRANSPORT_CAP_REDUCE | MOECCL_TRANSPORT_CAP_ROWS)
 
 static moecclResult_t progress_pass(moeccl_job_t* j, unsigned mask) {
   moeccl_comm_t* c = j->comm;
   int progressed = 0;
+  j->passes++;
   for (int t = 0; t < c->ntransports; t++)
     if (mask & (1u << t))
       MOECCL_CHECK(c->transport_ops[t]->progress(c->transport_state[t], &progressed));
@@ -228,15 +220,19 @@ static moecclResult_t rows_progressing(moeccl_job_t* j, unsigned mask, const moe
  * is a long copy or row program of host memory. */
 static moecclResult_t local_op(moeccl_job_t* j, unsigned mask, const moeccl_sched_op_t* op) {
   const moeccl_sched_t* s = j->sched;
+  if (!mask || (op->type == MOECCL_OP_COPY && op->bytes <= PIECE_BYTES)) {
+    run_local_op(j, op); /* the common case: nothing to progress, or a short copy */
+    return moecclSuccess;
+  }
   int host = buf_mem(s, op->dst_buf).kind == MOECCL_MEM_HOST &&
              buf_mem(s, op->src_buf).kind == MOECCL_MEM_HOST;
   const moeccl_mem_ops_t* m = op_mem(s, op->dst_buf);
   void* dst = buf_at(s, op->dst_buf, op->dst_off);
   const void* src = buf_at(s, op->src_buf, op->src_off);
-  if (mask && host && op->type == MOECCL_OP_COPY &&
-      !(op->flags & (MOECCL_OPF_DIV | MOECCL_OPF_PRE_B)) && dst != src && op->bytes > PIECE_BYTES)
+  if (host && op->type == MOECCL_OP_COPY && !(op->flags & (MOECCL_OPF_DIV | MOECCL_OPF_PRE_B)) &&
+      dst != src && op->bytes > PIECE_BYTES)
     return copy_progressing(j, mask, m, dst, src, op->bytes);
-  if (mask && host && op->type == MOECCL_OP_ROWS) {
+  if (host && op->type == MOECCL_OP_ROWS) {
     const moeccl_rows_t* p = &s->rows[op->peer];
     if (p->nterms * moeccl_rows_row_bytes(p) > PIECE_BYTES) {
       const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
@@ -261,6 +257,8 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   size_t staged = 0;
   const moeccl_req_t* last_add = NULL; /* the step's adding receives add in op order */
   j->pending = 0;
+  j->passes = 0;
+  unsigned mask = 0; /* transports a pass may progress (PASS_CAPS) */
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
     if (is_local(op)) continue;
@@ -276,13 +274,13 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     if (is_adding(r)) r->rows_after = last_add, last_add = r;
     MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
     j->pending++;
+    if (!(c->transport_ops[t]->caps & PASS_CAPS)) mask |= 1u << t;
   }
-  unsigned mask = j->pending ? plain_transports(j) : 0;
   for (int i = begin; i < end; i++)
     if (is_local(&s->ops[i])) MOECCL_CHECK(local_op(j, mask, &s->ops[i]));
   MOECCL_CHECK(run_self_ops(j, begin, end, mask));
   /* Requests the passes saw complete are counted (and finished) now. */
-  return mask ? count_pending(j) : moecclSuccess;
+  return j->passes ? count_pending(j) : moecclSuccess;
 }
 
 /* Starts steps until one has network ops pending or the schedule is done. */

@@ -14,6 +14,7 @@ typedef struct {
   /* executor's */
   int step, first_req, nreqs, pending;
   int stream_copy; /* large operation: copies use streaming stores */
+  int passes;      /* progress passes the current step's long local ops made */
 } moeccl_job_t;
 
 /* Runs every job to completion.  The caller holds each job's comm->lock.  On
