@@ -1052,6 +1052,7 @@ int mh_run(const mh_opts* opts, mp_body_fn body, void* arg) {
     return MP_EXIT_FAIL;
   }
   memset(mh_shared, 0, sizeof(*mh_shared));
+  mp_first_failure_reset();
   fcntl(rep[0], F_SETFL, O_NONBLOCK);
   fcntl(rep[1], F_SETFL, O_NONBLOCK);
   struct sigaction ign = {.sa_handler = SIG_IGN}, oldpipe;
@@ -1149,6 +1150,7 @@ int mh_run(const mh_opts* opts, mp_body_fn body, void* arg) {
     int j = mh_judge(&job, label);
     if (result == MP_EXIT_PASS) result = j;
   }
+  if (result == MP_EXIT_FAIL) mp_first_failure_print(label);
   mh_nlive = 0;
   close(rep[0]);
   sigaction(SIGPIPE, &oldpipe, NULL);

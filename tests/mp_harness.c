@@ -43,9 +43,45 @@ void mp_sleep_ms(int ms) {
   }
 }
 
-/* One write() per message, so lines from many ranks do not interleave. */
-static void mp_vprint_line(const char* prefix, const char* file, int line, const char* fmt,
-                           va_list ap) {
+/* The job's first failure: the first rank to fail copies its line here, and
+ * the parent repeats it under its verdict, so that a log cut to its tail (as
+ * CI shows one) still says what went wrong first rather than only how the
+ * other ranks saw that rank go. */
+typedef struct {
+  int claimed;
+  char text[1024];
+} mp_first_failure_t;
+static mp_first_failure_t* mp_first_failure;
+
+int mp_first_failure_reset(void) {
+  if (!mp_first_failure) {
+    void* p = mmap(NULL, sizeof(*mp_first_failure), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    mp_first_failure = p; /* kept for the process's life: one page */
+  }
+  memset(mp_first_failure, 0, sizeof(*mp_first_failure));
+  return 0;
+}
+
+void mp_first_failure_print(const char* label) {
+  if (!mp_first_failure || !__atomic_load_n(&mp_first_failure->claimed, __ATOMIC_ACQUIRE)) return;
+  printf("first failure (%s): %s\n", label, mp_first_failure->text);
+  fflush(stdout);
+}
+
+static void mp_first_failure_record(const char* line, int n) {
+  if (!mp_first_failure || __atomic_exchange_n(&mp_first_failure->claimed, 1, __ATOMIC_ACQ_REL))
+    return;
+  if (n > (int)sizeof(mp_first_failure->text) - 1) n = (int)sizeof(mp_first_failure->text) - 1;
+  memcpy(mp_first_failure->text, line, (size_t)n);
+  mp_first_failure->text[n] = '\0';
+}
+
+/* One write() per message, so lines from many ranks do not interleave; a
+ * rank's failure (record) also becomes the job's first failure if none is. */
+static void mp_vprint_line(const char* prefix, const char* file, int line, int record,
+                           const char* fmt, va_list ap) {
   char buf[2048];
   int n = snprintf(buf, sizeof(buf), "%s", prefix);
   if (n < 0) n = 0;
@@ -53,6 +89,7 @@ static void mp_vprint_line(const char* prefix, const char* file, int line, const
   if (m > 0) n += m;
   if (n > (int)sizeof(buf) - 64) n = (int)sizeof(buf) - 64;
   if (file) n += snprintf(buf + n, sizeof(buf) - (size_t)n, " (%s:%d)", file, line);
+  if (record) mp_first_failure_record(buf, n);
   buf[n++] = '\n';
   ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
   (void)w;
@@ -64,7 +101,7 @@ void mp_failf(const char* file, int line, const char* fmt, ...) {
   else snprintf(prefix, sizeof(prefix), "parent: ");
   va_list ap;
   va_start(ap, fmt);
-  mp_vprint_line(prefix, file, line, fmt, ap);
+  mp_vprint_line(prefix, file, line, mp_rank >= 0, fmt, ap);
   va_end(ap);
 }
 
@@ -72,7 +109,7 @@ static void mp_parent_msg(const char* fmt, ...) __attribute__((format(printf, 1,
 static void mp_parent_msg(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  mp_vprint_line("", NULL, 0, fmt, ap);
+  mp_vprint_line("", NULL, 0, 0, fmt, ap);
   va_end(ap);
 }
 
@@ -479,6 +516,7 @@ int mp_run_opts(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
     return MP_EXIT_FAIL;
   }
   memset(mp_shared, 0, sizeof(*mp_shared));
+  mp_first_failure_reset();
 
   /* Block SIGCHLD so that sigtimedwait below sees every one (the library's
    * threads, started after this, inherit the mask). */
@@ -519,6 +557,11 @@ int mp_run_opts(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
       result = mp_judge(&job, opts);
     }
     if (r != moecclSuccess) result = MP_EXIT_FAIL;
+  }
+  if (result == MP_EXIT_FAIL) {
+    char label[32];
+    snprintf(label, sizeof(label), "nranks=%d", nranks);
+    mp_first_failure_print(label);
   }
   free(id_fds);
   sigaction(SIGPIPE, &oldpipe, NULL);

@@ -150,6 +150,12 @@ int mp_fold(int overall, int result);
 void mp_failf(const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The first failure line a rank of the job prints (mp_failf) is kept in
+ * memory the ranks share: a launcher resets it before it forks the ranks,
+ * and prints it as "first failure (LABEL): ..." under a failed verdict. */
+int mp_first_failure_reset(void); /* -1: could not map it (then nothing is kept) */
+void mp_first_failure_print(const char* label);
+
 /* Prints "rank R: <what> (file:line)" to stderr and returns 1 from the caller. */
 #define MP_CHECK(cond, ...)                                                                        \
   do {                                                                                             \
