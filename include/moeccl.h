@@ -169,6 +169,12 @@ moecclResult_t moecclCommGetAsyncError(moecclComm_t comm, moecclResult_t* asyncE
  * skip the system call of the single-copy path.  Any memory works with moeccl;
  * this memory is only faster.  Free with moecclMemFree. */
 moecclResult_t moecclMemAlloc(void** ptr, size_t size);
+/* Device memory on device (an ordinal of the device backend: CUDA, or the
+ * host emulation with MOECCL_DEVICE=emu) that local peers can import: the
+ * shared-memory transport copies device buffers from it once, with the copy
+ * engine (moecclMemAllocDevice(3)).  moecclInvalidUsage when the process has
+ * no device backend.  Free with moecclMemFree, which frees either kind. */
+moecclResult_t moecclMemAllocDevice(void** ptr, size_t size, int device);
 moecclResult_t moecclMemFree(void* ptr);
 
 /* ---- Collectives and point-to-point ------------------------------------- */

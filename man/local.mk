@@ -38,6 +38,7 @@ dist_man_MANS += \
 	man/moecclHostStreamQuery.3 \
 	man/moecclHostStreamSynchronize.3 \
 	man/moecclMemAlloc.3 \
+	man/moecclMemAllocDevice.3 \
 	man/moecclMemFree.3 \
 	man/moecclMoe.3 \
 	man/moecclMoeCombine.3 \

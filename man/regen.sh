@@ -21,6 +21,7 @@ aliases=(
   "moecclCommUserRank.3 moecclCommCount.3"
   "moecclGetLastError.3 moecclGetErrorString.3"
   "moecclMemFree.3 moecclMemAlloc.3"
+  "moecclMemAllocDevice.3 moecclMemAlloc.3"
   "moecclRecv.3 moecclSend.3"
   "moecclGroupEnd.3 moecclGroupStart.3"
   "moecclHostStreamSynchronize.3 moecclHostStreamCreate.3"

@@ -1,5 +1,7 @@
 /* Groups, point-to-point calls, and running captured tasks. */
 #include "enqueue.h"
+
+#include "device/device.h"
 #include "executor.h"
 #include "stream.h"
 
@@ -10,6 +12,16 @@ static __thread int group_depth;
 static __thread moeccl_task_list_t group_tasks;
 static __thread moecclStream_t group_stream;
 static __thread int group_has_stream;
+static __thread int group_device; /* a call of the group has device buffers */
+
+/* A call with device buffers on the NULL stream runs after the default
+ * stream's work, which may still be writing its buffers (stream.h). */
+static moecclResult_t default_stream_sync(moeccl_comm_t* comm) {
+  moecclResult_t rc = moeccl_device()->synchronize(NULL);
+  if (rc == moecclSuccess) return rc;
+  return moeccl_error(comm, rc, "the default device stream failed before the call (%s)",
+                      moecclGetErrorString(rc));
+}
 
 int moeccl_group_active(void) { return group_depth > 0; }
 
@@ -273,8 +285,14 @@ MOECCL_EXPORT moecclResult_t moecclGroupEnd(void) {
   moecclStream_t stream = group_stream;
   group_has_stream = 0;
   group_stream = NULL;
+  int device = group_device;
+  group_device = 0;
   moeccl_tasks_issue(&list);
   if (stream) return enqueue_on(stream, &list);
+  if (device) { /* as one call with device buffers on the NULL stream */
+    moecclResult_t rc = default_stream_sync(NULL);
+    if (rc != moecclSuccess) return moeccl_tasks_abandon(&list), rc;
+  }
   return moeccl_tasks_run(&list);
 }
 
@@ -316,6 +334,10 @@ static moecclResult_t p2p_check(moeccl_comm_t* comm, const void* buf, const char
 static moecclResult_t p2p_issue(moeccl_comm_t* comm, int type, void* buf, size_t bytes, int peer,
                                 moecclStream_t stream) {
   if (bytes == 0) return moecclSuccess; /* nothing to match: the peer skips it too */
+  if (moeccl_mem_of(buf).kind == MOECCL_MEM_DEVICE) {
+    if (moeccl_group_active()) group_device = 1;
+    else if (!stream) MOECCL_CHECK(default_stream_sync(comm));
+  }
   int is_new;
   moeccl_task_t* t = p2p_task(comm, &is_new);
   if (!t) return moeccl_error(comm, moecclSystemError, "out of memory");
@@ -410,31 +432,54 @@ static moecclResult_t call_defer(moeccl_comm_t* c, const moeccl_call_t* call,
 }
 
 /* A buffer of a memory kind this build cannot operate on is refused
- * before anything is issued (the communicator stays usable). */
-static moecclResult_t check_kind(moeccl_comm_t* comm, const void* buf, const char* what) {
+ * before anything is issued (the communicator stays usable); host_only:
+ * the library reads it on the host (the MoE calls' weights and ids). */
+static moecclResult_t check_kind(moeccl_comm_t* comm, const void* buf, const char* what,
+                                 int host_only, int* device) {
   if (!buf) return moecclSuccess;
   moeccl_mem_t m = moeccl_mem_of(buf);
-  if (moeccl_mem_ops(m)) return moecclSuccess;
+  if (m.kind == MOECCL_MEM_DEVICE) *device = 1;
+  if (moeccl_mem_ops(m) && (!host_only || m.kind == MOECCL_MEM_HOST)) return moecclSuccess;
   return moeccl_error(comm, moecclInvalidArgument,
-                      "%s %p is %s memory (device %d), which this build cannot operate on yet",
-                      what, buf, moeccl_mem_name(m), m.device);
+                      "%s %p is %s memory (device %d), which %s", what, buf, moeccl_mem_name(m),
+                      m.device,
+                      host_only ? "this call reads on the host: pass host memory"
+                                : "this build cannot operate on yet");
 }
 
-static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call) {
-  MOECCL_CHECK(check_kind(comm, call->sendbuf, "sendbuff"));
-  MOECCL_CHECK(check_kind(comm, call->recvbuf, "recvbuff"));
-  for (int i = 0; i < call->np2p; i++) MOECCL_CHECK(check_kind(comm, call->p2p[i].buf, "buffer"));
+/* Whether any buffer of the call is device memory (*device). */
+static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call, int* device) {
+  *device = 0;
+  MOECCL_CHECK(check_kind(comm, call->sendbuf, "sendbuff", 0, device));
+  MOECCL_CHECK(check_kind(comm, call->recvbuf, "recvbuff", 0, device));
+  for (int i = 0; i < call->np2p; i++)
+    MOECCL_CHECK(check_kind(comm, call->p2p[i].buf, "buffer", 0, device));
   if (call->kind == MOECCL_CALL_MOE) { /* the MoE calls' other buffers, read on the host */
-    MOECCL_CHECK(check_kind(comm, call->moe.weights, "weights"));
-    MOECCL_CHECK(check_kind(comm, call->moe.expert_out, "expertRows"));
-    MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights"));
+    MOECCL_CHECK(check_kind(comm, call->moe.weights, "weights", 1, device));
+    MOECCL_CHECK(check_kind(comm, call->moe.expert_out, "expertRows", 1, device));
+    MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights", 1, device));
   }
+  /* Refused here, on every rank alike, not in the executor after peers
+   * have gone on: device memory has copies only (mem.h). */
+  int kernels = (call->kind == MOECCL_CALL_COLL && call->coll.reduce) || call->kind == MOECCL_CALL_MOE;
+  if (*device && kernels)
+    return moeccl_error(comm, moecclInvalidArgument,
+                        "%s on device memory, which this build cannot do yet (no device kernels; "
+                        "device buffers work with all-to-all(v), send/recv, AllGather, Broadcast, "
+                        "Gather and Scatter)",
+                        call->kind == MOECCL_CALL_MOE ? "a MoE dispatch or combine (row kernels)"
+                                                      : "a reduction");
   return moecclSuccess;
 }
 
 moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, const moeccl_call_t* call,
                                  moecclStream_t stream) {
-  MOECCL_CHECK(check_kinds(comm, call));
+  int device;
+  MOECCL_CHECK(check_kinds(comm, call, &device));
+  if (moeccl_group_active()) group_device |= device;
   if (stream || moeccl_group_active()) return call_defer(comm, call, stream);
+  /* Device buffers, NULL stream (stream.h): after the default stream's
+   * work, which may still be writing sendbuff. */
+  if (device) MOECCL_CHECK(default_stream_sync(comm));
   return call_run_now(comm, call);
 }

@@ -41,6 +41,12 @@ static const moeccl_mem_ops_t* op_mem(const moeccl_sched_t* s, uint32_t buf) {
   return moeccl_mem_ops(buf_mem(s, buf));
 }
 
+/* The table that copies from buffer src to buffer dst: a device one where
+ * either side is device memory (its copy engine reaches host memory too). */
+static const moeccl_mem_ops_t* copy_mem(const moeccl_sched_t* s, uint32_t dst, uint32_t src) {
+  return buf_mem(s, src).kind != MOECCL_MEM_HOST ? op_mem(s, src) : op_mem(s, dst);
+}
+
 /* The buffer a SEND, RECV or RECV_REDUCE op moves. */
 static uint32_t net_buf(const moeccl_sched_op_t* op) {
   return op->type == MOECCL_OP_SEND ? op->src_buf : op->dst_buf;
@@ -53,6 +59,15 @@ static moecclResult_t reserve_reqs(moeccl_comm_t* comm, int n) {
   comm->reqs = r;
   comm->reqs_cap = n;
   return moecclSuccess;
+}
+
+/* dst = src by the kind's table; a failed (device) copy fails the
+ * communicator, since the peers have gone on with the call. */
+static moecclResult_t local_copy(const moeccl_job_t* j, const moeccl_mem_ops_t* m, void* dst,
+                                 const void* src, size_t bytes) {
+  moecclResult_t rc = m->copy(dst, src, bytes, j->stream_copy);
+  if (rc == moecclSuccess) return rc;
+  return moeccl_comm_fail(j->comm, rc, "a copy of %zu bytes in %s memory failed", bytes, m->name);
 }
 
 /* Matches the step's sends to self with its receives from self, in order. */
@@ -81,7 +96,7 @@ static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end, unsigned
     if (mask && buf_mem(s, ro->dst_buf).kind == MOECCL_MEM_HOST &&
         buf_mem(s, so->src_buf).kind == MOECCL_MEM_HOST)
       MOECCL_CHECK(copy_progressing(j, mask, op_mem(s, ro->dst_buf), dst, src, so->bytes));
-    else op_mem(s, ro->dst_buf)->copy(dst, src, so->bytes, j->stream_copy);
+    else MOECCL_CHECK(local_copy(j, copy_mem(s, ro->dst_buf, so->src_buf), dst, src, so->bytes));
     si++, ri++;
   }
 }
@@ -136,7 +151,7 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t, moeccl
 /* The step's local ops: copies (scaled or divided for reductions with a
  * pre-multiplier or an integer Avg) and reductions, by the table of the
  * buffers' memory kind. */
-static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
+static moecclResult_t run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
   const moeccl_sched_t* s = j->sched;
   const moeccl_mem_ops_t* m = op_mem(s, op->dst_buf);
   void* dst = buf_at(s, op->dst_buf, op->dst_off);
@@ -148,13 +163,14 @@ static void run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
     const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
     m->rows(p, dst, src, aux);
   } else if (op->flags & MOECCL_OPF_DIV) {
-    if (dst != src) m->copy(dst, src, op->bytes, j->stream_copy);
+    if (dst != src) MOECCL_CHECK(local_copy(j, m, dst, src, op->bytes));
     m->postdiv(s->red, dst, op->bytes / s->red->elem_size);
   } else if (op->flags & MOECCL_OPF_PRE_B && s->red && s->red->premul) {
     m->scale(s->red, dst, src, op->bytes / s->red->elem_size);
   } else if (dst != src) {
-    m->copy(dst, src, op->bytes, j->stream_copy);
+    MOECCL_CHECK(local_copy(j, copy_mem(s, op->dst_buf, op->src_buf), dst, src, op->bytes));
   }
+  return moecclSuccess;
 }
 
 static int is_adding(const moeccl_req_t* r) { return r->rows && r->rows->mode == MOECCL_ROWS_ADD; }
@@ -190,7 +206,7 @@ static moecclResult_t copy_progressing(moeccl_job_t* j, unsigned mask, const moe
                                        void* dst, const void* src, size_t bytes) {
   for (size_t off = 0; off < bytes; off += PIECE_BYTES) {
     size_t n = bytes - off < PIECE_BYTES ? bytes - off : PIECE_BYTES;
-    m->copy((char*)dst + off, (const char*)src + off, n, j->stream_copy);
+    MOECCL_CHECK(local_copy(j, m, (char*)dst + off, (const char*)src + off, n));
     if (off + n < bytes) MOECCL_CHECK(progress_pass(j, mask));
   }
   return moecclSuccess;
@@ -221,8 +237,7 @@ static moecclResult_t rows_progressing(moeccl_job_t* j, unsigned mask, const moe
 static moecclResult_t local_op(moeccl_job_t* j, unsigned mask, const moeccl_sched_op_t* op) {
   const moeccl_sched_t* s = j->sched;
   if (!mask || (op->type == MOECCL_OP_COPY && op->bytes <= PIECE_BYTES)) {
-    run_local_op(j, op); /* the common case: nothing to progress, or a short copy */
-    return moecclSuccess;
+    return run_local_op(j, op); /* the common case: nothing to progress, or a short copy */
   }
   int host = buf_mem(s, op->dst_buf).kind == MOECCL_MEM_HOST &&
              buf_mem(s, op->src_buf).kind == MOECCL_MEM_HOST;
@@ -239,8 +254,7 @@ static moecclResult_t local_op(moeccl_job_t* j, unsigned mask, const moeccl_sche
       return rows_progressing(j, mask, m, p, dst, src, aux);
     }
   }
-  run_local_op(j, op);
-  return moecclSuccess;
+  return run_local_op(j, op);
 }
 
 static int is_local(const moeccl_sched_op_t* op) {
@@ -533,9 +547,32 @@ static moecclResult_t reserve_staging(moeccl_job_t* j) {
   return moecclSuccess;
 }
 
-/* Every buffer's kind has a local-work table, every op's buffers are of
- * one kind, and a transport moves that kind to every peer: checked before
- * anything is posted, so a call refused here sends nothing. */
+/* The kernel op needs that the table of its buffers' kind lacks (NULL when
+ * it has all): device memory has copies only. */
+static const char* missing_kernel(const moeccl_sched_t* s, const moeccl_sched_op_t* op) {
+  uint32_t b = op->type == MOECCL_OP_SEND ? op->src_buf : op->dst_buf;
+  const moeccl_mem_ops_t* m = op_mem(s, b);
+  const moeccl_mem_ops_t* src = op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE ||
+                                        op->type == MOECCL_OP_RECV_REDUCE
+                                    ? op_mem(s, op->src_buf)
+                                    : m;
+  int reduce = op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_RECV_REDUCE;
+  if (reduce && (!m->reduce || !src->reduce)) return "a reduction";
+  if ((op->type == MOECCL_OP_ROWS || (op->flags & MOECCL_OPF_ROWS)) && !m->rows)
+    return "the MoE row kernels";
+  if (op->type == MOECCL_OP_COPY && (op->flags & MOECCL_OPF_DIV) && !m->postdiv)
+    return "a division (integer average)";
+  if (op->type == MOECCL_OP_COPY && (op->flags & MOECCL_OPF_PRE_B) && s->red && s->red->premul &&
+      !m->scale)
+    return "a scaling (pre-multiplied sum)";
+  return NULL;
+}
+
+/* Every buffer's kind has a local-work table, every op has the kernels it
+ * needs for its buffers' kind, local reductions and row programs work
+ * within one kind (copies may cross), and a transport moves each message's
+ * kind to its peer: checked before anything is posted, so a call refused
+ * here sends nothing. */
 static moecclResult_t check_kinds(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   const moeccl_sched_t* s = j->sched;
@@ -552,11 +589,17 @@ static moecclResult_t check_kinds(moeccl_job_t* j) {
   if (all_host) return moecclSuccess;
   for (int i = 0; i < s->nops; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
+    const char* kernel = missing_kernel(s, op);
+    if (kernel)
+      return moeccl_error(c, moecclInvalidArgument,
+                          "this call needs %s on %s memory, which this build cannot do yet "
+                          "(device memory: copies only)",
+                          kernel, moeccl_mem_name(buf_mem(s, op->dst_buf)));
     if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS) {
       moeccl_mem_t a = buf_mem(s, op->src_buf), b = buf_mem(s, op->dst_buf);
-      if (a.kind != b.kind)
+      if (a.kind != b.kind && op->type != MOECCL_OP_COPY)
         return moeccl_error(c, moecclInvalidArgument,
-                            "a local copy from %s to %s memory, which this build cannot do",
+                            "a local operation from %s to %s memory, which this build cannot do",
                             moeccl_mem_name(a), moeccl_mem_name(b));
       continue;
     }

@@ -10,9 +10,10 @@
  * and are chosen per (peer, kind).
  *
  * Device pointers are told from host ones by the device seam
- * (src/device/device.h); the device kind has no ops table yet, so a call
- * with a device buffer is refused at the entry point with a text
- * (enqueue.c), the communicator untouched.
+ * (src/device/device.h).  The device kind's table (where a device backend
+ * is in use) copies through the backend's copy engine and has no reduction
+ * or row kernels yet: calls that need them on device memory are refused
+ * with a text before anything is posted (executor.c).
  */
 #ifndef MOECCL_MEM_H_
 #define MOECCL_MEM_H_
@@ -37,9 +38,12 @@ struct moeccl_rows;
 /* Local work on buffers of one kind.  Both buffers of an op are of it. */
 typedef struct moeccl_mem_ops {
   const char* name;
-  /* dst = src, bytes; stream: streaming stores where the kind has them */
-  void (*copy)(void* dst, const void* src, size_t bytes, int stream);
-  /* dst = a (+) b over n elements of r, flags MOECCL_OPF_PRE_* (reduce.h) */
+  /* dst = src, bytes; stream: streaming stores where the kind has them.
+   * Host copies cannot fail; a device copy returns the driver's error. */
+  moecclResult_t (*copy)(void* dst, const void* src, size_t bytes, int stream);
+  /* The members below are NULL where the kind has no kernel for them (the
+   * executor refuses such a call before posting anything).
+   * dst = a (+) b over n elements of r, flags MOECCL_OPF_PRE_* (reduce.h) */
   void (*reduce)(const struct moeccl_red* r, void* dst, const void* a, const void* b, size_t n,
                  unsigned flags);
   /* dst = scalar * src (PreMulSum), buf /= postdiv (integer Avg) */
@@ -50,6 +54,7 @@ typedef struct moeccl_mem_ops {
 } moeccl_mem_ops_t;
 
 extern const moeccl_mem_ops_t moeccl_host_mem_ops;
+extern const moeccl_mem_ops_t moeccl_device_mem_ops;
 
 /* The ops of kind m, or NULL where this build has none. */
 const moeccl_mem_ops_t* moeccl_mem_ops(moeccl_mem_t m);

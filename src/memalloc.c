@@ -2,8 +2,13 @@
  * moecclMemAlloc: host memory backed by a memfd, so that local peers can map
  * it.  Every allocation is recorded so moecclMemFree can check its argument
  * and the shared-memory transport can recognise such buffers.
+ * moecclMemAllocDevice: exportable device memory from the device backend
+ * (CUDA VMM, or the emulation's), which local peers import; moecclMemFree
+ * tells the two apart by asking the backend about the pointer.
  */
 #include "core.h"
+
+#include "device/device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +69,41 @@ fail:
                       "moecclMemAlloc: cannot allocate %zu bytes of shareable memory", size);
 }
 
+MOECCL_EXPORT moecclResult_t moecclMemAllocDevice(void** ptr, size_t size, int device) {
+  if (!ptr) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAllocDevice: ptr is NULL");
+  if (size == 0)
+    return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAllocDevice: size is 0");
+  const moeccl_device_ops_t* d = moeccl_device();
+  if (!d)
+    return moeccl_error(NULL, moecclInvalidUsage,
+                        "moecclMemAllocDevice: no device backend in this process (MOECCL_DEVICE; "
+                        "no CUDA driver or device found)");
+  if (device < 0 || device >= d->count())
+    return moeccl_error(NULL, moecclInvalidArgument,
+                        "moecclMemAllocDevice: device %d out of range [0,%d)", device, d->count());
+  moecclResult_t rc = d->alloc(ptr, size, device);
+  if (rc != moecclSuccess)
+    return moeccl_error(NULL, rc, "moecclMemAllocDevice: %zu bytes on device %d failed (%s)",
+                        size, device, moecclGetErrorString(rc));
+  return moecclSuccess;
+}
+
 MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
   if (!ptr) return moecclSuccess; /* like free(NULL) */
+  const moeccl_device_ops_t* d = moeccl_device();
+  int device;
+  if (d && d->pointer(ptr, &device)) {
+    moecclResult_t rc = d->free(ptr);
+    if (rc == moecclInvalidArgument)
+      return moeccl_error(NULL, rc,
+                          "moecclMemFree: device pointer %p was not returned by "
+                          "moecclMemAllocDevice",
+                          ptr);
+    if (rc != moecclSuccess)
+      return moeccl_error(NULL, rc, "moecclMemFree: freeing device memory %p failed (%s)", ptr,
+                          moecclGetErrorString(rc));
+    return moecclSuccess;
+  }
   pthread_mutex_lock(&regions_lock);
   mem_region_t** p = &regions;
   while (*p && (*p)->base != ptr) p = &(*p)->next;

@@ -3,9 +3,11 @@
  * (like a transport).  The kind of a moecclStream_t argument is found from
  * the pointer:
  *   NULL           no stream: the call runs on the calling thread and
- *                  returns when this rank's part is done (host memory).
- *                  With device buffers (CUDA builds, issue 10) NULL will be
- *                  the CUDA legacy default stream, as in NCCL.
+ *                  returns when this rank's part is done.  With device
+ *                  buffers it first waits for the device's default stream
+ *                  (CUDA's legacy stream), whose work may still be writing
+ *                  them, as NCCL orders a call after that stream's work;
+ *                  unlike NCCL it returns only when done (enqueue.c).
  *   a host stream  moecclHostStreamCreate's: an in-order queue served by
  *                  one library thread (hoststream.c).
  * Anything else is refused in this build (no CUDA streams yet).  A stream

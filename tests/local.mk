@@ -21,7 +21,8 @@ MP_TESTS = \
 	tests/mp_badargs \
 	tests/mp_killpeer \
 	tests/mp_initfault \
-	tests/mp_strays
+	tests/mp_strays \
+	tests/mp_device
 
 check_PROGRAMS += $(MP_TESTS)
 TESTS += $(MP_TESTS)
@@ -46,3 +47,6 @@ tests_mp_killpeer_SOURCES = tests/mp_killpeer.c $(MP_HARNESS_SOURCES)
 tests_mp_killpeer_LDADD = libmoeccl.la
 tests_mp_initfault_SOURCES = tests/mp_initfault.c $(MP_HARNESS_SOURCES)
 tests_mp_initfault_LDADD = libmoeccl.la
+# mp_device reaches device memory through the device seam (src/device/device.h).
+tests_mp_device_SOURCES = tests/mp_device.c $(MP_HARNESS_SOURCES)
+tests_mp_device_LDADD = libmoeccl_core.la

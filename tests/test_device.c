@@ -9,8 +9,8 @@
  * flag (query says in progress meanwhile); an allocation exported as a file descriptor, passed over
  * a Unix socket to a forked process that maps it, reads it on its own stream and answers through a
  * flag in it that this process's stream waits on; a stream destroyed while waiting on a flag nobody
- * writes returns; free and unimport of bad pointers are refused; a collective on a device buffer is
- * refused (no device transport yet) and the communicator stays usable.  Every wait has a deadline
+ * writes returns; free and unimport of bad pointers are refused; a reduction on a device buffer is
+ * refused (copies only) and the communicator stays usable.  Every wait has a deadline
  * (alarm), so a broken wait fails instead of hanging.
  */
 #include <signal.h>
@@ -214,9 +214,11 @@ static void across_processes(int sock, pid_t pid) {
   free(h);
 }
 
-/* Until a device transport exists, a device buffer handed to a call is
- * refused with a text before anything is issued, and the communicator
- * stays usable (a 1-rank communicator in this process). */
+/* A call that needs kernels on device memory (a reduction; device memory
+ * has copies only) or that reads a buffer on the host (the MoE calls' ids
+ * and gate weights) is refused with a text before anything is issued, and
+ * the communicator stays usable (a 1-rank communicator in this process).
+ * Device buffers in copy-only calls: tests/mp_device. */
 static void refused(void) {
   moecclUniqueId id;
   moecclComm_t comm;

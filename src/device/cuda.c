@@ -156,6 +156,22 @@ static int cu_pointer(const void* ptr, int* device) {
   return 1;
 }
 
+static moecclResult_t cu_range(const void* ptr, void** base, size_t* bytes, uint64_t* id) {
+  CU_TRY(use_device(-1));
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  unsigned long long buffer_id = 0;
+  if (p_cuPointerGetAttribute(&b, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)ptr) !=
+          CUDA_SUCCESS ||
+      p_cuPointerGetAttribute(&n, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)ptr) !=
+          CUDA_SUCCESS ||
+      p_cuPointerGetAttribute(&buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) !=
+          CUDA_SUCCESS)
+    return moecclInvalidArgument;
+  *base = (void*)b, *bytes = n, *id = buffer_id;
+  return moecclSuccess;
+}
+
 static CUmemAllocationProp prop_of(int device) {
   CUmemAllocationProp p;
   memset(&p, 0, sizeof(p));
@@ -319,6 +335,7 @@ const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .name = "cuda",
     .count = cu_count,
     .pointer = cu_pointer,
+    .range = cu_range,
     .alloc = cu_alloc,
     .free = cu_free,
     .export_fd = cu_export_fd,

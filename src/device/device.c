@@ -1,6 +1,7 @@
 /* The device backend of this process (device.h). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "debug.h"
@@ -36,4 +37,40 @@ const moeccl_device_ops_t* moeccl_device(void) {
   pthread_once(&pick_once, pick);
   atomic_store_explicit(&picked_ready, 1, memory_order_release);
   return picked;
+}
+
+/* The library's copy stream: made on first use, destroyed at exit. */
+static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER;
+static void* copy_stream;
+static const moeccl_device_ops_t* copy_backend;
+
+static void copy_stream_destroy(void) {
+  pthread_mutex_lock(&copy_lock);
+  if (copy_stream) copy_backend->stream_destroy(copy_stream);
+  copy_stream = NULL;
+  pthread_mutex_unlock(&copy_lock);
+}
+
+moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes) {
+  const moeccl_device_ops_t* d = moeccl_device();
+  if (!d) return moecclInvalidUsage;
+  if (!bytes) return moecclSuccess;
+  pthread_mutex_lock(&copy_lock);
+  moecclResult_t rc = moecclSuccess;
+  if (!copy_stream) {
+    rc = d->stream_create(&copy_stream);
+    if (rc == moecclSuccess) {
+      copy_backend = d;
+      atexit(copy_stream_destroy);
+    } else {
+      copy_stream = NULL;
+    }
+  }
+  if (rc == moecclSuccess) rc = d->copy_async(dst, src, bytes, copy_stream);
+  if (rc == moecclSuccess) rc = d->synchronize(copy_stream);
+  pthread_mutex_unlock(&copy_lock);
+  if (rc != moecclSuccess)
+    WARN(INIT, "device: a copy of %zu bytes from %p to %p failed (%s)", bytes, src, dst,
+         moecclGetErrorString(rc));
+  return rc;
 }

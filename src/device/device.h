@@ -32,6 +32,10 @@ typedef struct moeccl_device_ops {
   int (*count)(void);
   /* 1 with *device set when ptr is inside memory of this backend, else 0. */
   int (*pointer)(const void* ptr, int* device);
+  /* The allocation that holds ptr: its base, size and an id no other
+   * allocation of this process has had (a freed and reallocated range gets
+   * a new one), so that a peer's cache of imported memory is never stale. */
+  moecclResult_t (*range)(const void* ptr, void** base, size_t* bytes, uint64_t* id);
   /* Exportable device memory of at least bytes on device; free releases it. */
   moecclResult_t (*alloc)(void** ptr, size_t bytes, int device);
   moecclResult_t (*free)(void* ptr);
@@ -50,7 +54,9 @@ typedef struct moeccl_device_ops {
   moecclResult_t (*write_value)(void* stream, volatile uint64_t* addr, uint64_t value);
   moecclResult_t (*host_fn)(void* stream, void (*fn)(void*), void* arg);
   /* moecclSuccess when all queued work is done, moecclInProgress while some
-   * is not, else the error that stopped the stream. */
+   * is not, else the error that stopped the stream.  synchronize(NULL)
+   * waits for the default stream (CUDA's legacy stream; the emulation has
+   * none, so it returns at once). */
   moecclResult_t (*query)(void* stream);
   moecclResult_t (*synchronize)(void* stream);
 } moeccl_device_ops_t;
@@ -66,5 +72,10 @@ const char* moeccl_device_cuda_unavailable(void);
 /* The backend of this process (MOECCL_DEVICE; auto: cuda when the driver
  * loads and sees a device, else none), NULL when none.  Chosen once. */
 const moeccl_device_ops_t* moeccl_device(void);
+
+/* dst = src through the backend's copy engine, done when it returns (a
+ * stream of the library's, one per process, serialised).  Either side may
+ * be device or host memory. */
+moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes);
 
 #endif

@@ -29,16 +29,18 @@ typedef struct {
   char* base;
   size_t bytes;
   int device, fd; /* fd: ours (alloc) or -1 (imported) */
+  uint64_t id;    /* allocations: a number never reused; imported: 0 */
 } region_t;
 
 static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
 static region_t regions[EMU_MAX_REGIONS];
 static int nregions;
+static uint64_t next_id;
 
 static int add_region(char* base, size_t bytes, int device, int fd) {
   pthread_mutex_lock(&regions_lock);
   int ok = nregions < EMU_MAX_REGIONS;
-  if (ok) regions[nregions++] = (region_t){base, bytes, device, fd};
+  if (ok) regions[nregions++] = (region_t){base, bytes, device, fd, fd >= 0 ? ++next_id : 0};
   pthread_mutex_unlock(&regions_lock);
   return ok;
 }
@@ -67,6 +69,17 @@ static int emu_pointer(const void* ptr, int* device) {
       hit = 1, *device = regions[i].device;
   pthread_mutex_unlock(&regions_lock);
   return hit;
+}
+
+static moecclResult_t emu_range(const void* ptr, void** base, size_t* bytes, uint64_t* id) {
+  const char* p = ptr;
+  int hit = 0;
+  pthread_mutex_lock(&regions_lock);
+  for (int i = 0; i < nregions && !hit; i++)
+    if (p >= regions[i].base && p < regions[i].base + regions[i].bytes)
+      hit = 1, *base = regions[i].base, *bytes = regions[i].bytes, *id = regions[i].id;
+  pthread_mutex_unlock(&regions_lock);
+  return hit ? moecclSuccess : moecclInvalidArgument;
 }
 
 static moecclResult_t emu_alloc(void** ptr, size_t bytes, int device) {
@@ -268,6 +281,7 @@ static moecclResult_t emu_host_fn(void* stream, void (*fn)(void*), void* arg) {
 
 static moecclResult_t emu_query(void* stream) {
   emu_stream_t* s = stream;
+  if (!s) return moecclSuccess; /* no default stream here */
   pthread_mutex_lock(&s->lock);
   moecclResult_t r = s->head || s->busy ? moecclInProgress : s->err;
   pthread_mutex_unlock(&s->lock);
@@ -276,6 +290,7 @@ static moecclResult_t emu_query(void* stream) {
 
 static moecclResult_t emu_synchronize(void* stream) {
   emu_stream_t* s = stream;
+  if (!s) return moecclSuccess; /* no default stream here */
   pthread_mutex_lock(&s->lock);
   while (s->head || s->busy) pthread_cond_wait(&s->cond, &s->lock);
   moecclResult_t r = s->err;
@@ -287,6 +302,7 @@ const moeccl_device_ops_t moeccl_device_emu_ops = {
     .name = "emu",
     .count = emu_count,
     .pointer = emu_pointer,
+    .range = emu_range,
     .alloc = emu_alloc,
     .free = emu_free,
     .export_fd = emu_export_fd,

@@ -9,10 +9,24 @@
  * chunks, then frees the slot, which completes the send.  Without CMA, large
  * messages stream through the slots (two copies, pipelined).
  *
+ * Device memory (where a device backend is in use, device/device.h): a
+ * send from device memory is always published (never copied into a slot,
+ * which the host may not touch), with its allocation's id and offset; just
+ * before, the sender exports the allocation and passes the descriptor to
+ * the receiver's Unix datagram socket (SCM_RIGHTS; one per rank, in the
+ * abstract namespace under a name derived from the communicator's secret;
+ * the kernel's SCM_CREDENTIALS must show the peer's pid).  The receiver
+ * imports the allocation (cached by id), has the copy engine copy the
+ * message straight into its receive buffer, then frees the slot: one copy,
+ * device to device (CUDA IPC over NVLink or PCIe).  Eager messages into
+ * device memory and host-published messages into device memory are copied
+ * by the copy engine too.
+ *
  * Waiting: a rank that finds nothing to do spins, then sleeps on a futex in
  * its own doorbell word; whoever publishes or frees a slot for it rings it.
  */
 #include "copy.h"
+#include "device/device.h"
 #include "param.h"
 #include "reduce.h"
 #include "rows.h"
@@ -20,15 +34,19 @@
 #include "transport/transport.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -43,7 +61,7 @@ enum { SLOT_FRAG = 1, SLOT_RNDV = 2 };
 /* A gathered rendezvous (req->gather_span): addr and the region cover the
  * sender's whole buffer of frag_bytes bytes; the receiver picks its
  * msg_bytes of rows from it by its program (rows->terms_idx, rows->map). */
-enum { HDR_GATHERED = 1 };
+enum { HDR_GATHERED = 1, HDR_DEVICE = 2 };
 
 typedef struct {
   _Atomic uint64_t seq; /* slot sequence + 1 once the slot is filled */
@@ -52,7 +70,7 @@ typedef struct {
   uint64_t msg_bytes;  /* whole message (every fragment carries it) */
   uint64_t frag_bytes; /* SLOT_FRAG: bytes in this slot */
   uint64_t addr;       /* SLOT_RNDV: the sender's buffer */
-  uint64_t region_id;  /* SLOT_RNDV from moecclMemAlloc memory: region to map */
+  uint64_t region_id;  /* SLOT_RNDV from moecclMemAlloc or device memory: region to map */
   uint64_t region_off; /* offset of the buffer in that region */
   int32_t region_fd;   /* fd of the region in the sender, -1 if not mapped memory */
   uint32_t pad2;
@@ -88,10 +106,30 @@ typedef struct {
   uint64_t last_use;
 } peer_map_t;
 
+/* A descriptor of a peer's device allocation, received ahead of the slot
+ * that names it (one per published device message, in slot order). */
+typedef struct {
+  uint64_t id, bytes;
+  int32_t device;
+  int fd;
+} dev_fd_t;
+
+/* What travels with the descriptor. */
+#define DEV_MAGIC 0x6d6f656363646576ULL
+typedef struct {
+  uint64_t magic, id, bytes;
+  int32_t device, from; /* from: the sender's local index */
+} dev_msg_t;
+
 typedef struct {
   int comm_rank;
   pid_t pid;
   peer_map_t maps[MAP_CACHE];
+  peer_map_t dev_maps[MAP_CACHE]; /* its device allocations imported here */
+  dev_fd_t* stash;                /* received descriptors not yet used, a ring */
+  int stash_head, stash_count;
+  struct sockaddr_un dev_addr; /* its descriptor socket */
+  socklen_t dev_addr_len;
   uint64_t pid_start;
   moeccl_req_t *send_head, *send_tail;
   moeccl_req_t *recv_head, *recv_tail;
@@ -120,6 +158,10 @@ typedef struct {
    * destination while it is still in cache. */
   char* bounce;
   size_t bounce_bytes;
+  /* Device messages: this rank's descriptor socket (-1: no device path) and
+   * the first failure of a device send, which progress reports. */
+  int dev_fd, stash_cap;
+  moecclResult_t dev_error;
 } shm_state_t;
 
 static long futex(_Atomic uint32_t* addr, int op, uint32_t val, const struct timespec* ts) {
@@ -221,6 +263,19 @@ static int probe_cma(const shm_state_t* s) {
   return 1;
 }
 
+/* Local rank l's descriptor socket: an abstract Unix name (no file; the
+ * network namespace's) derived one-way from the secret and the node. */
+static void dev_name(const uint8_t* digest, int l, shm_peer_t* p) {
+  struct sockaddr_un* a = &p->dev_addr;
+  memset(a, 0, sizeof(*a));
+  a->sun_family = AF_UNIX;
+  size_t cap = sizeof(a->sun_path) - 1; /* sun_path[0] = 0: abstract */
+  int o = snprintf(a->sun_path + 1, cap, "moeccl-dev-");
+  for (int i = 0; i < 16; i++) o += snprintf(a->sun_path + 1 + o, cap - (size_t)o, "%02x", digest[i]);
+  o += snprintf(a->sun_path + 1 + o, cap - (size_t)o, "-%d", l);
+  p->dev_addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)o);
+}
+
 static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   shm_state_t* s = calloc(1, sizeof(*s));
   if (!s) return moecclSystemError;
@@ -254,8 +309,33 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   for (int i = 0; i < 16 && o + 3 < (int)sizeof(s->name); i++)
     o += snprintf(s->name + o, sizeof(s->name) - (size_t)o, "%02x", d[i]);
   s->size = segment_size(s);
+  s->dev_fd = -1;
+  moeccl_sha256_labelled("moeccl-shm-devfd", in, sizeof(in), d);
+  for (int l = 0; l < s->nlocal; l++) dev_name(d, l, &s->peers[l]);
   *out = s;
   return moecclSuccess;
+}
+
+/* Opens this rank's descriptor socket (device messages): the kernel adds
+ * the sender's credentials to every message (SO_PASSCRED).  Without it the
+ * device path is off, and a device message to or from this rank fails. */
+static void dev_open(shm_state_t* s) {
+  shm_peer_t* me = &s->peers[s->me];
+  s->stash_cap = s->nslots + 1; /* a peer has at most nslots slots published */
+  for (int l = 0; l < s->nlocal; l++) {
+    s->peers[l].stash = calloc((size_t)s->stash_cap, sizeof(dev_fd_t));
+    if (!s->peers[l].stash) return;
+  }
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), on = 1;
+  if (fd < 0) return;
+  if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0 ||
+      bind(fd, (struct sockaddr*)&me->dev_addr, me->dev_addr_len) != 0) {
+    INFO(SHM, "shm: no descriptor socket for device memory (%s): device messages fail",
+         strerror(errno));
+    close(fd);
+    return;
+  }
+  s->dev_fd = fd;
 }
 
 static void shm_fini(void* state);
@@ -270,6 +350,7 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   shm_state_t* s;
   MOECCL_CHECK(state_alloc(comm, &s));
   int needed = comm->nlocal > 1, ok = 1;
+  if (needed && moeccl_device()) dev_open(s); /* before the barriers: peers may send after */
   if (needed && s->me == 0) ok = map_segment(s, 1) == 0;
   if (needed && s->me == 0)
     INFO(SHM, "shm: segment %s of %zu bytes for %d local ranks", s->name, s->size, comm->nlocal);
@@ -312,9 +393,17 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
 static void shm_fini(void* state) {
   shm_state_t* s = state;
   if (!s) return;
-  for (int l = 0; l < s->nlocal; l++)
-    for (int i = 0; i < MAP_CACHE; i++)
-      if (s->peers[l].maps[i].base) munmap(s->peers[l].maps[i].base, s->peers[l].maps[i].size);
+  for (int l = 0; l < s->nlocal; l++) {
+    shm_peer_t* p = &s->peers[l];
+    for (int i = 0; i < MAP_CACHE; i++) {
+      if (p->maps[i].base) munmap(p->maps[i].base, p->maps[i].size);
+      if (p->dev_maps[i].base) moeccl_device()->unimport(p->dev_maps[i].base, p->dev_maps[i].size);
+    }
+    for (int k = 0; p->stash && k < p->stash_count; k++)
+      close(p->stash[(p->stash_head + k) % s->stash_cap].fd);
+    free(p->stash);
+  }
+  if (s->dev_fd >= 0) close(s->dev_fd);
   if (s->base) munmap(s->base, s->size);
   free(s->bounce);
   free(s->peers);
@@ -347,6 +436,7 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
  * up, 4 memory is moecclMemAlloc's. */
 static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
   if (r->gather_span) return 1; /* shm_can_gather checked the memory */
+  if (r->mem.kind == MOECCL_MEM_DEVICE) return 1; /* never through the slots */
   if (r->bytes <= s->slot_bytes || !s->can_reach_memory) return 0;
   if (s->use_cma) return 1;
   if (!(r->aux & 2)) {
@@ -369,6 +459,66 @@ static int shm_can_gather(void* state, int peer, const void* buf, size_t bytes) 
   return s->can_reach_memory && bytes && moeccl_mem_lookup(buf, bytes, &mh);
 }
 
+/* The first failure of the device path: kept, reported by progress. */
+static int dev_fail(shm_state_t* s, moecclResult_t rc, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int dev_fail(shm_state_t* s, moecclResult_t rc, const char* fmt, ...) {
+  if (s->dev_error != moecclSuccess) return -1;
+  char text[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  s->dev_error = moeccl_comm_fail(s->comm, rc, "shm: %s", text);
+  return -1;
+}
+
+/* A device send: exports r's allocation and passes the descriptor to peer
+ * p, then fills h's region fields.  1 when sent, 0 when p's socket queue is
+ * full (try again later), -1 on failure (dev_error). */
+static int send_device_fd(shm_state_t* s, shm_peer_t* p, moeccl_req_t* r, slot_hdr_t* h) {
+  const moeccl_device_ops_t* d = moeccl_device();
+  void* base;
+  size_t bytes, xbytes;
+  uint64_t id;
+  int fd = -1;
+  if (s->dev_fd < 0)
+    return dev_fail(s, moecclSystemError, "no descriptor socket: cannot send device memory");
+  if (d->range(r->buf, &base, &bytes, &id) != moecclSuccess ||
+      d->export_fd(base, &fd, &xbytes) != moecclSuccess)
+    return dev_fail(s, moecclInvalidArgument,
+                    "device buffer %p (to rank %d) is not exportable memory: allocate it with "
+                    "moecclMemAllocDevice",
+                    r->buf, p->comm_rank);
+  dev_msg_t m = {DEV_MAGIC, id, bytes, r->mem.device, s->me};
+  char ctl[CMSG_SPACE(sizeof(int))];
+  memset(ctl, 0, sizeof(ctl));
+  struct iovec iov = {&m, sizeof(m)};
+  struct msghdr mh = {.msg_name = &p->dev_addr,
+                      .msg_namelen = p->dev_addr_len,
+                      .msg_iov = &iov,
+                      .msg_iovlen = 1,
+                      .msg_control = ctl,
+                      .msg_controllen = sizeof(ctl)};
+  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+  ssize_t n;
+  do n = sendmsg(s->dev_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  int err = errno;
+  close(fd);
+  if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) return 0;
+  if (n != (ssize_t)sizeof(m))
+    return dev_fail(s, moecclRemoteError, "passing a device descriptor to rank %d failed: %s",
+                    p->comm_rank, n < 0 ? strerror(err) : "short write");
+  h->flags = HDR_DEVICE;
+  h->region_id = id;
+  h->region_off = (uint64_t)((char*)r->buf - (char*)base);
+  h->region_fd = -1;
+  return 1;
+}
+
 /* Fills as many slots as the ring allows with r's next bytes.  Returns 1 when
  * anything was written. */
 static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
@@ -377,7 +527,14 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
   while (!fully_pushed(s, r) && p->send_seq - tail < (uint64_t)s->nslots) {
     slot_hdr_t* h = slot_at(s, ch, p->send_seq);
     h->msg_bytes = r->bytes;
-    if (is_rndv(s, r)) {
+    if (r->mem.kind == MOECCL_MEM_DEVICE) {
+      if (send_device_fd(s, p, r, h) <= 0) break; /* full: next pass; failed: dev_error */
+      h->kind = SLOT_RNDV;
+      h->addr = (uint64_t)(uintptr_t)r->buf;
+      h->frag_bytes = 0;
+      r->seq = p->send_seq; /* done when the receiver frees this slot */
+      r->aux |= 1;
+    } else if (is_rndv(s, r)) {
       h->kind = SLOT_RNDV;
       h->addr = (uint64_t)(uintptr_t)r->buf;
       h->flags = r->gather_span ? HDR_GATHERED : 0;
@@ -505,14 +662,18 @@ static moecclResult_t cma_failed(shm_state_t* s, shm_peer_t* p, ssize_t got, siz
  * into the bounce buffer, small enough to stay in cache, and it is reduced
  * from there; whole elements only (a short read leaves the rest). */
 #define BOUNCE_BYTES (256 << 10)
+static moecclResult_t bounce_alloc(shm_state_t* s) {
+  if (s->bounce) return moecclSuccess;
+  s->bounce = malloc(BOUNCE_BYTES);
+  if (!s->bounce)
+    return moeccl_comm_fail(s->comm, moecclSystemError, "shm: out of memory for a bounce buffer");
+  s->bounce_bytes = BOUNCE_BYTES;
+  return moecclSuccess;
+}
+
 static moecclResult_t pull_reduce_cma(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
                                       moeccl_req_t* r, size_t n) {
-  if (!s->bounce) {
-    s->bounce = malloc(BOUNCE_BYTES);
-    if (!s->bounce)
-      return moeccl_comm_fail(s->comm, moecclSystemError, "shm: out of memory for a bounce buffer");
-    s->bounce_bytes = BOUNCE_BYTES;
-  }
+  MOECCL_CHECK(bounce_alloc(s));
   if (n > s->bounce_bytes) n = s->bounce_bytes;
   struct iovec local = {s->bounce, n};
   struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
@@ -612,6 +773,145 @@ static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t*
   return moecclSuccess;
 }
 
+/* Reads every descriptor waiting on this rank's socket into its sender's
+ * stash.  A message whose credentials are not a local peer's is dropped. */
+static moecclResult_t drain_dev_fds(shm_state_t* s) {
+  for (;;) {
+    dev_msg_t m;
+    char ctl[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
+    struct iovec iov = {&m, sizeof(m)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+    ssize_t n = recvmsg(s->dev_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moecclSuccess;
+    if (n < 0) {
+      dev_fail(s, moecclSystemError, "descriptor socket: %s", strerror(errno));
+      return s->dev_error;
+    }
+    int fd = -1;
+    pid_t pid = 0;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET) continue;
+      if (c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+        memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+      if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+        struct ucred cr;
+        memcpy(&cr, CMSG_DATA(c), sizeof(cr));
+        pid = cr.pid;
+      }
+    }
+    int from = n == (ssize_t)sizeof(m) && m.magic == DEV_MAGIC ? m.from : -1;
+    if (from < 0 || from >= s->nlocal || from == s->me || fd < 0 || pid != s->peers[from].pid) {
+      WARN(SHM, "shm: dropped a descriptor message (%zd bytes, pid %d) that no local peer sent", n,
+           (int)pid);
+      if (fd >= 0) close(fd);
+      continue;
+    }
+    shm_peer_t* p = &s->peers[from];
+    if (p->stash_count == s->stash_cap) {
+      close(fd);
+      dev_fail(s, moecclInternalError, "rank %d sent more descriptors than slots", p->comm_rank);
+      return s->dev_error;
+    }
+    p->stash[(p->stash_head + p->stash_count++) % s->stash_cap] =
+        (dev_fd_t){m.id, m.bytes, m.device, fd};
+  }
+}
+
+/* The peer's device allocation a published slot names, imported here and
+ * cached by its id (the descriptor that came with the slot is closed).
+ * NULL with *wait set when the descriptor has not arrived, NULL alone on a
+ * failure (dev_error). */
+static const char* import_peer_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
+                                      int device, int* wait) {
+  if (s->dev_fd < 0) {
+    dev_fail(s, moecclSystemError, "no descriptor socket: cannot receive device memory");
+    return NULL;
+  }
+  if (!p->stash_count && drain_dev_fds(s) != moecclSuccess) return NULL;
+  if (!p->stash_count) return *wait = 1, NULL;
+  dev_fd_t e = p->stash[p->stash_head];
+  p->stash_head = (p->stash_head + 1) % s->stash_cap, p->stash_count--;
+  if (e.id != h->region_id || h->region_off + h->msg_bytes > e.bytes) {
+    close(e.fd);
+    dev_fail(s, moecclInternalError,
+             "rank %d's device message names allocation %llu at %llu, its descriptor %llu",
+             p->comm_rank, (unsigned long long)h->region_id, (unsigned long long)h->region_off,
+             (unsigned long long)e.id);
+    return NULL;
+  }
+  peer_map_t* victim = &p->dev_maps[0];
+  for (int i = 0; i < MAP_CACHE; i++) {
+    peer_map_t* m = &p->dev_maps[i];
+    if (m->base && m->id == e.id) {
+      close(e.fd);
+      m->last_use = ++s->map_clock;
+      return m->base;
+    }
+    if (!m->base || (victim->base && m->last_use < victim->last_use)) victim = m;
+  }
+  void* ptr = NULL;
+  moecclResult_t rc = moeccl_device()->import_fd(e.fd, e.bytes, device, &ptr);
+  close(e.fd);
+  if (rc != moecclSuccess) {
+    dev_fail(s, rc, "importing rank %d's device allocation (%llu bytes) failed", p->comm_rank,
+             (unsigned long long)e.bytes);
+    return NULL;
+  }
+  if (victim->base) moeccl_device()->unimport(victim->base, victim->size);
+  *victim = (peer_map_t){e.id, ptr, (size_t)e.bytes, ++s->map_clock};
+  TRACE(SHM, "imported device allocation %llu of rank %d (%llu bytes)", (unsigned long long)e.id,
+        p->comm_rank, (unsigned long long)e.bytes);
+  return ptr;
+}
+
+/* A receive where device memory is on either side: the copy engine copies
+ * into r's buffer, from the sender's imported device allocation, from the
+ * slot (eager), or from its mapped moecclMemAlloc memory; from other host
+ * memory a chunk is read by CMA into the bounce buffer first.  No kernel
+ * runs on device memory here: reducing and consuming receives are refused. */
+static moecclResult_t pull_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
+                                  moeccl_req_t* r, int* wait) {
+  int dev_src = h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE);
+  if (r->red || r->rows || (h->kind == SLOT_RNDV && (h->flags & HDR_GATHERED)))
+    return moeccl_comm_fail(s->comm, moecclInvalidUsage,
+                            "shm: rank %d's message needs a reduction or row program on device "
+                            "memory, which this build cannot do",
+                            p->comm_rank);
+  char* dst = (char*)r->buf + r->progress;
+  const char* src;
+  size_t n;
+  if (h->kind == SLOT_FRAG) {
+    src = (const char*)(h + 1), n = h->frag_bytes;
+  } else if (dev_src) {
+    int device = r->mem.kind == MOECCL_MEM_DEVICE ? r->mem.device : 0;
+    const char* base = import_peer_device(s, p, h, device, wait);
+    if (!base) return *wait ? moecclSuccess : s->dev_error;
+    src = base + h->region_off, n = h->msg_bytes;
+  } else {
+    const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
+    n = h->msg_bytes - r->progress;
+    if (region) {
+      src = region + h->region_off + r->progress;
+    } else {
+      MOECCL_CHECK(bounce_alloc(s));
+      if (n > s->bounce_bytes) n = s->bounce_bytes;
+      struct iovec local = {s->bounce, n};
+      struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
+      ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
+      if (got <= 0) return cma_failed(s, p, got, n);
+      src = s->bounce, n = (size_t)got;
+    }
+  }
+  moecclResult_t rc = moeccl_device_copy(dst, src, n);
+  if (rc != moecclSuccess)
+    return moeccl_comm_fail(s->comm, rc, "shm: copying %zu bytes from rank %d failed", n,
+                            p->comm_rank);
+  r->progress += n;
+  return moecclSuccess;
+}
+
 /* Consumes ready slots into the posted receives, in order. */
 static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* moved) {
   int ch = chan(s, l, s->me);
@@ -623,7 +923,12 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
     if (h->msg_bytes > r->bytes || ((r->red || r->rows) && h->msg_bytes != r->bytes))
       return truncated(s, p, h->msg_bytes, r->bytes);
     int slot_done;
-    if (h->kind == SLOT_RNDV) {
+    if (r->mem.kind == MOECCL_MEM_DEVICE || (h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE))) {
+      int wait = 0;
+      MOECCL_CHECK(pull_device(s, p, h, r, &wait));
+      if (wait) return moecclSuccess;
+      slot_done = h->kind == SLOT_FRAG || r->progress == h->msg_bytes;
+    } else if (h->kind == SLOT_RNDV) {
       int wait = 0;
       MOECCL_CHECK(pull_rndv(s, p, h, r, &wait));
       if (wait) return moecclSuccess;
@@ -661,7 +966,7 @@ static moecclResult_t shm_progress(void* state, int* progressed) {
     if (p->send_head) *progressed |= progress_sends(s, l, p);
     if (p->recv_head) MOECCL_CHECK(progress_recvs(s, l, p, progressed));
   }
-  return moecclSuccess;
+  return s->dev_error;
 }
 
 static void shm_arm(void* state) {
@@ -720,7 +1025,7 @@ static void shm_cancel_all(void* state) {
 const moeccl_transport_ops_t moeccl_shm_ops = {
     .name = "shm",
     .caps = MOECCL_TRANSPORT_CAP_REDUCE | MOECCL_TRANSPORT_CAP_ROWS,
-    .mem_types = MOECCL_MEM_TYPE_HOST,
+    .mem_types = MOECCL_MEM_TYPE_HOST | MOECCL_MEM_TYPE_DEVICE,
     /* a message past the slot size is published, pulled and its slot
      * freed: a round trip more before the sender's step ends */
     .link = {1.5, 0.3, 10.0, MOECCL_LINK_RNDV_SHM_SLOT},

@@ -1,0 +1,300 @@
+/*
+ * mp_device.c - device buffers between the ranks of one node (the same-node
+ * GPU path: shared-memory transport, descriptors passed over Unix sockets,
+ * the copy engine), on 2..4 forked ranks of one device.  MOECCL_DEVICE
+ * defaults to emu (the host emulation of the device seam, so this runs in
+ * CI); MOECCL_DEVICE=cuda runs the same checks on a GPU.  The test touches
+ * device memory only through the device seam's stream copies.
+ *
+ *   a2a       moecclAlltoAll on moecclMemAllocDevice buffers: 0, 1, 1000
+ *             elements and blocks past the shared-memory eager size, several
+ *             datatypes; send buffers unchanged, bytes past the receive
+ *             buffer untouched
+ *   a2av      moecclAlltoAllv: uneven blocks, zero blocks, gaps, buffers at
+ *             an offset inside their allocation
+ *   p2p       grouped send/recv ring shifts device to device, host to
+ *             device and device to host, and every pair at once
+ *   reuse     many calls over a few allocations and fresh ones (the
+ *             receivers' import caches: hits, misses, evictions)
+ *   refused   a reduction on device buffers (moecclAllReduce) is refused
+ *             with a text and the communicator goes on; moecclMemAllocDevice
+ *             of a bad device, and moecclMemFree of a device pointer
+ *
+ * Variants: random delays in the emulated streams, and two slots per pair
+ * (device messages wait for ring space and for their descriptors).
+ */
+#include <stdlib.h>
+
+#include "device/device.h"
+#include "mp_harness.h"
+
+#define GUARD 256
+
+static const moeccl_device_ops_t* D;
+
+static uint64_t seed_of(int n, int test, int k) {
+  return mp_mix64(((uint64_t)n << 48) ^ ((uint64_t)test << 24) ^ (uint64_t)k ^ 0xDE71CE);
+}
+
+/* Host <-> device through the seam (the only way the test touches device memory). */
+static int to_dev(void* dst, const void* src, size_t bytes) {
+  return moeccl_device_copy(dst, src, bytes) == moecclSuccess ? 0 : -1;
+}
+#define from_dev to_dev
+
+static void* dev_alloc(moecclComm_t comm, size_t bytes) {
+  void* p = NULL;
+  if (moecclMemAllocDevice(&p, bytes, 0) != moecclSuccess) {
+    mp_failf(__FILE__, __LINE__, "moecclMemAllocDevice(%zu): %s", bytes, mp_last_error_text(comm));
+    return NULL;
+  }
+  return p;
+}
+
+/* Fills the device range dst like mp_fill would fill host memory. */
+static int dev_fill(void* dst, size_t elsize, size_t n, uint64_t seed, int src, int to) {
+  unsigned char* h = mp_xmalloc(elsize * n + 1);
+  mp_fill(h, elsize, n, seed, src, to, 0);
+  int rc = to_dev(dst, h, elsize * n);
+  free(h);
+  return rc;
+}
+
+static int dev_sentinel(void* dst, size_t bytes) {
+  unsigned char* h = mp_xmalloc(bytes + 1);
+  mp_fill_sentinel(h, bytes);
+  int rc = to_dev(dst, h, bytes);
+  free(h);
+  return rc;
+}
+
+/* A host copy of a device range, which the caller frees. */
+static unsigned char* dev_read(const void* src, size_t bytes) {
+  unsigned char* h = mp_xmalloc(bytes + 1);
+  if (from_dev(h, src, bytes) != 0) {
+    free(h);
+    return NULL;
+  }
+  return h;
+}
+
+static int a2a_round(moecclComm_t comm, int rank, int n, moecclDataType_t dt, size_t count,
+                     uint64_t seed) {
+  size_t es = mp_dtype_size(dt), block = count * es, total = block * (size_t)n;
+  unsigned char* s = dev_alloc(comm, total + GUARD);
+  unsigned char* r = dev_alloc(comm, total + GUARD);
+  MP_CHECK(s && r, "no device memory");
+  for (int j = 0; j < n; j++) MP_CHECK(dev_fill(s + j * block, es, count, seed, rank, j) == 0, "fill");
+  MP_CHECK(dev_sentinel(r, total + GUARD) == 0, "sentinel");
+  MP_OK_COMM(comm, moecclAlltoAll(s, r, count, dt, comm, NULL));
+  unsigned char* hr = dev_read(r, total + GUARD);
+  unsigned char* hs = dev_read(s, total);
+  MP_CHECK(hr && hs, "reading device memory back failed");
+  char what[160];
+  for (int i = 0; i < n; i++) {
+    snprintf(what, sizeof(what), "device alltoall %s count %zu from rank %d", mp_dtypes[dt].name, count, i);
+    MP_CHECK_BLOCK(what, hr + i * block, es, count, seed, i, rank, 0);
+    snprintf(what, sizeof(what), "device alltoall %s count %zu: send block %d changed", mp_dtypes[dt].name,
+             count, i);
+    MP_CHECK_BLOCK(what, hs + i * block, es, count, seed, rank, i, 0);
+  }
+  snprintf(what, sizeof(what), "device alltoall count %zu: guard past recvbuff", count);
+  MP_CHECK_SENTINEL(what, hr + total, GUARD);
+  free(hr);
+  free(hs);
+  MP_OK_COMM(comm, moecclMemFree(s));
+  MP_OK_COMM(comm, moecclMemFree(r));
+  return 0;
+}
+
+static int a2a(moecclComm_t comm, int rank, int n) {
+  const struct {
+    moecclDataType_t dt;
+    size_t count;
+  } rounds[] = {{moecclFloat32, 0},     {moecclFloat32, 1},       {moecclInt8, 1000},
+                {moecclBfloat16, 40000}, {moecclFloat32, 70000}, {moecclUint64, 3}};
+  for (size_t i = 0; i < sizeof(rounds) / sizeof(rounds[0]); i++)
+    if (a2a_round(comm, rank, n, rounds[i].dt, rounds[i].count, seed_of(n, 1, (int)i))) return 1;
+  return 0;
+}
+
+/* Elements src sends to dst: uneven, some zero. */
+static size_t v_count(uint64_t seed, int src, int dst) {
+  uint64_t h = mp_mix64(seed ^ ((uint64_t)(src + 1) << 20) ^ (uint64_t)(dst + 1));
+  return h % 4 == 0 ? 0 : 1 + (h >> 8) % 50000;
+}
+
+static int a2av(moecclComm_t comm, int rank, int n) {
+  for (int round = 0; round < 3; round++) {
+    uint64_t seed = seed_of(n, 2, round);
+    size_t sc[8], sd[8], rc[8], rd[8], spos = 7, rpos = 13; /* start off the allocation's base */
+    for (int p = 0; p < n; p++) {
+      sc[p] = v_count(seed, rank, p), rc[p] = v_count(seed, p, rank);
+      sd[p] = spos, spos += sc[p] + (size_t)p; /* gaps */
+      rd[p] = rpos, rpos += rc[p] + 3;
+    }
+    unsigned char* s = dev_alloc(comm, spos * 4);
+    unsigned char* r = dev_alloc(comm, rpos * 4 + GUARD);
+    MP_CHECK(s && r, "no device memory");
+    for (int p = 0; p < n; p++) MP_CHECK(dev_fill(s + sd[p] * 4, 4, sc[p], seed, rank, p) == 0, "fill");
+    MP_CHECK(dev_sentinel(r, rpos * 4 + GUARD) == 0, "sentinel");
+    MP_OK_COMM(comm, moecclAlltoAllv(s, sc, sd, r, rc, rd, moecclFloat32, comm, NULL));
+    unsigned char* hr = dev_read(r, rpos * 4 + GUARD);
+    MP_CHECK(hr, "reading device memory back failed");
+    char what[160];
+    size_t expect_end = 13 * 4;
+    for (int p = 0; p < n; p++) {
+      snprintf(what, sizeof(what), "device alltoallv round %d block from rank %d (%zu elements)", round, p, rc[p]);
+      MP_CHECK_BLOCK(what, hr + rd[p] * 4, 4, rc[p], seed, p, rank, 0);
+      snprintf(what, sizeof(what), "device alltoallv round %d: gap after block from rank %d", round, p);
+      MP_CHECK_SENTINEL(what, hr + (rd[p] + rc[p]) * 4, 12);
+      expect_end = (rd[p] + rc[p]) * 4 + 12;
+    }
+    MP_CHECK_SENTINEL("device alltoallv: head before the first block", hr, 13 * 4);
+    MP_CHECK(expect_end <= rpos * 4 + GUARD, "layout");
+    free(hr);
+    MP_OK_COMM(comm, moecclMemFree(s));
+    MP_OK_COMM(comm, moecclMemFree(r));
+  }
+  return 0;
+}
+
+/* One ring shift: send from src_dev? device : host, receive into dst_dev? device : host. */
+static int shift(moecclComm_t comm, int rank, int n, int src_dev, int dst_dev, size_t count, uint64_t seed) {
+  int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  size_t bytes = count * 4;
+  unsigned char* s = src_dev ? dev_alloc(comm, bytes + 1) : mp_xmalloc(bytes + 1);
+  unsigned char* r = dst_dev ? dev_alloc(comm, bytes + GUARD) : mp_xmalloc(bytes + GUARD);
+  MP_CHECK(s && r, "no memory");
+  if (src_dev) MP_CHECK(dev_fill(s, 4, count, seed, rank, next) == 0, "fill");
+  else mp_fill(s, 4, count, seed, rank, next, 0);
+  if (dst_dev) MP_CHECK(dev_sentinel(r, bytes + GUARD) == 0, "sentinel");
+  else mp_fill_sentinel(r, bytes + GUARD);
+  MP_OK_COMM(comm, moecclGroupStart());
+  MP_OK_COMM(comm, moecclSend(s, count, moecclFloat32, next, comm, NULL));
+  MP_OK_COMM(comm, moecclRecv(r, count, moecclFloat32, prev, comm, NULL));
+  MP_OK_COMM(comm, moecclGroupEnd());
+  unsigned char* hr = dst_dev ? dev_read(r, bytes + GUARD) : r;
+  MP_CHECK(hr, "reading device memory back failed");
+  char what[160];
+  snprintf(what, sizeof(what), "ring shift %s -> %s, %zu floats", src_dev ? "device" : "host",
+           dst_dev ? "device" : "host", count);
+  MP_CHECK_BLOCK(what, hr, 4, count, seed, prev, rank, 0);
+  MP_CHECK_SENTINEL(what, hr + bytes, GUARD);
+  if (dst_dev) {
+    free(hr);
+    MP_OK_COMM(comm, moecclMemFree(r));
+  } else {
+    free(r);
+  }
+  if (src_dev) MP_OK_COMM(comm, moecclMemFree(s));
+  else free(s);
+  return 0;
+}
+
+static int p2p(moecclComm_t comm, int rank, int n) {
+  const size_t counts[] = {3, 5000, 300000};
+  for (int c = 0; c < 3; c++)
+    for (int mode = 0; mode < 3; mode++) /* dev->dev, host->dev, dev->host */
+      if (shift(comm, rank, n, mode != 1, mode != 2, counts[c], seed_of(n, 3, c * 3 + mode))) return 1;
+  /* Every pair at once, self included, in one group. */
+  size_t count = 20000, bytes = count * 4;
+  unsigned char* s = dev_alloc(comm, bytes * (size_t)n);
+  unsigned char* r = dev_alloc(comm, bytes * (size_t)n);
+  MP_CHECK(s && r, "no device memory");
+  uint64_t seed = seed_of(n, 3, 99);
+  for (int p = 0; p < n; p++) MP_CHECK(dev_fill(s + p * bytes, 4, count, seed, rank, p) == 0, "fill");
+  MP_OK_COMM(comm, moecclGroupStart());
+  for (int k = 0; k < n; k++) {
+    int to = (rank + k) % n, from = (rank - k + n) % n;
+    MP_OK_COMM(comm, moecclSend(s + to * bytes, count, moecclFloat32, to, comm, NULL));
+    MP_OK_COMM(comm, moecclRecv(r + from * bytes, count, moecclFloat32, from, comm, NULL));
+  }
+  MP_OK_COMM(comm, moecclGroupEnd());
+  unsigned char* hr = dev_read(r, bytes * (size_t)n);
+  MP_CHECK(hr, "reading device memory back failed");
+  for (int p = 0; p < n; p++) MP_CHECK_BLOCK("all pairs, device", hr + p * bytes, 4, count, seed, p, rank, 0);
+  free(hr);
+  MP_OK_COMM(comm, moecclMemFree(s));
+  MP_OK_COMM(comm, moecclMemFree(r));
+  return 0;
+}
+
+/* Calls over a few long-lived allocations at varying offsets, and over
+ * fresh ones: more distinct allocations than a receiver caches. */
+static int reuse(moecclComm_t comm, int rank, int n) {
+  enum { KEEP = 3 };
+  size_t count = 3000, bytes = count * 4 * (size_t)n;
+  unsigned char* keep[KEEP];
+  for (int k = 0; k < KEEP; k++) MP_CHECK((keep[k] = dev_alloc(comm, bytes + 4096)) != NULL, "no device memory");
+  unsigned char* r = dev_alloc(comm, bytes);
+  MP_CHECK(r, "no device memory");
+  for (int it = 0; it < 40; it++) {
+    uint64_t seed = seed_of(n, 4, it);
+    int fresh = it % 2 == 1;
+    unsigned char* base = fresh ? dev_alloc(comm, bytes + 4096) : keep[it % KEEP];
+    MP_CHECK(base, "no device memory");
+    unsigned char* s = base + (size_t)(it % 7) * 512;
+    for (int p = 0; p < n; p++) MP_CHECK(dev_fill(s + p * count * 4, 4, count, seed, rank, p) == 0, "fill");
+    MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, NULL));
+    unsigned char* hr = dev_read(r, bytes);
+    MP_CHECK(hr, "reading device memory back failed");
+    char what[96];
+    for (int p = 0; p < n; p++) {
+      snprintf(what, sizeof(what), "reuse #%d (%s) from rank %d", it, fresh ? "fresh" : "kept", p);
+      MP_CHECK_BLOCK(what, hr + p * count * 4, 4, count, seed, p, rank, 0);
+    }
+    free(hr);
+    if (fresh) MP_OK_COMM(comm, moecclMemFree(base));
+  }
+  for (int k = 0; k < KEEP; k++) MP_OK_COMM(comm, moecclMemFree(keep[k]));
+  MP_OK_COMM(comm, moecclMemFree(r));
+  return 0;
+}
+
+static int refused(moecclComm_t comm, int rank, int n) {
+  (void)rank;
+  float* d = dev_alloc(comm, 4096);
+  MP_CHECK(d, "no device memory");
+  if (n > 1) { /* one rank has no reduction to do */
+    moecclResult_t rc = moecclAllReduce(d, d, 16, moecclFloat32, moecclSum, comm, NULL);
+    MP_CHECK(rc == moecclInvalidArgument, "AllReduce on device buffers gave %d", (int)rc);
+    MP_CHECK(strstr(mp_last_error_text(comm), "reduction on device memory") != NULL, "the text says: %s",
+             mp_last_error_text(comm));
+  }
+  void* p = NULL;
+  moecclResult_t rc = moecclMemAllocDevice(&p, 4096, 1 << 20);
+  MP_CHECK(rc == moecclInvalidArgument && p == NULL, "a bad device gave %d", (int)rc);
+  rc = moecclMemAllocDevice(NULL, 4096, 0);
+  MP_CHECK(rc == moecclInvalidArgument, "a NULL ptr gave %d", (int)rc);
+  MP_OK_COMM(comm, moecclMemFree(d));
+  rc = moecclMemFree((char*)d + 64); /* inside no allocation any more */
+  MP_CHECK(rc == moecclInvalidArgument, "freeing a freed device pointer gave %d", (int)rc);
+  /* The communicator still works on device memory after the refusal. */
+  return a2a_round(comm, rank, n, moecclFloat32, 100, seed_of(n, 5, 0));
+}
+
+static int body(moecclComm_t comm, int rank, int n, void* arg) {
+  (void)arg;
+  D = moeccl_device();
+  MP_CHECK(D, "no device backend (MOECCL_DEVICE=%s)", getenv("MOECCL_DEVICE"));
+  if (mp_want("a2a") && a2a(comm, rank, n)) return 1;
+  if (mp_want("a2av") && a2av(comm, rank, n)) return 1;
+  if (mp_want("p2p") && p2p(comm, rank, n)) return 1;
+  if (mp_want("reuse") && reuse(comm, rank, n)) return 1;
+  if (mp_want("refused") && refused(comm, rank, n)) return 1;
+  return 0;
+}
+
+static const mp_variant variants[] = {
+    {"emu-delays", {"MOECCL_DEVICE_EMU_DELAY_US=200"}, "3"},
+    {"two-slots", {"MOECCL_SHM_SLOTS=2", "MOECCL_SHM_EAGER_SIZE=256"}, "2,4"},
+    {NULL, {NULL}, NULL},
+};
+
+static const int ranks[] = {2, 3, 4, 0};
+
+int main(int argc, char** argv) {
+  setenv("MOECCL_DEVICE", "emu", 0);
+  return mp_main(argc, argv, ranks, body, NULL, 120, variants);
+}
