@@ -5,11 +5,15 @@
  */
 #include "stream.h"
 
+#include "device/device.h"
+
 #include <stdlib.h>
 
-typedef struct work {
+typedef struct moeccl_stream_work {
   moeccl_task_list_t list;
-  struct work* next;
+  void (*done)(void* arg, moecclResult_t rc); /* after the list ran (device streams) */
+  void* done_arg;
+  struct moeccl_stream_work* next;
 } work_t;
 
 typedef struct host_stream {
@@ -34,15 +38,17 @@ int moeccl_host_stream_valid(moecclStream_t stream) {
 }
 
 const moeccl_stream_ops_t* moeccl_stream_kind(moecclStream_t stream) {
-  return stream && moeccl_host_stream_valid(stream) ? &moeccl_host_stream_ops : NULL;
+  if (!stream) return NULL;
+  if (moeccl_host_stream_valid(stream)) return &moeccl_host_stream_ops;
+  return moeccl_device() ? &moeccl_device_stream_ops : NULL;
 }
 
 moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream) {
   if (!stream || moeccl_stream_kind(stream)) return moecclSuccess;
-  return moeccl_error(
-      comm, moecclInvalidArgument,
-      "stream %p is not NULL nor a live moeccl host stream (this build has no CUDA streams)",
-      stream);
+  return moeccl_error(comm, moecclInvalidArgument,
+                      "stream %p is not NULL nor a live moeccl host stream (and this process has "
+                      "no device backend, so it cannot be a device stream)",
+                      stream);
 }
 
 static void* stream_main(void* arg) {
@@ -57,6 +63,7 @@ static void* stream_main(void* arg) {
     s->busy = 1;
     pthread_mutex_unlock(&s->lock);
     moecclResult_t rc = moeccl_tasks_run(&w->list);
+    if (w->done) w->done(w->done_arg, rc);
     free(w);
     pthread_mutex_lock(&s->lock);
     if (rc != moecclSuccess && s->error == moecclSuccess) s->error = rc;
@@ -67,22 +74,37 @@ static void* stream_main(void* arg) {
   return NULL;
 }
 
-static moecclResult_t host_stream_enqueue(moecclStream_t stream, moeccl_task_list_t* list) {
-  host_stream_t* s = stream;
+moeccl_stream_work_t* moeccl_stream_work_new(moeccl_task_list_t* list,
+                                             void (*done)(void*, moecclResult_t), void* arg) {
   work_t* w = malloc(sizeof(*w));
   if (!w) {
     moeccl_tasks_abandon(list);
-    return moeccl_error(NULL, moecclSystemError, "out of memory");
+    moeccl_error(NULL, moecclSystemError, "out of memory");
+    return NULL;
   }
   w->list = *list;
+  w->done = done, w->done_arg = arg;
   w->next = NULL;
   list->head = list->tail = NULL;
+  return w;
+}
+
+void* moeccl_stream_work_arg(const moeccl_stream_work_t* w) { return w->done_arg; }
+
+void moeccl_host_stream_push(moecclStream_t stream, moeccl_stream_work_t* w) {
+  host_stream_t* s = stream;
   pthread_mutex_lock(&s->lock);
   if (s->tail) s->tail->next = w;
   else s->head = w;
   s->tail = w;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
+}
+
+static moecclResult_t host_stream_enqueue(moecclStream_t stream, moeccl_task_list_t* list) {
+  moeccl_stream_work_t* w = moeccl_stream_work_new(list, NULL, NULL);
+  if (!w) return moecclSystemError;
+  moeccl_host_stream_push(stream, w);
   return moecclSuccess;
 }
 

@@ -10,7 +10,14 @@
  *                  unlike NCCL it returns only when done (enqueue.c).
  *   a host stream  moecclHostStreamCreate's: an in-order queue served by
  *                  one library thread (hoststream.c).
- * Anything else is refused in this build (no CUDA streams yet).  A stream
+ *   anything else  where the process has a device backend: a device stream
+ *                  (a CUstream / cudaStream_t, or the emulation's): the
+ *                  call is queued on it and returns at once; when the
+ *                  stream gets there, a library thread runs it while the
+ *                  stream waits on a flag the thread then writes, so it is
+ *                  ordered after the stream's earlier work and before its
+ *                  later work, and no kernel spins (devstream.c).  Without
+ *                  a backend it is refused.  A stream
  * kind enqueues issued tasks (enqueue.h) to run after what it already
  * holds, in order, and reports and waits for its work.
  */
@@ -32,6 +39,18 @@ typedef struct moeccl_stream_ops {
 } moeccl_stream_ops_t;
 
 extern const moeccl_stream_ops_t moeccl_host_stream_ops;
+extern const moeccl_stream_ops_t moeccl_device_stream_ops;
+
+/* Work for a host stream, made where allocation may fail (the tasks are
+ * taken from list, abandoned on failure: NULL) and pushed where it may not
+ * (a device stream's host function): done(arg, result) runs on the stream's
+ * thread once the tasks ran. */
+typedef struct moeccl_stream_work moeccl_stream_work_t;
+moeccl_stream_work_t* moeccl_stream_work_new(moeccl_task_list_t* list,
+                                             void (*done)(void*, moecclResult_t), void* arg);
+void moeccl_host_stream_push(moecclStream_t stream, moeccl_stream_work_t* work);
+/* The arg given to moeccl_stream_work_new. */
+void* moeccl_stream_work_arg(const moeccl_stream_work_t* work);
 
 /* The kind of a non-NULL stream argument, or NULL when it is none this
  * build knows (not a live host stream). */

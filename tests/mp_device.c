@@ -16,6 +16,13 @@
  *             device and device to host, and every pair at once
  *   reuse     many calls over a few allocations and fresh ones (the
  *             receivers' import caches: hits, misses, evictions)
+ *   stream    calls on a device stream: each returns at once and runs in
+ *             the stream's order: with the stream held at a gate (a flag
+ *             the test writes), the receive buffer is untouched after the
+ *             call returned; once the gate opens, the send buffer the
+ *             stream filled before the call is what arrives, and a copy
+ *             queued after the call reads the result; a group of
+ *             send/recv and an all-to-all follow on the same stream
  *   refused   a reduction on device buffers (moecclAllReduce) is refused
  *             with a text and the communicator goes on; moecclMemAllocDevice
  *             of a bad device, and moecclMemFree of a device pointer
@@ -252,6 +259,68 @@ static int reuse(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+static int on_stream(moecclComm_t comm, int rank, int n) {
+  size_t count = 30000, bytes = count * 4 * (size_t)n;
+  uint64_t seed = seed_of(n, 6, 0), one = 1;
+  void* st = NULL;
+  MP_CHECK(D->stream_create(&st) == moecclSuccess, "no device stream");
+  uint64_t* gate = dev_alloc(comm, 8);
+  unsigned char* s = dev_alloc(comm, bytes);
+  unsigned char* r = dev_alloc(comm, bytes + GUARD);
+  MP_CHECK(gate && s && r, "no device memory");
+  unsigned char* pattern = mp_xmalloc(bytes);
+  unsigned char* out = mp_xmalloc(bytes + GUARD);
+  for (int p = 0; p < n; p++) mp_fill(pattern + p * count * 4, 4, count, seed, rank, p, 0);
+  MP_CHECK(dev_sentinel(s, bytes) == 0 && dev_sentinel(r, bytes + GUARD) == 0, "sentinel");
+  MP_CHECK(to_dev(gate, &(uint64_t){0}, 8) == 0, "gate");
+  /* Held at the gate: the send buffer is filled on the stream, after it. */
+  MP_CHECK(D->wait_value(st, (volatile uint64_t*)gate, 1) == moecclSuccess, "gate wait");
+  MP_CHECK(D->copy_async(s, pattern, bytes, st) == moecclSuccess, "copy");
+  MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, st));
+  MP_CHECK(D->copy_async(out, r, bytes + GUARD, st) == moecclSuccess, "copy back");
+  unsigned char* early = dev_read(r, bytes + GUARD);
+  MP_CHECK(early, "reading device memory back failed");
+  MP_CHECK_SENTINEL("the receive buffer while the stream is held before the call", early, bytes + GUARD);
+  free(early);
+  MP_CHECK(to_dev(gate, &one, 8) == 0, "opening the gate");
+  MP_CHECK(D->synchronize(st) == moecclSuccess, "stream synchronize");
+  char what[96];
+  for (int p = 0; p < n; p++) {
+    snprintf(what, sizeof(what), "alltoall on a device stream, from rank %d", p);
+    MP_CHECK_BLOCK(what, out + p * count * 4, 4, count, seed, p, rank, 0);
+  }
+  MP_CHECK_SENTINEL("alltoall on a device stream: guard", out + bytes, GUARD);
+  /* A group of send/recv, then an all-to-all, both queued before either runs. */
+  int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  uint64_t seed2 = seed_of(n, 6, 1);
+  mp_fill(pattern, 4, count, seed2, rank, next, 0);
+  MP_CHECK(D->copy_async(s, pattern, count * 4, st) == moecclSuccess, "copy");
+  MP_OK_COMM(comm, moecclGroupStart());
+  MP_OK_COMM(comm, moecclSend(s, count, moecclFloat32, next, comm, st));
+  MP_OK_COMM(comm, moecclRecv(r, count, moecclFloat32, prev, comm, st));
+  MP_OK_COMM(comm, moecclGroupEnd());
+  MP_OK_COMM(comm, moecclAlltoAll(r, s, count / (size_t)n, moecclFloat32, comm, st));
+  MP_CHECK(D->copy_async(out, s, count / (size_t)n * 4 * (size_t)n, st) == moecclSuccess, "copy back");
+  MP_CHECK(D->synchronize(st) == moecclSuccess, "stream synchronize");
+  /* s now holds, from each rank p, block `rank` of what p received from p-1. */
+  size_t blk = count / (size_t)n;
+  for (int p = 0; p < n; p++) {
+    int orig = (p + n - 1) % n;
+    snprintf(what, sizeof(what), "send/recv then alltoall on a device stream, via rank %d", p);
+    MP_CHECK_BLOCK(what, out + p * blk * 4, 4, blk, seed2, orig, p, (size_t)rank * blk);
+  }
+  moecclResult_t async = moecclSuccess;
+  MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &async));
+  MP_CHECK(async == moecclSuccess, "async error %d after the stream calls", (int)async);
+  MP_CHECK(D->stream_destroy(st) == moecclSuccess, "stream destroy");
+  free(pattern);
+  free(out);
+  MP_OK_COMM(comm, moecclMemFree(gate));
+  MP_OK_COMM(comm, moecclMemFree(s));
+  MP_OK_COMM(comm, moecclMemFree(r));
+  return 0;
+}
+
 static int refused(moecclComm_t comm, int rank, int n) {
   (void)rank;
   float* d = dev_alloc(comm, 4096);
@@ -282,6 +351,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("a2av") && a2av(comm, rank, n)) return 1;
   if (mp_want("p2p") && p2p(comm, rank, n)) return 1;
   if (mp_want("reuse") && reuse(comm, rank, n)) return 1;
+  if (mp_want("stream") && on_stream(comm, rank, n)) return 1;
   if (mp_want("refused") && refused(comm, rank, n)) return 1;
   return 0;
 }
