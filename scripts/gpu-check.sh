@@ -13,9 +13,14 @@
 #      allocation, export as a file descriptor to another process, in-order
 #      streams, flag waits and writes, host functions, the refusal of device
 #      buffers by calls;
-#   3. the NCCL drop-in's own test (host memory) on that machine's loader.
-# The device transport, nccl-tests on the drop-in and a2a_perf --baseline
-# nccl are added here as they land.
+#   3. tests/mp_device on the CUDA backend, 2, 4 and 8 ranks on the one GPU
+#      (forked before any CUDA call): all-to-all(v) and send/recv on
+#      moecclMemAllocDevice buffers through the same-node device path (VMM
+#      descriptors over Unix sockets, the copy engine), calls on a CUDA
+#      stream (host function + stream flag wait), the refusals;
+#   4. the NCCL drop-in's own test (host memory) on that machine's loader.
+# nccl-tests on the drop-in and a2a_perf --baseline nccl are added here as
+# they land.
 set -u
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -39,6 +44,7 @@ stage facts 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,
 if [ -x "$B/ipc_probe" ]; then stage probe 90 "$B/ipc_probe"; fi
 stage device 120 env MOECCL_DEVICE=cuda MOECCL_DEBUG=INFO MOECCL_DEBUG_SUBSYS=INIT \
   "$(bin test_device)"
+stage mp_device 180 env MOECCL_DEVICE=cuda MP_VARIANTS=0 "$(bin mp_device)" 2 4 8
 stage shim 60 "$(bin test_nccl_shim)"
 echo "== summary (stage rc; 0 passed, 77 skipped)"
 cat "$OUT/summary.txt"
