@@ -27,8 +27,11 @@
  *             with a text and the communicator goes on; moecclMemAllocDevice
  *             of a bad device, and moecclMemFree of a device pointer
  *
- * Variants: random delays in the emulated streams, and two slots per pair
- * (device messages wait for ring space and for their descriptors).
+ * Variants: random delays in the emulated streams; two slots per pair
+ * (device messages wait for ring space and for their descriptors); and
+ * allocations that export only legacy IPC handles, as cudaMalloc memory
+ * does (MOECCL_DEVICE_EMU_LEGACY: the handle travels instead of a
+ * descriptor).
  */
 #include <stdlib.h>
 
@@ -359,6 +362,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
 static const mp_variant variants[] = {
     {"emu-delays", {"MOECCL_DEVICE_EMU_DELAY_US=200"}, "3"},
     {"two-slots", {"MOECCL_SHM_SLOTS=2", "MOECCL_SHM_EAGER_SIZE=256"}, "2,4"},
+    {"legacy-ipc", {"MOECCL_DEVICE_EMU_LEGACY=1"}, "3"},
     {NULL, {NULL}, NULL},
 };
 

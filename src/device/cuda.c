@@ -45,6 +45,10 @@ CU_FN(cuStreamWriteValue64);
 CU_FN(cuLaunchHostFunc);
 CU_FN(cuStreamQuery);
 CU_FN(cuStreamSynchronize);
+CU_FN(cuIpcGetMemHandle);
+CU_FN(cuIpcOpenMemHandle);
+CU_FN(cuIpcCloseMemHandle);
+CU_FN(cuCtxGetDevice);
 
 #define MAX_DEVICES 64
 #define CU_TRY(call)                                                                               \
@@ -98,6 +102,10 @@ static void load(void) {
   LOAD(lib, cuLaunchHostFunc, "cuLaunchHostFunc");
   LOAD(lib, cuStreamQuery, "cuStreamQuery");
   LOAD(lib, cuStreamSynchronize, "cuStreamSynchronize");
+  LOAD(lib, cuIpcGetMemHandle, "cuIpcGetMemHandle");
+  LOAD(lib, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
+  LOAD(lib, cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
+  LOAD(lib, cuCtxGetDevice, "cuCtxGetDevice");
   if (load_error[0]) return;
   CUresult rc = p_cuInit(0);
   if (rc == CUDA_SUCCESS) rc = p_cuDeviceGetCount(&ndevices);
@@ -283,6 +291,39 @@ static moecclResult_t cu_unimport(void* ptr, size_t bytes) {
   return cu_unmap(ptr, bytes);
 }
 
+_Static_assert(sizeof(CUipcMemHandle) <= MOECCL_IPC_HANDLE_BYTES, "IPC handle size");
+
+static moecclResult_t cu_ipc_export(void* base, void* handle) {
+  CU_TRY(use_device(-1));
+  CUipcMemHandle h;
+  if (p_cuIpcGetMemHandle(&h, (CUdeviceptr)base) != CUDA_SUCCESS) return moecclInvalidArgument;
+  memset(handle, 0, MOECCL_IPC_HANDLE_BYTES);
+  memcpy(handle, &h, sizeof(h));
+  return moecclSuccess;
+}
+
+static moecclResult_t cu_ipc_import(const void* handle, void** ptr) {
+  CU_TRY(use_device(-1));
+  CUipcMemHandle h;
+  memcpy(&h, handle, sizeof(h));
+  CUdeviceptr p = 0;
+  if (p_cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS)
+    return moecclUnhandledCudaError;
+  *ptr = (void*)p;
+  return moecclSuccess;
+}
+
+static moecclResult_t cu_ipc_close(void* ptr) {
+  CU_TRY(use_device(-1));
+  return res(p_cuIpcCloseMemHandle((CUdeviceptr)ptr));
+}
+
+static int cu_current(void) {
+  if (use_device(-1) != moecclSuccess) return 0;
+  CUdevice d = 0;
+  return p_cuCtxGetDevice(&d) == CUDA_SUCCESS ? (int)d : 0;
+}
+
 static moecclResult_t cu_stream_create(void** stream) {
   CU_TRY(use_device(-1));
   CUstream s;
@@ -341,6 +382,10 @@ const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .export_fd = cu_export_fd,
     .import_fd = cu_import_fd,
     .unimport = cu_unimport,
+    .ipc_export = cu_ipc_export,
+    .ipc_import = cu_ipc_import,
+    .ipc_close = cu_ipc_close,
+    .current = cu_current,
     .stream_create = cu_stream_create,
     .stream_destroy = cu_stream_destroy,
     .copy_async = cu_copy_async,

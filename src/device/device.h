@@ -26,6 +26,8 @@
 
 #include "moeccl.h"
 
+#define MOECCL_IPC_HANDLE_BYTES 64
+
 typedef struct moeccl_device_ops {
   const char* name;
   /* Devices this process sees (0 when none). */
@@ -46,6 +48,16 @@ typedef struct moeccl_device_ops {
    * process; unimport unmaps it.  The descriptor stays the caller's. */
   moecclResult_t (*import_fd)(int fd, size_t bytes, int device, void** ptr);
   moecclResult_t (*unimport)(void* ptr, size_t bytes);
+  /* Memory that export_fd cannot export (CUDA: cudaMalloc's, not VMM)
+   * through a legacy IPC handle of MOECCL_IPC_HANDLE_BYTES: ipc_export
+   * fills it for the allocation at base; ipc_import maps a peer's
+   * (cached by the caller), ipc_close unmaps it. */
+  moecclResult_t (*ipc_export)(void* base, void* handle);
+  moecclResult_t (*ipc_import)(const void* handle, void** ptr);
+  moecclResult_t (*ipc_close)(void* ptr);
+  /* The device this thread works on (CUDA: the current context's; the
+   * emulation: 0). */
+  int (*current)(void);
   /* Streams. */
   moecclResult_t (*stream_create)(void** stream);
   moecclResult_t (*stream_destroy)(void* stream);

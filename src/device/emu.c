@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -104,6 +105,7 @@ static moecclResult_t emu_free(void* ptr) {
 }
 
 static moecclResult_t emu_export_fd(void* ptr, int* fd, size_t* bytes) {
+  if (moeccl_param_bool("MOECCL_DEVICE_EMU_LEGACY")) return moecclInvalidArgument;
   int got = -1;
   pthread_mutex_lock(&regions_lock);
   for (int i = 0; i < nregions && got < 0; i++)
@@ -129,6 +131,52 @@ static moecclResult_t emu_unimport(void* ptr, size_t bytes) {
   munmap(r.base, r.bytes);
   return moecclSuccess;
 }
+
+/* Legacy IPC, emulated: the handle names the allocation's memfd in the
+ * exporting process, which the importer opens through /proc. */
+typedef struct {
+  uint64_t magic;
+  int32_t pid, fd;
+  uint64_t bytes;
+  int32_t device;
+} emu_ipc_t;
+#define EMU_IPC_MAGIC 0x656d752d69706321ULL
+_Static_assert(sizeof(emu_ipc_t) <= MOECCL_IPC_HANDLE_BYTES, "emu IPC handle size");
+
+static moecclResult_t emu_ipc_export(void* base, void* handle) {
+  emu_ipc_t h = {EMU_IPC_MAGIC, (int32_t)getpid(), -1, 0, 0};
+  pthread_mutex_lock(&regions_lock);
+  for (int i = 0; i < nregions && h.fd < 0; i++)
+    if (regions[i].base == base && regions[i].fd >= 0)
+      h.fd = regions[i].fd, h.bytes = regions[i].bytes, h.device = regions[i].device;
+  pthread_mutex_unlock(&regions_lock);
+  if (h.fd < 0) return moecclInvalidArgument;
+  memset(handle, 0, MOECCL_IPC_HANDLE_BYTES);
+  memcpy(handle, &h, sizeof(h));
+  return moecclSuccess;
+}
+
+static moecclResult_t emu_ipc_import(const void* handle, void** ptr) {
+  emu_ipc_t h;
+  memcpy(&h, handle, sizeof(h));
+  if (h.magic != EMU_IPC_MAGIC) return moecclInvalidArgument;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return moecclSystemError;
+  moecclResult_t rc = emu_import_fd(fd, h.bytes, h.device, ptr);
+  close(fd);
+  return rc;
+}
+
+static moecclResult_t emu_ipc_close(void* ptr) {
+  region_t r;
+  if (!take_region(ptr, 0, 0, &r)) return moecclInvalidArgument;
+  munmap(r.base, r.bytes);
+  return moecclSuccess;
+}
+
+static int emu_current(void) { return 0; }
 
 /* ---- streams ------------------------------------------------------------ */
 
@@ -308,6 +356,10 @@ const moeccl_device_ops_t moeccl_device_emu_ops = {
     .export_fd = emu_export_fd,
     .import_fd = emu_import_fd,
     .unimport = emu_unimport,
+    .ipc_export = emu_ipc_export,
+    .ipc_import = emu_ipc_import,
+    .ipc_close = emu_ipc_close,
+    .current = emu_current,
     .stream_create = emu_stream_create,
     .stream_destroy = emu_stream_destroy,
     .copy_async = emu_copy_async,

@@ -104,6 +104,7 @@ typedef struct {
   void* base;
   size_t size;
   uint64_t last_use;
+  int ipc; /* a device allocation opened by legacy IPC handle (else imported by fd) */
 } peer_map_t;
 
 /* A descriptor of a peer's device allocation, received ahead of the slot
@@ -111,7 +112,8 @@ typedef struct {
 typedef struct {
   uint64_t id, bytes;
   int32_t device;
-  int fd;
+  int fd; /* -1: the allocation comes by its legacy IPC handle */
+  unsigned char ipc[MOECCL_IPC_HANDLE_BYTES];
 } dev_fd_t;
 
 /* What travels with the descriptor. */
@@ -119,6 +121,8 @@ typedef struct {
 typedef struct {
   uint64_t magic, id, bytes;
   int32_t device, from; /* from: the sender's local index */
+  int32_t by_ipc, pad;  /* 1: no descriptor, ipc holds a legacy IPC handle */
+  unsigned char ipc[MOECCL_IPC_HANDLE_BYTES];
 } dev_msg_t;
 
 typedef struct {
@@ -338,6 +342,12 @@ static void dev_open(shm_state_t* s) {
   s->dev_fd = fd;
 }
 
+/* Unmaps a peer's device allocation this rank imported. */
+static void dev_unmap(const peer_map_t* m) {
+  if (m->ipc) moeccl_device()->ipc_close(m->base);
+  else moeccl_device()->unimport(m->base, m->size);
+}
+
 static void shm_fini(void* state);
 
 /* Collective: the first local rank creates the segment, the others map it
@@ -397,10 +407,11 @@ static void shm_fini(void* state) {
     shm_peer_t* p = &s->peers[l];
     for (int i = 0; i < MAP_CACHE; i++) {
       if (p->maps[i].base) munmap(p->maps[i].base, p->maps[i].size);
-      if (p->dev_maps[i].base) moeccl_device()->unimport(p->dev_maps[i].base, p->dev_maps[i].size);
+      if (p->dev_maps[i].base) dev_unmap(&p->dev_maps[i]);
     }
     for (int k = 0; p->stash && k < p->stash_count; k++)
-      close(p->stash[(p->stash_head + k) % s->stash_cap].fd);
+      if (p->stash[(p->stash_head + k) % s->stash_cap].fd >= 0)
+        close(p->stash[(p->stash_head + k) % s->stash_cap].fd);
     free(p->stash);
   }
   if (s->dev_fd >= 0) close(s->dev_fd);
@@ -484,13 +495,17 @@ static int send_device_fd(shm_state_t* s, shm_peer_t* p, moeccl_req_t* r, slot_h
   int fd = -1;
   if (s->dev_fd < 0)
     return dev_fail(s, moecclSystemError, "no descriptor socket: cannot send device memory");
+  dev_msg_t m = {.magic = DEV_MAGIC, .device = r->mem.device, .from = s->me};
+  /* VMM memory (moecclMemAllocDevice) by descriptor; other device memory
+   * (cudaMalloc's) by its legacy IPC handle. */
   if (d->range(r->buf, &base, &bytes, &id) != moecclSuccess ||
-      d->export_fd(base, &fd, &xbytes) != moecclSuccess)
+      (d->export_fd(base, &fd, &xbytes) != moecclSuccess &&
+       (m.by_ipc = d->ipc_export(base, m.ipc) == moecclSuccess) == 0))
     return dev_fail(s, moecclInvalidArgument,
-                    "device buffer %p (to rank %d) is not exportable memory: allocate it with "
-                    "moecclMemAllocDevice",
+                    "device buffer %p (to rank %d) can be exported neither as a descriptor nor "
+                    "by a legacy IPC handle",
                     r->buf, p->comm_rank);
-  dev_msg_t m = {DEV_MAGIC, id, bytes, r->mem.device, s->me};
+  m.id = id, m.bytes = bytes;
   char ctl[CMSG_SPACE(sizeof(int))];
   memset(ctl, 0, sizeof(ctl));
   struct iovec iov = {&m, sizeof(m)};
@@ -498,16 +513,18 @@ static int send_device_fd(shm_state_t* s, shm_peer_t* p, moeccl_req_t* r, slot_h
                       .msg_namelen = p->dev_addr_len,
                       .msg_iov = &iov,
                       .msg_iovlen = 1,
-                      .msg_control = ctl,
-                      .msg_controllen = sizeof(ctl)};
-  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
-  c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+                      .msg_control = m.by_ipc ? NULL : ctl,
+                      .msg_controllen = m.by_ipc ? 0 : sizeof(ctl)};
+  if (!m.by_ipc) {
+    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+  }
   ssize_t n;
   do n = sendmsg(s->dev_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
   int err = errno;
-  close(fd);
+  if (fd >= 0) close(fd);
   if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) return 0;
   if (n != (ssize_t)sizeof(m))
     return dev_fail(s, moecclRemoteError, "passing a device descriptor to rank %d failed: %s",
@@ -802,7 +819,8 @@ static moecclResult_t drain_dev_fds(shm_state_t* s) {
       }
     }
     int from = n == (ssize_t)sizeof(m) && m.magic == DEV_MAGIC ? m.from : -1;
-    if (from < 0 || from >= s->nlocal || from == s->me || fd < 0 || pid != s->peers[from].pid) {
+    if (from < 0 || from >= s->nlocal || from == s->me || (fd < 0) != (m.by_ipc != 0) ||
+        pid != s->peers[from].pid) {
       WARN(SHM, "shm: dropped a descriptor message (%zd bytes, pid %d) that no local peer sent", n,
            (int)pid);
       if (fd >= 0) close(fd);
@@ -814,8 +832,9 @@ static moecclResult_t drain_dev_fds(shm_state_t* s) {
       dev_fail(s, moecclInternalError, "rank %d sent more descriptors than slots", p->comm_rank);
       return s->dev_error;
     }
-    p->stash[(p->stash_head + p->stash_count++) % s->stash_cap] =
-        (dev_fd_t){m.id, m.bytes, m.device, fd};
+    dev_fd_t* e = &p->stash[(p->stash_head + p->stash_count++) % s->stash_cap];
+    *e = (dev_fd_t){m.id, m.bytes, m.device, fd, {0}};
+    memcpy(e->ipc, m.ipc, sizeof(e->ipc));
   }
 }
 
@@ -834,7 +853,7 @@ static const char* import_peer_device(shm_state_t* s, shm_peer_t* p, const slot_
   dev_fd_t e = p->stash[p->stash_head];
   p->stash_head = (p->stash_head + 1) % s->stash_cap, p->stash_count--;
   if (e.id != h->region_id || h->region_off + h->msg_bytes > e.bytes) {
-    close(e.fd);
+    if (e.fd >= 0) close(e.fd);
     dev_fail(s, moecclInternalError,
              "rank %d's device message names allocation %llu at %llu, its descriptor %llu",
              p->comm_rank, (unsigned long long)h->region_id, (unsigned long long)h->region_off,
@@ -845,22 +864,23 @@ static const char* import_peer_device(shm_state_t* s, shm_peer_t* p, const slot_
   for (int i = 0; i < MAP_CACHE; i++) {
     peer_map_t* m = &p->dev_maps[i];
     if (m->base && m->id == e.id) {
-      close(e.fd);
+      if (e.fd >= 0) close(e.fd);
       m->last_use = ++s->map_clock;
       return m->base;
     }
     if (!m->base || (victim->base && m->last_use < victim->last_use)) victim = m;
   }
   void* ptr = NULL;
-  moecclResult_t rc = moeccl_device()->import_fd(e.fd, e.bytes, device, &ptr);
-  close(e.fd);
+  moecclResult_t rc = e.fd >= 0 ? moeccl_device()->import_fd(e.fd, e.bytes, device, &ptr)
+                                : moeccl_device()->ipc_import(e.ipc, &ptr);
+  if (e.fd >= 0) close(e.fd);
   if (rc != moecclSuccess) {
     dev_fail(s, rc, "importing rank %d's device allocation (%llu bytes) failed", p->comm_rank,
              (unsigned long long)e.bytes);
     return NULL;
   }
-  if (victim->base) moeccl_device()->unimport(victim->base, victim->size);
-  *victim = (peer_map_t){e.id, ptr, (size_t)e.bytes, ++s->map_clock};
+  if (victim->base) dev_unmap(victim);
+  *victim = (peer_map_t){e.id, ptr, (size_t)e.bytes, ++s->map_clock, e.fd < 0};
   TRACE(SHM, "imported device allocation %llu of rank %d (%llu bytes)", (unsigned long long)e.id,
         p->comm_rank, (unsigned long long)e.bytes);
   return ptr;
