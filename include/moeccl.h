@@ -170,7 +170,8 @@ moecclResult_t moecclCommGetAsyncError(moecclComm_t comm, moecclResult_t* asyncE
  * this memory is only faster.  Free with moecclMemFree. */
 moecclResult_t moecclMemAlloc(void** ptr, size_t size);
 /* Device memory on device (an ordinal of the device backend: CUDA, or the
- * host emulation with MOECCL_DEVICE=emu) that local peers can import: the
+ * host emulation with MOECCL_DEVICE=emu; -1: the calling thread's current
+ * device, as ncclMemAlloc) that local peers can import: the
  * shared-memory transport copies device buffers from it once, with the copy
  * engine (moecclMemAllocDevice(3)).  moecclInvalidUsage when the process has
  * no device backend.  Free with moecclMemFree, which frees either kind. */

@@ -108,8 +108,13 @@ PROFILING_ALIAS(ncclResetDebugInit);
 
 /* ---- memory --------------------------------------------------------------- */
 
+/* Device memory on the current device, as NCCL's; host memory the node's
+ * ranks share where the process has no device backend (moeccl's host
+ * path).  ncclMemFree frees either. */
 NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
-  return res(moecclMemAlloc(ptr, size));
+  moecclResult_t rc = moecclMemAllocDevice(ptr, size, -1);
+  if (rc == moecclInvalidUsage) rc = moecclMemAlloc(ptr, size); /* no device backend */
+  return res(rc);
 }
 PROFILING_ALIAS(ncclMemAlloc);
 

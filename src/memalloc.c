@@ -78,7 +78,8 @@ MOECCL_EXPORT moecclResult_t moecclMemAllocDevice(void** ptr, size_t size, int d
     return moeccl_error(NULL, moecclInvalidUsage,
                         "moecclMemAllocDevice: no device backend in this process (MOECCL_DEVICE; "
                         "no CUDA driver or device found)");
-  if (device < 0 || device >= d->count())
+  if (device < 0) device = d->current(); /* as ncclMemAlloc: the current device */
+  if (device >= d->count())
     return moeccl_error(NULL, moecclInvalidArgument,
                         "moecclMemAllocDevice: device %d out of range [0,%d)", device, d->count());
   moecclResult_t rc = d->alloc(ptr, size, device);

@@ -337,6 +337,8 @@ static int refused(moecclComm_t comm, int rank, int n) {
   void* p = NULL;
   moecclResult_t rc = moecclMemAllocDevice(&p, 4096, 1 << 20);
   MP_CHECK(rc == moecclInvalidArgument && p == NULL, "a bad device gave %d", (int)rc);
+  MP_OK_COMM(comm, moecclMemAllocDevice(&p, 4096, -1)); /* the current device */
+  MP_OK_COMM(comm, moecclMemFree(p));
   rc = moecclMemAllocDevice(NULL, 4096, 0);
   MP_CHECK(rc == moecclInvalidArgument, "a NULL ptr gave %d", (int)rc);
   MP_OK_COMM(comm, moecclMemFree(d));
