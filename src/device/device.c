@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "debug.h"
 #include "device/device.h"
@@ -44,9 +45,11 @@ static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER;
 static void* copy_stream;
 static const moeccl_device_ops_t* copy_backend;
 
+static pid_t copy_owner; /* a forked child inherits the pointer, not the stream */
+
 static void copy_stream_destroy(void) {
   pthread_mutex_lock(&copy_lock);
-  if (copy_stream) copy_backend->stream_destroy(copy_stream);
+  if (copy_stream && copy_owner == getpid()) copy_backend->stream_destroy(copy_stream);
   copy_stream = NULL;
   pthread_mutex_unlock(&copy_lock);
 }
@@ -57,11 +60,13 @@ moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes) {
   if (!bytes) return moecclSuccess;
   pthread_mutex_lock(&copy_lock);
   moecclResult_t rc = moecclSuccess;
+  if (copy_stream && copy_owner != getpid()) copy_stream = NULL; /* forked: make our own */
   if (!copy_stream) {
     rc = d->stream_create(&copy_stream);
     if (rc == moecclSuccess) {
       copy_backend = d;
-      atexit(copy_stream_destroy);
+      if (!copy_owner) atexit(copy_stream_destroy);
+      copy_owner = getpid();
     } else {
       copy_stream = NULL;
     }
