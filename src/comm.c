@@ -2,6 +2,7 @@
 #include "algos/algos.h"
 #include "bootstrap.h"
 #include "core.h"
+#include "device/device.h"
 #include "enqueue.h"
 #include "param.h"
 #include "tune/tuner.h"
@@ -50,6 +51,7 @@ static void comm_free(moeccl_comm_t* comm) {
   free(comm->meta_index);
   free(comm->reqs);
   free(comm->scratch);
+  if (comm->dev_scratch) moeccl_device()->free(comm->dev_scratch);
   free(comm->staging);
   free(comm->redops);
   free(comm->peers);

@@ -128,6 +128,8 @@ struct moecclComm {
   int reqs_cap;
   void* scratch;
   size_t scratch_bytes;
+  void* dev_scratch; /* scratch of calls on device buffers (device memory) */
+  size_t dev_scratch_bytes;
   void* staging; /* reducing receives from transports that cannot reduce */
   size_t staging_bytes;
 

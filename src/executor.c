@@ -8,6 +8,7 @@
 #include "executor.h"
 #include "bootstrap.h"
 #include "copy.h"
+#include "device/device.h"
 #include "param.h"
 #include "reduce.h"
 #include "rows.h"
@@ -613,6 +614,36 @@ static moecclResult_t check_kinds(moeccl_job_t* j) {
   return moecclSuccess;
 }
 
+/* The schedule's scratch buffer, of its kind (the receive buffer's): the
+ * communicator's host scratch, or its device scratch for calls on device
+ * buffers (which peers import like any device buffer).  Both only grow. */
+static moecclResult_t provide_scratch(moeccl_comm_t* c, moeccl_sched_t* s) {
+  moeccl_mem_t m = buf_mem(s, (uint32_t)s->scratch_buf);
+  size_t need = s->scratch_bytes;
+  if (m.kind == MOECCL_MEM_DEVICE) {
+    if (need > c->dev_scratch_bytes) {
+      const moeccl_device_ops_t* d = moeccl_device();
+      if (c->dev_scratch) d->free(c->dev_scratch);
+      c->dev_scratch = NULL, c->dev_scratch_bytes = 0;
+      moecclResult_t rc = d->alloc(&c->dev_scratch, need, m.device);
+      if (rc != moecclSuccess)
+        return moeccl_error(c, rc, "no device memory for %zu bytes of scratch on device %d", need,
+                            m.device);
+      c->dev_scratch_bytes = need;
+    }
+    s->bufs[s->scratch_buf] = c->dev_scratch;
+    return moecclSuccess;
+  }
+  if (need > c->scratch_bytes) {
+    void* p = realloc(c->scratch, need);
+    if (!p) return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of scratch", need);
+    c->scratch = p;
+    c->scratch_bytes = need;
+  }
+  s->bufs[s->scratch_buf] = c->scratch;
+  return moecclSuccess;
+}
+
 static moecclResult_t prepare(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   if (c->async_error != moecclSuccess)
@@ -620,15 +651,7 @@ static moecclResult_t prepare(moeccl_job_t* j) {
                         "communicator is broken by an earlier error (%s); abort it", c->fail_text);
   MOECCL_CHECK(check_kinds(j));
   MOECCL_CHECK(reserve_reqs(c, j->sched->nops));
-  if (j->sched->scratch_bytes > c->scratch_bytes) {
-    void* p = realloc(c->scratch, j->sched->scratch_bytes);
-    if (!p)
-      return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of scratch",
-                          j->sched->scratch_bytes);
-    c->scratch = p;
-    c->scratch_bytes = j->sched->scratch_bytes;
-  }
-  if (j->sched->scratch_buf >= 0) j->sched->bufs[j->sched->scratch_buf] = c->scratch;
+  if (j->sched->scratch_buf >= 0) MOECCL_CHECK(provide_scratch(c, j->sched));
   MOECCL_CHECK(reserve_staging(j));
   size_t written = 0; /* bytes this rank writes: receives and local copies */
   for (int i = 0; i < j->sched->nops; i++)

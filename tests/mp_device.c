@@ -14,6 +14,9 @@
  *             an offset inside their allocation
  *   p2p       grouped send/recv ring shifts device to device, host to
  *             device and device to host, and every pair at once
+ *   coll      the copy-only collectives on device buffers: AllGather,
+ *             Broadcast (out of place and in place), Gather and Scatter,
+ *             each root
  *   reuse     many calls over a few allocations and fresh ones (the
  *             receivers' import caches: hits, misses, evictions)
  *   stream    calls on a device stream: each returns at once and runs in
@@ -31,7 +34,8 @@
  * (device messages wait for ring space and for their descriptors); and
  * allocations that export only legacy IPC handles, as cudaMalloc memory
  * does (MOECCL_DEVICE_EMU_LEGACY: the handle travels instead of a
- * descriptor).
+ * descriptor); and the bruck all-to-all, whose steps go through the
+ * communicator's scratch buffer (device memory for device calls).
  */
 #include <stdlib.h>
 
@@ -230,6 +234,64 @@ static int p2p(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+static int coll(moecclComm_t comm, int rank, int n) {
+  size_t count = 20000, bytes = count * 4, all = bytes * (size_t)n;
+  unsigned char* s = dev_alloc(comm, all);
+  unsigned char* r = dev_alloc(comm, all + GUARD);
+  MP_CHECK(s && r, "no device memory");
+  char what[96];
+  uint64_t seed = seed_of(n, 7, 0);
+  /* AllGather: block i of r is rank i's s. */
+  MP_CHECK(dev_fill(s, 4, count, seed, rank, -1) == 0 && dev_sentinel(r, all + GUARD) == 0, "fill");
+  MP_OK_COMM(comm, moecclAllGather(s, r, count, moecclFloat32, comm, NULL));
+  unsigned char* h = dev_read(r, all + GUARD);
+  MP_CHECK(h, "reading device memory back failed");
+  for (int i = 0; i < n; i++) {
+    snprintf(what, sizeof(what), "device AllGather block %d", i);
+    MP_CHECK_BLOCK(what, h + i * bytes, 4, count, seed, i, -1, 0);
+  }
+  MP_CHECK_SENTINEL("device AllGather guard", h + all, GUARD);
+  free(h);
+  for (int root = 0; root < n; root++) {
+    uint64_t sd = seed_of(n, 7, 1 + root);
+    /* Broadcast, out of place, then in place. */
+    if (rank == root) MP_CHECK(dev_fill(s, 4, count, sd, root, -2) == 0, "fill");
+    MP_CHECK(dev_sentinel(r, bytes + GUARD) == 0, "sentinel");
+    MP_OK_COMM(comm, moecclBroadcast(s, r, count, moecclFloat32, root, comm, NULL));
+    MP_OK_COMM(comm, moecclBcast(r, count, moecclFloat32, root, comm, NULL));
+    h = dev_read(r, bytes + GUARD);
+    MP_CHECK(h, "reading device memory back failed");
+    snprintf(what, sizeof(what), "device Broadcast from root %d", root);
+    MP_CHECK_BLOCK(what, h, 4, count, sd, root, -2, 0);
+    MP_CHECK_SENTINEL(what, h + bytes, GUARD);
+    free(h);
+    /* Gather into the root, then Scatter back from it. */
+    MP_CHECK(dev_fill(s, 4, count, sd, rank, root) == 0, "fill");
+    if (rank == root) MP_CHECK(dev_sentinel(r, all + GUARD) == 0, "sentinel");
+    MP_OK_COMM(comm, moecclGather(s, r, count, moecclFloat32, root, comm, NULL));
+    if (rank == root) {
+      h = dev_read(r, all + GUARD);
+      MP_CHECK(h, "reading device memory back failed");
+      for (int i = 0; i < n; i++) {
+        snprintf(what, sizeof(what), "device Gather to root %d, block %d", root, i);
+        MP_CHECK_BLOCK(what, h + i * bytes, 4, count, sd, i, root, 0);
+      }
+      free(h);
+      for (int i = 0; i < n; i++) MP_CHECK(dev_fill(r + i * bytes, 4, count, sd + 1, root, i) == 0, "fill");
+    }
+    MP_CHECK(dev_sentinel(s, bytes) == 0, "sentinel");
+    MP_OK_COMM(comm, moecclScatter(r, s, count, moecclFloat32, root, comm, NULL));
+    h = dev_read(s, bytes);
+    MP_CHECK(h, "reading device memory back failed");
+    snprintf(what, sizeof(what), "device Scatter from root %d", root);
+    MP_CHECK_BLOCK(what, h, 4, count, sd + 1, root, rank, 0);
+    free(h);
+  }
+  MP_OK_COMM(comm, moecclMemFree(s));
+  MP_OK_COMM(comm, moecclMemFree(r));
+  return 0;
+}
+
 /* Calls over a few long-lived allocations at varying offsets, and over
  * fresh ones: more distinct allocations than a receiver caches. */
 static int reuse(moecclComm_t comm, int rank, int n) {
@@ -355,6 +417,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("a2a") && a2a(comm, rank, n)) return 1;
   if (mp_want("a2av") && a2av(comm, rank, n)) return 1;
   if (mp_want("p2p") && p2p(comm, rank, n)) return 1;
+  if (mp_want("coll") && coll(comm, rank, n)) return 1;
   if (mp_want("reuse") && reuse(comm, rank, n)) return 1;
   if (mp_want("stream") && on_stream(comm, rank, n)) return 1;
   if (mp_want("refused") && refused(comm, rank, n)) return 1;
@@ -365,6 +428,7 @@ static const mp_variant variants[] = {
     {"emu-delays", {"MOECCL_DEVICE_EMU_DELAY_US=200"}, "3"},
     {"two-slots", {"MOECCL_SHM_SLOTS=2", "MOECCL_SHM_EAGER_SIZE=256"}, "2,4"},
     {"legacy-ipc", {"MOECCL_DEVICE_EMU_LEGACY=1"}, "3"},
+    {"bruck", {"MOECCL_ALGO=bruck"}, "3,4"}, /* a device scratch buffer */
     {NULL, {NULL}, NULL},
 };
 
