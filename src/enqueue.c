@@ -460,15 +460,11 @@ static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call
     MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights", 1, device));
   }
   /* Refused here, on every rank alike, not in the executor after peers
-   * have gone on: device memory has copies only (mem.h). */
-  int kernels = (call->kind == MOECCL_CALL_COLL && call->coll.reduce) || call->kind == MOECCL_CALL_MOE;
-  if (*device && kernels)
+   * have gone on: device memory has no row kernels (mem.h). */
+  if (*device && call->kind == MOECCL_CALL_MOE)
     return moeccl_error(comm, moecclInvalidArgument,
-                        "%s on device memory, which this build cannot do yet (no device kernels; "
-                        "device buffers work with all-to-all(v), send/recv, AllGather, Broadcast, "
-                        "Gather and Scatter)",
-                        call->kind == MOECCL_CALL_MOE ? "a MoE dispatch or combine (row kernels)"
-                                                      : "a reduction");
+                        "a MoE dispatch or combine on device memory, which this build cannot do "
+                        "yet (no device row kernels; pass host memory)");
   return moecclSuccess;
 }
 

@@ -42,8 +42,9 @@ static const moeccl_mem_ops_t* op_mem(const moeccl_sched_t* s, uint32_t buf) {
   return moeccl_mem_ops(buf_mem(s, buf));
 }
 
-/* The table that copies from buffer src to buffer dst: a device one where
- * either side is device memory (its copy engine reaches host memory too). */
+/* The table that works on buffers src and dst (copies, reductions, the
+ * reduction's other operand being dst's): a device one where either side
+ * is device memory (its members take either kind). */
 static const moeccl_mem_ops_t* copy_mem(const moeccl_sched_t* s, uint32_t dst, uint32_t src) {
   return buf_mem(s, src).kind != MOECCL_MEM_HOST ? op_mem(s, src) : op_mem(s, dst);
 }
@@ -69,6 +70,13 @@ static moecclResult_t local_copy(const moeccl_job_t* j, const moeccl_mem_ops_t* 
   moecclResult_t rc = m->copy(dst, src, bytes, j->stream_copy);
   if (rc == moecclSuccess) return rc;
   return moeccl_comm_fail(j->comm, rc, "a copy of %zu bytes in %s memory failed", bytes, m->name);
+}
+
+/* A kernel of table m returned rc: a failure fails the communicator. */
+static moecclResult_t kernel_done(const moeccl_job_t* j, const moeccl_mem_ops_t* m,
+                                  moecclResult_t rc) {
+  if (rc == moecclSuccess) return rc;
+  return moeccl_comm_fail(j->comm, rc, "a reduction in %s memory failed", m->name);
 }
 
 /* Matches the step's sends to self with its receives from self, in order. */
@@ -102,8 +110,18 @@ static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end, unsigned
   }
 }
 
+/* Whether transport t reduces RECV_REDUCE op as it arrives: it has the
+ * capability (host kernels) and the op's buffers are host memory. */
+static int reduces_in_place(const moeccl_comm_t* c, int t, const moeccl_sched_op_t* op,
+                            const moeccl_sched_t* s) {
+  return (c->transport_ops[t]->caps & MOECCL_TRANSPORT_CAP_REDUCE) &&
+         buf_mem(s, op->dst_buf).kind == MOECCL_MEM_HOST &&
+         buf_mem(s, op->src_buf).kind == MOECCL_MEM_HOST;
+}
+
 /* Fills the request of a SEND, RECV or RECV_REDUCE op.  A reducing receive
- * from a transport that cannot reduce lands in staging memory first. */
+ * from a transport that cannot reduce (or of device memory) lands in host
+ * staging memory first. */
 static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t, moeccl_req_t* r,
                      size_t* staged) {
   const moeccl_sched_t* s = j->sched;
@@ -139,10 +157,13 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t, moeccl
     return;
   }
   if (op->type != MOECCL_OP_RECV_REDUCE) return;
-  r->red = s->red;
   r->operand = buf_at(s, op->src_buf, op->src_off);
   r->red_flags = op->flags;
-  if (c->transport_ops[t]->caps & MOECCL_TRANSPORT_CAP_REDUCE) return;
+  if (reduces_in_place(c, t, op, s)) {
+    r->red = s->red;
+    return;
+  }
+  r->stage_red = s->red;
   r->stage_dst = r->buf;
   r->stage_bytes = op->bytes;
   r->buf = (char*)c->staging + *staged;
@@ -154,22 +175,23 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t, moeccl
  * buffers' memory kind. */
 static moecclResult_t run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
   const moeccl_sched_t* s = j->sched;
-  const moeccl_mem_ops_t* m = op_mem(s, op->dst_buf);
+  const moeccl_mem_ops_t* m = copy_mem(s, op->dst_buf, op->src_buf);
   void* dst = buf_at(s, op->dst_buf, op->dst_off);
   const void* src = buf_at(s, op->src_buf, op->src_off);
   if (op->type == MOECCL_OP_REDUCE) {
-    m->reduce(s->red, dst, dst, src, op->bytes / s->red->elem_size, op->flags);
+    MOECCL_CHECK(kernel_done(j, m, m->reduce(s->red, dst, dst, src, op->bytes / s->red->elem_size,
+                                             op->flags)));
   } else if (op->type == MOECCL_OP_ROWS) {
     const moeccl_rows_t* p = &s->rows[op->peer];
     const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
     m->rows(p, dst, src, aux);
   } else if (op->flags & MOECCL_OPF_DIV) {
     if (dst != src) MOECCL_CHECK(local_copy(j, m, dst, src, op->bytes));
-    m->postdiv(s->red, dst, op->bytes / s->red->elem_size);
+    MOECCL_CHECK(kernel_done(j, m, m->postdiv(s->red, dst, op->bytes / s->red->elem_size)));
   } else if (op->flags & MOECCL_OPF_PRE_B && s->red && s->red->premul) {
-    m->scale(s->red, dst, src, op->bytes / s->red->elem_size);
+    MOECCL_CHECK(kernel_done(j, m, m->scale(s->red, dst, src, op->bytes / s->red->elem_size)));
   } else if (dst != src) {
-    MOECCL_CHECK(local_copy(j, copy_mem(s, op->dst_buf, op->src_buf), dst, src, op->bytes));
+    MOECCL_CHECK(local_copy(j, m, dst, src, op->bytes));
   }
   return moecclSuccess;
 }
@@ -317,8 +339,13 @@ static moecclResult_t finish_staged(moeccl_comm_t* c, moeccl_req_t* r) {
                             "a reducing receive of %zu bytes from rank %d got a message of %zu "
                             "bytes (the ranks disagree on the call)",
                             r->stage_bytes, r->peer, r->bytes);
-  moeccl_mem_ops(r->mem)->reduce(r->red, dst, r->operand, r->buf, r->bytes / r->red->elem_size,
-                                 r->red_flags);
+  /* the device table where either operand is device memory (mem.h) */
+  moeccl_mem_t k = r->mem.kind != MOECCL_MEM_HOST ? r->mem : moeccl_mem_of(r->operand);
+  const moeccl_mem_ops_t* m = moeccl_mem_ops(k);
+  moecclResult_t rc = m->reduce(r->stage_red, dst, r->operand, r->buf,
+                                r->bytes / r->stage_red->elem_size, r->red_flags);
+  if (rc != moecclSuccess)
+    return moeccl_comm_fail(c, rc, "a reduction in %s memory failed", m->name);
   return moecclSuccess;
 }
 
@@ -536,7 +563,7 @@ static moecclResult_t reserve_staging(moeccl_job_t* j) {
       const moeccl_sched_op_t* op = &s->ops[i];
       if (op->type != MOECCL_OP_RECV_REDUCE || op->peer == c->rank) continue;
       int t = moeccl_peer_transport(c, op->peer, buf_mem(s, op->dst_buf));
-      if (!(c->transport_ops[t]->caps & MOECCL_TRANSPORT_CAP_REDUCE)) bytes += op->bytes;
+      if (!reduces_in_place(c, t, op, s)) bytes += op->bytes;
     }
     if (bytes > most) most = bytes;
   }
@@ -598,7 +625,7 @@ static moecclResult_t check_kinds(moeccl_job_t* j) {
                           kernel, moeccl_mem_name(buf_mem(s, op->dst_buf)));
     if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS) {
       moeccl_mem_t a = buf_mem(s, op->src_buf), b = buf_mem(s, op->dst_buf);
-      if (a.kind != b.kind && op->type != MOECCL_OP_COPY)
+      if (a.kind != b.kind && op->type == MOECCL_OP_ROWS)
         return moeccl_error(c, moecclInvalidArgument,
                             "a local operation from %s to %s memory, which this build cannot do",
                             moeccl_mem_name(a), moeccl_mem_name(b));

@@ -1,14 +1,27 @@
 /* Memory kinds and their local-work tables (mem.h). */
 #include "mem.h"
 
+#include <stdlib.h>
+
 #include "copy.h"
 #include "device/device.h"
 #include "reduce.h"
 #include "rows.h"
 
-static void host_reduce(const moeccl_red_t* r, void* dst, const void* a, const void* b, size_t n,
-                        unsigned flags) {
+static moecclResult_t host_reduce(const moeccl_red_t* r, void* dst, const void* a, const void* b,
+                                  size_t n, unsigned flags) {
   moeccl_reduce(r, dst, a, b, n, flags);
+  return moecclSuccess;
+}
+
+static moecclResult_t host_scale(const moeccl_red_t* r, void* dst, const void* src, size_t n) {
+  moeccl_reduce_scale(r, dst, src, n);
+  return moecclSuccess;
+}
+
+static moecclResult_t host_postdiv(const moeccl_red_t* r, void* buf, size_t n) {
+  moeccl_reduce_postdiv(r, buf, n);
+  return moecclSuccess;
 }
 
 static moecclResult_t host_copy(void* dst, const void* src, size_t bytes, int stream) {
@@ -20,8 +33,8 @@ const moeccl_mem_ops_t moeccl_host_mem_ops = {
     .name = "host",
     .copy = host_copy,
     .reduce = host_reduce,
-    .scale = moeccl_reduce_scale,
-    .postdiv = moeccl_reduce_postdiv,
+    .scale = host_scale,
+    .postdiv = host_postdiv,
     .rows = moeccl_rows_run,
 };
 
@@ -30,11 +43,52 @@ static moecclResult_t device_copy(void* dst, const void* src, size_t bytes, int 
   return moeccl_device_copy(dst, src, bytes);
 }
 
-/* Copies only: reductions and the MoE row programs need device kernels,
- * which this build does not have. */
+/* Device reductions: the copy engine brings pieces of the operands to a
+ * host bounce buffer, the host kernel reduces them, and the copy engine
+ * takes the result back (either kind for each operand). */
+#define BOUNCE_ELEMS_BYTES ((size_t)1 << 20)
+
+static moecclResult_t bounce_op(const moeccl_red_t* r, void* dst, const void* a, const void* b,
+                                size_t n, unsigned flags, int what) {
+  size_t es = r->elem_size, per = BOUNCE_ELEMS_BYTES / es;
+  char* h = malloc(2 * per * es);
+  if (!h) return moecclSystemError;
+  moecclResult_t rc = moecclSuccess;
+  for (size_t i = 0; i < n && rc == moecclSuccess; i += per) {
+    size_t k = n - i < per ? n - i : per, off = i * es;
+    char *ha = h, *hb = h + per * es;
+    rc = moeccl_device_copy(ha, (const char*)a + off, k * es);
+    if (rc == moecclSuccess && what == 0) rc = moeccl_device_copy(hb, (const char*)b + off, k * es);
+    if (rc != moecclSuccess) break;
+    if (what == 0) moeccl_reduce(r, ha, ha, hb, k, flags);
+    else if (what == 1) moeccl_reduce_scale(r, ha, ha, k);
+    else moeccl_reduce_postdiv(r, ha, k);
+    rc = moeccl_device_copy((char*)dst + off, ha, k * es);
+  }
+  free(h);
+  return rc;
+}
+
+static moecclResult_t device_reduce(const moeccl_red_t* r, void* dst, const void* a, const void* b,
+                                    size_t n, unsigned flags) {
+  return bounce_op(r, dst, a, b, n, flags, 0);
+}
+
+static moecclResult_t device_scale(const moeccl_red_t* r, void* dst, const void* src, size_t n) {
+  return bounce_op(r, dst, src, NULL, n, 0, 1);
+}
+
+static moecclResult_t device_postdiv(const moeccl_red_t* r, void* buf, size_t n) {
+  return bounce_op(r, buf, buf, NULL, n, 0, 2);
+}
+
+/* No row kernels: the MoE calls are refused on device memory (enqueue.c). */
 const moeccl_mem_ops_t moeccl_device_mem_ops = {
     .name = "device",
     .copy = device_copy,
+    .reduce = device_reduce,
+    .scale = device_scale,
+    .postdiv = device_postdiv,
 };
 
 const moeccl_mem_ops_t* moeccl_mem_ops(moeccl_mem_t m) {

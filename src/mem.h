@@ -11,9 +11,12 @@
  *
  * Device pointers are told from host ones by the device seam
  * (src/device/device.h).  The device kind's table (where a device backend
- * is in use) copies through the backend's copy engine and has no reduction
- * or row kernels yet: calls that need them on device memory are refused
- * with a text before anything is posted (executor.c).
+ * is in use) copies through the backend's copy engine, and reduces, scales
+ * and divides by the copy engine plus the host kernels (the operands are
+ * copied to host memory in pieces, reduced there and copied back: correct
+ * everywhere, a device kernel's speed is for later); it has no row kernels,
+ * so the MoE calls are refused on device memory at the entry point.  Its
+ * members take either kind for any operand.
  */
 #ifndef MOECCL_MEM_H_
 #define MOECCL_MEM_H_
@@ -44,11 +47,11 @@ typedef struct moeccl_mem_ops {
   /* The members below are NULL where the kind has no kernel for them (the
    * executor refuses such a call before posting anything).
    * dst = a (+) b over n elements of r, flags MOECCL_OPF_PRE_* (reduce.h) */
-  void (*reduce)(const struct moeccl_red* r, void* dst, const void* a, const void* b, size_t n,
-                 unsigned flags);
+  moecclResult_t (*reduce)(const struct moeccl_red* r, void* dst, const void* a, const void* b,
+                           size_t n, unsigned flags);
   /* dst = scalar * src (PreMulSum), buf /= postdiv (integer Avg) */
-  void (*scale)(const struct moeccl_red* r, void* dst, const void* src, size_t n);
-  void (*postdiv)(const struct moeccl_red* r, void* buf, size_t n);
+  moecclResult_t (*scale)(const struct moeccl_red* r, void* dst, const void* src, size_t n);
+  moecclResult_t (*postdiv)(const struct moeccl_red* r, void* buf, size_t n);
   /* a row program (rows.h) */
   void (*rows)(const struct moeccl_rows* p, void* dst, const void* src, const void* aux);
 } moeccl_mem_ops_t;

@@ -26,20 +26,26 @@
  *             stream filled before the call is what arrives, and a copy
  *             queued after the call reads the result; a group of
  *             send/recv and an all-to-all follow on the same stream
- *   refused   a reduction on device buffers (moecclAllReduce) is refused
- *             with a text and the communicator goes on; moecclMemAllocDevice
- *             of a bad device, and moecclMemFree of a device pointer
+ *   reduce    the reductions on device buffers (the copy engine and the
+ *             host kernels): AllReduce (float sum, int32 max, int32 Avg,
+ *             a PreMulSum, in place), ReduceScatter, Reduce to every root,
+ *             with exact values
+ *   refused   a MoE call on device buffers is refused with a text and the
+ *             communicator goes on; moecclMemAllocDevice of a bad device,
+ *             and moecclMemFree of a device pointer
  *
  * Variants: random delays in the emulated streams; two slots per pair
  * (device messages wait for ring space and for their descriptors); and
  * allocations that export only legacy IPC handles, as cudaMalloc memory
  * does (MOECCL_DEVICE_EMU_LEGACY: the handle travels instead of a
  * descriptor); and the bruck all-to-all, whose steps go through the
- * communicator's scratch buffer (device memory for device calls).
+ * communicator's scratch buffer (device memory for device calls), and
+ * the reductions under the ring and tree algorithms.
  */
 #include <stdlib.h>
 
 #include "device/device.h"
+#include "moeccl_moe.h"
 #include "mp_harness.h"
 
 #define GUARD 256
@@ -386,18 +392,92 @@ static int on_stream(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+/* Rank r's element i: small integers, so every sum is exact in float. */
+static int32_t val(int r, size_t i) { return (int32_t)(i % 7) + r; }
+
+static int check_i32(const char* what, const int32_t* got, size_t n, size_t off, int32_t (*want)(size_t, int),
+                     int nr) {
+  for (size_t i = 0; i < n; i++)
+    MP_CHECK(got[i] == want(off + i, nr), "%s: element %zu is %d, want %d", what, off + i, (int)got[i],
+             (int)want(off + i, nr));
+  return 0;
+}
+static int32_t want_sum(size_t i, int n) { return (int32_t)(n * (int)(i % 7) + n * (n - 1) / 2); }
+static int32_t want_max(size_t i, int n) { return (int32_t)(i % 7) + n - 1; }
+static int32_t want_avg(size_t i, int n) { return want_sum(i, n) / n; }
+static int32_t want_premul(size_t i, int n) { return 3 * want_sum(i, n); }
+
+static int reduce(moecclComm_t comm, int rank, int n) {
+  size_t count = 70000, bytes = count * 4;
+  int32_t* hi = mp_xmalloc(bytes);
+  float* hf = mp_xmalloc(bytes);
+  for (size_t i = 0; i < count; i++) hi[i] = val(rank, i), hf[i] = (float)val(rank, i);
+  void* s = dev_alloc(comm, bytes);
+  void* r = dev_alloc(comm, bytes);
+  MP_CHECK(s && r, "no device memory");
+  int32_t* out = mp_xmalloc(bytes);
+  /* float sum */
+  MP_CHECK(to_dev(s, hf, bytes) == 0, "fill");
+  MP_OK_COMM(comm, moecclAllReduce(s, r, count, moecclFloat32, moecclSum, comm, NULL));
+  MP_CHECK(from_dev(out, r, bytes) == 0, "read");
+  for (size_t i = 0; i < count; i++)
+    MP_CHECK(((float*)out)[i] == (float)want_sum(i, n), "device AllReduce float sum: element %zu is %g, want %d",
+             i, (double)((float*)out)[i], (int)want_sum(i, n));
+  /* int32 max, int32 Avg (a division), in place */
+  MP_CHECK(to_dev(s, hi, bytes) == 0, "fill");
+  MP_OK_COMM(comm, moecclAllReduce(s, r, count, moecclInt32, moecclMax, comm, NULL));
+  MP_CHECK(from_dev(out, r, bytes) == 0, "read");
+  if (check_i32("device AllReduce int32 max", out, count, 0, want_max, n)) return 1;
+  MP_CHECK(to_dev(r, hi, bytes) == 0, "fill");
+  MP_OK_COMM(comm, moecclAllReduce(r, r, count, moecclInt32, moecclAvg, comm, NULL));
+  MP_CHECK(from_dev(out, r, bytes) == 0, "read");
+  if (check_i32("device AllReduce int32 avg in place", out, count, 0, want_avg, n)) return 1;
+  /* PreMulSum by 3 (a scaling) */
+  int32_t three = 3;
+  moecclRedOp_t op;
+  MP_OK_COMM(comm, moecclRedOpCreatePreMulSum(&op, &three, moecclInt32, moecclScalarHostImmediate, comm));
+  MP_CHECK(to_dev(s, hi, bytes) == 0, "fill");
+  MP_OK_COMM(comm, moecclAllReduce(s, r, count, moecclInt32, op, comm, NULL));
+  MP_OK_COMM(comm, moecclRedOpDestroy(op, comm));
+  MP_CHECK(from_dev(out, r, bytes) == 0, "read");
+  if (check_i32("device AllReduce int32 PreMulSum(3)", out, count, 0, want_premul, n)) return 1;
+  /* ReduceScatter: block `rank` of the sum. */
+  size_t per = count / (size_t)n;
+  MP_OK_COMM(comm, moecclReduceScatter(s, r, per, moecclInt32, moecclSum, comm, NULL));
+  MP_CHECK(from_dev(out, r, per * 4) == 0, "read");
+  if (check_i32("device ReduceScatter int32 sum", out, per, (size_t)rank * per, want_sum, n)) return 1;
+  /* Reduce to every root. */
+  for (int root = 0; root < n; root++) {
+    MP_OK_COMM(comm, moecclReduce(s, r, count, moecclInt32, moecclSum, root, comm, NULL));
+    if (rank != root) continue;
+    MP_CHECK(from_dev(out, r, bytes) == 0, "read");
+    char what[64];
+    snprintf(what, sizeof(what), "device Reduce int32 sum to root %d", root);
+    if (check_i32(what, out, count, 0, want_sum, n)) return 1;
+  }
+  free(hi), free(hf), free(out);
+  MP_OK_COMM(comm, moecclMemFree(s));
+  MP_OK_COMM(comm, moecclMemFree(r));
+  return 0;
+}
+
 static int refused(moecclComm_t comm, int rank, int n) {
-  (void)rank;
   float* d = dev_alloc(comm, 4096);
   MP_CHECK(d, "no device memory");
-  if (n > 1) { /* one rank has no reduction to do */
-    moecclResult_t rc = moecclAllReduce(d, d, 16, moecclFloat32, moecclSum, comm, NULL);
-    MP_CHECK(rc == moecclInvalidArgument, "AllReduce on device buffers gave %d", (int)rc);
-    MP_CHECK(strstr(mp_last_error_text(comm), "reduction on device memory") != NULL, "the text says: %s",
-             mp_last_error_text(comm));
-  }
+  /* A MoE combine of device expert rows: no device row kernels. */
+  moecclMoePlan_t plan = NULL;
+  MP_OK_COMM(comm, moecclMoePlanCreate(&plan, n, NULL, comm));
+  int32_t ids[2] = {rank % n, (rank + 1) % n};
+  size_t recv[1] = {0};
+  MP_OK_COMM(comm, moecclMoeLayout(plan, ids, 2, 1, 0, recv, NULL));
+  float w[2] = {1, 1}, tokens[2 * 4];
+  moecclResult_t rc = moecclMoeCombine(plan, d, 64, w, tokens, 4, moecclFloat32, NULL);
+  MP_CHECK(rc == moecclInvalidArgument, "a MoE combine of device rows gave %d", (int)rc);
+  MP_CHECK(strstr(mp_last_error_text(comm), "device memory") != NULL, "the text says: %s",
+           mp_last_error_text(comm));
+  MP_OK_COMM(comm, moecclMoePlanDestroy(plan));
   void* p = NULL;
-  moecclResult_t rc = moecclMemAllocDevice(&p, 4096, 1 << 20);
+  rc = moecclMemAllocDevice(&p, 4096, 1 << 20);
   MP_CHECK(rc == moecclInvalidArgument && p == NULL, "a bad device gave %d", (int)rc);
   MP_OK_COMM(comm, moecclMemAllocDevice(&p, 4096, -1)); /* the current device */
   MP_OK_COMM(comm, moecclMemFree(p));
@@ -420,6 +500,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("coll") && coll(comm, rank, n)) return 1;
   if (mp_want("reuse") && reuse(comm, rank, n)) return 1;
   if (mp_want("stream") && on_stream(comm, rank, n)) return 1;
+  if (mp_want("reduce") && reduce(comm, rank, n)) return 1;
   if (mp_want("refused") && refused(comm, rank, n)) return 1;
   return 0;
 }
@@ -429,6 +510,8 @@ static const mp_variant variants[] = {
     {"two-slots", {"MOECCL_SHM_SLOTS=2", "MOECCL_SHM_EAGER_SIZE=256"}, "2,4"},
     {"legacy-ipc", {"MOECCL_DEVICE_EMU_LEGACY=1"}, "3"},
     {"bruck", {"MOECCL_ALGO=bruck"}, "3,4"}, /* a device scratch buffer */
+    {"reduce-ring", {"MOECCL_ALLREDUCE_ALGO=ring", "MOECCL_REDUCESCATTER_ALGO=ring", "MP_SUBTESTS=reduce"}, "3,4"},
+    {"reduce-tree", {"MOECCL_ALLREDUCE_ALGO=tree", "MOECCL_REDUCE_ALGO=tree", "MP_SUBTESTS=reduce"}, "3"},
     {NULL, {NULL}, NULL},
 };
 

@@ -40,10 +40,12 @@ typedef struct moeccl_req {
   const void* operand;
   unsigned red_flags;
   /* executor's: a reducing receive staged for a transport without the
-   * capability (buf is staging memory; reduce into stage_dst when done;
-   * the message must be stage_bytes long) */
+   * capability, or of device memory (buf is staging memory, red is NULL;
+   * reduce by stage_red into stage_dst when done; the message must be
+   * stage_bytes long) */
   void* stage_dst;
   size_t stage_bytes;
+  const struct moeccl_red* stage_red;
   /* A receive consumed by a row program (MOECCL_OPF_ROWS): the message
    * must be exactly bytes long.  A transport with MOECCL_TRANSPORT_CAP_ROWS
    * may run moeccl_rows_run(rows, rows_dst, <the message>, rows_aux)
