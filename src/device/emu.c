@@ -6,6 +6,12 @@
  * are waited on with futexes (cross-process: the flags live in shared
  * mappings), and MOECCL_DEVICE_EMU_DELAY_US adds a random delay before
  * every queued operation so that tests see other interleavings.
+ *
+ * As on a GPU, the host cannot touch device memory: the address an
+ * allocation or import hands out is mapped PROT_NONE, so host code that
+ * reads or writes it faults (the tests find it); the streams work on a
+ * second, shadow mapping of the same memory, to which they translate
+ * device addresses.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +33,8 @@
 #define EMU_DEVICES 8
 
 typedef struct {
-  char* base;
+  char* base;   /* the device address (PROT_NONE) */
+  char* shadow; /* the same memory, for the streams */
   size_t bytes;
   int device, fd; /* fd: ours (alloc) or -1 (imported) */
   uint64_t id;    /* allocations: a number never reused; imported: 0 */
@@ -38,10 +45,11 @@ static region_t regions[EMU_MAX_REGIONS];
 static int nregions;
 static uint64_t next_id;
 
-static int add_region(char* base, size_t bytes, int device, int fd) {
+static int add_region(char* base, char* shadow, size_t bytes, int device, int fd) {
   pthread_mutex_lock(&regions_lock);
   int ok = nregions < EMU_MAX_REGIONS;
-  if (ok) regions[nregions++] = (region_t){base, bytes, device, fd, fd >= 0 ? ++next_id : 0};
+  if (ok)
+    regions[nregions++] = (region_t){base, shadow, bytes, device, fd, fd >= 0 ? ++next_id : 0};
   pthread_mutex_unlock(&regions_lock);
   return ok;
 }
@@ -83,23 +91,51 @@ static moecclResult_t emu_range(const void* ptr, void** base, size_t* bytes, uin
   return hit ? moecclSuccess : moecclInvalidArgument;
 }
 
+/* The shadow address of p when it is device memory, else p (host). */
+static void* shadow_of(const void* p) {
+  const char* c = p;
+  void* out = (void*)(uintptr_t)p;
+  pthread_mutex_lock(&regions_lock);
+  for (int i = 0; i < nregions; i++)
+    if (c >= regions[i].base && c < regions[i].base + regions[i].bytes) {
+      out = regions[i].shadow + (c - regions[i].base);
+      break;
+    }
+  pthread_mutex_unlock(&regions_lock);
+  return out;
+}
+
+/* Maps fd twice: the device view (no access, *ptr) and the streams' shadow. */
+static moecclResult_t map_views(int fd, size_t bytes, int device, int own, void** ptr) {
+  void* base = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return moecclSystemError;
+  void* shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (shadow == MAP_FAILED) return munmap(base, bytes), moecclSystemError;
+  if (!add_region(base, shadow, bytes, device, own ? fd : -1))
+    return munmap(base, bytes), munmap(shadow, bytes), moecclSystemError;
+  *ptr = base;
+  return moecclSuccess;
+}
+
+static void unmap_views(const region_t* r) {
+  munmap(r->base, r->bytes);
+  munmap(r->shadow, r->bytes);
+}
+
 static moecclResult_t emu_alloc(void** ptr, size_t bytes, int device) {
   if (device < 0 || device >= EMU_DEVICES || bytes == 0) return moecclInvalidArgument;
   int fd = memfd_create("moeccl-emu-device", MFD_CLOEXEC);
   if (fd < 0) return moecclSystemError;
-  void* p = MAP_FAILED;
-  if (ftruncate(fd, (off_t)bytes) == 0)
-    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return close(fd), moecclSystemError;
-  if (!add_region(p, bytes, device, fd)) return munmap(p, bytes), close(fd), moecclSystemError;
-  *ptr = p;
-  return moecclSuccess;
+  if (ftruncate(fd, (off_t)bytes) != 0) return close(fd), moecclSystemError;
+  moecclResult_t rc = map_views(fd, bytes, device, 1, ptr);
+  if (rc != moecclSuccess) close(fd);
+  return rc;
 }
 
 static moecclResult_t emu_free(void* ptr) {
   region_t r;
   if (!take_region(ptr, 1, 0, &r)) return moecclInvalidArgument;
-  munmap(r.base, r.bytes);
+  unmap_views(&r);
   close(r.fd);
   return moecclSuccess;
 }
@@ -118,17 +154,13 @@ static moecclResult_t emu_export_fd(void* ptr, int* fd, size_t* bytes) {
 }
 
 static moecclResult_t emu_import_fd(int fd, size_t bytes, int device, void** ptr) {
-  void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return moecclSystemError;
-  if (!add_region(p, bytes, device, -1)) return munmap(p, bytes), moecclSystemError;
-  *ptr = p;
-  return moecclSuccess;
+  return map_views(fd, bytes, device, 0, ptr);
 }
 
 static moecclResult_t emu_unimport(void* ptr, size_t bytes) {
   region_t r;
   if (!take_region(ptr, 0, bytes, &r)) return moecclInvalidArgument;
-  munmap(r.base, r.bytes);
+  unmap_views(&r);
   return moecclSuccess;
 }
 
@@ -172,7 +204,7 @@ static moecclResult_t emu_ipc_import(const void* handle, void** ptr) {
 static moecclResult_t emu_ipc_close(void* ptr) {
   region_t r;
   if (!take_region(ptr, 0, 0, &r)) return moecclInvalidArgument;
-  munmap(r.base, r.bytes);
+  unmap_views(&r);
   return moecclSuccess;
 }
 
@@ -311,16 +343,19 @@ static moecclResult_t enqueue(void* stream, emu_op_t o) {
   return moecclSuccess;
 }
 
+/* Device addresses become shadow ones when queued: the memory must stay
+ * allocated until the operation ran, as on a GPU. */
 static moecclResult_t emu_copy_async(void* dst, const void* src, size_t bytes, void* stream) {
-  return enqueue(stream, (emu_op_t){.kind = EMU_COPY, .dst = dst, .src = src, .bytes = bytes});
+  return enqueue(stream, (emu_op_t){
+                             .kind = EMU_COPY, .dst = shadow_of(dst), .src = shadow_of(src), .bytes = bytes});
 }
 
 static moecclResult_t emu_wait_value(void* stream, volatile uint64_t* addr, uint64_t value) {
-  return enqueue(stream, (emu_op_t){.kind = EMU_WAIT, .addr = addr, .value = value});
+  return enqueue(stream, (emu_op_t){.kind = EMU_WAIT, .addr = shadow_of((void*)addr), .value = value});
 }
 
 static moecclResult_t emu_write_value(void* stream, volatile uint64_t* addr, uint64_t value) {
-  return enqueue(stream, (emu_op_t){.kind = EMU_WRITE, .addr = addr, .value = value});
+  return enqueue(stream, (emu_op_t){.kind = EMU_WRITE, .addr = shadow_of((void*)addr), .value = value});
 }
 
 static moecclResult_t emu_host_fn(void* stream, void (*fn)(void*), void* arg) {
