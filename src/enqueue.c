@@ -459,12 +459,6 @@ static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call
     MOECCL_CHECK(check_kind(comm, call->moe.expert_out, "expertRows", 1, device));
     MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights", 1, device));
   }
-  /* Refused here, on every rank alike, not in the executor after peers
-   * have gone on: device memory has no row kernels (mem.h). */
-  if (*device && call->kind == MOECCL_CALL_MOE)
-    return moeccl_error(comm, moecclInvalidArgument,
-                        "a MoE dispatch or combine on device memory, which this build cannot do "
-                        "yet (no device row kernels; pass host memory)");
   return moecclSuccess;
 }
 

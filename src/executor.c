@@ -122,8 +122,8 @@ static int reduces_in_place(const moeccl_comm_t* c, int t, const moeccl_sched_op
 /* Fills the request of a SEND, RECV or RECV_REDUCE op.  A reducing receive
  * from a transport that cannot reduce (or of device memory) lands in host
  * staging memory first. */
-static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t, moeccl_req_t* r,
-                     size_t* staged) {
+static moecclResult_t make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t,
+                               moeccl_req_t* r, size_t* staged) {
   const moeccl_sched_t* s = j->sched;
   moeccl_comm_t* c = j->comm;
   memset(r, 0, sizeof(*r));
@@ -143,31 +143,36 @@ static void make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t, moeccl
       r->gather_span = p->span;
     } else {
       void* packed = buf_at(s, p->out_buf, p->out_off);
-      op_mem(s, p->out_buf)->rows(p, packed, r->buf, NULL);
+      const moeccl_mem_ops_t* m = copy_mem(s, p->out_buf, op->src_buf);
+      MOECCL_CHECK(kernel_done(j, m, m->rows(p, packed, r->buf, NULL)));
       r->buf = packed;
+      r->mem = buf_mem(s, p->out_buf);
     }
-    return;
+    return moecclSuccess;
   }
   if (op->type == MOECCL_OP_RECV && (op->flags & MOECCL_OPF_ROWS)) {
     const moeccl_rows_t* p = &s->rows[op->prog];
     r->rows = p;
     r->rows_dst = buf_at(s, p->out_buf, p->out_off);
     r->rows_aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
+    r->rows_device = buf_mem(s, p->out_buf).kind != MOECCL_MEM_HOST ||
+                     (p->aux_buf != UINT32_MAX && buf_mem(s, p->aux_buf).kind != MOECCL_MEM_HOST);
     r->stage_bytes = op->bytes;
-    return;
+    return moecclSuccess;
   }
-  if (op->type != MOECCL_OP_RECV_REDUCE) return;
+  if (op->type != MOECCL_OP_RECV_REDUCE) return moecclSuccess;
   r->operand = buf_at(s, op->src_buf, op->src_off);
   r->red_flags = op->flags;
   if (reduces_in_place(c, t, op, s)) {
     r->red = s->red;
-    return;
+    return moecclSuccess;
   }
   r->stage_red = s->red;
   r->stage_dst = r->buf;
   r->stage_bytes = op->bytes;
   r->buf = (char*)c->staging + *staged;
   *staged += op->bytes;
+  return moecclSuccess;
 }
 
 /* The step's local ops: copies (scaled or divided for reductions with a
@@ -184,7 +189,7 @@ static moecclResult_t run_local_op(const moeccl_job_t* j, const moeccl_sched_op_
   } else if (op->type == MOECCL_OP_ROWS) {
     const moeccl_rows_t* p = &s->rows[op->peer];
     const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
-    m->rows(p, dst, src, aux);
+    MOECCL_CHECK(kernel_done(j, m, m->rows(p, dst, src, aux)));
   } else if (op->flags & MOECCL_OPF_DIV) {
     if (dst != src) MOECCL_CHECK(local_copy(j, m, dst, src, op->bytes));
     MOECCL_CHECK(kernel_done(j, m, m->postdiv(s->red, dst, op->bytes / s->red->elem_size)));
@@ -248,7 +253,7 @@ static moecclResult_t rows_progressing(moeccl_job_t* j, unsigned mask, const moe
       b++;
     moeccl_rows_t piece = *p;
     piece.terms = p->terms + a, piece.nterms = b - a;
-    m->rows(&piece, dst, src, aux);
+    MOECCL_CHECK(kernel_done(j, m, m->rows(&piece, dst, src, aux)));
     if (b < p->nterms) MOECCL_CHECK(progress_pass(j, mask));
     a = b;
   }
@@ -307,7 +312,7 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     }
     moeccl_req_t* r = &c->reqs[j->nreqs++];
     int t = moeccl_peer_transport(c, op->peer, buf_mem(s, net_buf(op))); /* prepare checked */
-    make_req(j, op, t, r, &staged);
+    MOECCL_CHECK(make_req(j, op, t, r, &staged));
     if (is_adding(r)) r->rows_after = last_add, last_add = r;
     MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
     j->pending++;
@@ -359,7 +364,11 @@ static moecclResult_t finish_rows(moeccl_comm_t* c, moeccl_req_t* r) {
                             "a MoE receive of %zu bytes from rank %d got a message of %zu bytes "
                             "(the ranks disagree on the call)",
                             r->stage_bytes, r->peer, r->bytes);
-  moeccl_mem_ops(r->mem)->rows(p, r->rows_dst, r->buf, r->rows_aux);
+  /* the device table where the message or the rows it writes are device memory */
+  moeccl_mem_t k = r->mem.kind != MOECCL_MEM_HOST ? r->mem : moeccl_mem_of(r->rows_dst);
+  const moeccl_mem_ops_t* m = moeccl_mem_ops(k);
+  moecclResult_t rc = m->rows(p, r->rows_dst, r->buf, r->rows_aux);
+  if (rc != moecclSuccess) return moeccl_comm_fail(c, rc, "a row program in %s memory failed", m->name);
   return moecclSuccess;
 }
 
@@ -597,10 +606,9 @@ static const char* missing_kernel(const moeccl_sched_t* s, const moeccl_sched_op
 }
 
 /* Every buffer's kind has a local-work table, every op has the kernels it
- * needs for its buffers' kind, local reductions and row programs work
- * within one kind (copies may cross), and a transport moves each message's
- * kind to its peer: checked before anything is posted, so a call refused
- * here sends nothing. */
+ * needs for its buffers' kind, and a transport moves each message's kind
+ * to its peer: checked before anything is posted, so a call refused here
+ * sends nothing. */
 static moecclResult_t check_kinds(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   const moeccl_sched_t* s = j->sched;
@@ -623,14 +631,9 @@ static moecclResult_t check_kinds(moeccl_job_t* j) {
                           "this call needs %s on %s memory, which this build cannot do yet "
                           "(device memory: copies only)",
                           kernel, moeccl_mem_name(buf_mem(s, op->dst_buf)));
-    if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS) {
-      moeccl_mem_t a = buf_mem(s, op->src_buf), b = buf_mem(s, op->dst_buf);
-      if (a.kind != b.kind && op->type == MOECCL_OP_ROWS)
-        return moeccl_error(c, moecclInvalidArgument,
-                            "a local operation from %s to %s memory, which this build cannot do",
-                            moeccl_mem_name(a), moeccl_mem_name(b));
+    /* local ops of mixed kinds run by the device table (copy_mem) */
+    if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS)
       continue;
-    }
     if (op->peer == c->rank) continue;
     moeccl_mem_t m = buf_mem(s, net_buf(op));
     if (moeccl_peer_transport(c, op->peer, m) < 0)

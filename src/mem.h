@@ -14,9 +14,8 @@
  * is in use) copies through the backend's copy engine, and reduces, scales
  * and divides by the copy engine plus the host kernels (the operands are
  * copied to host memory in pieces, reduced there and copied back: correct
- * everywhere, a device kernel's speed is for later); it has no row kernels,
- * so the MoE calls are refused on device memory at the entry point.  Its
- * members take either kind for any operand.
+ * everywhere, a device kernel's speed is for later), and runs the MoE row
+ * programs the same way.  Its members take either kind for any operand.
  */
 #ifndef MOECCL_MEM_H_
 #define MOECCL_MEM_H_
@@ -53,7 +52,8 @@ typedef struct moeccl_mem_ops {
   moecclResult_t (*scale)(const struct moeccl_red* r, void* dst, const void* src, size_t n);
   moecclResult_t (*postdiv)(const struct moeccl_red* r, void* buf, size_t n);
   /* a row program (rows.h) */
-  void (*rows)(const struct moeccl_rows* p, void* dst, const void* src, const void* aux);
+  moecclResult_t (*rows)(const struct moeccl_rows* p, void* dst, const void* src,
+                         const void* aux);
 } moeccl_mem_ops_t;
 
 extern const moeccl_mem_ops_t moeccl_host_mem_ops;

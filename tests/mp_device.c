@@ -30,9 +30,13 @@
  *             host kernels): AllReduce (float sum, int32 max, int32 Avg,
  *             a PreMulSum, in place), ReduceScatter, Reduce to every root,
  *             with exact values
- *   refused   a MoE call on device buffers is refused with a text and the
- *             communicator goes on; moecclMemAllocDevice of a bad device,
- *             and moecclMemFree of a device pointer
+ *   moe       MoE dispatch, combine and dispatch backward on device token
+ *             and row buffers give bit for bit what they give on host
+ *             buffers (the same plan, -1 slots included); the combine
+ *             backward, which reads the forward's expert rows on the host,
+ *             refuses device ones with a text
+ *   refused   moecclMemAllocDevice of a bad device, and moecclMemFree of a
+ *             device pointer
  *
  * Variants: random delays in the emulated streams; two slots per pair
  * (device messages wait for ring space and for their descriptors); and
@@ -461,23 +465,76 @@ static int reduce(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+/* A buffer of bytes on the device holding what host holds. */
+static void* dev_copy_of(moecclComm_t comm, const void* host, size_t bytes) {
+  void* d = dev_alloc(comm, bytes + 1);
+  if (d && to_dev(d, host, bytes) != 0) return NULL;
+  return d;
+}
+
+static int moe(moecclComm_t comm, int rank, int n) {
+  int E = 2 * n, K = 2;
+  size_t T = 300 + 37 * (size_t)rank, H = 64, row = H * 4;
+  moecclMoePlan_t plan = NULL;
+  MP_OK_COMM(comm, moecclMoePlanCreate(&plan, E, NULL, comm));
+  int32_t* ids = mp_xmalloc(T * (size_t)K * sizeof(int32_t));
+  float* w = mp_xmalloc(T * (size_t)K * sizeof(float));
+  float* tok = mp_xmalloc(T * row);
+  mp_rng rng;
+  mp_rng_seed(&rng, seed_of(n, 8, rank));
+  for (size_t t = 0; t < T; t++) {
+    int a = (int)mp_rng_below(&rng, (uint64_t)E), b = (a + 1 + (int)mp_rng_below(&rng, (uint64_t)E - 1)) % E;
+    ids[t * 2] = a, ids[t * 2 + 1] = t % 11 == 0 ? -1 : b;
+    w[t * 2] = 0.75f, w[t * 2 + 1] = 0.25f;
+    for (size_t h = 0; h < H; h++) tok[t * H + h] = (float)((int)((t * 7 + h * 3) % 13) - 6) / 4.0f;
+  }
+  size_t recv[2] = {0, 0};
+  MP_OK_COMM(comm, moecclMoeLayout(plan, ids, T, K, 0, recv, NULL));
+  size_t R = recv[0] + recv[1], cap = R + 1;
+  float* rows_h = mp_xmalloc(cap * row);
+  float* out_h = mp_xmalloc(T * row);
+  float* grad_h = mp_xmalloc(T * row);
+  MP_OK_COMM(comm, moecclMoeDispatch(plan, tok, rows_h, cap, H, moecclFloat32, NULL));
+  MP_OK_COMM(comm, moecclMoeCombine(plan, rows_h, cap, w, out_h, H, moecclFloat32, NULL));
+  MP_OK_COMM(comm, moecclMoeDispatchBackward(plan, rows_h, cap, grad_h, H, moecclFloat32, NULL));
+  void* dtok = dev_copy_of(comm, tok, T * row);
+  void* drows = dev_alloc(comm, cap * row);
+  void* dout = dev_alloc(comm, T * row);
+  void* dgrad = dev_alloc(comm, T * row);
+  MP_CHECK(dtok && drows && dout && dgrad, "no device memory");
+  MP_OK_COMM(comm, moecclMoeDispatch(plan, dtok, drows, cap, H, moecclFloat32, NULL));
+  MP_OK_COMM(comm, moecclMoeCombine(plan, drows, cap, w, dout, H, moecclFloat32, NULL));
+  MP_OK_COMM(comm, moecclMoeDispatchBackward(plan, drows, cap, dgrad, H, moecclFloat32, NULL));
+  unsigned char *r1 = dev_read(drows, R * row), *r2 = dev_read(dout, T * row), *r3 = dev_read(dgrad, T * row);
+  MP_CHECK(r1 && r2 && r3, "reading device memory back failed");
+  MP_CHECK(memcmp(r1, rows_h, R * row) == 0, "device dispatch rows differ from host ones (%zu rows)", R);
+  MP_CHECK(memcmp(r2, out_h, T * row) == 0, "device combine differs from host combine (%zu tokens)", T);
+  MP_CHECK(memcmp(r3, grad_h, T * row) == 0, "device dispatch backward differs from host");
+  /* The combine backward reads the forward's expert rows on the host. */
+  float* gw = mp_xmalloc(T * (size_t)K * sizeof(float));
+  void* dge = dev_alloc(comm, cap * row);
+  MP_CHECK(dge, "no device memory");
+  moecclResult_t rc = moecclMoeCombineBackward(plan, dout, w, drows, dge, cap, gw, H, moecclFloat32, NULL);
+  MP_CHECK(rc == moecclInvalidArgument, "combine backward of device expert rows gave %d", (int)rc);
+  MP_CHECK(strstr(mp_last_error_text(comm), "device memory") != NULL, "the text says: %s", mp_last_error_text(comm));
+  free(r1), free(r2), free(r3), free(gw);
+  free(ids), free(w), free(tok), free(rows_h), free(out_h), free(grad_h);
+  MP_OK_COMM(comm, moecclMemFree(dtok));
+  MP_OK_COMM(comm, moecclMemFree(drows));
+  MP_OK_COMM(comm, moecclMemFree(dout));
+  MP_OK_COMM(comm, moecclMemFree(dgrad));
+  MP_OK_COMM(comm, moecclMemFree(dge));
+  MP_OK_COMM(comm, moecclMoePlanDestroy(plan));
+  /* The communicator goes on after the refusal. */
+  return a2a_round(comm, rank, n, moecclFloat32, 64, seed_of(n, 8, 99));
+}
+
 static int refused(moecclComm_t comm, int rank, int n) {
   float* d = dev_alloc(comm, 4096);
   MP_CHECK(d, "no device memory");
-  /* A MoE combine of device expert rows: no device row kernels. */
-  moecclMoePlan_t plan = NULL;
-  MP_OK_COMM(comm, moecclMoePlanCreate(&plan, n, NULL, comm));
-  int32_t ids[2] = {rank % n, (rank + 1) % n};
-  size_t recv[1] = {0};
-  MP_OK_COMM(comm, moecclMoeLayout(plan, ids, 2, 1, 0, recv, NULL));
-  float w[2] = {1, 1}, tokens[2 * 4];
-  moecclResult_t rc = moecclMoeCombine(plan, d, 64, w, tokens, 4, moecclFloat32, NULL);
-  MP_CHECK(rc == moecclInvalidArgument, "a MoE combine of device rows gave %d", (int)rc);
-  MP_CHECK(strstr(mp_last_error_text(comm), "device memory") != NULL, "the text says: %s",
-           mp_last_error_text(comm));
-  MP_OK_COMM(comm, moecclMoePlanDestroy(plan));
+  (void)rank;
   void* p = NULL;
-  rc = moecclMemAllocDevice(&p, 4096, 1 << 20);
+  moecclResult_t rc = moecclMemAllocDevice(&p, 4096, 1 << 20);
   MP_CHECK(rc == moecclInvalidArgument && p == NULL, "a bad device gave %d", (int)rc);
   MP_OK_COMM(comm, moecclMemAllocDevice(&p, 4096, -1)); /* the current device */
   MP_OK_COMM(comm, moecclMemFree(p));
@@ -501,6 +558,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("reuse") && reuse(comm, rank, n)) return 1;
   if (mp_want("stream") && on_stream(comm, rank, n)) return 1;
   if (mp_want("reduce") && reduce(comm, rank, n)) return 1;
+  if (mp_want("moe") && moe(comm, rank, n)) return 1;
   if (mp_want("refused") && refused(comm, rank, n)) return 1;
   return 0;
 }

@@ -890,15 +890,17 @@ static const char* import_peer_device(shm_state_t* s, shm_peer_t* p, const slot_
  * into r's buffer, from the sender's imported device allocation, from the
  * slot (eager), or from its mapped moecclMemAlloc memory; from other host
  * memory a chunk is read by CMA into the bounce buffer first.  No kernel
- * runs on device memory here: reducing and consuming receives are refused. */
+ * runs on device memory here: a consuming receive lands the message and
+ * the executor runs its program (the executor stages reducing ones). */
 static moecclResult_t pull_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
                                   moeccl_req_t* r, int* wait) {
   int dev_src = h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE);
-  if (r->red || r->rows || (h->kind == SLOT_RNDV && (h->flags & HDR_GATHERED)))
+  if (r->red || (h->kind == SLOT_RNDV && (h->flags & HDR_GATHERED)))
     return moeccl_comm_fail(s->comm, moecclInvalidUsage,
-                            "shm: rank %d's message needs a reduction or row program on device "
-                            "memory, which this build cannot do",
-                            p->comm_rank);
+                            "shm: rank %d's message %s, which this build cannot do with device "
+                            "memory on either side",
+                            p->comm_rank,
+                            r->red ? "is to be reduced in place" : "is a whole gathered buffer");
   char* dst = (char*)r->buf + r->progress;
   const char* src;
   size_t n;
@@ -943,7 +945,8 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
     if (h->msg_bytes > r->bytes || ((r->red || r->rows) && h->msg_bytes != r->bytes))
       return truncated(s, p, h->msg_bytes, r->bytes);
     int slot_done;
-    if (r->mem.kind == MOECCL_MEM_DEVICE || (h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE))) {
+    if (r->mem.kind == MOECCL_MEM_DEVICE || r->rows_device ||
+        (h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE))) {
       int wait = 0;
       MOECCL_CHECK(pull_device(s, p, h, r, &wait));
       if (wait) return moecclSuccess;

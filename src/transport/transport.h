@@ -55,6 +55,9 @@ typedef struct moeccl_req {
   void* rows_dst;
   const void* rows_aux;
   int consumed;
+  /* the program writes or reads device memory: no transport runs it (host
+   * code); the message lands in buf and the executor runs it */
+  int rows_device;
   /* An adding program (MOECCL_ROWS_ADD) runs after the one of the step's
    * previous adding receive, rows_after (NULL for the first), so that sums
    * come out the same run to run: a transport consumes such a receive in
