@@ -171,10 +171,12 @@ moecclResult_t moecclCommGetAsyncError(moecclComm_t comm, moecclResult_t* asyncE
 moecclResult_t moecclMemAlloc(void** ptr, size_t size);
 /* Device memory on device (an ordinal of the device backend: CUDA, or the
  * host emulation with MOECCL_DEVICE=emu; -1: the calling thread's current
- * device, as ncclMemAlloc) that local peers can import: the
- * shared-memory transport copies device buffers from it once, with the copy
- * engine (moecclMemAllocDevice(3)).  moecclInvalidUsage when the process has
- * no device backend.  Free with moecclMemFree, which frees either kind. */
+ * device, as ncclMemAlloc) that local peers can import: the shared-memory
+ * transport copies device buffers from it once, with the copy engine
+ * (moecclMemAllocDevice(3)).  moecclInvalidUsage when the process has no
+ * device backend.  Free with moecclMemFree, which frees either kind.
+ * Device buffers work in every call between ranks of one node; a call's
+ * stream may then be a device stream (cudaStream_t), on which it is queued. */
 moecclResult_t moecclMemAllocDevice(void** ptr, size_t size, int device);
 moecclResult_t moecclMemFree(void* ptr);
 
