@@ -23,19 +23,20 @@
  *
  * Like any collective, every rank passes the same hidden and datatype.
  * Every data call takes a stream: NULL runs it now; a host stream
- * (moecclHostStreamCreate) queues it and returns.  Buffers must stay alive
- * and unchanged until the stream is synchronized; moecclMoeLayout and
- * moecclMoePlanDestroy must not run while the plan's calls are queued
- * (moecclMoeLayout waits for the operations issued before it on the
- * communicator, so a layout issued after them is safe).
+ * (moecclHostStreamCreate) or a device stream queues it and returns.
+ * Buffers must stay alive and unchanged until the stream is synchronized;
+ * moecclMoeLayout and moecclMoePlanDestroy must not run while the plan's
+ * calls are queued (moecclMoeLayout waits for the operations issued before
+ * it on the communicator, so a layout issued after them is safe).  Token
+ * and row buffers may be device memory (moecclMemAllocDevice); the ids, the
+ * gate weights and the combine backward's expert rows are read on the host.
  *
- * Planned, with the API kept for them: a hierarchical path that sends a
- * token across the network once per destination node and fans it out
- * there (chosen by the tuner against this flat path; the plan will carry
- * the choice, the calls stay the same), and a chunked mode that splits the
- * tokens into C chunks so dispatch, expert compute and combine of
- * different chunks overlap; today a caller gets that overlap with one plan
- * per chunk and host streams.
+ * Across nodes the tuner picks per call between this flat path and a
+ * hierarchical one that sends a token across the network once per
+ * destination node and fans it out there (moecclMoe(3)); a chunked
+ * pipeline (dispatch, expert compute and combine of different chunks
+ * overlapping) is one plan per chunk on host streams, as moe_train
+ * --chunks does.
  */
 #ifndef MOECCL_MOE_H_
 #define MOECCL_MOE_H_
