@@ -4,6 +4,7 @@
 #include "device/device.h"
 #include "executor.h"
 #include "stream.h"
+#include "transport/transport.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -435,10 +436,22 @@ static moecclResult_t call_defer(moeccl_comm_t* c, const moeccl_call_t* call,
  * before anything is issued (the communicator stays usable); host_only:
  * the library reads it on the host (the MoE calls' weights and ids). */
 static moecclResult_t check_kind(moeccl_comm_t* comm, const void* buf, const char* what,
-                                 int host_only, int* device) {
+                                 int host_only, int all_peers, int* device) {
   if (!buf) return moecclSuccess;
   moeccl_mem_t m = moeccl_mem_of(buf);
-  if (m.kind == MOECCL_MEM_DEVICE) *device = 1;
+  if (m.kind == MOECCL_MEM_DEVICE) {
+    *device = 1;
+    /* A collective may send to every peer: each must be reachable with
+     * device memory (same node), or every rank refuses alike here rather
+     * than failing the communicator in the executor. */
+    for (int p = 0; all_peers && p < comm->nranks; p++)
+      if (p != comm->rank && moeccl_peer_transport(comm, p, m) < 0)
+        return moeccl_error(comm, moecclInvalidArgument,
+                            "%s %p is device memory, which no transport moves between rank %d "
+                            "and rank %d (%s): device buffers work between the ranks of one "
+                            "node in this build",
+                            what, buf, comm->rank, p, comm->peers[p].hostname);
+  }
   if (moeccl_mem_ops(m) && (!host_only || m.kind == MOECCL_MEM_HOST)) return moecclSuccess;
   return moeccl_error(comm, moecclInvalidArgument,
                       "%s %p is %s memory (device %d), which %s", what, buf, moeccl_mem_name(m),
@@ -450,14 +463,14 @@ static moecclResult_t check_kind(moeccl_comm_t* comm, const void* buf, const cha
 /* Whether any buffer of the call is device memory (*device). */
 static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call, int* device) {
   *device = 0;
-  MOECCL_CHECK(check_kind(comm, call->sendbuf, "sendbuff", 0, device));
-  MOECCL_CHECK(check_kind(comm, call->recvbuf, "recvbuff", 0, device));
-  for (int i = 0; i < call->np2p; i++)
-    MOECCL_CHECK(check_kind(comm, call->p2p[i].buf, "buffer", 0, device));
+  MOECCL_CHECK(check_kind(comm, call->sendbuf, "sendbuff", 0, 1, device));
+  MOECCL_CHECK(check_kind(comm, call->recvbuf, "recvbuff", 0, 1, device));
+  for (int i = 0; i < call->np2p; i++) /* the executor checks the peer of each */
+    MOECCL_CHECK(check_kind(comm, call->p2p[i].buf, "buffer", 0, 0, device));
   if (call->kind == MOECCL_CALL_MOE) { /* the MoE calls' other buffers, read on the host */
-    MOECCL_CHECK(check_kind(comm, call->moe.weights, "weights", 1, device));
-    MOECCL_CHECK(check_kind(comm, call->moe.expert_out, "expertRows", 1, device));
-    MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights", 1, device));
+    MOECCL_CHECK(check_kind(comm, call->moe.weights, "weights", 1, 0, device));
+    MOECCL_CHECK(check_kind(comm, call->moe.expert_out, "expertRows", 1, 0, device));
+    MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights", 1, 0, device));
   }
   return moecclSuccess;
 }

@@ -37,6 +37,10 @@
  *             refuses device ones with a text
  *   refused   moecclMemAllocDevice of a bad device, and moecclMemFree of a
  *             device pointer
+ *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
+ *             buffers is refused on every rank with a text naming a peer on
+ *             the other node, and the communicator goes on; send/recv of
+ *             device buffers between the ranks of one node works
  *
  * Variants: random delays in the emulated streams; two slots per pair
  * (device messages wait for ring space and for their descriptors); and
@@ -47,6 +51,7 @@
  * the reductions under the ring and tree algorithms.
  */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "device/device.h"
 #include "moeccl_moe.h"
@@ -302,6 +307,20 @@ static int coll(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+/* A device send/recv exchange with peer (both ways, one group). */
+static int shift2(moecclComm_t comm, int rank, int peer, void* s, void* r, size_t count, uint64_t seed) {
+  MP_CHECK(dev_fill(s, 4, count, seed, rank, peer) == 0, "fill");
+  MP_OK_COMM(comm, moecclGroupStart());
+  MP_OK_COMM(comm, moecclSend(s, count, moecclFloat32, peer, comm, NULL));
+  MP_OK_COMM(comm, moecclRecv(r, count, moecclFloat32, peer, comm, NULL));
+  MP_OK_COMM(comm, moecclGroupEnd());
+  unsigned char* h = dev_read(r, count * 4);
+  MP_CHECK(h, "reading device memory back failed");
+  MP_CHECK_BLOCK("same-node device send/recv on two nodes", h, 4, count, seed, peer, rank, 0);
+  free(h);
+  return 0;
+}
+
 /* Calls over a few long-lived allocations at varying offsets, and over
  * fresh ones: more distinct allocations than a receiver caches. */
 static int reuse(moecclComm_t comm, int rank, int n) {
@@ -547,6 +566,32 @@ static int refused(moecclComm_t comm, int rank, int n) {
   return a2a_round(comm, rank, n, moecclFloat32, 100, seed_of(n, 5, 0));
 }
 
+static int nodes(moecclComm_t comm, int rank, int n) {
+  const char* ppn = getenv("MP_RANKS_PER_NODE");
+  if (!ppn || atoi(ppn) != 2 || n % 2) return 0; /* only on nodes of 2 */
+  size_t count = 1000, bytes = count * 4 * (size_t)n;
+  void* s = dev_alloc(comm, bytes);
+  void* r = dev_alloc(comm, bytes);
+  MP_CHECK(s && r, "no device memory");
+  moecclResult_t rc = moecclAlltoAll(s, r, count, moecclFloat32, comm, NULL);
+  MP_CHECK(rc == moecclInvalidArgument, "a device all-to-all across nodes gave %d", (int)rc);
+  MP_CHECK(strstr(mp_last_error_text(comm), "between the ranks of one node") != NULL, "the text says: %s",
+           mp_last_error_text(comm));
+  /* Same-node send/recv (rank ^ 1 is on this rank's node). */
+  if (shift2(comm, rank, rank ^ 1, s, r, count, seed_of(n, 9, 0))) return 1;
+  MP_OK_COMM(comm, moecclMemFree(s));
+  MP_OK_COMM(comm, moecclMemFree(r));
+  /* Host buffers still go everywhere. */
+  unsigned char* hs = mp_xmalloc(bytes);
+  unsigned char* hr = mp_xmalloc(bytes);
+  uint64_t seed = seed_of(n, 9, 1);
+  for (int p = 0; p < n; p++) mp_fill(hs + p * count * 4, 4, count, seed, rank, p, 0);
+  MP_OK_COMM(comm, moecclAlltoAll(hs, hr, count, moecclFloat32, comm, NULL));
+  for (int p = 0; p < n; p++) MP_CHECK_BLOCK("host all-to-all after the refusal", hr + p * count * 4, 4, count, seed, p, rank, 0);
+  free(hs), free(hr);
+  return 0;
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   D = moeccl_device();
@@ -560,6 +605,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("reduce") && reduce(comm, rank, n)) return 1;
   if (mp_want("moe") && moe(comm, rank, n)) return 1;
   if (mp_want("refused") && refused(comm, rank, n)) return 1;
+  if (mp_want("nodes") && nodes(comm, rank, n)) return 1;
   return 0;
 }
 
@@ -570,6 +616,7 @@ static const mp_variant variants[] = {
     {"bruck", {"MOECCL_ALGO=bruck"}, "3,4"}, /* a device scratch buffer */
     {"reduce-ring", {"MOECCL_ALLREDUCE_ALGO=ring", "MOECCL_REDUCESCATTER_ALGO=ring", "MP_SUBTESTS=reduce"}, "3,4"},
     {"reduce-tree", {"MOECCL_ALLREDUCE_ALGO=tree", "MOECCL_REDUCE_ALGO=tree", "MP_SUBTESTS=reduce"}, "3"},
+    {"two-nodes", {"MP_RANKS_PER_NODE=2", "MP_SUBTESTS=nodes"}, "4"},
     {NULL, {NULL}, NULL},
 };
 
@@ -577,5 +624,18 @@ static const int ranks[] = {2, 3, 4, 0};
 
 int main(int argc, char** argv) {
   setenv("MOECCL_DEVICE", "emu", 0);
+  /* Linked with the library's objects, this program is not "beside
+   * libmoeccl": point the network modules' search at the build tree's. */
+  char exe[4096];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 32);
+  if (len > 0) {
+    exe[len] = '\0';
+    char* slash = strrchr(exe, '/');
+    if (slash) {
+      if (slash - exe >= 6 && !strncmp(slash - 6, "/.libs", 6)) slash -= 6; /* libtool's copy */
+      snprintf(slash, sizeof(exe) - (size_t)(slash - exe), "/../.libs");
+      setenv("MOECCL_PLUGIN_PATH", exe, 0);
+    }
+  }
   return mp_main(argc, argv, ranks, body, NULL, 120, variants);
 }
