@@ -288,12 +288,15 @@ MOECCL_EXPORT moecclResult_t moecclGroupEnd(void) {
   group_stream = NULL;
   int device = group_device;
   group_device = 0;
+  if (!stream && device) { /* as one call with device buffers on the NULL stream */
+    moecclResult_t rc = default_stream_sync(NULL);
+    if (rc != moecclSuccess) {
+      moeccl_tasks_free(&list); /* no ticket taken yet: the peers' calls fail on theirs */
+      return rc;
+    }
+  }
   moeccl_tasks_issue(&list);
   if (stream) return enqueue_on(stream, &list);
-  if (device) { /* as one call with device buffers on the NULL stream */
-    moecclResult_t rc = default_stream_sync(NULL);
-    if (rc != moecclSuccess) return moeccl_tasks_abandon(&list), rc;
-  }
   return moeccl_tasks_run(&list);
 }
 

@@ -189,6 +189,8 @@ static moecclResult_t run_local_op(const moeccl_job_t* j, const moeccl_sched_op_
   } else if (op->type == MOECCL_OP_ROWS) {
     const moeccl_rows_t* p = &s->rows[op->peer];
     const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(s, p->aux_buf, p->aux_off);
+    if (p->aux_buf != UINT32_MAX && buf_mem(s, p->aux_buf).kind != MOECCL_MEM_HOST)
+      m = op_mem(s, p->aux_buf); /* the device table: the weights or rows it reads are device */
     MOECCL_CHECK(kernel_done(j, m, m->rows(p, dst, src, aux)));
   } else if (op->flags & MOECCL_OPF_DIV) {
     if (dst != src) MOECCL_CHECK(local_copy(j, m, dst, src, op->bytes));
@@ -267,8 +269,10 @@ static moecclResult_t local_op(moeccl_job_t* j, unsigned mask, const moeccl_sche
   if (!mask || (op->type == MOECCL_OP_COPY && op->bytes <= PIECE_BYTES)) {
     return run_local_op(j, op); /* the common case: nothing to progress, or a short copy */
   }
+  uint32_t aux = op->type == MOECCL_OP_ROWS ? s->rows[op->peer].aux_buf : UINT32_MAX;
   int host = buf_mem(s, op->dst_buf).kind == MOECCL_MEM_HOST &&
-             buf_mem(s, op->src_buf).kind == MOECCL_MEM_HOST;
+             buf_mem(s, op->src_buf).kind == MOECCL_MEM_HOST &&
+             (aux == UINT32_MAX || buf_mem(s, aux).kind == MOECCL_MEM_HOST);
   const moeccl_mem_ops_t* m = op_mem(s, op->dst_buf);
   void* dst = buf_at(s, op->dst_buf, op->dst_off);
   const void* src = buf_at(s, op->src_buf, op->src_off);
@@ -364,8 +368,10 @@ static moecclResult_t finish_rows(moeccl_comm_t* c, moeccl_req_t* r) {
                             "a MoE receive of %zu bytes from rank %d got a message of %zu bytes "
                             "(the ranks disagree on the call)",
                             r->stage_bytes, r->peer, r->bytes);
-  /* the device table where the message or the rows it writes are device memory */
-  moeccl_mem_t k = r->mem.kind != MOECCL_MEM_HOST ? r->mem : moeccl_mem_of(r->rows_dst);
+  /* the device table where the message, or what the program writes or
+   * reads besides (rows_device), is device memory */
+  moeccl_mem_t k = r->mem;
+  if (k.kind == MOECCL_MEM_HOST && r->rows_device) k = (moeccl_mem_t){MOECCL_MEM_DEVICE, 0};
   const moeccl_mem_ops_t* m = moeccl_mem_ops(k);
   moecclResult_t rc = m->rows(p, r->rows_dst, r->buf, r->rows_aux);
   if (rc != moecclSuccess) return moeccl_comm_fail(c, rc, "a row program in %s memory failed", m->name);

@@ -108,7 +108,7 @@ static moecclResult_t device_rows(const moeccl_rows_t* p, void* dst, const void*
                                   const void* aux) {
   size_t rb = moeccl_rows_row_bytes(p);
   size_t dst_unit = p->mode == MOECCL_ROWS_DOT ? 4 : rb;
-  size_t aux_unit = p->mode == MOECCL_ROWS_DOT ? p->elems * 4 : 4;
+  size_t aux_unit = p->mode == MOECCL_ROWS_DOT ? rb : 4; /* DOT: rows of the row type */
   int uses_aux = aux && (p->mode == MOECCL_ROWS_SUM || p->mode == MOECCL_ROWS_DOT);
   uint32_t d0, d1, s0, s1, a0, a1;
   span_of(p, 0, &d0, &d1), span_of(p, 1, &s0, &s1), span_of(p, 2, &a0, &a1);

@@ -1,5 +1,8 @@
 /* The planning module: algorithm choice and schedule for every call (plan.h). */
 #include "plan.h"
+
+#include "device/device.h"
+#include "mem.h"
 #include "topo/topo.h"
 #include "tune/tuner.h"
 
@@ -61,6 +64,21 @@ static moecclResult_t a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* 
   if (rc != moecclSuccess)
     return moeccl_comm_fail(comm, rc, "planning the count exchange of %s failed (%s)", algo->name,
                             moecclGetErrorString(rc));
+  return moecclSuccess;
+}
+
+/* A PreMulSum's moecclScalarDevice scalar, read now: where it is device
+ * memory (a GPU framework's tensor), through the copy engine. */
+static moecclResult_t read_scalar(moeccl_comm_t* comm, moeccl_call_t* call) {
+  const void* p = call->scalar_ptr;
+  uint64_t v = 0;
+  if (moeccl_mem_of(p).kind == MOECCL_MEM_DEVICE) {
+    moecclResult_t rc = moeccl_device_copy(&v, p, call->red.elem_size);
+    if (rc != moecclSuccess)
+      return moeccl_error(comm, rc, "reading the PreMulSum scalar at %p (device memory) failed", p);
+    p = &v;
+  }
+  moeccl_red_set_premul(&call->red, p);
   return moecclSuccess;
 }
 
@@ -169,7 +187,7 @@ static moecclResult_t coll_build(moeccl_comm_t* comm, moeccl_call_t* call,
         d.count, algo->name);
   MOECCL_CHECK(std_bufs(s, call->sendbuf, call->recvbuf));
   if (d.reduce) {
-    if (call->scalar_ptr) moeccl_red_set_premul(&call->red, call->scalar_ptr);
+    if (call->scalar_ptr) MOECCL_CHECK(read_scalar(comm, call));
     s->red = &call->red;
   }
   moecclResult_t rc = algo->schedule[d.kind](&d, s);

@@ -37,6 +37,11 @@
  *             refuses device ones with a text
  *   refused   moecclMemAllocDevice of a bad device, and moecclMemFree of a
  *             device pointer
+ *   flood     rank 1 sends rank 0 more device messages (14) than a Unix
+ *             socket queues by default (net.unix.max_dgram_qlen, 10 here)
+ *             while rank 0 first waits for one from rank 2, whose
+ *             descriptor must get into the same queue: rank 0 drains its
+ *             socket whenever descriptors wait, not only when it needs one
  *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
  *             buffers is refused on every rank with a text naming a peer on
  *             the other node, and the communicator goes on; send/recv of
@@ -566,6 +571,38 @@ static int refused(moecclComm_t comm, int rank, int n) {
   return a2a_round(comm, rank, n, moecclFloat32, 100, seed_of(n, 5, 0));
 }
 
+static int flood(moecclComm_t comm, int rank, int n) {
+  enum { MSGS = 14 };
+  if (n < 3 || rank > 2) return 0;
+  size_t count = 4096, bytes = count * 4;
+  unsigned char* buf = dev_alloc(comm, bytes * MSGS);
+  MP_CHECK(buf, "no device memory");
+  uint64_t seed = seed_of(n, 10, 0);
+  if (rank == 1 || rank == 2) {
+    int k = rank == 1 ? MSGS : 1;
+    if (rank == 2) mp_sleep_ms(300); /* let rank 1's flood fill rank 0's queue first */
+    for (int m = 0; m < k; m++) MP_CHECK(dev_fill(buf + m * bytes, 4, count, seed + (uint64_t)m, rank, 0) == 0, "fill");
+    MP_OK_COMM(comm, moecclGroupStart());
+    for (int m = 0; m < k; m++) MP_OK_COMM(comm, moecclSend(buf + m * bytes, count, moecclFloat32, 0, comm, NULL));
+    MP_OK_COMM(comm, moecclGroupEnd());
+  } else {
+    MP_OK_COMM(comm, moecclRecv(buf, count, moecclFloat32, 2, comm, NULL)); /* first, alone */
+    unsigned char* h = dev_read(buf, bytes);
+    MP_CHECK(h, "reading device memory back failed");
+    MP_CHECK_BLOCK("flood: the message from rank 2", h, 4, count, seed, 2, 0, 0);
+    free(h);
+    MP_OK_COMM(comm, moecclGroupStart());
+    for (int m = 0; m < MSGS; m++) MP_OK_COMM(comm, moecclRecv(buf + m * bytes, count, moecclFloat32, 1, comm, NULL));
+    MP_OK_COMM(comm, moecclGroupEnd());
+    h = dev_read(buf, bytes * MSGS);
+    MP_CHECK(h, "reading device memory back failed");
+    for (int m = 0; m < MSGS; m++) MP_CHECK_BLOCK("flood: a message from rank 1", h + m * bytes, 4, count, seed + (uint64_t)m, 1, 0, 0);
+    free(h);
+  }
+  MP_OK_COMM(comm, moecclMemFree(buf));
+  return 0;
+}
+
 static int nodes(moecclComm_t comm, int rank, int n) {
   const char* ppn = getenv("MP_RANKS_PER_NODE");
   if (!ppn || atoi(ppn) != 2 || n % 2) return 0; /* only on nodes of 2 */
@@ -605,6 +642,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("reduce") && reduce(comm, rank, n)) return 1;
   if (mp_want("moe") && moe(comm, rank, n)) return 1;
   if (mp_want("refused") && refused(comm, rank, n)) return 1;
+  if (mp_want("flood") && flood(comm, rank, n)) return 1;
   if (mp_want("nodes") && nodes(comm, rank, n)) return 1;
   return 0;
 }

@@ -88,7 +88,8 @@ typedef struct {
 typedef struct {
   _Atomic uint32_t doorbell;
   _Atomic uint32_t sleeping;
-  char pad[CACHELINE - 8];
+  _Atomic uint32_t dev_sent; /* device descriptors peers sent this rank's socket */
+  char pad[CACHELINE - 12];
 } rank_area_t;
 
 typedef struct {
@@ -165,6 +166,7 @@ typedef struct {
   /* Device messages: this rank's descriptor socket (-1: no device path) and
    * the first failure of a device send, which progress reports. */
   int dev_fd, stash_cap;
+  uint32_t dev_drained; /* descriptors read from the socket (rank_area_t.dev_sent) */
   moecclResult_t dev_error;
 } shm_state_t;
 
@@ -481,8 +483,16 @@ static int dev_fail(shm_state_t* s, moecclResult_t rc, const char* fmt, ...) {
   vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
   s->dev_error = moeccl_comm_fail(s->comm, rc, "shm: %s", text);
+  /* The peers may wait on this rank's slots or descriptors: the node's
+   * abort word tells them at once instead of after MOECCL_TIMEOUT. */
+  int32_t expected = 0;
+  atomic_compare_exchange_strong(&s->hdr->abort_rank, &expected, s->comm->rank + 1);
+  for (int o = 0; o < s->nlocal; o++) ring(s, o);
   return -1;
 }
+
+/* Peer p's local index. */
+static int chan_peer_index(const shm_state_t* s, const shm_peer_t* p) { return (int)(p - s->peers); }
 
 /* A device send: exports r's allocation and passes the descriptor to peer
  * p, then fills h's region fields.  1 when sent, 0 when p's socket queue is
@@ -529,6 +539,7 @@ static int send_device_fd(shm_state_t* s, shm_peer_t* p, moeccl_req_t* r, slot_h
   if (n != (ssize_t)sizeof(m))
     return dev_fail(s, moecclRemoteError, "passing a device descriptor to rank %d failed: %s",
                     p->comm_rank, n < 0 ? strerror(err) : "short write");
+  atomic_fetch_add(&s->ranks[chan_peer_index(s, p)].dev_sent, 1);
   h->flags = HDR_DEVICE;
   h->region_id = id;
   h->region_off = (uint64_t)((char*)r->buf - (char*)base);
@@ -826,6 +837,7 @@ static moecclResult_t drain_dev_fds(shm_state_t* s) {
       if (fd >= 0) close(fd);
       continue;
     }
+    s->dev_drained++;
     shm_peer_t* p = &s->peers[from];
     if (p->stash_count == s->stash_cap) {
       close(fd);
@@ -984,6 +996,12 @@ static moecclResult_t shm_progress(void* state, int* progressed) {
   shm_state_t* s = state;
   if (!s->base) return moecclSuccess;
   MOECCL_CHECK(check_abort(s));
+  /* Whenever descriptors wait: the socket's queue is short
+   * (net.unix.max_dgram_qlen, 10 here), and a peer's sends must not wait
+   * until this rank needs one of them.  A load of a shared word a pass. */
+  if (s->dev_fd >= 0 &&
+      atomic_load_explicit(&s->ranks[s->me].dev_sent, memory_order_acquire) != s->dev_drained)
+    MOECCL_CHECK(drain_dev_fds(s));
   for (int l = 0; l < s->nlocal; l++) {
     shm_peer_t* p = &s->peers[l];
     if (p->send_head) *progressed |= progress_sends(s, l, p);
