@@ -9,14 +9,15 @@
  *     holds up another stream's);
  *   - a wait until the device stream's flag reaches the call's number.
  * The library thread runs the tasks (the executor, its copies on the
- * library's copy stream), then has its own device stream write the flag,
- * which releases the user's stream.  So the call runs after the stream's
- * earlier work and before its later work, no kernel spins, and a failed
- * call still writes its flag (the error is the communicator's, and the
- * stream kind's query and synchronize report it).
+ * library's copy stream), then writes the flag from the host, which
+ * releases the user's stream.  So the call runs after the stream's
+ * earlier work and before its later work, no kernel spins, nothing on the
+ * device has to run for the stream to go on, and a failed call still
+ * writes its flag (the error is the communicator's, and the stream kind's
+ * query and synchronize report it).
  *
- * The flags are one device allocation on device 0 (the single-GPU node the
- * GPU check uses; several GPUs per process would need one per device).
+ * The flags are one block of pinned host memory that streams of every
+ * device can wait on (device.h: host_flags).
  */
 #include "stream.h"
 
@@ -30,7 +31,6 @@
 typedef struct {
   moecclStream_t stream; /* the user's device stream */
   moecclStream_t worker; /* a host stream: runs its calls in order */
-  void* signal;          /* a library device stream: writes the flag */
   int index;             /* its flag */
   uint64_t issued;       /* calls queued on it */
   moecclResult_t error;  /* first failure since the last synchronize */
@@ -44,17 +44,13 @@ typedef struct {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dev_stream_t entries[FLAGS_MAX];
 static int nentries;
-static uint64_t* flags; /* device memory, FLAGS_MAX counters */
+static uint64_t* flags; /* pinned host memory, FLAGS_MAX counters (zeroed) */
 
 static moecclResult_t alloc_flags(const moeccl_device_ops_t* d) {
-  static const uint64_t zeros[FLAGS_MAX];
   void* p = NULL;
-  moecclResult_t rc = d->alloc(&p, sizeof(zeros), 0);
-  if (rc == moecclSuccess) rc = moeccl_device_copy(p, zeros, sizeof(zeros));
-  if (rc != moecclSuccess) {
-    if (p) d->free(p);
-    return moeccl_error(NULL, rc, "device streams: no device memory for their flags");
-  }
+  moecclResult_t rc = d->host_flags(&p, FLAGS_MAX * sizeof(uint64_t));
+  if (rc != moecclSuccess)
+    return moeccl_error(NULL, rc, "device streams: no pinned host memory for their flags");
   flags = p;
   return moecclSuccess;
 }
@@ -70,11 +66,6 @@ static moecclResult_t entry_of(moecclStream_t stream, dev_stream_t** out) {
   dev_stream_t* e = &entries[nentries];
   *e = (dev_stream_t){.stream = stream, .index = nentries};
   MOECCL_CHECK(moecclHostStreamCreate(&e->worker));
-  moecclResult_t rc = d->stream_create(&e->signal);
-  if (rc != moecclSuccess) {
-    moecclHostStreamDestroy(e->worker);
-    return moeccl_error(NULL, rc, "device streams: cannot create a signalling stream");
-  }
   nentries++;
   return *out = e, moecclSuccess;
 }
@@ -97,10 +88,7 @@ static void finished(void* arg, moecclResult_t rc) {
     if (e->error == moecclSuccess) e->error = rc;
     pthread_mutex_unlock(&lock);
   }
-  moecclResult_t w = moeccl_device()->write_value(e->signal, &flags[e->index], c->value);
-  if (w != moecclSuccess)
-    WARN(INIT, "device stream %p: writing its flag failed (%s): the stream stays blocked",
-         e->stream, moecclGetErrorString(w));
+  moeccl_device()->host_write(&flags[e->index], c->value);
   free(c);
 }
 

@@ -49,6 +49,7 @@ CU_FN(cuIpcGetMemHandle);
 CU_FN(cuIpcOpenMemHandle);
 CU_FN(cuIpcCloseMemHandle);
 CU_FN(cuCtxGetDevice);
+CU_FN(cuMemHostAlloc);
 
 #define MAX_DEVICES 64
 #define CU_TRY(call)                                                                               \
@@ -106,6 +107,7 @@ static void load(void) {
   LOAD(lib, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
   LOAD(lib, cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
   LOAD(lib, cuCtxGetDevice, "cuCtxGetDevice");
+  LOAD(lib, cuMemHostAlloc, "cuMemHostAlloc");
   if (load_error[0]) return;
   CUresult rc = p_cuInit(0);
   if (rc == CUDA_SUCCESS) rc = p_cuDeviceGetCount(&ndevices);
@@ -356,6 +358,23 @@ static moecclResult_t cu_write_value(void* stream, volatile uint64_t* addr, uint
                                     CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
+/* Pinned, mapped into every context (portable): with unified addressing
+ * the host pointer is the device address the stream waits on. */
+static moecclResult_t cu_host_flags(void** ptr, size_t bytes) {
+  CU_TRY(use_device(-1));
+  void* p = NULL;
+  if (p_cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
+      CUDA_SUCCESS)
+    return moecclSystemError;
+  memset(p, 0, bytes);
+  *ptr = p;
+  return moecclSuccess;
+}
+
+static void cu_host_write(volatile uint64_t* addr, uint64_t value) {
+  __atomic_store_n(addr, value, __ATOMIC_RELEASE);
+}
+
 static moecclResult_t cu_host_fn(void* stream, void (*fn)(void*), void* arg) {
   CU_TRY(use_device(-1));
   return res(p_cuLaunchHostFunc((CUstream)stream, fn, arg));
@@ -392,6 +411,8 @@ const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .wait_value = cu_wait_value,
     .write_value = cu_write_value,
     .host_fn = cu_host_fn,
+    .host_flags = cu_host_flags,
+    .host_write = cu_host_write,
     .query = cu_query,
     .synchronize = cu_synchronize,
 };

@@ -63,6 +63,13 @@ typedef struct moeccl_device_ops {
   moecclResult_t (*stream_destroy)(void* stream);
   moecclResult_t (*copy_async)(void* dst, const void* src, size_t bytes, void* stream);
   moecclResult_t (*wait_value)(void* stream, volatile uint64_t* addr, uint64_t value);
+  /* Host memory for flags that streams of every device wait on and the host
+   * writes (CUDA: pinned, mapped, portable); host_write stores a flag from
+   * the host, so a waiting stream goes on without any device work (which a
+   * single hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1, could hold up
+   * behind the wait itself). */
+  moecclResult_t (*host_flags)(void** ptr, size_t bytes);
+  void (*host_write)(volatile uint64_t* addr, uint64_t value);
   moecclResult_t (*write_value)(void* stream, volatile uint64_t* addr, uint64_t value);
   moecclResult_t (*host_fn)(void* stream, void (*fn)(void*), void* arg);
   /* moecclSuccess when all queued work is done, moecclInProgress while some

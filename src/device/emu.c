@@ -358,6 +358,18 @@ static moecclResult_t emu_write_value(void* stream, volatile uint64_t* addr, uin
   return enqueue(stream, (emu_op_t){.kind = EMU_WRITE, .addr = shadow_of((void*)addr), .value = value});
 }
 
+static moecclResult_t emu_host_flags(void** ptr, size_t bytes) {
+  void* p = calloc(1, bytes);
+  if (!p) return moecclSystemError;
+  *ptr = p;
+  return moecclSuccess;
+}
+
+static void emu_host_write(volatile uint64_t* addr, uint64_t value) {
+  __atomic_store_n(addr, value, __ATOMIC_RELEASE);
+  futex(low_word(addr), FUTEX_WAKE, INT_MAX, NULL);
+}
+
 static moecclResult_t emu_host_fn(void* stream, void (*fn)(void*), void* arg) {
   return enqueue(stream, (emu_op_t){.kind = EMU_FN, .fn = fn, .arg = arg});
 }
@@ -401,6 +413,8 @@ const moeccl_device_ops_t moeccl_device_emu_ops = {
     .wait_value = emu_wait_value,
     .write_value = emu_write_value,
     .host_fn = emu_host_fn,
+    .host_flags = emu_host_flags,
+    .host_write = emu_host_write,
     .query = emu_query,
     .synchronize = emu_synchronize,
 };
