@@ -225,8 +225,12 @@ static size_t granular(size_t bytes, int device) {
   return (bytes + g - 1) / g * g;
 }
 
+/* The VMM calls name the device themselves: they need a context, not the
+ * device's, so the caller's current context stays current (switching it
+ * would move the application's later CUDA calls to another device). */
 static moecclResult_t cu_alloc(void** ptr, size_t bytes, int device) {
-  CU_TRY(use_device(device));
+  CU_TRY(use_device(-1));
+  if (device < 0 || device >= ndevices) return moecclInvalidArgument;
   size_t size = granular(bytes, device);
   CUmemAllocationProp p = prop_of(device);
   CUmemGenericAllocationHandle h;
@@ -278,7 +282,8 @@ static moecclResult_t cu_export_fd(void* ptr, int* fd, size_t* bytes) {
 }
 
 static moecclResult_t cu_import_fd(int fd, size_t bytes, int device, void** ptr) {
-  CU_TRY(use_device(device));
+  CU_TRY(use_device(-1));
+  if (device < 0 || device >= ndevices) return moecclInvalidArgument;
   CUmemGenericAllocationHandle h;
   if (p_cuMemImportFromShareableHandle(&h, (void*)(uintptr_t)fd,
                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS)

@@ -883,6 +883,7 @@ static const char* import_peer_device(shm_state_t* s, shm_peer_t* p, const slot_
     if (!m->base || (victim->base && m->last_use < victim->last_use)) victim = m;
   }
   void* ptr = NULL;
+  if (device < 0) device = e.device;
   moecclResult_t rc = e.fd >= 0 ? moeccl_device()->import_fd(e.fd, e.bytes, device, &ptr)
                                 : moeccl_device()->ipc_import(e.ipc, &ptr);
   if (e.fd >= 0) close(e.fd);
@@ -919,7 +920,7 @@ static moecclResult_t pull_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_
   if (h->kind == SLOT_FRAG) {
     src = (const char*)(h + 1), n = h->frag_bytes;
   } else if (dev_src) {
-    int device = r->mem.kind == MOECCL_MEM_DEVICE ? r->mem.device : 0;
+    int device = r->mem.kind == MOECCL_MEM_DEVICE ? r->mem.device : -1; /* -1: the sender's */
     const char* base = import_peer_device(s, p, h, device, wait);
     if (!base) return *wait ? moecclSuccess : s->dev_error;
     src = base + h->region_off, n = h->msg_bytes;
