@@ -29,7 +29,8 @@
  *   reduce    the reductions on device buffers (the copy engine and the
  *             host kernels): AllReduce (float sum, int32 max, int32 Avg,
  *             a PreMulSum, in place), ReduceScatter, Reduce to every root,
- *             with exact values
+ *             and AllReduce and ReduceScatter from device inputs into host
+ *             results, with exact values
  *   moe       MoE dispatch, combine and dispatch backward on device token
  *             and row buffers give bit for bit what they give on host
  *             buffers (the same plan, -1 slots included); the combine
@@ -474,6 +475,14 @@ static int reduce(moecclComm_t comm, int rank, int n) {
   MP_OK_COMM(comm, moecclReduceScatter(s, r, per, moecclInt32, moecclSum, comm, NULL));
   MP_CHECK(from_dev(out, r, per * 4) == 0, "read");
   if (check_i32("device ReduceScatter int32 sum", out, per, (size_t)rank * per, want_sum, n)) return 1;
+  /* Device inputs, host results: peers' device messages reduced into host memory. */
+  int32_t* hr = mp_xmalloc(bytes);
+  MP_OK_COMM(comm, moecclAllReduce(s, hr, count, moecclInt32, moecclSum, comm, NULL));
+  if (check_i32("AllReduce int32 sum, device input, host result", hr, count, 0, want_sum, n)) return 1;
+  MP_OK_COMM(comm, moecclReduceScatter(s, hr, per, moecclInt32, moecclSum, comm, NULL));
+  if (check_i32("ReduceScatter int32 sum, device input, host result", hr, per, (size_t)rank * per, want_sum, n))
+    return 1;
+  free(hr);
   /* Reduce to every root. */
   for (int root = 0; root < n; root++) {
     MP_OK_COMM(comm, moecclReduce(s, r, count, moecclInt32, moecclSum, root, comm, NULL));
@@ -654,6 +663,7 @@ static const mp_variant variants[] = {
     {"bruck", {"MOECCL_ALGO=bruck"}, "3,4"}, /* a device scratch buffer */
     {"reduce-ring", {"MOECCL_ALLREDUCE_ALGO=ring", "MOECCL_REDUCESCATTER_ALGO=ring", "MP_SUBTESTS=reduce"}, "3,4"},
     {"reduce-tree", {"MOECCL_ALLREDUCE_ALGO=tree", "MOECCL_REDUCE_ALGO=tree", "MP_SUBTESTS=reduce"}, "3"},
+    {"reduce-direct", {"MOECCL_ALLREDUCE_ALGO=direct", "MOECCL_REDUCESCATTER_ALGO=direct", "MP_SUBTESTS=reduce"}, "3,4"},
     {"two-nodes", {"MP_RANKS_PER_NODE=2", "MP_SUBTESTS=nodes"}, "4"},
     {NULL, {NULL}, NULL},
 };

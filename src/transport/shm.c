@@ -899,6 +899,28 @@ static const char* import_peer_device(shm_state_t* s, shm_peer_t* p, const slot_
   return ptr;
 }
 
+/* A reducing receive into host memory (the executor reduces in place
+ * only there) of a message in a peer's device memory: the copy engine
+ * brings it to the bounce buffer a piece at a time, the host kernel
+ * reduces each piece; the whole message in this pass (its descriptor was
+ * taken for this slot). */
+static moecclResult_t reduce_device_message(shm_state_t* s, shm_peer_t* p, moeccl_req_t* r,
+                                            const char* src, size_t n) {
+  MOECCL_CHECK(bounce_alloc(s));
+  size_t es = r->red->elem_size, piece = s->bounce_bytes / es * es;
+  for (size_t off = 0; off < n; off += piece) {
+    size_t k = n - off < piece ? n - off : piece;
+    moecclResult_t rc = moeccl_device_copy(s->bounce, src + off, k);
+    if (rc != moecclSuccess)
+      return moeccl_comm_fail(s->comm, rc, "shm: copying %zu bytes from rank %d failed", k,
+                              p->comm_rank);
+    moeccl_reduce(r->red, (char*)r->buf + off, (const char*)r->operand + off, s->bounce, k / es,
+                  r->red_flags);
+  }
+  r->progress = n;
+  return moecclSuccess;
+}
+
 /* A receive where device memory is on either side: the copy engine copies
  * into r's buffer, from the sender's imported device allocation, from the
  * slot (eager), or from its mapped moecclMemAlloc memory; from other host
@@ -908,7 +930,7 @@ static const char* import_peer_device(shm_state_t* s, shm_peer_t* p, const slot_
 static moecclResult_t pull_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
                                   moeccl_req_t* r, int* wait) {
   int dev_src = h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE);
-  if (r->red || (h->kind == SLOT_RNDV && (h->flags & HDR_GATHERED)))
+  if ((r->red && !dev_src) || (h->kind == SLOT_RNDV && (h->flags & HDR_GATHERED)))
     return moeccl_comm_fail(s->comm, moecclInvalidUsage,
                             "shm: rank %d's message %s, which this build cannot do with device "
                             "memory on either side",
@@ -924,6 +946,7 @@ static moecclResult_t pull_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_
     const char* base = import_peer_device(s, p, h, device, wait);
     if (!base) return *wait ? moecclSuccess : s->dev_error;
     src = base + h->region_off, n = h->msg_bytes;
+    if (r->red) return reduce_device_message(s, p, r, src, n); /* host result, device message */
   } else {
     const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
     n = h->msg_bytes - r->progress;
