@@ -117,6 +117,9 @@ static moecclResult_t device_stream_enqueue(moecclStream_t stream, moeccl_task_l
      * and each wait is for at least a call's own number. */
     return moeccl_error(NULL, rc, "device stream %p: cannot queue the call", stream);
   }
+  /* c belongs to the call from here: its thread may free it at any time */
+  uint64_t value = c->value;
+  volatile uint64_t* flag = &flags[e->index];
   rc = d->host_fn(stream, launch, w);
   if (rc != moecclSuccess) {
     /* Not on the stream: run it unordered, so that its tickets retire and
@@ -127,7 +130,7 @@ static moecclResult_t device_stream_enqueue(moecclStream_t stream, moeccl_task_l
                         "unordered; is it a live stream of this process's device backend?",
                         stream, moecclGetErrorString(rc));
   }
-  rc = d->wait_value(stream, &flags[e->index], c->value);
+  rc = d->wait_value(stream, flag, value);
   if (rc != moecclSuccess)
     return moeccl_error(NULL, rc,
                         "device stream %p: the wait after the call could not be queued (%s): "
