@@ -699,15 +699,27 @@ static moecclResult_t bounce_alloc(shm_state_t* s) {
   return moecclSuccess;
 }
 
-static moecclResult_t pull_reduce_cma(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
-                                      moeccl_req_t* r, size_t n) {
+/* Reads up to n bytes of h's message from r->progress on into the bounce
+ * buffer by CMA; *got: the bytes read. */
+static moecclResult_t cma_to_bounce(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
+                                    const moeccl_req_t* r, size_t n, size_t* got) {
+  *got = 0; /* also on EINTR, which cma_failed lets pass */
   MOECCL_CHECK(bounce_alloc(s));
   if (n > s->bounce_bytes) n = s->bounce_bytes;
   struct iovec local = {s->bounce, n};
   struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
-  ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
-  if (got <= 0) return cma_failed(s, p, got, n);
-  size_t elem = r->red->elem_size, whole = (size_t)got / elem;
+  ssize_t k = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
+  if (k <= 0) return cma_failed(s, p, k, n);
+  *got = (size_t)k;
+  return moecclSuccess;
+}
+
+static moecclResult_t pull_reduce_cma(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
+                                      moeccl_req_t* r, size_t n) {
+  size_t got = 0;
+  MOECCL_CHECK(cma_to_bounce(s, p, h, r, n, &got));
+  if (!got) return moecclSuccess; /* EINTR: next pass */
+  size_t elem = r->red->elem_size, whole = got / elem;
   moeccl_reduce(r->red, (char*)r->buf + r->progress, (const char*)r->operand + r->progress,
                 s->bounce, whole, r->red_flags);
   r->progress += whole * elem;
@@ -953,13 +965,9 @@ static moecclResult_t pull_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_
     if (region) {
       src = region + h->region_off + r->progress;
     } else {
-      MOECCL_CHECK(bounce_alloc(s));
-      if (n > s->bounce_bytes) n = s->bounce_bytes;
-      struct iovec local = {s->bounce, n};
-      struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
-      ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
-      if (got <= 0) return cma_failed(s, p, got, n);
-      src = s->bounce, n = (size_t)got;
+      MOECCL_CHECK(cma_to_bounce(s, p, h, r, n, &n));
+      if (!n) return moecclSuccess; /* EINTR: next pass */
+      src = s->bounce;
     }
   }
   moecclResult_t rc = moeccl_device_copy(dst, src, n);
