@@ -465,7 +465,26 @@ static moecclResult_t check_peers(moeccl_job_t* jobs, int njobs) {
   return moecclSuccess;
 }
 
+/* On a timeout, the step's requests as this rank sees them (a rare stall
+ * is diagnosed from every rank's line). */
+static void log_requests(const moeccl_job_t* j) {
+  const moeccl_comm_t* c = j->comm;
+  char line[1024];
+  int o = snprintf(line, sizeof(line), "rank %d: timed out in step %d of %d, %d counted pending:",
+                   c->rank, j->step, j->sched->nsteps, j->pending);
+  for (int i = j->first_req; i < j->nreqs && o < (int)sizeof(line) - 96; i++) {
+    const moeccl_req_t* r = &c->reqs[i];
+    int t = moeccl_peer_transport(c, r->peer, r->mem);
+    o += snprintf(line + o, sizeof(line) - (size_t)o, " [%s %s %zu B %s %d by %s%s]",
+                  r->done ? "done" : "open", r->type == MOECCL_REQ_SEND ? "send" : "recv", r->bytes,
+                  r->type == MOECCL_REQ_SEND ? "to" : "from", r->peer,
+                  t >= 0 ? c->transport_ops[t]->name : "?", r->rows ? ", rows" : "");
+  }
+  WARN(NET, "%s", line);
+}
+
 static moecclResult_t timed_out(moeccl_job_t* jobs, int njobs) {
+  for (int k = 0; k < njobs; k++) log_requests(&jobs[k]);
   for (int k = 0; k < njobs; k++) {
     const moeccl_req_t* r = first_pending(&jobs[k]);
     if (!r) continue;
@@ -477,7 +496,11 @@ static moecclResult_t timed_out(moeccl_job_t* jobs, int njobs) {
         c->timeout, r->type == MOECCL_REQ_SEND ? "send" : "receive", r->bytes,
         r->type == MOECCL_REQ_SEND ? "to" : "from", r->peer);
   }
-  return moecclInternalError;
+  /* Counted pending, none open: the executor's own accounting is wrong. */
+  return moeccl_comm_fail(jobs[0].comm, moecclInternalError,
+                          "timed out after %.0f s with requests counted pending but none open "
+                          "(an executor bug; the log has the step's requests)",
+                          jobs[0].comm->timeout);
 }
 
 static int spin_count;
