@@ -20,13 +20,12 @@
  * (RTS: size, chunk size) into the same receive; the receiver answers CTS:
  *   - RMA (both ranks' providers offer FI_RMA, and MOECCL_OFI_RMA_DISABLE is
  *     unset): the CTS carries the receive buffer's address and key; the
- *     sender writes it in chunks, then sends FIN, which completes the
- *     receive.  Where the endpoint orders sends after writes (FI_ORDER_SAW,
- *     asked for and granted by tcp;ofi_rxm and shm here), FIN is posted
- *     as soon as the last write is, and lands after the data; else each
- *     write is delivery-complete and FIN waits for the last one, a round
- *     trip more (2 ranks over tcp, 256 KiB to 1 MiB per rank: that round
- *     trip was most of the gap to MPI);
+ *     sender writes it in chunks with delivery-complete semantics, then sends
+ *     FIN, which completes the receive (FIN posted right after the writes
+ *     where the endpoint grants FI_ORDER_SAW was tried: over tcp;ofi_rxm,
+ *     libfabric 1.17, a receiver under load then waited for ever for a
+ *     message whose sender had completed it, 2 of 12 runs of mh_correctness
+ *     under ASan, none of 12 without it);
  *   - tagged: the receiver posts one receive per chunk before the CTS; the
  *     sender sends the chunks as tagged messages (tag: sequence + index).
  * The receiver chooses by its CTS, so the two sides never disagree.
@@ -115,10 +114,8 @@ typedef struct ofi_xfer {
   uint64_t seq;
   size_t msg_bytes, chunk;
   uint32_t nchunks, posted, completed;
-  uint32_t issued;          /* writes the provider took (FI_ORDER_SAW: FIN follows the last) */
-  int fin_posted, fin_done; /* FI_ORDER_SAW: FIN posted; its send completed */
-  int ops_out;              /* operations the provider still holds (or backlogged) */
-  int rma;                  /* sender: CTS asked for writes */
+  int ops_out; /* operations the provider still holds (or backlogged) */
+  int rma;     /* sender: CTS asked for writes */
   mr_ent_t* mr;
   uint64_t raddr, rkey;
   rts_t rts_out;
@@ -190,7 +187,6 @@ typedef struct {
   struct fid_cq* cq;
   struct fid_ep* ep[MAX_CH];
   int nch, rma, rma_disabled, delivery_complete, pins, wait_fd, rts_data;
-  int saw; /* the endpoints order sends after writes: FIN need not wait for them */
   uint64_t mr_mode, next_key;
   size_t eager, chunk, max_msg;
   ofi_peer_t* peers;
@@ -248,9 +244,8 @@ static void apply_defaults(void) {
 }
 
 /* fi_getinfo for RDM tagged messaging; rma adds the RMA capabilities,
- * mr_local lets the provider ask for registered local buffers, saw asks
- * that sends be ordered after earlier writes. */
-static struct fi_info* query(const char* prov, int rma, int mr_local, int saw) {
+ * mr_local lets the provider ask for registered local buffers. */
+static struct fi_info* query(const char* prov, int rma, int mr_local) {
   apply_defaults();
   struct fi_info* hints = fi_allocinfo();
   if (!hints) return NULL;
@@ -261,7 +256,6 @@ static struct fi_info* query(const char* prov, int rma, int mr_local, int saw) {
   hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
   if (mr_local) hints->domain_attr->mr_mode |= FI_MR_LOCAL;
   hints->domain_attr->threading = FI_THREAD_DOMAIN; /* the comm lock serialises us */
-  if (saw) hints->tx_attr->msg_order = FI_ORDER_SAW;
   if (prov && *prov) hints->fabric_attr->prov_name = strdup(prov);
   struct fi_info* info = NULL;
   if (fi_getinfo(OFI_API, NULL, NULL, 0, hints, &info) != 0) info = NULL;
@@ -283,8 +277,7 @@ static struct fi_info* best_of(struct fi_info* list, int forced, int* rank) {
 }
 
 /* Picks the provider: RMA-capable entries win ties; entries that need no
- * local registration are tried first; with RMA, entries that order sends
- * after writes first.  Returns a copy the caller frees. */
+ * local registration are tried first.  Returns a copy the caller frees. */
 static struct fi_info* choose_info(int allow_rma, const char** why) {
   const char* prov = moeccl_param_str("MOECCL_OFI_PROVIDER");
   int forced = prov && *prov;
@@ -292,17 +285,16 @@ static struct fi_info* choose_info(int allow_rma, const char** why) {
   struct fi_info* chosen = NULL;
   int chosen_rank = 1000;
   for (int mr_local = 0; mr_local < 2 && !chosen; mr_local++)
-    for (int rma = allow_rma; rma >= 0; rma--)
-      for (int saw = rma; saw >= 0; saw--) {
-        struct fi_info* list = query(prov, rma, mr_local, saw);
-        int r;
-        struct fi_info* b = list ? best_of(list, forced, &r) : NULL;
-        if (b && r < chosen_rank) {
-          if (chosen) fi_freeinfo(chosen);
-          chosen = fi_dupinfo(b), chosen_rank = r;
-        }
-        if (list) fi_freeinfo(list);
+    for (int rma = allow_rma; rma >= 0; rma--) {
+      struct fi_info* list = query(prov, rma, mr_local);
+      int r;
+      struct fi_info* b = list ? best_of(list, forced, &r) : NULL;
+      if (b && r < chosen_rank) {
+        if (chosen) fi_freeinfo(chosen);
+        chosen = fi_dupinfo(b), chosen_rank = r;
       }
+      if (list) fi_freeinfo(list);
+    }
   return chosen;
 }
 
@@ -477,8 +469,7 @@ static ssize_t issue_write(ofi_state_t* s, ofi_op_t* op) {
                            .rma_iov_count = 1,
                            .context = op};
   /* FIN must not overtake the data: delivery complete means the data is
-   * visible at the target when this write completes here (not needed, and
-   * off, where the endpoint orders sends after writes). */
+   * visible at the target when this write completes here. */
   uint64_t flags = FI_COMPLETION | (s->delivery_complete ? FI_DELIVERY_COMPLETE : 0);
   ssize_t rc = fi_writemsg(ep_of(s, x), &msg, flags);
   if (s->delivery_complete && (rc == -FI_EBADFLAGS || rc == -FI_ENOSYS || rc == -FI_EOPNOTSUPP)) {
@@ -562,17 +553,6 @@ static void backlog_push(ofi_state_t* s, ofi_op_t* op) {
   s->backlog_tail = op;
 }
 
-static moecclResult_t submit(ofi_state_t* s, int kind, ofi_xfer_t* x, uint32_t idx, int peer);
-
-/* The provider took a write of x.  With FI_ORDER_SAW, FIN goes once it took
- * the last: posted after every write, it lands after their data. */
-static moecclResult_t written(ofi_state_t* s, ofi_xfer_t* x) {
-  x->issued++;
-  if (!s->saw || x->issued < x->nchunks || x->fin_posted) return moecclSuccess;
-  x->fin_posted = 1;
-  return submit(s, OP_FIN_SEND, x, 0, -1);
-}
-
 /* Posts an operation of x (or of the state, x NULL); a full provider queue
  * (-FI_EAGAIN) parks it in the backlog that progress() retries. */
 static moecclResult_t submit(ofi_state_t* s, int kind, ofi_xfer_t* x, uint32_t idx, int peer) {
@@ -582,7 +562,7 @@ static moecclResult_t submit(ofi_state_t* s, int kind, ofi_xfer_t* x, uint32_t i
   if (x) x->ops_out++;
   ssize_t rc = issue(s, op);
   if (transient(rc)) return backlog_push(s, op), moecclSuccess;
-  if (rc == 0) return kind == OP_WRITE ? written(s, x) : moecclSuccess;
+  if (rc == 0) return moecclSuccess;
   if (x) x->ops_out--;
   int to = op->peer;
   op->x = NULL;
@@ -598,7 +578,6 @@ static moecclResult_t retry_backlog(ofi_state_t* s, int* progressed) {
     s->backlog = op->next;
     if (!s->backlog) s->backlog_tail = NULL;
     *progressed = 1;
-    if (rc == 0 && op->kind == OP_WRITE) MOECCL_CHECK(written(s, op->x));
     if (rc == 0) continue;
     if (op->x) op->x->ops_out--;
     int peer = op->peer, kind = op->kind;
@@ -725,8 +704,7 @@ static moecclResult_t on_abort_notice(ofi_state_t* s) {
 static moecclResult_t on_chunk(ofi_state_t* s, ofi_xfer_t* x, int kind) {
   x->completed++;
   if (x->completed < x->nchunks) return pump(s, x, kind);
-  if (kind == OP_WRITE && !s->saw) return submit(s, OP_FIN_SEND, x, 0, -1);
-  if (kind == OP_WRITE && !x->fin_done) return moecclSuccess; /* FIN's completion finishes */
+  if (kind == OP_WRITE) return submit(s, OP_FIN_SEND, x, 0, -1);
   if (kind == OP_CHUNK_RECV) x->req->bytes = x->msg_bytes;
   complete(s, x);
   return moecclSuccess;
@@ -746,11 +724,8 @@ static moecclResult_t on_done(ofi_state_t* s, ofi_op_t* op, const struct fi_cq_t
   if (op->kind == OP_HELLO_SEND || op->kind == OP_HELLO_RECV) return s->hellos_out--, moecclSuccess;
   if (!x->req) return moecclSuccess; /* cancelled meanwhile */
   switch (op->kind) {
-    case OP_EAGER_SEND: complete(s, x); return moecclSuccess;
-    case OP_FIN_SEND: /* with FI_ORDER_SAW the writes may complete after FIN */
-      x->fin_done = 1;
-      if (!s->saw || x->completed == x->nchunks) complete(s, x);
-      return moecclSuccess;
+    case OP_EAGER_SEND:
+    case OP_FIN_SEND: complete(s, x); return moecclSuccess;
     case OP_CTS_RECV: return on_cts(s, x);
     case OP_WRITE:
     case OP_CHUNK_SEND:
@@ -1010,8 +985,7 @@ static void configure(ofi_state_t* s) {
   const char* p = i->fabric_attr->prov_name;
   s->pins = !(strstr(p, "tcp") || strstr(p, "sockets") || strstr(p, "shm") || strstr(p, "udp") ||
               strstr(p, "net"));
-  s->saw = s->rma && (i->tx_attr->msg_order & FI_ORDER_SAW) != 0;
-  s->delivery_complete = !s->saw;
+  s->delivery_complete = 1;
   s->rts_data = i->domain_attr->cq_data_size > 0;
 }
 
@@ -1088,8 +1062,7 @@ static moecclResult_t start_local(moeccl_comm_t* comm, ofi_state_t* s, ofi_card_
        "rank %d: ofi provider %s (fabric %s, domain %s), chosen by %s; %s; %d channel(s), "
        "eager %zu, chunk %zu, wait %s",
        comm->rank, card->prov, s->info->fabric_attr->name, s->info->domain_attr->name, why,
-       s->rma && s->saw  ? "large messages by RMA write, FIN ordered after it"
-       : s->rma          ? "large messages by RMA write, delivery complete"
+       s->rma            ? "large messages by RMA write"
        : s->rma_disabled ? "RMA disabled (MOECCL_OFI_RMA_DISABLE): large messages in tagged chunks"
                          : "no FI_RMA: large messages in tagged chunks",
        s->nch, s->eager, s->chunk, s->wait_fd >= 0 ? "fd" : "sleep");
