@@ -40,7 +40,8 @@ int moeccl_host_stream_valid(moecclStream_t stream) {
 const moeccl_stream_ops_t* moeccl_stream_kind(moecclStream_t stream) {
   if (!stream) return NULL;
   if (moeccl_host_stream_valid(stream)) return &moeccl_host_stream_ops;
-  return moeccl_device() ? &moeccl_device_stream_ops : NULL;
+  const moeccl_device_ops_t* d = moeccl_device();
+  return d && d->stream_valid(stream) ? &moeccl_device_stream_ops : NULL;
 }
 
 moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream) {

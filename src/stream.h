@@ -17,7 +17,8 @@
  *                  stream waits on a flag the thread then writes, so it is
  *                  ordered after the stream's earlier work and before its
  *                  later work, and no kernel spins (devstream.c).  Without
- *                  a backend it is refused.  A stream
+ *                  a backend it is refused, and so is a pointer the
+ *                  backend knows is none of its streams (stream_valid).  A stream
  * kind enqueues issued tasks (enqueue.h) to run after what it already
  * holds, in order, and reports and waits for its work.
  */

@@ -36,8 +36,8 @@
  *             buffers (the same plan, -1 slots included); the combine
  *             backward, which reads the forward's expert rows on the host,
  *             refuses device ones with a text
- *   refused   moecclMemAllocDevice of a bad device, and moecclMemFree of a
- *             device pointer
+ *   refused   moecclMemAllocDevice of a bad device, moecclMemFree of a
+ *             device pointer, a made-up stream
  *   flood     rank 1 sends rank 0 more device messages (14) than a Unix
  *             socket queues by default (net.unix.max_dgram_qlen, 10 here)
  *             while rank 0 first waits for one from rank 2, whose
@@ -573,6 +573,10 @@ static int refused(moecclComm_t comm, int rank, int n) {
   MP_OK_COMM(comm, moecclMemFree(p));
   rc = moecclMemAllocDevice(NULL, 4096, 0);
   MP_CHECK(rc == moecclInvalidArgument, "a NULL ptr gave %d", (int)rc);
+  /* A stream that is neither a host stream nor a live device stream. */
+  int not_a_stream;
+  rc = moecclAlltoAll(d, d, 0, moecclFloat32, comm, (moecclStream_t)&not_a_stream);
+  MP_CHECK(rc == moecclInvalidArgument, "a made-up stream gave %d", (int)rc);
   MP_OK_COMM(comm, moecclMemFree(d));
   rc = moecclMemFree((char*)d + 64); /* inside no allocation any more */
   MP_CHECK(rc == moecclInvalidArgument, "freeing a freed device pointer gave %d", (int)rc);

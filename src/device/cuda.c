@@ -339,6 +339,11 @@ static moecclResult_t cu_stream_create(void** stream) {
   return moecclSuccess;
 }
 
+static int cu_stream_valid(const void* stream) {
+  (void)stream;
+  return 1; /* not cheaply knowable: a bad one fails when used */
+}
+
 static moecclResult_t cu_stream_destroy(void* stream) {
   CU_TRY(use_device(-1));
   return res(p_cuStreamDestroy((CUstream)stream));
@@ -411,6 +416,7 @@ const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .ipc_close = cu_ipc_close,
     .current = cu_current,
     .stream_create = cu_stream_create,
+    .stream_valid = cu_stream_valid,
     .stream_destroy = cu_stream_destroy,
     .copy_async = cu_copy_async,
     .wait_value = cu_wait_value,

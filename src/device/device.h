@@ -60,6 +60,9 @@ typedef struct moeccl_device_ops {
   int (*current)(void);
   /* Streams. */
   moecclResult_t (*stream_create)(void** stream);
+  /* 0 when stream is surely not a live stream of this backend (the
+   * emulation knows its streams; CUDA cannot tell cheaply: 1). */
+  int (*stream_valid)(const void* stream);
   moecclResult_t (*stream_destroy)(void* stream);
   moecclResult_t (*copy_async)(void* dst, const void* src, size_t bytes, void* stream);
   moecclResult_t (*wait_value)(void* stream, volatile uint64_t* addr, uint64_t value);

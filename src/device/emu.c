@@ -226,7 +226,7 @@ typedef struct emu_op {
   struct emu_op* next;
 } emu_op_t;
 
-typedef struct {
+typedef struct emu_stream {
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond; /* work queued, or the queue drained */
@@ -234,7 +234,21 @@ typedef struct {
   int busy, stop;
   moecclResult_t err;
   unsigned seed;
+  struct emu_stream* next_live;
 } emu_stream_t;
+
+/* The live streams, so that a pointer that is none (a freed one, a host
+ * stream) is refused rather than used. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static emu_stream_t* live;
+
+static int emu_stream_valid(const void* stream) {
+  pthread_mutex_lock(&live_lock);
+  const emu_stream_t* s = live;
+  while (s && (const void*)s != stream) s = s->next_live;
+  pthread_mutex_unlock(&live_lock);
+  return s != NULL;
+}
 
 static long futex(volatile void* addr, int op, uint32_t val, const struct timespec* ts) {
   return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
@@ -309,6 +323,9 @@ static moecclResult_t emu_stream_create(void** stream) {
     pthread_mutex_destroy(&s->lock), pthread_cond_destroy(&s->cond), free(s);
     return moecclSystemError;
   }
+  pthread_mutex_lock(&live_lock);
+  s->next_live = live, live = s;
+  pthread_mutex_unlock(&live_lock);
   *stream = s;
   return moecclSuccess;
 }
@@ -317,6 +334,11 @@ static moecclResult_t emu_stream_create(void** stream) {
  * never written gives up. */
 static moecclResult_t emu_stream_destroy(void* stream) {
   emu_stream_t* s = stream;
+  pthread_mutex_lock(&live_lock);
+  emu_stream_t** p = &live;
+  while (*p && *p != s) p = &(*p)->next_live;
+  if (*p) *p = s->next_live;
+  pthread_mutex_unlock(&live_lock);
   pthread_mutex_lock(&s->lock);
   __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&s->cond);
@@ -408,6 +430,7 @@ const moeccl_device_ops_t moeccl_device_emu_ops = {
     .ipc_close = emu_ipc_close,
     .current = emu_current,
     .stream_create = emu_stream_create,
+    .stream_valid = emu_stream_valid,
     .stream_destroy = emu_stream_destroy,
     .copy_async = emu_copy_async,
     .wait_value = emu_wait_value,
