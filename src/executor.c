@@ -45,7 +45,7 @@ static const moeccl_mem_ops_t* op_mem(const moeccl_sched_t* s, uint32_t buf) {
 /* The table that works on buffers src and dst (copies, reductions, the
  * reduction's other operand being dst's): a device one where either side
  * is device memory (its members take either kind). */
-static const moeccl_mem_ops_t* copy_mem(const moeccl_sched_t* s, uint32_t dst, uint32_t src) {
+static const moeccl_mem_ops_t* work_mem(const moeccl_sched_t* s, uint32_t dst, uint32_t src) {
   return buf_mem(s, src).kind != MOECCL_MEM_HOST ? op_mem(s, src) : op_mem(s, dst);
 }
 
@@ -76,7 +76,7 @@ static moecclResult_t local_copy(const moeccl_job_t* j, const moeccl_mem_ops_t* 
 static moecclResult_t kernel_done(const moeccl_job_t* j, const moeccl_mem_ops_t* m,
                                   moecclResult_t rc) {
   if (rc == moecclSuccess) return rc;
-  return moeccl_comm_fail(j->comm, rc, "a reduction in %s memory failed", m->name);
+  return moeccl_comm_fail(j->comm, rc, "a local operation in %s memory failed", m->name);
 }
 
 /* Matches the step's sends to self with its receives from self, in order. */
@@ -105,7 +105,7 @@ static moecclResult_t run_self_ops(moeccl_job_t* j, int begin, int end, unsigned
     if (mask && buf_mem(s, ro->dst_buf).kind == MOECCL_MEM_HOST &&
         buf_mem(s, so->src_buf).kind == MOECCL_MEM_HOST)
       MOECCL_CHECK(copy_progressing(j, mask, op_mem(s, ro->dst_buf), dst, src, so->bytes));
-    else MOECCL_CHECK(local_copy(j, copy_mem(s, ro->dst_buf, so->src_buf), dst, src, so->bytes));
+    else MOECCL_CHECK(local_copy(j, work_mem(s, ro->dst_buf, so->src_buf), dst, src, so->bytes));
     si++, ri++;
   }
 }
@@ -143,7 +143,7 @@ static moecclResult_t make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int
       r->gather_span = p->span;
     } else {
       void* packed = buf_at(s, p->out_buf, p->out_off);
-      const moeccl_mem_ops_t* m = copy_mem(s, p->out_buf, op->src_buf);
+      const moeccl_mem_ops_t* m = work_mem(s, p->out_buf, op->src_buf);
       MOECCL_CHECK(kernel_done(j, m, m->rows(p, packed, r->buf, NULL)));
       r->buf = packed;
       r->mem = buf_mem(s, p->out_buf);
@@ -180,7 +180,7 @@ static moecclResult_t make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int
  * buffers' memory kind. */
 static moecclResult_t run_local_op(const moeccl_job_t* j, const moeccl_sched_op_t* op) {
   const moeccl_sched_t* s = j->sched;
-  const moeccl_mem_ops_t* m = copy_mem(s, op->dst_buf, op->src_buf);
+  const moeccl_mem_ops_t* m = work_mem(s, op->dst_buf, op->src_buf);
   void* dst = buf_at(s, op->dst_buf, op->dst_off);
   const void* src = buf_at(s, op->src_buf, op->src_off);
   if (op->type == MOECCL_OP_REDUCE) {
@@ -614,7 +614,8 @@ static moecclResult_t reserve_staging(moeccl_job_t* j) {
 }
 
 /* The kernel op needs that the table of its buffers' kind lacks (NULL when
- * it has all): device memory has copies only. */
+ * it has all; the host and device tables have every kernel, a new kind
+ * may start with copies only). */
 static const char* missing_kernel(const moeccl_sched_t* s, const moeccl_sched_op_t* op) {
   uint32_t b = op->type == MOECCL_OP_SEND ? op->src_buf : op->dst_buf;
   const moeccl_mem_ops_t* m = op_mem(s, b);
@@ -657,10 +658,9 @@ static moecclResult_t check_kinds(moeccl_job_t* j) {
     const char* kernel = missing_kernel(s, op);
     if (kernel)
       return moeccl_error(c, moecclInvalidArgument,
-                          "this call needs %s on %s memory, which this build cannot do yet "
-                          "(device memory: copies only)",
+                          "this call needs %s on %s memory, which this build cannot do yet",
                           kernel, moeccl_mem_name(buf_mem(s, op->dst_buf)));
-    /* local ops of mixed kinds run by the device table (copy_mem) */
+    /* local ops of mixed kinds run by the device table (work_mem) */
     if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS)
       continue;
     if (op->peer == c->rank) continue;
