@@ -260,11 +260,20 @@ static const mp_variant net_variants[] = {
     {"alt-ofi-tcp",
      {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp", "MP_RANKS_PER_NODE=1", "MP_SUBTESTS=alternate"},
      "2,4"},
-    /* 69 writes per 280,000-byte block: FIN follows a window of writes */
+    /* 69 writes per 280,000-byte block: the receiver counts 69 remote
+     * completions (write data), or FIN follows a window of writes */
     {"alt-ofi-tcp-chunk4k",
      {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp", "MOECCL_NET_CHUNK_SIZE=4096",
       "MP_RANKS_PER_NODE=1", "MP_SUBTESTS=alternate"},
      "2,4"},
+    {"alt-ofi-tcp-fin",
+     {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp", "MOECCL_OFI_WRITEDATA_DISABLE=1",
+      "MP_RANKS_PER_NODE=1", "MP_SUBTESTS=alternate"},
+     "2,4"},
+    {"alt-ofi-tcp-chunk4k-fin",
+     {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp", "MOECCL_NET_CHUNK_SIZE=4096",
+      "MOECCL_OFI_WRITEDATA_DISABLE=1", "MP_RANKS_PER_NODE=1", "MP_SUBTESTS=alternate"},
+     "4"},
     {"alt-ofi-shm-chunk4k",
      {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=shm", "MOECCL_NET_CHUNK_SIZE=4096",
       "MP_RANKS_PER_NODE=1", "MP_SUBTESTS=alternate"},

@@ -26,6 +26,13 @@
  *     libfabric 1.17, a receiver under load then waited for ever for a
  *     message whose sender had completed it, 2 of 12 runs of mh_correctness
  *     under ASan, none of 12 without it);
+ *   - RMA with write data (both providers carry 8 bytes of remote CQ data,
+ *     MOECCL_OFI_WRITEDATA_DISABLE unset): every write carries the sender's
+ *     rank and the message's sequence number as remote CQ data, and the
+ *     receiver completes when it has seen each chunk's remote completion.
+ *     No FIN, and no ordering between operations is relied on: a remote
+ *     completion is raised only once that write's data is in place.  The
+ *     writes are transmit-complete (the sender may reuse its buffer);
  *   - tagged: the receiver posts one receive per chunk before the CTS; the
  *     sender sends the chunks as tagged messages (tag: sequence + index).
  * The receiver chooses by its CTS, so the two sides never disagree.
@@ -86,6 +93,14 @@ typedef struct {
   uint64_t chunk; /* tagged path: bytes per chunk message */
 } rts_t;
 enum { CTS_OK = 0, CTS_TRUNC = 1 };
+enum { CTS_TAGGED = 0, CTS_RMA_FIN = 1, CTS_RMA_WDATA = 2 }; /* cts_t.rma */
+/* Remote CQ data of a write: [63] marker, [32..62] sender's rank, [0..31]
+ * the message's sequence number (RTS_DATA, on tagged headers, has bit 63
+ * clear; writes' completions are told apart by their flags anyway). */
+#define WDATA_MARK (1ULL << 63)
+static uint64_t make_wdata(int rank, uint64_t seq) {
+  return WDATA_MARK | ((uint64_t)(uint32_t)rank << 32) | (seq & 0xffffffffULL);
+}
 typedef struct {
   uint32_t status; /* CTS_* */
   uint32_t rma;    /* 1: write to addr/key; 0: send tagged chunks */
@@ -120,6 +135,7 @@ typedef struct ofi_xfer {
   uint64_t raddr, rkey;
   rts_t rts_out;
   cts_t cts;    /* sender: received; receiver: sent */
+  struct ofi_xfer* next_wd; /* receiver: the peer's list of messages awaiting write data */
   uint64_t fin; /* FIN payload (either side) */
   void* ctrl_desc;
 } ofi_xfer_t;
@@ -173,6 +189,8 @@ typedef struct {
   int nch;      /* channels agreed with this peer; 0: not reached */
   int rma;      /* both sides can do RMA */
   int rts_data; /* both sides carry CQ data: headers flagged by RTS_DATA, not TAG_RTS */
+  int wdata;    /* both sides carry 8 bytes of CQ data on writes: no FIN */
+  struct ofi_xfer* wd_head; /* receives from this peer waiting for their writes */
   uint64_t send_seq, recv_seq;
   int pending; /* requests not done */
   fi_addr_t addr[MAX_CH];
@@ -186,7 +204,7 @@ typedef struct {
   struct fid_av* av;
   struct fid_cq* cq;
   struct fid_ep* ep[MAX_CH];
-  int nch, rma, rma_disabled, delivery_complete, pins, wait_fd, rts_data;
+  int nch, rma, rma_disabled, delivery_complete, pins, wait_fd, rts_data, wdata;
   uint64_t mr_mode, next_key;
   size_t eager, chunk, max_msg;
   ofi_peer_t* peers;
@@ -468,6 +486,10 @@ static ssize_t issue_write(ofi_state_t* s, ofi_op_t* op) {
                            .rma_iov = &rma,
                            .rma_iov_count = 1,
                            .context = op};
+  if (x->rma == CTS_RMA_WDATA) { /* the receiver counts remote completions */
+    msg.data = make_wdata(s->comm->rank, x->seq);
+    return fi_writemsg(ep_of(s, x), &msg, FI_COMPLETION | FI_REMOTE_CQ_DATA);
+  }
   /* FIN must not overtake the data: delivery complete means the data is
    * visible at the target when this write completes here. */
   uint64_t flags = FI_COMPLETION | (s->delivery_complete ? FI_DELIVERY_COMPLETE : 0);
@@ -598,8 +620,19 @@ static void xfer_maybe_free(ofi_state_t* s, ofi_xfer_t* x) {
   pool_put(&s->xfers, x);
 }
 
+/* Takes x off its peer's write-data list, where it is. */
+static void wd_unlink(ofi_state_t* s, ofi_xfer_t* x) {
+  for (ofi_xfer_t** p = &s->peers[x->peer].wd_head; *p; p = &(*p)->next_wd)
+    if (*p == x) {
+      *p = x->next_wd;
+      x->next_wd = NULL;
+      return;
+    }
+}
+
 static void complete(ofi_state_t* s, ofi_xfer_t* x) {
   moeccl_req_t* r = x->req;
+  if (x->rma == CTS_RMA_WDATA && r->type == MOECCL_REQ_RECV) wd_unlink(s, x);
   x->req = NULL;
   s->peers[x->peer].pending--;
   r->done = 1;
@@ -655,8 +688,9 @@ static moecclResult_t on_cts(ofi_state_t* s, ofi_xfer_t* x) {
                                          "message to rank %d is %zu bytes but the receive posted "
                                          "for it is %llu bytes",
                                          x->peer, x->msg_bytes, (unsigned long long)x->cts.posted));
+  if (x->cts.rma > CTS_RMA_WDATA) return peer_error(s, x->peer, "CTS receive", "malformed CTS");
   x->rma = (int)x->cts.rma;
-  if (!x->rma) return pump(s, x, OP_CHUNK_SEND);
+  if (x->rma == CTS_TAGGED) return pump(s, x, OP_CHUNK_SEND);
   x->raddr = x->cts.addr, x->rkey = x->cts.key;
   if (!x->mr && (s->mr_mode & FI_MR_LOCAL)) x->mr = mr_get(s, x->req->buf, x->msg_bytes);
   return pump(s, x, OP_WRITE);
@@ -676,14 +710,22 @@ static moecclResult_t on_rts(ofi_state_t* s, ofi_xfer_t* x, size_t got) {
     submit(s, OP_CTS_SEND, x, 0, -1);
     return truncated(s, x->peer, h.bytes, r->bytes);
   }
-  if (s->peers[x->peer].rma) {
+  ofi_peer_t* pe = &s->peers[x->peer];
+  if (pe->rma) {
     if (!x->mr) x->mr = mr_get(s, r->buf, r->bytes);
     if (!x->mr) return moeccl_error(s->comm, moecclSystemError, "ofi: registration failed");
-    x->cts.rma = 1;
     x->cts.key = fi_mr_key(x->mr->mr);
     x->cts.addr = (s->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)r->buf
                                                  : (uint64_t)((uintptr_t)r->buf - x->mr->addr);
-    MOECCL_CHECK(submit(s, OP_FIN_RECV, x, 0, -1));
+    if (pe->wdata) { /* listed before the CTS leaves: no write can come first */
+      x->cts.rma = x->rma = CTS_RMA_WDATA;
+      x->completed = 0;
+      x->next_wd = pe->wd_head;
+      pe->wd_head = x;
+    } else {
+      x->cts.rma = CTS_RMA_FIN;
+      MOECCL_CHECK(submit(s, OP_FIN_RECV, x, 0, -1));
+    }
   } else {
     MOECCL_CHECK(pump(s, x, OP_CHUNK_RECV));
   }
@@ -704,10 +746,36 @@ static moecclResult_t on_abort_notice(ofi_state_t* s) {
 static moecclResult_t on_chunk(ofi_state_t* s, ofi_xfer_t* x, int kind) {
   x->completed++;
   if (x->completed < x->nchunks) return pump(s, x, kind);
-  if (kind == OP_WRITE) return submit(s, OP_FIN_SEND, x, 0, -1);
+  if (kind == OP_WRITE && x->rma != CTS_RMA_WDATA) return submit(s, OP_FIN_SEND, x, 0, -1);
   if (kind == OP_CHUNK_RECV) x->req->bytes = x->msg_bytes;
   complete(s, x);
   return moecclSuccess;
+}
+
+/* Receiver: a write carrying remote CQ data landed (data: make_wdata). */
+static moecclResult_t on_wdata(ofi_state_t* s, uint64_t data) {
+  uint64_t r = (data >> 32) & 0x7fffffffULL;
+  uint32_t seq = (uint32_t)data;
+  if (!(data & WDATA_MARK) || r >= (uint64_t)s->comm->nranks)
+    return peer_error(s, -1, "an RMA write", "malformed remote completion data");
+  ofi_xfer_t* x = s->peers[r].wd_head;
+  while (x && (uint32_t)x->seq != seq) x = x->next_wd;
+  if (!x) { /* its receive was cancelled (abort): nothing waits */
+    INFO(NET, "ofi: write data for a message no receive waits for (rank %d, sequence %u)",
+         (int)r, seq);
+    return moecclSuccess;
+  }
+  if (++x->completed < x->nchunks) return moecclSuccess;
+  x->req->bytes = x->msg_bytes;
+  complete(s, x);
+  return moecclSuccess;
+}
+
+/* A completion that is a peer's write with remote CQ data, not an
+ * operation of ours: told by its flags, since providers fill op_context
+ * differently (NULL, or 0x1 from libfabric 1.17's shm). */
+static int is_remote_write(uint64_t flags) {
+  return (flags & FI_REMOTE_WRITE) && (flags & FI_REMOTE_CQ_DATA);
 }
 
 /* Whether a data receive's completion is a rendezvous header. */
@@ -758,7 +826,9 @@ static moecclResult_t on_error(ofi_state_t* s) {
   if (n == -FI_EAGAIN) return moecclSuccess;
   if (n < 0) return peer_error(s, -1, "reading the completion queue", fi_strerror((int)-n));
   ofi_op_t* op = err.op_context;
-  if (!op) return peer_error(s, -1, "an operation", fi_strerror(err.err));
+  if (!op || (err.flags & FI_REMOTE_WRITE))
+    return peer_error(s, -1, err.flags & FI_REMOTE_WRITE ? "a peer's RMA write" : "an operation",
+                      fi_strerror(err.err));
   int kind = op->kind, peer = op->peer;
   ofi_xfer_t* x = op->x;
   size_t posted = x && x->req ? x->req->bytes : 0;
@@ -797,6 +867,10 @@ static moecclResult_t poll_cq(ofi_state_t* s, int* progressed) {
     if (n < 0) return peer_error(s, -1, "reading the completion queue", fi_strerror((int)-n));
     *progressed = 1;
     for (ssize_t i = 0; i < n; i++) {
+      if (is_remote_write(e[i].flags)) {
+        MOECCL_CHECK(on_wdata(s, e[i].data));
+        continue;
+      }
       ofi_op_t* op = e[i].op_context;
       moecclResult_t rc = on_done(s, op, &e[i]);
       op_release(s, op);
@@ -868,6 +942,7 @@ static void ofi_notify_abort(void* state, int culprit) {
     struct fi_cq_tagged_entry e[CQ_BATCH];
     ssize_t n = fi_cq_read(s->cq, e, CQ_BATCH);
     for (ssize_t i = 0; i < n; i++) {
+      if (is_remote_write(e[i].flags)) continue; /* the receives are being abandoned */
       ofi_op_t* op = e[i].op_context;
       if (op->kind == OP_ABORT_SEND) s->aborts_out--;
       op_release(s, op);
@@ -893,14 +968,14 @@ static void ofi_cancel_all(void* state) {
       mr_drop(x->mr);
       x->mr = NULL;
     }
-  for (int p = 0; p < s->comm->nranks; p++) s->peers[p].pending = 0;
+  for (int p = 0; p < s->comm->nranks; p++) s->peers[p].pending = 0, s->peers[p].wd_head = NULL;
 }
 
 /* ---- setup ------------------------------------------------------------------------- */
 
 /* What each rank publishes: its provider and its endpoints' names. */
 typedef struct {
-  int32_t ok, nch, rma, rts_data;
+  int32_t ok, nch, rma, rts_data, wdata;
   char prov[32];
   uint32_t namelen[MAX_CH];
   char names[MAX_CH][NAME_MAX_BYTES];
@@ -987,6 +1062,8 @@ static void configure(ofi_state_t* s) {
               strstr(p, "net"));
   s->delivery_complete = 1;
   s->rts_data = i->domain_attr->cq_data_size > 0;
+  s->wdata = s->rma && i->domain_attr->cq_data_size >= sizeof(uint64_t) &&
+             !moeccl_param_bool("MOECCL_OFI_WRITEDATA_DISABLE");
 }
 
 static moecclResult_t connect_peers(ofi_state_t* s, const uint8_t* use, const ofi_card_t* cards,
@@ -1006,6 +1083,7 @@ static moecclResult_t connect_peers(ofi_state_t* s, const uint8_t* use, const of
     pe->nch = o->nch < s->nch ? o->nch : s->nch;
     pe->rma = o->rma && s->rma;
     pe->rts_data = o->rts_data && s->rts_data;
+    pe->wdata = pe->rma && o->wdata && s->wdata;
     for (int ch = 0; ch < pe->nch; ch++)
       if (fi_av_insert(s->av, o->names[ch], 1, &pe->addr[ch], 0, NULL) != 1)
         return moeccl_error(c, moecclSystemError, "ofi: cannot insert rank %d's address (%s)", p,
@@ -1057,12 +1135,14 @@ static moecclResult_t start_local(moeccl_comm_t* comm, ofi_state_t* s, ofi_card_
   card->nch = s->nch;
   card->rma = s->rma;
   card->rts_data = s->rts_data;
+  card->wdata = s->wdata;
   snprintf(card->prov, sizeof(card->prov), "%s", s->info->fabric_attr->prov_name);
   INFO(NET,
        "rank %d: ofi provider %s (fabric %s, domain %s), chosen by %s; %s; %d channel(s), "
        "eager %zu, chunk %zu, wait %s",
        comm->rank, card->prov, s->info->fabric_attr->name, s->info->domain_attr->name, why,
-       s->rma            ? "large messages by RMA write"
+       s->rma && s->wdata ? "large messages by RMA write with remote CQ data"
+       : s->rma           ? "large messages by RMA write, then FIN"
        : s->rma_disabled ? "RMA disabled (MOECCL_OFI_RMA_DISABLE): large messages in tagged chunks"
                          : "no FI_RMA: large messages in tagged chunks",
        s->nch, s->eager, s->chunk, s->wait_fd >= 0 ? "fd" : "sleep");
