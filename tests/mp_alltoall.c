@@ -134,8 +134,10 @@ static int memalloc_buffers(moecclComm_t comm, int rank, int nranks, buffers* b,
   MP_OK_COMM(comm, moecclMemAlloc(&recv, bytes));
   MP_CHECK(send && recv, "moecclMemAlloc returned NULL");
   int rc = 0;
-  size_t counts[] = {1, 777, 65536 / 4};
-  for (size_t c = 0; c < 3 && !rc; c++)
+  /* 512 bytes and 516 bytes: either side of the single-copy limit for
+   * blocks that fit a slot; 16 KiB: the slot size */
+  size_t counts[] = {1, 128, 129, 777, 4096, 65536 / 4};
+  for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]) && !rc; c++)
     rc = alltoall_checked(comm, rank, nranks, moecclFloat32, counts[c], seed_of(nranks, (*step)++),
                           send, recv, GUARD_BYTES);
   if (!rc) /* pinned send, ordinary receive */
@@ -189,8 +191,9 @@ static int stress(moecclComm_t comm, int rank, int nranks, buffers* b, int* step
  * but a new segment): a peer that cached the old mapping would write into
  * the old one.  Also buffers that start inside a moecclMemAlloc region. */
 static int memalloc_reuse(moecclComm_t comm, int rank, int nranks, int* step) {
-  size_t count = 65536 / 4 + 5, bytes = count * 4 * (size_t)nranks + 8192 + GUARD_BYTES;
+  size_t big = 65536 / 4 + 5, bytes = big * 4 * (size_t)nranks + 8192 + GUARD_BYTES;
   for (int round = 0; round < 8; round++) {
+    size_t count = round < 6 ? big : 300; /* the last two: blocks that fit a slot */
     void *send = NULL, *recv = NULL;
     MP_OK_COMM(comm, moecclMemAlloc(&send, bytes));
     MP_OK_COMM(comm, moecclMemAlloc(&recv, bytes));
@@ -238,6 +241,11 @@ static const mp_variant variants[] = {
      {"MOECCL_SHM_EAGER_SIZE=256", "MOECCL_SHM_SLOTS=2", "MOECCL_SHM_CHUNK_SIZE=40000"},
      "4"},
     {"nt-copy", {"MOECCL_NT_COPY_SIZE=1"}, "2,3"},
+    /* moecclMemAlloc blocks that fit a slot: copied once by the receiver
+     * (the default only where ranks do not outnumber cores), or through the
+     * slots */
+    {"map-small", {"MOECCL_SHM_MAP_SMALL=on", "MP_SUBTESTS=memalloc,memreuse"}, "3,4,5"},
+    {"map-small-off", {"MOECCL_SHM_MAP_SMALL=off", "MP_SUBTESTS=memalloc,memreuse"}, "2"},
     {NULL, {NULL}, NULL},
 };
 

@@ -645,6 +645,8 @@ static const mp_variant variants[] = {
     {"memalloc", {"MP_MOE_MEMALLOC=1"}, "2,4"},
     {"memalloc-ppn2", {"MP_MOE_MEMALLOC=1", "MP_RANKS_PER_NODE=2"}, "4"},
     {"memalloc-nomap", {"MP_MOE_MEMALLOC=1", "MOECCL_SHM_MAP_DISABLE=1"}, "3"},
+    {"memalloc-map-small", {"MP_MOE_MEMALLOC=1", "MOECCL_SHM_MAP_SMALL=on"}, "3,4"},
+    {"memalloc-slots", {"MP_MOE_MEMALLOC=1", "MOECCL_SHM_MAP_SMALL=off"}, "2"},
     {"moe-hier-ppn2", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2"}, "4,5"},
     {"moe-hier-ppn3", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=3"}, "5"},
     {"moe-hier-ppn1", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=1"}, "3"},

@@ -4,7 +4,9 @@
  * One segment per communicator and node holds, for every ordered pair of
  * local ranks, a ring of slots.  A message up to one slot travels eagerly:
  * the sender copies it into a slot, the receiver copies it out.  A larger
- * message is copied once: the sender publishes its address in a slot and the
+ * message is copied once (from moecclMemAlloc memory also one that fits a
+ * slot, from SHM_MAP_MIN bytes, where ranks do not outnumber cores: see
+ * map_min): the sender publishes its address in a slot and the
  * receiver pulls it with process_vm_readv (Linux cross-memory attach) in
  * chunks, then frees the slot, which completes the send.  Without CMA, large
  * messages stream through the slots (two copies, pipelined).
@@ -98,6 +100,7 @@ typedef struct {
 } chan_ctrl_t;
 
 #define MAP_CACHE 16
+#define SHM_MAP_MIN 512 /* see map_min */
 
 /* A peer's moecclMemAlloc region mapped into this process. */
 typedef struct {
@@ -151,6 +154,8 @@ typedef struct {
   int can_reach_memory; /* every local peer may read this rank's memory (probed) */
   int use_cma;          /* ... and MOECCL_CMA_DISABLE does not forbid CMA */
   int no_map;           /* MOECCL_SHM_MAP_DISABLE: read peers' memory by CMA only */
+  size_t map_min; /* sends from mapped moecclMemAlloc memory larger than this are
+                   * published even when they fit a slot; 0: never */
   size_t slot_bytes, slot_stride, chunk;
   seg_header_t* hdr;
   rank_area_t* ranks;
@@ -388,16 +393,29 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   free(flags);
   s->use_cma = s->can_reach_memory && !moeccl_param_bool("MOECCL_CMA_DISABLE");
   s->no_map = s->use_cma && moeccl_param_bool("MOECCL_SHM_MAP_DISABLE");
+  /* A message that fits a slot costs two copies there, the second reading
+   * lines the sender has just written in its own cache; from mapped
+   * moecclMemAlloc memory the receiver copies it once from lines that are
+   * clean (2 ranks, a2a_perf -M, 4 KiB per rank: 1.0 -> 0.5 us; 16 KiB:
+   * 1.8 -> 0.55 us).  The send then completes only when the receiver has
+   * copied, so where ranks outnumber the cores (a receiver waits for its
+   * turn on a core) the slots stay (4 ranks on 2 cores, 4 KiB: 3.4 -> 3.6
+   * us the other way). */
+  const char* small = moeccl_param_str("MOECCL_SHM_MAP_SMALL");
+  int map_small = strcmp(small, "on") == 0 ||
+                  (strcmp(small, "auto") == 0 && comm->nmachine <= comm->machine_cores);
+  if (s->can_reach_memory && !s->no_map && map_small) s->map_min = SHM_MAP_MIN;
   if (rc != moecclSuccess) {
     shm_fini(s);
     return rc;
   }
   if (needed)
-    INFO(SHM, "rank %d: shm segment %s, %d local ranks, %d slots of %zu bytes, single copy: %s",
+    INFO(SHM, "rank %d: shm segment %s, %d local ranks, %d slots of %zu bytes, single copy: %s%s",
          comm->rank, s->name, s->nlocal, s->nslots, s->slot_bytes,
          s->use_cma            ? "CMA and mapped moecclMemAlloc memory"
          : s->can_reach_memory ? "mapped moecclMemAlloc memory only"
-                               : "off");
+                               : "off",
+         s->map_min ? " (also mapped messages that fit a slot)" : "");
   *state = s;
   return moecclSuccess;
 }
@@ -444,14 +462,19 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
   return moecclSuccess;
 }
 
-/* Single copy for a large message: by CMA, or from moecclMemAlloc memory that
- * the receiver maps.  r->aux bits: 1 descriptor published, 2 memory looked
+/* Single copy for a large message (by CMA, or from moecclMemAlloc memory
+ * that the receiver maps) and for one from SHM_MAP_MIN bytes that fits a
+ * slot, from mapped memory, where map_min says.  r->aux bits: 1 descriptor published, 2 memory looked
  * up, 4 memory is moecclMemAlloc's. */
 static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
   if (r->gather_span) return 1; /* shm_can_gather checked the memory */
   if (r->mem.kind == MOECCL_MEM_DEVICE) return 1; /* never through the slots */
-  if (r->bytes <= s->slot_bytes || !s->can_reach_memory) return 0;
-  if (s->use_cma) return 1;
+  if (!s->can_reach_memory) return 0;
+  if (r->bytes <= s->slot_bytes) {
+    if (!s->map_min || r->bytes <= s->map_min) return 0;
+  } else if (s->use_cma) {
+    return 1;
+  }
   if (!(r->aux & 2)) {
     moeccl_mem_handle_t mh;
     r->aux |= 2 | (moeccl_mem_lookup(r->buf, r->bytes, &mh) ? 4 : 0);
