@@ -43,6 +43,20 @@ static float weight_of(const moeccl_row_term_t* t, const float* weights) {
   return weights && t->aux != MOECCL_ROW_NONE ? weights[t->aux] : 1.0f;
 }
 
+/* Whether out (one row of rb bytes) overlaps a source row of group t[0..n):
+ * then the sums go through a buffer, since out is written before the
+ * group's later rows are read. */
+static int row_aliases(const moeccl_rows_t* p, const char* out, const char* src,
+                       const moeccl_row_term_t* t, size_t n, size_t rb) {
+  (void)p;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].src == MOECCL_ROW_NONE) continue;
+    const char* row = src + (size_t)t[i].src * rb;
+    if (row < out + rb && out < row + rb) return 1;
+  }
+  return 0;
+}
+
 /* The kernels, instantiated per target.  ACC(n): acc[k] (=|+=) w * x[k]
  * for k < n; a constant trip count (n == CHUNK) is what gcc vectorises. */
 #define ROWS_KERNELS(ATTR, SFX)                                                                    \
@@ -86,6 +100,23 @@ static float weight_of(const moeccl_row_term_t* t, const float* weights) {
     char* out = dst + (size_t)t[0].dst * rb;                                                       \
     if (n == 1 && t[0].src != MOECCL_ROW_NONE && weight_of(&t[0], weights) == 1.0f) {              \
       memmove(out, src + (size_t)t[0].src * rb, rb); /* a copy: exact in every type */             \
+      return;                                                                                      \
+    }                                                                                              \
+    if (p->type == moecclFloat32 && !row_aliases(p, out, src, t, n, rb)) {                         \
+      /* straight into out, chunk by chunk: the same operations in the same                     \
+       * order as through acc, without acc's copy to out */                                      \
+      float* o = (float*)out;                                                                      \
+      for (size_t c0 = 0; c0 < p->elems; c0 += CHUNK) {                                            \
+        size_t m = p->elems - c0 < CHUNK ? p->elems - c0 : CHUNK;                                  \
+        int first = 1;                                                                             \
+        for (size_t i = 0; i < n; i++) {                                                           \
+          if (t[i].src == MOECCL_ROW_NONE) continue;                                               \
+          const float* row = (const float*)(src + (size_t)t[i].src * rb);                          \
+          acc_f32##SFX(o + c0, row + c0, m, weight_of(&t[i], weights), first);                     \
+          first = 0;                                                                               \
+        }                                                                                          \
+        if (first) memset(o + c0, 0, m * sizeof(float));                                           \
+      }                                                                                            \
       return;                                                                                      \
     }                                                                                              \
     float acc[CHUNK];                                                                              \

@@ -373,6 +373,22 @@ static void test_kernels(void) {
   int bad = 0;
   for (int i = 0; i < H; i++) bad += out[i] != 0.5f * a[i] - 2.0f * a[H + i];
   CHECK_STDOUT(bad == 0, "weighted float32 sum: %d elements wrong", bad);
+  /* float32 sums go straight into the output row unless it overlaps a
+   * source row: in place over the group's second row (which is read after
+   * the first term would have been written), and an empty group */
+  static float io[3 * H];
+  for (int i = 0; i < 3 * H; i++) io[i] = (float)(i % 5) - 1.0f;
+  static float first[H], second[H];
+  memcpy(first, io, sizeof(first));
+  memcpy(second, io + H, sizeof(second));
+  moeccl_row_term_t t4[] = {{1, 0, 0}, {1, 1, 1}, {2, N, N}};
+  moeccl_rows_t p4 = {MOECCL_ROWS_SUM, moecclFloat32, H, 0, 0, t4, 3};
+  moeccl_rows_run(&p4, io, io, wt);
+  bad = 0;
+  for (int i = 0; i < H; i++) bad += io[H + i] != 0.5f * first[i] - 2.0f * second[i];
+  for (int i = 0; i < H; i++) bad += io[2 * H + i] != 0.0f;
+  for (int i = 0; i < H; i++) bad += io[i] != first[i];
+  CHECK_STDOUT(bad == 0, "float32 sum into one of its own rows: %d elements wrong", bad);
   /* DOT */
   float d[2] = {-1, -1};
   moeccl_row_term_t t3[] = {{0, 0, 1}, {1, N, N}};
