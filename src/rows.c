@@ -103,8 +103,8 @@ static int row_aliases(const moeccl_rows_t* p, const char* out, const char* src,
       return;                                                                                      \
     }                                                                                              \
     if (p->type == moecclFloat32 && !row_aliases(p, out, src, t, n, rb)) {                         \
-      /* straight into out, chunk by chunk: the same operations in the same                     \
-       * order as through acc, without acc's copy to out */                                      \
+      /* straight into out, chunk by chunk: the same operations in the same                        \
+       * order as through acc, without acc's copy to out */                                        \
       float* o = (float*)out;                                                                      \
       for (size_t c0 = 0; c0 < p->elems; c0 += CHUNK) {                                            \
         size_t m = p->elems - c0 < CHUNK ? p->elems - c0 : CHUNK;                                  \

@@ -134,9 +134,9 @@ typedef struct ofi_xfer {
   mr_ent_t* mr;
   uint64_t raddr, rkey;
   rts_t rts_out;
-  cts_t cts;    /* sender: received; receiver: sent */
+  cts_t cts;                /* sender: received; receiver: sent */
   struct ofi_xfer* next_wd; /* receiver: the peer's list of messages awaiting write data */
-  uint64_t fin; /* FIN payload (either side) */
+  uint64_t fin;             /* FIN payload (either side) */
   void* ctrl_desc;
 } ofi_xfer_t;
 
@@ -186,10 +186,10 @@ typedef struct {
 } pool_t;
 
 typedef struct {
-  int nch;      /* channels agreed with this peer; 0: not reached */
-  int rma;      /* both sides can do RMA */
-  int rts_data; /* both sides carry CQ data: headers flagged by RTS_DATA, not TAG_RTS */
-  int wdata;    /* both sides carry 8 bytes of CQ data on writes: no FIN */
+  int nch;                  /* channels agreed with this peer; 0: not reached */
+  int rma;                  /* both sides can do RMA */
+  int rts_data;             /* both sides carry CQ data: headers flagged by RTS_DATA, not TAG_RTS */
+  int wdata;                /* both sides carry 8 bytes of CQ data on writes: no FIN */
   struct ofi_xfer* wd_head; /* receives from this peer waiting for their writes */
   uint64_t send_seq, recv_seq;
   int pending; /* requests not done */
@@ -761,8 +761,8 @@ static moecclResult_t on_wdata(ofi_state_t* s, uint64_t data) {
   ofi_xfer_t* x = s->peers[r].wd_head;
   while (x && (uint32_t)x->seq != seq) x = x->next_wd;
   if (!x) { /* its receive was cancelled (abort): nothing waits */
-    INFO(NET, "ofi: write data for a message no receive waits for (rank %d, sequence %u)",
-         (int)r, seq);
+    INFO(NET, "ofi: write data for a message no receive waits for (rank %d, sequence %u)", (int)r,
+         seq);
     return moecclSuccess;
   }
   if (++x->completed < x->nchunks) return moecclSuccess;
@@ -1143,8 +1143,8 @@ static moecclResult_t start_local(moeccl_comm_t* comm, ofi_state_t* s, ofi_card_
        comm->rank, card->prov, s->info->fabric_attr->name, s->info->domain_attr->name, why,
        s->rma && s->wdata ? "large messages by RMA write with remote CQ data"
        : s->rma           ? "large messages by RMA write, then FIN"
-       : s->rma_disabled ? "RMA disabled (MOECCL_OFI_RMA_DISABLE): large messages in tagged chunks"
-                         : "no FI_RMA: large messages in tagged chunks",
+       : s->rma_disabled  ? "RMA disabled (MOECCL_OFI_RMA_DISABLE): large messages in tagged chunks"
+                          : "no FI_RMA: large messages in tagged chunks",
        s->nch, s->eager, s->chunk, s->wait_fd >= 0 ? "fd" : "sleep");
   return moecclSuccess;
 }

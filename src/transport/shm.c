@@ -154,8 +154,8 @@ typedef struct {
   int can_reach_memory; /* every local peer may read this rank's memory (probed) */
   int use_cma;          /* ... and MOECCL_CMA_DISABLE does not forbid CMA */
   int no_map;           /* MOECCL_SHM_MAP_DISABLE: read peers' memory by CMA only */
-  size_t map_min; /* sends from mapped moecclMemAlloc memory larger than this are
-                   * published even when they fit a slot; 0: never */
+  size_t map_min;       /* sends from mapped moecclMemAlloc memory larger than this are
+                         * published even when they fit a slot; 0: never */
   size_t slot_bytes, slot_stride, chunk;
   seg_header_t* hdr;
   rank_area_t* ranks;
@@ -464,8 +464,8 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
 
 /* Single copy for a large message (by CMA, or from moecclMemAlloc memory
  * that the receiver maps) and for one from SHM_MAP_MIN bytes that fits a
- * slot, from mapped memory, where map_min says.  r->aux bits: 1 descriptor published, 2 memory looked
- * up, 4 memory is moecclMemAlloc's. */
+ * slot, from mapped memory, where map_min says.  r->aux bits: 1 descriptor
+ * published, 2 memory looked up, 4 memory is moecclMemAlloc's. */
 static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
   if (r->gather_span) return 1; /* shm_can_gather checked the memory */
   if (r->mem.kind == MOECCL_MEM_DEVICE) return 1; /* never through the slots */
