@@ -134,6 +134,7 @@ static moecclResult_t make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int
   r->mem = buf_mem(s, net_buf(op));
   r->bytes = op->bytes;
   r->stream_copy = j->stream_copy;
+  r->exact = op->type != MOECCL_OP_SEND && !s->inexact;
   if (op->type == MOECCL_OP_SEND && (op->flags & MOECCL_OPF_ROWS)) {
     /* a gathered send: the whole buffer where the receiver can pick the
      * rows itself, else the rows packed here */

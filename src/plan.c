@@ -133,6 +133,7 @@ moecclResult_t moeccl_plan_p2p_check(moeccl_comm_t* comm, const moeccl_call_t* c
 static moecclResult_t p2p_build(moeccl_comm_t* comm, const moeccl_call_t* call, moeccl_sched_t* s) {
   MOECCL_CHECK(moeccl_plan_p2p_check(comm, call));
   moeccl_sched_reset(s);
+  s->inexact = 1; /* moecclRecv takes a shorter message */
   MOECCL_CHECK(moeccl_sched_reserve(s, call->np2p, 1));
   for (int i = 0; i < call->np2p; i++) {
     const moeccl_p2p_op_t* op = &call->p2p[i];

@@ -23,6 +23,7 @@ void moeccl_sched_reset(moeccl_sched_t* s) {
   s->scratch_buf = -1;
   s->red = NULL;
   s->rows = NULL;
+  s->inexact = 0;
 }
 
 void moeccl_sched_free(moeccl_sched_t* s) {

@@ -89,6 +89,10 @@ typedef struct {
   const struct moeccl_red* red;
   /* The row programs MOECCL_OP_ROWS ops name (rows.h); NULL when none. */
   const struct moeccl_rows* rows;
+  /* A receive may take a shorter message than its op's bytes (point to
+   * point); otherwise every receive's message is exactly its bytes
+   * (moeccl_req_t.exact). */
+  int inexact;
 } moeccl_sched_t;
 
 /* Empties a schedule, keeping its memory for the next call (MoE splits change

@@ -13,6 +13,7 @@
  * must stay untouched, in the receive and in the send buffer.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "mp_harness.h"
 
@@ -227,9 +228,59 @@ static int fuzz(moecclComm_t comm, int rank, int n, int* step) {
   return 0;
 }
 
+/* Two ranks whose calls disagree on one block, rank 0 to rank 1
+ * (MP_DISAGREE; run over the network, where rank 1 learns the size from
+ * rank 0's header): "short", 200,000 bytes sent where 300,000 are
+ * expected (taken, as a shorter message); "long", 300,000 where 200,000 are
+ * expected (both ranks fail with a text, nothing written past the block);
+ * "eager", 1,000 where 200,000 are expected (rank 1 fails with a text).  No
+ * rank may wait for ever.  Ends the body: the communicator may be failed. */
+static int disagree(moecclComm_t comm, int rank, const char* mode) {
+  size_t sent = 200000, expected = 300000;
+  if (strcmp(mode, "long") == 0) sent = 300000, expected = 200000;
+  else if (strcmp(mode, "eager") == 0) sent = 1000, expected = 200000;
+  else MP_CHECK(strcmp(mode, "short") == 0, "MP_DISAGREE=%s: not short, long or eager", mode);
+  const size_t other = 150000, cap = 300000;
+  size_t sc[2], rc[2], sd[2] = {0, cap}, rd[2] = {0, cap};
+  sc[rank] = rc[rank] = other;
+  sc[1 - rank] = rank == 0 ? sent : other;
+  rc[1 - rank] = rank == 1 ? expected : other;
+  unsigned char* send = mp_xmalloc(2 * cap);
+  unsigned char* recv = mp_xmalloc(2 * cap + GUARD_BYTES);
+  for (size_t i = 0; i < 2 * cap; i++) send[i] = (unsigned char)(i * 7 + (size_t)rank);
+  memset(recv, 0xA5, 2 * cap + GUARD_BYTES);
+  moecclResult_t res =
+      moecclAlltoAllv(send, sc, sd, recv, rc, rd, moecclUint8, comm, NULL);
+  int bad = 0;
+  if (strcmp(mode, "short") == 0) {
+    MP_CHECK(res == moecclSuccess, "short: rank %d: moecclAlltoAllv returned %d: %s", rank,
+             (int)res, mp_last_error_text(comm));
+    if (rank == 1) /* rank 0's block: its 200,000 bytes, then the rest untouched */
+      for (size_t i = 0; i < expected; i++)
+        bad += recv[i] != (i < sent ? (unsigned char)((cap + i) * 7) : 0xA5);
+  } else if (strcmp(mode, "long") == 0) {
+    MP_CHECK(res != moecclSuccess, "long: rank %d: the call succeeded", rank);
+    if (rank == 1)
+      for (size_t i = expected; i < cap; i++) bad += recv[i] != 0xA5;
+  } else if (rank == 1) {
+    MP_CHECK(res == moecclInvalidUsage, "eager: rank 1: moecclAlltoAllv returned %d, want %d: %s",
+             (int)res, (int)moecclInvalidUsage, mp_last_error_text(comm));
+    MP_CHECK(strstr(mp_last_error_text(comm), "disagree") != NULL,
+             "eager: rank 1: the text does not say the ranks disagree: %s",
+             mp_last_error_text(comm));
+  }
+  MP_CHECK(!bad, "%s: rank %d: %d bytes of the receive buffer wrong", mode, rank, bad);
+  if (res != moecclSuccess) printf("rank %d (%s): %s\n", rank, mode, mp_last_error_text(comm));
+  free(send);
+  free(recv);
+  return 0;
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   int step = 0;
+  const char* dis = getenv("MP_DISAGREE");
+  if (dis && *dis) return n == 2 ? disagree(comm, rank, dis) : 0;
   if (mp_want("uniform")) {
     if (run_all_sizes(comm, rank, n, UNIFORM, 1, ORDER_PACKED, &step)) return 1;
     if (run_all_sizes(comm, rank, n, UNIFORM, 2, ORDER_SHUFFLED_GAPS, &step)) return 1;
@@ -249,6 +300,18 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
 
 /* The same checks under other algorithms and shared-memory settings. */
 static const mp_variant variants[] = {
+#ifdef MOECCL_HAVE_LIBFABRIC
+    /* calls that disagree on a block's size, over ofi (early CTS) */
+    {"disagree-short-ofi",
+     {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp", "MP_RANKS_PER_NODE=1", "MP_DISAGREE=short"},
+     "2"},
+    {"disagree-long-ofi",
+     {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp", "MP_RANKS_PER_NODE=1", "MP_DISAGREE=long"},
+     "2"},
+    {"disagree-eager-ofi",
+     {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp", "MP_RANKS_PER_NODE=1", "MP_DISAGREE=eager"},
+     "2"},
+#endif
     {"algo-direct", {"MOECCL_ALGO=direct"}, "4"},
     {"algo-pairwise", {"MOECCL_ALGO=pairwise"}, "5"},
     {"no-cma", {"MOECCL_CMA_DISABLE=1"}, "3"},

@@ -33,6 +33,12 @@
  *     No FIN, and no ordering between operations is relied on: a remote
  *     completion is raised only once that write's data is in place.  The
  *     writes are transmit-complete (the sender may reuse its buffer);
+ *   - early CTS (write data, and a receive whose message size is known,
+ *     req->exact: every collective's): the receiver sends the CTS when the
+ *     receive is posted instead of when the header arrives, a one-way trip
+ *     less before the data flows; the header then lands in a buffer of its
+ *     own (the writes may reach the receive buffer first) and still tells
+ *     the size and the pieces, so that a call whose ranks disagree fails;
  *   - tagged: the receiver posts one receive per chunk before the CTS; the
  *     sender sends the chunks as tagged messages (tag: sequence + index).
  * The receiver chooses by its CTS, so the two sides never disagree.
@@ -136,6 +142,8 @@ typedef struct ofi_xfer {
   rts_t rts_out;
   cts_t cts;                /* sender: received; receiver: sent */
   struct ofi_xfer* next_wd; /* receiver: the peer's list of messages awaiting write data */
+  rts_t rts_in;             /* receiver, early CTS: the header lands here */
+  int early;                /* receiver: CTS sent at post; 2 once the header arrived */
   uint64_t fin;             /* FIN payload (either side) */
   void* ctrl_desc;
 } ofi_xfer_t;
@@ -154,12 +162,14 @@ enum {
   OP_ABORT_RECV,
   OP_ABORT_SEND,
   OP_HELLO_SEND,
-  OP_HELLO_RECV
+  OP_HELLO_RECV,
+  OP_RTS_RECV
 };
 static const char* const op_names[] = {
     "eager send",    "rendezvous header", "CTS receive",      "RMA write",       "FIN send",
     "chunk send",    "receive",           "CTS send",         "FIN receive",     "chunk receive",
-    "abort receive", "abort notice",      "connection setup", "connection setup"};
+    "abort receive", "abort notice",      "connection setup", "connection setup",
+    "rendezvous header receive"};
 
 /* One posted libfabric operation; its context is the first member, as
  * FI_CONTEXT2 mode asks. */
@@ -190,6 +200,7 @@ typedef struct {
   int rma;                  /* both sides can do RMA */
   int rts_data;             /* both sides carry CQ data: headers flagged by RTS_DATA, not TAG_RTS */
   int wdata;                /* both sides carry 8 bytes of CQ data on writes: no FIN */
+  size_t eager;             /* the pair's eager size (the smaller of the two ranks') */
   struct ofi_xfer* wd_head; /* receives from this peer waiting for their writes */
   uint64_t send_seq, recv_seq;
   int pending; /* requests not done */
@@ -560,6 +571,9 @@ static ssize_t issue(ofi_state_t* s, ofi_op_t* op) {
       return fi_trecv(s->ep[0], &s->ctl.hello_in, sizeof(s->ctl.hello_in),
                       s->ctl_mr ? fi_mr_desc(s->ctl_mr) : NULL, s->peers[op->peer].addr[0],
                       make_tag(K_HELLO, 0, 0), 0, op);
+    case OP_RTS_RECV:
+      return fi_trecv(ep_of(s, x), &x->rts_in, sizeof(x->rts_in), x->ctrl_desc, addr_of(s, x),
+                      make_tag(K_DATA, seq, 0), rts_data ? 0 : TAG_RTS, op);
   }
   return -FI_EINVAL;
 }
@@ -643,6 +657,27 @@ static uint32_t count_chunks(size_t bytes, size_t chunk) {
   return (uint32_t)((bytes + chunk - 1) / chunk);
 }
 
+/* Receiver: the CTS for a receive whose size is known goes at once (see
+ * early CTS above); the header comes into x->rts_in. */
+static moecclResult_t post_early(ofi_state_t* s, ofi_xfer_t* x) {
+  moeccl_req_t* r = x->req;
+  ofi_peer_t* pe = &s->peers[x->peer];
+  if (!x->mr) x->mr = mr_get(s, r->buf, r->bytes);
+  if (!x->mr) return moeccl_error(s->comm, moecclSystemError, "ofi: registration failed");
+  x->cts = (cts_t){.status = CTS_OK, .rma = CTS_RMA_WDATA, .posted = r->bytes};
+  x->cts.key = fi_mr_key(x->mr->mr);
+  x->cts.addr = (s->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)r->buf
+                                               : (uint64_t)((uintptr_t)r->buf - x->mr->addr);
+  x->rma = CTS_RMA_WDATA;
+  x->early = 1;
+  x->nchunks = UINT32_MAX; /* until the header tells; writes are counted meanwhile */
+  x->completed = 0;
+  x->next_wd = pe->wd_head;
+  pe->wd_head = x;
+  MOECCL_CHECK(submit(s, OP_RTS_RECV, x, 0, -1));
+  return submit(s, OP_CTS_SEND, x, 0, -1);
+}
+
 static moecclResult_t ofi_post(void* state, moeccl_req_t* r) {
   ofi_state_t* s = state;
   if (s->failed != moecclSuccess) return s->failed;
@@ -663,8 +698,11 @@ static moecclResult_t ofi_post(void* state, moeccl_req_t* r) {
       return moeccl_error(s->comm, moecclSystemError, "ofi: no registration for %zu bytes",
                           r->bytes);
   }
-  if (!send) return submit(s, OP_MSG_RECV, x, 0, -1);
-  if (r->bytes <= s->eager) return submit(s, OP_EAGER_SEND, x, 0, -1);
+  if (!send) {
+    if (r->exact && r->bytes > p->eager && p->wdata) return post_early(s, x);
+    return submit(s, OP_MSG_RECV, x, 0, -1);
+  }
+  if (r->bytes <= p->eager) return submit(s, OP_EAGER_SEND, x, 0, -1);
   x->msg_bytes = r->bytes;
   x->chunk = s->chunk;
   if (x->msg_bytes / x->chunk >= MAX_CHUNKS) x->chunk = x->msg_bytes / (MAX_CHUNKS - 1) + 1;
@@ -689,6 +727,11 @@ static moecclResult_t on_cts(ofi_state_t* s, ofi_xfer_t* x) {
                                          "for it is %llu bytes",
                                          x->peer, x->msg_bytes, (unsigned long long)x->cts.posted));
   if (x->cts.rma > CTS_RMA_WDATA) return peer_error(s, x->peer, "CTS receive", "malformed CTS");
+  if (x->msg_bytes > x->cts.posted) /* an early CTS: the receiver did not see the size */
+    return fail_keep(s, moeccl_comm_fail(s->comm, moecclInvalidUsage,
+                                         "message to rank %d is %zu bytes but the receive posted "
+                                         "for it is %llu bytes",
+                                         x->peer, x->msg_bytes, (unsigned long long)x->cts.posted));
   x->rma = (int)x->cts.rma;
   if (x->rma == CTS_TAGGED) return pump(s, x, OP_CHUNK_SEND);
   x->raddr = x->cts.addr, x->rkey = x->cts.key;
@@ -730,6 +773,31 @@ static moecclResult_t on_rts(ofi_state_t* s, ofi_xfer_t* x, size_t got) {
     MOECCL_CHECK(pump(s, x, OP_CHUNK_RECV));
   }
   return submit(s, OP_CTS_SEND, x, 0, -1);
+}
+
+static int is_rts(const ofi_state_t* s, int peer, uint64_t flags, uint64_t data, uint64_t tag);
+
+/* Receiver, early CTS: the rendezvous header (or, where the ranks disagree
+ * on the call, a small message) arrived in x->rts_in. */
+static moecclResult_t on_early_header(ofi_state_t* s, ofi_xfer_t* x, uint64_t flags,
+                                      uint64_t data, uint64_t tag, size_t got) {
+  moeccl_req_t* r = x->req;
+  if (!is_rts(s, x->peer, flags, data, tag))
+    return fail_keep(s, moeccl_comm_fail(s->comm, moecclInvalidUsage,
+                                         "rank %d sent a message of %zu bytes where this rank's "
+                                         "call receives %zu bytes from it (the ranks disagree on "
+                                         "the call)",
+                                         x->peer, got, r->bytes));
+  rts_t h = x->rts_in;
+  if (got != sizeof(h)) return peer_error(s, x->peer, "receive", "malformed rendezvous header");
+  if (h.bytes > r->bytes) return truncated(s, x->peer, h.bytes, r->bytes);
+  x->msg_bytes = h.bytes, x->chunk = h.chunk ? h.chunk : 1;
+  x->nchunks = count_chunks(x->msg_bytes, x->chunk);
+  x->early = 2;
+  if (x->completed < x->nchunks) return moecclSuccess;
+  r->bytes = x->msg_bytes;
+  complete(s, x);
+  return moecclSuccess;
 }
 
 static moecclResult_t on_abort_notice(ofi_state_t* s) {
@@ -807,6 +875,7 @@ static moecclResult_t on_done(ofi_state_t* s, ofi_op_t* op, const struct fi_cq_t
       x->req->bytes = x->msg_bytes;
       complete(s, x);
       return moecclSuccess;
+    case OP_RTS_RECV: return on_early_header(s, x, e->flags, e->data, e->tag, e->len);
     default: return moecclSuccess; /* RTS and CTS sends: nothing waits on them */
   }
 }
@@ -837,6 +906,12 @@ static moecclResult_t on_error(ofi_state_t* s) {
   if (kind == OP_HELLO_SEND || kind == OP_HELLO_RECV) s->hellos_out--;
   op_release(s, op);
   if (err.err == FI_ECANCELED || !live) return moecclSuccess;
+  if (err.err == FI_ETRUNC && kind == OP_RTS_RECV)
+    return fail_keep(s, moeccl_comm_fail(s->comm, moecclInvalidUsage,
+                                         "rank %d sent a message the size of neither the receive "
+                                         "(%zu bytes) nor a rendezvous header (the ranks disagree "
+                                         "on the call)",
+                                         peer, posted));
   if (err.err == FI_ETRUNC && kind == OP_MSG_RECV) {
     if (is_rts(s, peer, err.flags, err.data,
                err.tag)) { /* even the header did not fit: tell the waiting sender */
@@ -976,6 +1051,7 @@ static void ofi_cancel_all(void* state) {
 /* What each rank publishes: its provider and its endpoints' names. */
 typedef struct {
   int32_t ok, nch, rma, rts_data, wdata;
+  uint64_t eager;
   char prov[32];
   uint32_t namelen[MAX_CH];
   char names[MAX_CH][NAME_MAX_BYTES];
@@ -1084,6 +1160,7 @@ static moecclResult_t connect_peers(ofi_state_t* s, const uint8_t* use, const of
     pe->rma = o->rma && s->rma;
     pe->rts_data = o->rts_data && s->rts_data;
     pe->wdata = pe->rma && o->wdata && s->wdata;
+    pe->eager = o->eager < s->eager ? (size_t)o->eager : s->eager;
     for (int ch = 0; ch < pe->nch; ch++)
       if (fi_av_insert(s->av, o->names[ch], 1, &pe->addr[ch], 0, NULL) != 1)
         return moeccl_error(c, moecclSystemError, "ofi: cannot insert rank %d's address (%s)", p,
@@ -1136,6 +1213,7 @@ static moecclResult_t start_local(moeccl_comm_t* comm, ofi_state_t* s, ofi_card_
   card->rma = s->rma;
   card->rts_data = s->rts_data;
   card->wdata = s->wdata;
+  card->eager = s->eager;
   snprintf(card->prov, sizeof(card->prov), "%s", s->info->fabric_attr->prov_name);
   INFO(NET,
        "rank %d: ofi provider %s (fabric %s, domain %s), chosen by %s; %s; %d channel(s), "

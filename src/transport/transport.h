@@ -68,6 +68,11 @@ typedef struct moeccl_req {
    * sender's whole buffer of gather_span bytes; bytes is the message the
    * receiver's program reads, gathered by rows->map there. */
   size_t gather_span;
+  /* A receive whose message is exactly bytes long when the ranks' calls
+   * agree (every collective's schedule; not moecclRecv, which takes a
+   * shorter message): a transport may act on the size before the message
+   * arrives, and may fail a call whose ranks disagree. */
+  int exact;
   struct moeccl_req* next; /* transport's queue link */
   size_t progress;         /* transport's: bytes moved so far */
   uint64_t seq;            /* transport's: message sequence number */
