@@ -104,8 +104,10 @@ static int repeated(moecclComm_t comm, int rank, int nranks, buffers* b, int* st
  * eager and rendezvous paths (280,000 and 4,375 bytes, then both sides of
  * the default eager limits), on one communicator. */
 static int alternate(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
-  static const size_t bytes[] = {280000, 4375, 280000, 4375, 65536, 65537,
-                                 8192,   8191, 280000, 1,    4375};
+  /* 1,048,579: past 1 MiB, where ofi over tcp asks for tagged pieces (and
+   * within the buffers on 4 ranks) */
+  static const size_t bytes[] = {280000, 4375, 280000,  4375, 65536, 65537, 8192,
+                                 8191,   280000, 1, 1048579, 4375, 280000, 1048579};
   for (size_t it = 0; it < sizeof(bytes) / sizeof(bytes[0]); it++) {
     size_t count = bytes[it];
     if (count * (size_t)nranks > b->capacity) continue;
