@@ -12,6 +12,8 @@
  * its own buffers.  Bytes outside the blocks are filled with a sentinel and
  * must stay untouched, in the receive and in the send buffer.
  */
+#include "config.h"
+
 #include <stdlib.h>
 #include <string.h>
 
