@@ -30,6 +30,10 @@ static uint64_t next_region_id = 1;
 int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out) {
   uintptr_t p = (uintptr_t)ptr;
   int found = 0;
+  /* No region at all (a program that never calls moecclMemAlloc): no lock.
+   * The shm transport asks for every small send where single copies of
+   * mapped memory are on.  Writers store the head atomically. */
+  if (!__atomic_load_n(&regions, __ATOMIC_ACQUIRE)) return 0;
   pthread_mutex_lock(&regions_lock);
   for (mem_region_t* r = regions; r && !found; r = r->next) {
     uintptr_t b = (uintptr_t)r->base;
@@ -58,7 +62,7 @@ MOECCL_EXPORT moecclResult_t moecclMemAlloc(void** ptr, size_t size) {
   pthread_mutex_lock(&regions_lock);
   r->id = next_region_id++;
   r->next = regions;
-  regions = r;
+  __atomic_store_n(&regions, r, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&regions_lock);
   *ptr = r->base;
   return moecclSuccess;
@@ -109,7 +113,7 @@ MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
   mem_region_t** p = &regions;
   while (*p && (*p)->base != ptr) p = &(*p)->next;
   mem_region_t* r = *p;
-  if (r) *p = r->next;
+  if (r) __atomic_store_n(p, r->next, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&regions_lock);
   if (!r)
     return moeccl_error(NULL, moecclInvalidArgument,

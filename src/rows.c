@@ -46,9 +46,8 @@ static float weight_of(const moeccl_row_term_t* t, const float* weights) {
 /* Whether out (one row of rb bytes) overlaps a source row of group t[0..n):
  * then the sums go through a buffer, since out is written before the
  * group's later rows are read. */
-static int row_aliases(const moeccl_rows_t* p, const char* out, const char* src,
-                       const moeccl_row_term_t* t, size_t n, size_t rb) {
-  (void)p;
+static int row_aliases(const char* out, const char* src, const moeccl_row_term_t* t, size_t n,
+                       size_t rb) {
   for (size_t i = 0; i < n; i++) {
     if (t[i].src == MOECCL_ROW_NONE) continue;
     const char* row = src + (size_t)t[i].src * rb;
@@ -102,7 +101,7 @@ static int row_aliases(const moeccl_rows_t* p, const char* out, const char* src,
       memmove(out, src + (size_t)t[0].src * rb, rb); /* a copy: exact in every type */             \
       return;                                                                                      \
     }                                                                                              \
-    if (p->type == moecclFloat32 && !row_aliases(p, out, src, t, n, rb)) {                         \
+    if (p->type == moecclFloat32 && !row_aliases(out, src, t, n, rb)) {                         \
       /* straight into out, chunk by chunk: the same operations in the same                        \
        * order as through acc, without acc's copy to out */                                        \
       float* o = (float*)out;                                                                      \

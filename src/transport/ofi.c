@@ -145,7 +145,6 @@ typedef struct ofi_xfer {
   cts_t cts;                /* sender: received; receiver: sent */
   struct ofi_xfer* next_wd; /* receiver: the peer's list of messages awaiting write data */
   rts_t rts_in;             /* receiver, early CTS: the header lands here */
-  int early;                /* receiver: CTS sent at post; 2 once the header arrived */
   uint64_t fin;             /* FIN payload (either side) */
   void* ctrl_desc;
 } ofi_xfer_t;
@@ -666,23 +665,41 @@ static int goes_tagged(const ofi_state_t* s, size_t bytes) {
   return s->tagged_min && bytes >= s->tagged_min;
 }
 
-/* Receiver: the CTS for a receive whose size is known goes at once (see
- * early CTS above); the header comes into x->rts_in. */
-static moecclResult_t post_early(ofi_state_t* s, ofi_xfer_t* x) {
+/* Receiver: registers the receive buffer and puts its address and key in
+ * the CTS. */
+static moecclResult_t cts_rma_target(ofi_state_t* s, ofi_xfer_t* x) {
   moeccl_req_t* r = x->req;
-  ofi_peer_t* pe = &s->peers[x->peer];
   if (!x->mr) x->mr = mr_get(s, r->buf, r->bytes);
   if (!x->mr) return moeccl_error(s->comm, moecclSystemError, "ofi: registration failed");
-  x->cts = (cts_t){.status = CTS_OK, .rma = CTS_RMA_WDATA, .posted = r->bytes};
   x->cts.key = fi_mr_key(x->mr->mr);
   x->cts.addr = (s->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)r->buf
                                                : (uint64_t)((uintptr_t)r->buf - x->mr->addr);
-  x->rma = CTS_RMA_WDATA;
-  x->early = 1;
-  x->nchunks = UINT32_MAX; /* until the header tells; writes are counted meanwhile */
+  return moecclSuccess;
+}
+
+/* Receiver: x waits for write data, listed under its peer before the CTS
+ * leaves (no write can come first). */
+static void wd_list(ofi_state_t* s, ofi_xfer_t* x) {
+  ofi_peer_t* pe = &s->peers[x->peer];
+  x->cts.rma = x->rma = CTS_RMA_WDATA;
   x->completed = 0;
   x->next_wd = pe->wd_head;
   pe->wd_head = x;
+}
+
+/* Receiver: the size and pieces a rendezvous header announces. */
+static void take_header(ofi_xfer_t* x, const rts_t* h) {
+  x->msg_bytes = h->bytes, x->chunk = h->chunk ? h->chunk : 1;
+  x->nchunks = count_chunks(x->msg_bytes, x->chunk);
+}
+
+/* Receiver: the CTS for a receive whose size is known goes at once (see
+ * early CTS above); the header comes into x->rts_in. */
+static moecclResult_t post_early(ofi_state_t* s, ofi_xfer_t* x) {
+  x->cts = (cts_t){.status = CTS_OK, .posted = x->req->bytes};
+  MOECCL_CHECK(cts_rma_target(s, x));
+  wd_list(s, x);
+  x->nchunks = UINT32_MAX; /* until the header tells; writes are counted meanwhile */
   MOECCL_CHECK(submit(s, OP_RTS_RECV, x, 0, -1));
   return submit(s, OP_CTS_SEND, x, 0, -1);
 }
@@ -731,17 +748,13 @@ static moecclResult_t pump(ofi_state_t* s, ofi_xfer_t* x, int kind) {
 
 /* Sender: the receiver answered the rendezvous header. */
 static moecclResult_t on_cts(ofi_state_t* s, ofi_xfer_t* x) {
-  if (x->cts.status == CTS_TRUNC)
+  /* (an early CTS comes before the receiver saw the size: checked here) */
+  if (x->cts.status == CTS_TRUNC || x->msg_bytes > x->cts.posted)
     return fail_keep(s, moeccl_comm_fail(s->comm, moecclInvalidUsage,
                                          "message to rank %d is %zu bytes but the receive posted "
                                          "for it is %llu bytes",
                                          x->peer, x->msg_bytes, (unsigned long long)x->cts.posted));
   if (x->cts.rma > CTS_RMA_WDATA) return peer_error(s, x->peer, "CTS receive", "malformed CTS");
-  if (x->msg_bytes > x->cts.posted) /* an early CTS: the receiver did not see the size */
-    return fail_keep(s, moeccl_comm_fail(s->comm, moecclInvalidUsage,
-                                         "message to rank %d is %zu bytes but the receive posted "
-                                         "for it is %llu bytes",
-                                         x->peer, x->msg_bytes, (unsigned long long)x->cts.posted));
   x->rma = (int)x->cts.rma;
   if (x->rma == CTS_TAGGED) return pump(s, x, OP_CHUNK_SEND);
   x->raddr = x->cts.addr, x->rkey = x->cts.key;
@@ -755,8 +768,7 @@ static moecclResult_t on_rts(ofi_state_t* s, ofi_xfer_t* x, size_t got) {
   rts_t h = {0, 0};
   if (got != sizeof(h)) return peer_error(s, x->peer, "receive", "malformed rendezvous header");
   memcpy(&h, r->buf, sizeof(h));
-  x->msg_bytes = h.bytes, x->chunk = h.chunk ? h.chunk : 1;
-  x->nchunks = count_chunks(x->msg_bytes, x->chunk);
+  take_header(x, &h);
   x->cts = (cts_t){.status = CTS_OK, .posted = r->bytes};
   if (h.bytes > r->bytes) {
     x->cts.status = CTS_TRUNC; /* lets the sender fail too instead of waiting */
@@ -765,16 +777,9 @@ static moecclResult_t on_rts(ofi_state_t* s, ofi_xfer_t* x, size_t got) {
   }
   ofi_peer_t* pe = &s->peers[x->peer];
   if (pe->rma && !goes_tagged(s, h.bytes)) {
-    if (!x->mr) x->mr = mr_get(s, r->buf, r->bytes);
-    if (!x->mr) return moeccl_error(s->comm, moecclSystemError, "ofi: registration failed");
-    x->cts.key = fi_mr_key(x->mr->mr);
-    x->cts.addr = (s->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)r->buf
-                                                 : (uint64_t)((uintptr_t)r->buf - x->mr->addr);
-    if (pe->wdata) { /* listed before the CTS leaves: no write can come first */
-      x->cts.rma = x->rma = CTS_RMA_WDATA;
-      x->completed = 0;
-      x->next_wd = pe->wd_head;
-      pe->wd_head = x;
+    MOECCL_CHECK(cts_rma_target(s, x));
+    if (pe->wdata) {
+      wd_list(s, x);
     } else {
       x->cts.rma = CTS_RMA_FIN;
       MOECCL_CHECK(submit(s, OP_FIN_RECV, x, 0, -1));
@@ -801,9 +806,7 @@ static moecclResult_t on_early_header(ofi_state_t* s, ofi_xfer_t* x, uint64_t fl
   rts_t h = x->rts_in;
   if (got != sizeof(h)) return peer_error(s, x->peer, "receive", "malformed rendezvous header");
   if (h.bytes > r->bytes) return truncated(s, x->peer, h.bytes, r->bytes);
-  x->msg_bytes = h.bytes, x->chunk = h.chunk ? h.chunk : 1;
-  x->nchunks = count_chunks(x->msg_bytes, x->chunk);
-  x->early = 2;
+  take_header(x, &h);
   if (x->completed < x->nchunks) return moecclSuccess;
   r->bytes = x->msg_bytes;
   complete(s, x);
