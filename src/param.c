@@ -108,10 +108,10 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_SHM_EAGER_SIZE", MOECCL_PARAM_SIZE, "16384",
      "messages up to this size go through shared-memory slots; larger ones are copied once", 64LL,
      4194304LL, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_SHM_MAP_SMALL", MOECCL_PARAM_STR, "auto",
-     "messages from 512 bytes that fit a slot, sent from moecclMemAlloc memory, are copied once "
-     "by the receiver: on, off, or auto (on where the node's ranks do not outnumber its cores)",
-     0, 0, "auto|on|off", NULL, MOECCL_PARAM_FAIL},
+    {"MOECCL_SHM_MAP_SMALL_DISABLE", MOECCL_PARAM_BOOL, "0",
+     "1: messages that fit a slot go through the slots even from moecclMemAlloc memory (by "
+     "default those from 513 bytes are copied once by the receiver)",
+     0, 0, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_SLOTS", MOECCL_PARAM_INT, "16",
      "shared-memory slots per ordered pair of local ranks", 2LL, 1024LL, NULL, NULL,
      MOECCL_PARAM_FAIL},

@@ -1243,9 +1243,9 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
 #define AR_SUB "MP_SUBTESTS=allreduce,large,group,consistency,split"
 static const mp_variant variants[] = {
     {"no-shm", {"MOECCL_SHM_DISABLE=1", Q}, "3,4"},
-    /* moecclMemAlloc messages that fit a slot copied once (off by default on
-     * 2 cores past 2 ranks) */
-    {"map-small", {"MOECCL_SHM_MAP_SMALL=on", Q}, "3,4"},
+    /* moecclMemAlloc messages that fit a slot through the slots (by default
+     * the receiver copies them once) */
+    {"map-small-off", {"MOECCL_SHM_MAP_SMALL_DISABLE=1", Q}, "3"},
     {"ppn2", {"MP_RANKS_PER_NODE=2", Q}, "4,5"},
     {"ar-ring", {"MOECCL_ALLREDUCE_ALGO=ring", Q, AR_SUB}, "2,3,5"},
     {"ar-rhd", {"MOECCL_ALLREDUCE_ALGO=rhd", Q, AR_SUB}, "3,4,5"},

@@ -5,8 +5,8 @@
  * local ranks, a ring of slots.  A message up to one slot travels eagerly:
  * the sender copies it into a slot, the receiver copies it out.  A larger
  * message is copied once (from moecclMemAlloc memory also one that fits a
- * slot, from SHM_MAP_MIN bytes, where ranks do not outnumber cores: see
- * map_min): the sender publishes its address in a slot and the
+ * slot, from SHM_MAP_MIN bytes: see map_min): the sender publishes its
+ * address in a slot and the
  * receiver pulls it with process_vm_readv (Linux cross-memory attach) in
  * chunks, then frees the slot, which completes the send.  Without CMA, large
  * messages stream through the slots (two copies, pipelined).
@@ -397,14 +397,11 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
    * lines the sender has just written in its own cache; from mapped
    * moecclMemAlloc memory the receiver copies it once from lines that are
    * clean (2 ranks, a2a_perf -M, 4 KiB per rank: 1.0 -> 0.5 us; 16 KiB:
-   * 1.8 -> 0.55 us).  The send then completes only when the receiver has
-   * copied, so where ranks outnumber the cores (a receiver waits for its
-   * turn on a core) the slots stay (4 ranks on 2 cores, 4 KiB: 3.4 -> 3.6
-   * us the other way). */
-  const char* small = moeccl_param_str("MOECCL_SHM_MAP_SMALL");
-  int map_small = strcmp(small, "on") == 0 ||
-                  (strcmp(small, "auto") == 0 && comm->nmachine <= comm->machine_cores);
-  if (s->can_reach_memory && !s->no_map && map_small) s->map_min = SHM_MAP_MIN;
+   * 1.8 -> 0.55 us; 4 ranks on 2 cores, 16 KiB: 5.0-5.2 -> 3.9-4.5 us,
+   * 64 KiB 11-16 -> 5.6 us, 4 KiB unchanged).  The send then completes
+   * only when the receiver has copied. */
+  if (s->can_reach_memory && !s->no_map && !moeccl_param_bool("MOECCL_SHM_MAP_SMALL_DISABLE"))
+    s->map_min = SHM_MAP_MIN;
   if (rc != moecclSuccess) {
     shm_fini(s);
     return rc;
@@ -464,7 +461,7 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
 
 /* Single copy for a large message (by CMA, or from moecclMemAlloc memory
  * that the receiver maps) and for one from SHM_MAP_MIN bytes that fits a
- * slot, from mapped memory, where map_min says.  r->aux bits: 1 descriptor
+ * slot, from mapped memory, unless MOECCL_SHM_MAP_SMALL_DISABLE.  r->aux bits: 1 descriptor
  * published, 2 memory looked up, 4 memory is moecclMemAlloc's. */
 static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
   if (r->gather_span) return 1; /* shm_can_gather checked the memory */
