@@ -461,8 +461,9 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
 
 /* Single copy for a large message (by CMA, or from moecclMemAlloc memory
  * that the receiver maps) and for one from SHM_MAP_MIN bytes that fits a
- * slot, from mapped memory, unless MOECCL_SHM_MAP_SMALL_DISABLE.  r->aux bits: 1 descriptor
- * published, 2 memory looked up, 4 memory is moecclMemAlloc's. */
+ * slot, from mapped memory, unless MOECCL_SHM_MAP_SMALL_DISABLE.  r->aux
+ * bits: 1 descriptor published, 2 memory looked up, 4 memory is
+ * moecclMemAlloc's. */
 static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
   if (r->gather_span) return 1; /* shm_can_gather checked the memory */
   if (r->mem.kind == MOECCL_MEM_DEVICE) return 1; /* never through the slots */
