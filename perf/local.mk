@@ -15,6 +15,14 @@ perf_a2a_perf_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 perf_a2a_perf_LDADD = $(PERF_LDADD)
 endif
 
+# a2a_dev_perf: all-to-all(v) on device buffers next to NCCL (dlopen) and
+# the device copy roofline; forked ranks, no MPI (GPU machines need not
+# have it), so it is built always.  It reaches the device seam
+# (src/device/device.h) for streams and copies, as tests/mp_device does.
+bin_PROGRAMS += perf/a2a_dev_perf
+perf_a2a_dev_perf_SOURCES = perf/dev_perf.c
+perf_a2a_dev_perf_LDADD = libmoeccl_core.la -ldl -lm
+
 # a2a_sim prices the algorithms' schedules on modelled clusters: no MPI, no
 # processes, so it is built always.
 bin_PROGRAMS += perf/a2a_sim

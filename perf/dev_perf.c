@@ -1,0 +1,702 @@
+/*
+ * a2a_dev_perf (dev_perf.c) - all-to-all(v) on device buffers, moeccl next
+ * to the vendor library (NCCL, loaded with dlopen, never linked) and next
+ * to the device copy roofline, all measured in the same run.
+ *
+ * The ranks are forked processes of one node (-n R, no MPI: a GPU machine
+ * need not have it), each calling on moecclMemAllocDevice buffers and a
+ * stream of its own.  MOECCL_DEVICE picks the device backend: the CUDA
+ * driver, or the host emulation (emu), on which the tool runs in CI.
+ *
+ * Per size and rep, interleaved so that the ratios see the same machine:
+ *   roof    every rank copies, at once, the bytes it receives from its send
+ *           buffer into its receive buffer (one copy_async on its stream):
+ *           the bytes an all-to-all moves through device memory, with no
+ *           communication at all;
+ *   moeccl  moecclAlltoAll / moecclAlltoAllv on the stream;
+ *   nccl    ncclAlltoAll, and for all-to-allv grouped ncclSend/ncclRecv (as
+ *           frameworks do it with NCCL), on the same buffers and stream.
+ * A time is the slowest rank's, over --iters calls queued back to back and
+ * one stream synchronize, after a barrier of all ranks; the table shows
+ * the median over --reps.  With -c 1 every series is followed by one call
+ * on patterned data, checked element by element on the host.
+ *
+ * NCCL 2.28 refuses two ranks on one GPU ("Duplicate GPU"); newer NCCL
+ * allows it with NCCL_MULTI_RANK_GPU_ENABLE=1, which the tool sets unless
+ * it is set.  Where NCCL cannot run, the tool says why and compares with
+ * the roofline only.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "device/device.h"
+#include "moeccl.h"
+
+#define MAX_RANKS 64
+#define MAX_REPS 101
+#define BARRIER_TIMEOUT_S 300.0
+#define SKEW_S 1.2 /* zipf exponent of the receivers' popularity in -o alltoallv */
+#define NCCL_DEFAULT_LIB "/usr/local/cuda/lib64/libnccl.so.2"
+
+/* ---- NCCL, by dlopen: the few entry points used, with NCCL 2.28's types ---- */
+
+typedef int nccl_result_t; /* ncclResult_t: 0 = ncclSuccess */
+typedef struct {
+  char internal[128];
+} nccl_id_t;
+typedef void* nccl_comm_t;
+enum { NCCL_FLOAT32 = 7 }; /* ncclFloat32 */
+
+typedef struct nccl_api {
+  void* lib;
+  const char* path;
+  int version;
+  nccl_result_t (*get_version)(int*);
+  nccl_result_t (*get_unique_id)(nccl_id_t*);
+  nccl_result_t (*init_rank)(nccl_comm_t*, int, nccl_id_t, int);
+  nccl_result_t (*destroy)(nccl_comm_t);
+  nccl_result_t (*alltoall)(const void*, void*, size_t, int, nccl_comm_t, void*);
+  nccl_result_t (*send)(const void*, size_t, int, int, nccl_comm_t, void*);
+  nccl_result_t (*recv)(void*, size_t, int, int, nccl_comm_t, void*);
+  nccl_result_t (*group_start)(void);
+  nccl_result_t (*group_end)(void);
+  const char* (*error_string)(nccl_result_t);
+  const char* (*last_error)(nccl_comm_t);
+} nccl_api_t;
+
+/* ---- options ------------------------------------------------------------ */
+
+enum op_kind { OP_A2A = 1, OP_A2AV = 2 };
+
+typedef struct options {
+  int ranks;
+  size_t minbytes, maxbytes, step;
+  int iters, warmup, reps, check, ops;
+  int nccl;              /* --baseline nccl */
+  const char* nccl_path; /* --nccl-lib */
+  const char* json;
+} options_t;
+
+/* ---- what the forked ranks share (one anonymous shared mapping) ----------- */
+
+typedef struct shared {
+  _Atomic unsigned arrived, generation;
+  _Atomic int failed;   /* a rank gave up: the others stop at the next barrier */
+  _Atomic int id_ready; /* 1: moeccl_id is valid, -1: the launcher could not make it */
+  moecclUniqueId moeccl_id;
+  nccl_id_t nccl_id;
+  int nccl_ok[MAX_RANKS];
+  char nccl_why[256];
+  double t[MAX_RANKS];   /* each rank's seconds of the series just timed */
+  long wrong[MAX_RANKS]; /* each rank's wrong elements of the check just run */
+} shared_t;
+
+static shared_t* S;
+static int me, nranks;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char* fmt, ...) {
+  char text[512];
+  int k = snprintf(text, sizeof text, "a2a_dev_perf: rank %d: ", me);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text + k, sizeof text - (size_t)k - 1, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s\n", text); /* one write: the ranks' lines do not interleave */
+  atomic_store(&S->failed, 1);
+  _exit(1);
+}
+
+/* All ranks here, or die: a rank that failed or a rank that never comes
+ * (BARRIER_TIMEOUT_S) ends the run instead of hanging it. */
+static void barrier(void) {
+  unsigned gen = atomic_load(&S->generation);
+  if (atomic_fetch_add(&S->arrived, 1) == (unsigned)nranks - 1) {
+    atomic_store(&S->arrived, 0);
+    atomic_fetch_add(&S->generation, 1);
+    return;
+  }
+  double deadline = now() + BARRIER_TIMEOUT_S;
+  for (unsigned spins = 0; atomic_load(&S->generation) == gen; spins++) {
+    if (atomic_load(&S->failed)) _exit(1);
+    if (spins > 1000) {
+      sched_yield();
+      if ((spins & 1023) == 0 && now() > deadline)
+        die("a barrier waited %.0f s for the other ranks", BARRIER_TIMEOUT_S);
+    }
+  }
+}
+
+/* The slowest rank's value of S->t, after the barrier every rank passed. */
+static double slowest(double mine) {
+  S->t[me] = mine;
+  barrier();
+  double m = 0;
+  for (int r = 0; r < nranks; r++) m = S->t[r] > m ? S->t[r] : m;
+  barrier(); /* nobody writes t again before everyone read it */
+  return m;
+}
+
+static long total_wrong(long mine) {
+  S->wrong[me] = mine;
+  barrier();
+  long w = 0;
+  for (int r = 0; r < nranks; r++) w += S->wrong[r];
+  barrier();
+  return w;
+}
+
+/* ---- the layout of one size ------------------------------------------------ */
+
+/* Elements (float32) rank src sends rank dst: all-to-all S/(R*4) each;
+ * all-to-allv the MoE skew: every source favours the same receivers (hot
+ * experts; rank 0 hottest, zipf SKEW_S) with +-25% per source, rows summing
+ * to the all-to-all's total per rank. */
+static size_t count_of(enum op_kind op, size_t bytes, int src, int dst) {
+  size_t total = bytes / 4;
+  if (op == OP_A2A) return total / (size_t)nranks;
+  double w[MAX_RANKS], sum = 0;
+  for (int p = 0; p < nranks; p++) {
+    uint64_t h = ((uint64_t)(src + 1) * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(p + 1) << 32);
+    h ^= h >> 29, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 32;
+    double jitter = 0.75 + 0.5 * (double)(h % 1000) / 1000.0;
+    w[p] = jitter * pow((double)(p + 1), -SKEW_S);
+    sum += w[p];
+  }
+  return (size_t)((double)(total / (size_t)nranks) * (double)nranks * w[dst] / sum);
+}
+
+typedef struct layout {
+  size_t sc[MAX_RANKS], sd[MAX_RANKS], rc[MAX_RANKS], rd[MAX_RANKS];
+  size_t send_total, recv_total; /* elements */
+} layout_t;
+
+static void make_layout(enum op_kind op, size_t bytes, layout_t* l) {
+  l->send_total = l->recv_total = 0;
+  for (int p = 0; p < nranks; p++) {
+    l->sc[p] = count_of(op, bytes, me, p), l->rc[p] = count_of(op, bytes, p, me);
+    l->sd[p] = l->send_total, l->send_total += l->sc[p];
+    l->rd[p] = l->recv_total, l->recv_total += l->rc[p];
+  }
+}
+
+/* The value element i of the block src sends dst holds in the check. */
+static float pattern(int src, int dst, size_t i) {
+  return (float)((src * 131 + dst * 17 + (int)(i % 1021)) % 4096) - 2048.0f;
+}
+
+/* ---- one rank ------------------------------------------------------------- */
+
+typedef struct bench {
+  const options_t* o;
+  const moeccl_device_ops_t* d;
+  moecclComm_t comm;
+  nccl_api_t* nccl;
+  nccl_comm_t ncomm;
+  void* stream;
+  float *send, *recv; /* device */
+  float* host;        /* staging for fills and checks */
+  size_t cap;         /* bytes of send, recv and host */
+} bench_t;
+
+enum lib_kind { LIB_ROOF, LIB_MOECCL, LIB_NCCL };
+
+static void sync_stream(bench_t* b) {
+  moecclResult_t r = b->d->synchronize(b->stream);
+  if (r != moecclSuccess) die("stream synchronize: %s", moecclGetErrorString(r));
+}
+
+/* One call of lib on layout l, queued on the stream. */
+static void call(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
+  if (lib == LIB_ROOF) {
+    moecclResult_t r = b->d->copy_async(
+        b->recv, b->send, l->recv_total * 4 > b->cap ? b->cap : l->recv_total * 4, b->stream);
+    if (r != moecclSuccess) die("copy_async: %s", moecclGetErrorString(r));
+    return;
+  }
+  if (lib == LIB_MOECCL) {
+    moecclResult_t r =
+        op == OP_A2A ? moecclAlltoAll(b->send, b->recv, l->sc[0], moecclFloat32, b->comm, b->stream)
+                     : moecclAlltoAllv(b->send, l->sc, l->sd, b->recv, l->rc, l->rd, moecclFloat32,
+                                       b->comm, b->stream);
+    if (r != moecclSuccess)
+      die("moeccl %s: %s: %s", op == OP_A2A ? "AlltoAll" : "AlltoAllv", moecclGetErrorString(r),
+          moecclGetLastError(b->comm));
+    return;
+  }
+  nccl_api_t* n = b->nccl;
+  nccl_result_t r;
+  if (op == OP_A2A) {
+    r = n->alltoall(b->send, b->recv, l->sc[0], NCCL_FLOAT32, b->ncomm, b->stream);
+  } else {
+    r = n->group_start();
+    for (int p = 0; p < nranks && r == 0; p++) {
+      if (l->sc[p]) r = n->send(b->send + l->sd[p], l->sc[p], NCCL_FLOAT32, p, b->ncomm, b->stream);
+      if (r == 0 && l->rc[p])
+        r = n->recv(b->recv + l->rd[p], l->rc[p], NCCL_FLOAT32, p, b->ncomm, b->stream);
+    }
+    nccl_result_t e = n->group_end();
+    if (r == 0) r = e;
+  }
+  if (r != 0)
+    die("NCCL %s: %s: %s", op == OP_A2A ? "ncclAlltoAll" : "ncclSend/ncclRecv", n->error_string(r),
+        n->last_error ? n->last_error(b->ncomm) : "");
+}
+
+static void to_device(bench_t* b, void* dst, size_t bytes) {
+  if (moeccl_device_copy(dst, b->host, bytes) != moecclSuccess) die("copy to the device failed");
+}
+
+/* One call on patterned data; the wrong elements of this rank's receive
+ * buffer (and of the bytes past it, which must stay untouched). */
+static long check(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
+  for (int p = 0; p < nranks; p++)
+    for (size_t i = 0; i < l->sc[p]; i++) b->host[l->sd[p] + i] = pattern(me, p, i);
+  to_device(b, b->send, l->send_total * 4);
+  for (size_t i = 0; i < b->cap / 4; i++) b->host[i] = 12345.0f;
+  to_device(b, b->recv, b->cap);
+  call(b, lib, op, l);
+  sync_stream(b);
+  if (moeccl_device_copy(b->host, b->recv, b->cap) != moecclSuccess)
+    die("copy from the device failed");
+  long wrong = 0;
+  size_t end = 0;
+  for (int p = 0; p < nranks; p++) {
+    for (size_t i = 0; i < l->rc[p]; i++) wrong += b->host[l->rd[p] + i] != pattern(p, me, i);
+    end = l->rd[p] + l->rc[p] > end ? l->rd[p] + l->rc[p] : end;
+  }
+  for (size_t i = end; i < b->cap / 4; i++) wrong += b->host[i] != 12345.0f;
+  return wrong;
+}
+
+/* Seconds per call of lib (the slowest rank's), over o->iters calls. */
+static double series(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
+  for (int i = 0; i < b->o->warmup; i++) call(b, lib, op, l);
+  sync_stream(b);
+  barrier();
+  double t0 = now();
+  for (int i = 0; i < b->o->iters; i++) call(b, lib, op, l);
+  sync_stream(b);
+  return slowest((now() - t0) / b->o->iters);
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static FILE* json_out;
+static int json_rows;
+
+/* Measures and prints one (op, size) row on rank 0; 0, or 1 when a value was
+ * wrong. */
+static int row(bench_t* b, enum op_kind op, size_t bytes) {
+  const options_t* o = b->o;
+  layout_t l;
+  make_layout(op, bytes, &l);
+  int nlib = b->ncomm ? 3 : 2;
+  double t[3][MAX_REPS];
+  for (int rep = 0; rep < o->reps; rep++)
+    for (int k = 0; k < nlib; k++) t[k][rep] = series(b, (enum lib_kind)k, op, &l);
+  double med[3] = {0, 0, 0};
+  for (int k = 0; k < nlib; k++) med[k] = median(t[k], o->reps);
+  long wrong[3] = {0, 0, 0};
+  if (o->check)
+    for (int k = 1; k < nlib; k++) wrong[k] = total_wrong(check(b, (enum lib_kind)k, op, &l));
+  if (me != 0) return wrong[1] || wrong[2];
+  /* bytes: what each rank sends (the all-to-all's size); busbw as nccl-tests */
+  double sent = (double)l.send_total * 4, f = (double)(nranks - 1) / nranks;
+  double bus = sent / med[1] * f / 1e9, roof_pct = 100.0 * med[0] / med[1];
+  printf("%12zu %9s %10.1f %8.2f %6.1f", bytes, op == OP_A2A ? "alltoall" : "alltoallv",
+         med[1] * 1e6, bus, roof_pct);
+  if (b->ncomm)
+    printf(" %10.1f %8.2f %6.2f", med[2] * 1e6, sent / med[2] * f / 1e9, med[2] / med[1]);
+  else printf(" %10s %8s %6s", "-", "-", "-");
+  printf(" %9.1f %6ld %6ld\n", med[0] * 1e6, wrong[1], wrong[2]);
+  fflush(stdout);
+  if (json_out) {
+    fprintf(json_out,
+            "%s\n  {\"op\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"moeccl_us\": %.3f, "
+            "\"moeccl_busbw\": %.4f, \"roof_us\": %.3f, \"pct_roof\": %.2f, \"wrong\": %ld",
+            json_rows++ ? "," : "", op == OP_A2A ? "alltoall" : "alltoallv", bytes, nranks,
+            med[1] * 1e6, bus, med[0] * 1e6, roof_pct, wrong[1]);
+    if (b->ncomm)
+      fprintf(json_out,
+              ", \"nccl_us\": %.3f, \"nccl_busbw\": %.4f, \"vs_nccl\": %.4f, \"nccl_wrong\": %ld",
+              med[2] * 1e6, sent / med[2] * f / 1e9, med[2] / med[1], wrong[2]);
+    fputs("}", json_out);
+  }
+  return wrong[1] || wrong[2];
+}
+
+/* ---- NCCL ------------------------------------------------------------------ */
+
+#define NCCL_SYM(field, name)                                                                      \
+  do {                                                                                             \
+    *(void**)&n->field = dlsym(n->lib, name);                                                      \
+    if (!n->field) {                                                                               \
+      snprintf(why, whylen, "%s has no %s", path, name);                                           \
+      return -1;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+/* Loads the real NCCL; 0, or -1 with why. */
+static int nccl_load(nccl_api_t* n, const char* path, char* why, size_t whylen) {
+  memset(n, 0, sizeof *n);
+  n->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!n->lib && strcmp(path, NCCL_DEFAULT_LIB) == 0) /* then the loader's path */
+    n->lib = dlopen(path = "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!n->lib) {
+    snprintf(why, whylen, "dlopen %s: %s", path, dlerror());
+    return -1;
+  }
+  n->path = path;
+  /* moeccl's drop-in (libnccl.so.2 too) links libmoeccl: not the baseline */
+  if (dlsym(n->lib, "moecclCommInitRank")) {
+    snprintf(why, whylen, "%s is moeccl's NCCL drop-in, not NCCL (--nccl-lib)", path);
+    return -1;
+  }
+  NCCL_SYM(get_version, "ncclGetVersion");
+  NCCL_SYM(get_unique_id, "ncclGetUniqueId");
+  NCCL_SYM(init_rank, "ncclCommInitRank");
+  NCCL_SYM(destroy, "ncclCommDestroy");
+  NCCL_SYM(alltoall, "ncclAlltoAll");
+  NCCL_SYM(send, "ncclSend");
+  NCCL_SYM(recv, "ncclRecv");
+  NCCL_SYM(group_start, "ncclGroupStart");
+  NCCL_SYM(group_end, "ncclGroupEnd");
+  NCCL_SYM(error_string, "ncclGetErrorString");
+  *(void**)&n->last_error = dlsym(n->lib, "ncclGetLastError");
+  if (n->get_version(&n->version) != 0) n->version = 0;
+  return 0;
+}
+
+/* Every rank loads NCCL and joins one communicator, or every rank learns
+ * why not (rank 0 tells).  1 with b->ncomm set, else 0. */
+static int nccl_start(bench_t* b, nccl_api_t* n) {
+  char why[256] = "";
+  int ok = b->d->count() > 0 && strcmp(b->d->name, "cuda") == 0;
+  if (!ok) snprintf(why, sizeof why, "the device backend is %s, not cuda", b->d->name);
+  if (ok) ok = nccl_load(n, b->o->nccl_path, why, sizeof why) == 0;
+  if (ok && me == 0) {
+    nccl_result_t r = n->get_unique_id(&S->nccl_id);
+    if (r != 0) {
+      snprintf(why, sizeof why, "ncclGetUniqueId: %s", n->error_string(r));
+      ok = 0;
+    }
+  }
+  S->nccl_ok[me] = ok;
+  if (!ok && !S->nccl_why[0]) snprintf(S->nccl_why, sizeof S->nccl_why, "rank %d: %s", me, why);
+  barrier();
+  for (int r = 0; r < nranks; r++) ok &= S->nccl_ok[r];
+  barrier();
+  if (ok) {
+    nccl_result_t r = n->init_rank(&b->ncomm, nranks, S->nccl_id, me);
+    S->nccl_ok[me] = r == 0;
+    if (r != 0) {
+      const char* last = n->last_error ? n->last_error(NULL) : "";
+      if (me == 0 || !S->nccl_why[0])
+        snprintf(S->nccl_why, sizeof S->nccl_why, "rank %d: ncclCommInitRank: %s%s%s", me,
+                 n->error_string(r), last && *last ? ": " : "", last ? last : "");
+      b->ncomm = NULL;
+    }
+    barrier();
+    for (int q = 0; q < nranks; q++) ok &= S->nccl_ok[q];
+    barrier();
+    if (!ok && b->ncomm) {
+      n->destroy(b->ncomm);
+      b->ncomm = NULL;
+    }
+  }
+  return ok;
+}
+
+/* ---- the rank's main -------------------------------------------------------- */
+
+static int rank_main(const options_t* o) {
+  bench_t b = {.o = o};
+  b.d = moeccl_device();
+  if (!b.d || b.d->count() < 1)
+    die("no device backend (MOECCL_DEVICE=cuda needs a CUDA driver and device; emu emulates one)");
+  int dev = 0; /* the seam's streams live on the current device: every rank on device 0 */
+  /* both buffers hold the largest receive (the hot rank's, in all-to-allv)
+   * and the largest send: all-to-allv's blocks round down, never up */
+  layout_t l;
+  b.cap = o->maxbytes;
+  for (int op = OP_A2A; op <= OP_A2AV; op <<= 1) {
+    make_layout((enum op_kind)op, o->maxbytes, &l);
+    if (l.recv_total * 4 > b.cap) b.cap = l.recv_total * 4;
+  }
+  b.cap += 4096;
+  if (moecclMemAllocDevice((void**)&b.send, b.cap, dev) != moecclSuccess ||
+      moecclMemAllocDevice((void**)&b.recv, b.cap, dev) != moecclSuccess)
+    die("moecclMemAllocDevice(%zu): %s", b.cap, moecclGetLastError(NULL));
+  if (!(b.host = malloc(b.cap))) die("out of host memory (%zu bytes)", b.cap);
+  moecclResult_t r = b.d->stream_create(&b.stream);
+  if (r != moecclSuccess) die("stream_create: %s", moecclGetErrorString(r));
+  /* the launcher serves moeccl's rendezvous */
+  while (atomic_load(&S->id_ready) == 0) {
+    if (atomic_load(&S->failed)) _exit(1);
+    usleep(1000);
+  }
+  if (atomic_load(&S->id_ready) < 0) _exit(1);
+  r = moecclCommInitRank(&b.comm, nranks, S->moeccl_id, me);
+  if (r != moecclSuccess)
+    die("moecclCommInitRank: %s: %s", moecclGetErrorString(r), moecclGetLastError(NULL));
+  nccl_api_t nccl;
+  b.nccl = &nccl;
+  if (o->nccl) nccl_start(&b, &nccl);
+  if (me == 0) {
+    char devname[160] = "";
+    snprintf(devname, sizeof devname, "%s backend, %d device(s)", b.d->name, b.d->count());
+    printf("# a2a_dev_perf: %d ranks, %s, all on device 0 of %d; float32; %d reps of %d calls "
+           "(median), %d warm-up\n",
+           nranks, devname, b.d->count(), o->reps, o->iters, o->warmup);
+    if (b.ncomm) printf("# baseline: NCCL %d (%s)\n", nccl.version, nccl.path);
+    else if (o->nccl) printf("# baseline: none: NCCL could not run here: %s\n", S->nccl_why);
+    else printf("# baseline: none (--baseline none)\n");
+    printf("# roof: each rank copies the bytes it receives within device memory, all at once "
+           "(%%roof = roof time / moeccl time); vs_nccl = NCCL time / moeccl time;\n"
+           "# alltoallv: MoE skew (receivers zipf %.1f, rank 0 hottest); wrong: checked elements "
+           "(-c)\n",
+           SKEW_S);
+    printf("# %10s %9s %10s %8s %6s %10s %8s %6s %9s %6s %6s\n", "bytes", "op", "moeccl_us",
+           "busbw", "%roof", "nccl_us", "busbw", "vs_nccl", "roof_us", "wrong", "nwrong");
+    if (o->json && !(json_out = fopen(o->json, "w")))
+      die("--json %s: %s", o->json, strerror(errno));
+    if (json_out) fputs("[", json_out);
+  }
+  int bad = 0;
+  for (int op = OP_A2A; op <= OP_A2AV; op <<= 1) {
+    if (!(o->ops & op)) continue;
+    for (size_t s = o->minbytes; s && s <= o->maxbytes;) {
+      bad |= row(&b, (enum op_kind)op, s);
+      if (o->step < 2 || s > o->maxbytes / o->step) break;
+      s *= o->step;
+    }
+  }
+  if (json_out) {
+    fputs("\n]\n", json_out);
+    fclose(json_out);
+  }
+  barrier();
+  if (b.ncomm) nccl.destroy(b.ncomm);
+  moecclCommDestroy(b.comm);
+  b.d->stream_destroy(b.stream);
+  moecclMemFree(b.send);
+  moecclMemFree(b.recv);
+  free(b.host);
+  if (bad && me == 0) fprintf(stderr, "a2a_dev_perf: wrong values (see the wrong columns)\n");
+  return bad;
+}
+
+/* ---- options and the launcher ----------------------------------------------- */
+
+static int parse_size(const char* s, size_t* out) {
+  char* end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10), mul = 1;
+  if (errno || end == s || *s == '-') return -1;
+  switch (*end) {
+    case 'G':
+    case 'g': mul <<= 10; /* fall through */
+    case 'M':
+    case 'm': mul <<= 10; /* fall through */
+    case 'K':
+    case 'k':
+      mul <<= 10;
+      end++;
+      break;
+    default: break;
+  }
+  if (*end || v > SIZE_MAX / mul) return -1;
+  *out = (size_t)(v * mul);
+  return 0;
+}
+
+static int parse_int(const char* s, int lo, int hi, int* out) {
+  char* end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static void usage(void) {
+  printf("usage: a2a_dev_perf -n RANKS [options]   (MOECCL_DEVICE=cuda|emu picks the backend)\n"
+         "  -n, --ranks R          forked ranks on this node (2..%d)\n"
+         "  -b, --minbytes SIZE    smallest size: bytes each rank sends (K/M/G; default 1M)\n"
+         "  -e, --maxbytes SIZE    largest size (default 64M)\n"
+         "  -f, --stepfactor N     multiply the size by N each step (default 2)\n"
+         "  -i, --iters N          timed calls per series (default 20)\n"
+         "  -w, --warmup N         untimed calls before each series (default 3)\n"
+         "  -r, --reps N           series per library and size; the median is shown (default 5)\n"
+         "  -c, --check 0|1        one checked call per library and size (default 1)\n"
+         "  -o, --op OP            alltoall, alltoallv (MoE skew) or both (default both)\n"
+         "      --baseline nccl|none  NCCL in the same run (default nccl)\n"
+         "      --nccl-lib PATH    the real NCCL (default %s, else libnccl.so.2)\n"
+         "      --json FILE        also write every row to FILE as a JSON array\n"
+         "  -h, --help             this text\n",
+         MAX_RANKS, NCCL_DEFAULT_LIB);
+}
+
+static int parse_opts(int argc, char** argv, options_t* o) {
+  static const struct option lo[] = {
+      {"ranks", required_argument, NULL, 'n'},    {"minbytes", required_argument, NULL, 'b'},
+      {"maxbytes", required_argument, NULL, 'e'}, {"stepfactor", required_argument, NULL, 'f'},
+      {"iters", required_argument, NULL, 'i'},    {"warmup", required_argument, NULL, 'w'},
+      {"reps", required_argument, NULL, 'r'},     {"check", required_argument, NULL, 'c'},
+      {"op", required_argument, NULL, 'o'},       {"baseline", required_argument, NULL, 'B'},
+      {"nccl-lib", required_argument, NULL, 'L'}, {"json", required_argument, NULL, 'J'},
+      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+  *o = (options_t){.minbytes = 1u << 20,
+                   .maxbytes = 64u << 20,
+                   .step = 2,
+                   .iters = 20,
+                   .warmup = 3,
+                   .reps = 5,
+                   .check = 1,
+                   .ops = OP_A2A | OP_A2AV,
+                   .nccl = 1,
+                   .nccl_path = NCCL_DEFAULT_LIB};
+  int c, step;
+  while ((c = getopt_long(argc, argv, "n:b:e:f:i:w:r:c:o:h", lo, NULL)) != -1) {
+    int bad = 0;
+    switch (c) {
+      case 'n': bad = parse_int(optarg, 2, MAX_RANKS, &o->ranks); break;
+      case 'b': bad = parse_size(optarg, &o->minbytes); break;
+      case 'e': bad = parse_size(optarg, &o->maxbytes); break;
+      case 'f': bad = parse_int(optarg, 1, 1 << 20, &step), o->step = (size_t)step; break;
+      case 'i': bad = parse_int(optarg, 1, 1 << 20, &o->iters); break;
+      case 'w': bad = parse_int(optarg, 0, 1 << 20, &o->warmup); break;
+      case 'r': bad = parse_int(optarg, 1, MAX_REPS, &o->reps); break;
+      case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
+      case 'o':
+        o->ops = !strcmp(optarg, "alltoall")    ? OP_A2A
+                 : !strcmp(optarg, "alltoallv") ? OP_A2AV
+                 : !strcmp(optarg, "both")      ? OP_A2A | OP_A2AV
+                                                : 0;
+        bad = !o->ops;
+        break;
+      case 'B':
+        o->nccl = !strcmp(optarg, "nccl");
+        bad = !o->nccl && strcmp(optarg, "none");
+        break;
+      case 'L': o->nccl_path = optarg; break;
+      case 'J': o->json = optarg; break;
+      case 'h': usage(); return 1;
+      default: return 2;
+    }
+    if (bad) {
+      fprintf(stderr, "a2a_dev_perf: bad value '%s' for -%c (see -h)\n", optarg, c);
+      return 2;
+    }
+  }
+  const char* why = NULL;
+  if (optind < argc) why = "unexpected argument";
+  else if (!o->ranks) why = "-n RANKS is required";
+  else if (o->minbytes == 0 || o->minbytes > o->maxbytes) why = "need 0 < minbytes <= maxbytes";
+  else if (o->step < 2 && o->minbytes != o->maxbytes)
+    why = "stepfactor must be >= 2 unless minbytes == maxbytes";
+  else if (o->maxbytes > ((size_t)1 << 40)) why = "maxbytes above 1 TiB";
+  if (why) fprintf(stderr, "a2a_dev_perf: %s (see -h)\n", why);
+  return why ? 2 : 0;
+}
+
+int main(int argc, char** argv) {
+  options_t o;
+  int rc = parse_opts(argc, argv, &o);
+  if (rc) return rc == 1 ? 0 : 2;
+  nranks = o.ranks;
+  /* NCCL newer than 2.28 runs several ranks on one GPU only when asked */
+  setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
+  S = mmap(NULL, sizeof *S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (S == MAP_FAILED) {
+    perror("a2a_dev_perf: mmap");
+    return 1;
+  }
+  memset(S, 0, sizeof *S);
+  pid_t pids[MAX_RANKS], launcher = getpid();
+  int started = 0, status = 0;
+  for (int r = 0; r < nranks; r++) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      perror("a2a_dev_perf: fork");
+      status = 1;
+      break;
+    }
+    if (pid == 0) { /* forked before any device call: CUDA does not survive a fork */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(1);
+      me = r;
+      int bad = rank_main(&o);
+      fflush(stdout);
+      _exit(bad ? 1 : 0);
+    }
+    pids[started++] = pid;
+  }
+  if (status == 0) {
+    moecclResult_t res = moecclGetUniqueId(&S->moeccl_id);
+    if (res != moecclSuccess) {
+      fprintf(stderr, "a2a_dev_perf: moecclGetUniqueId: %s: %s\n", moecclGetErrorString(res),
+              moecclGetLastError(NULL));
+      status = 1;
+    }
+  }
+  atomic_store(&S->id_ready, status ? -1 : 1);
+  if (status) atomic_store(&S->failed, 1);
+  for (int left = started; left > 0;) {
+    int st;
+    pid_t pid = wait(&st);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int r = 0; r < started; r++) {
+      if (pids[r] != pid) continue;
+      pids[r] = 0;
+      left--;
+      int rrc = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+      if (!WIFEXITED(st))
+        fprintf(stderr, "a2a_dev_perf: rank %d ended by signal %d\n", r, WTERMSIG(st));
+      if (rrc && !status) status = rrc;
+      if (rrc) { /* the others would wait for it (in NCCL, for ever) */
+        atomic_store(&S->failed, 1);
+        for (int q = 0; q < started; q++)
+          if (pids[q] > 0) kill(pids[q], SIGTERM);
+      }
+    }
+  }
+  return status;
+}
