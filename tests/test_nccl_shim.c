@@ -2,7 +2,8 @@
  * test_nccl_shim.c - the NCCL drop-in (shim/libnccl.so.2) through NCCL's
  * names only, on host memory: the version (22809, and MOECCL_NCCL_VERSION
  * overriding it), configurations read by size and magic (a short one is
- * accepted, a bad magic refused), two forked ranks running AllReduce,
+ * accepted, a bad magic refused), two forked ranks, each joining inside a
+ * group with a configuration (as nccl-tests does), running AllReduce,
  * AlltoAll, Broadcast and a Send/Recv pair in a group with ncclMemAlloc
  * buffers allocated inside the group, error codes and texts for what the
  * drop-in does not do (the device API, windows, ncclCommInitAll).  Every
@@ -101,7 +102,11 @@ static void single_process(void) {
 static int rank_body(int rank, ncclUniqueId id) {
   alarm(60);
   ncclComm_t comm;
-  OK(ncclCommInitRank(&comm, 2, id, rank));
+  /* as nccl-tests does: the configured init inside a group */
+  ncclConfig_t config = MOECCL_CONFIG_INITIALIZER;
+  OK(ncclGroupStart());
+  OK(ncclCommInitRankConfig(&comm, 2, id, rank, &config));
+  OK(ncclGroupEnd());
   const size_t n = 100000;
   float *s = NULL, *d = NULL;
   OK(ncclGroupStart()); /* ncclMemAlloc inside a group, as nccl-tests does */

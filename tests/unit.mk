@@ -25,8 +25,8 @@ tests_test_model_SOURCES = tests/test_model.c tests/unit_check.h
 tests_test_model_LDADD = libmoeccl_core.la -lm
 
 # perf/a2a_sim end to end (it is built always).
-TESTS += tests/test_a2a_sim.sh tests/test_dev_perf.sh
-EXTRA_DIST += tests/test_a2a_sim.sh tests/test_dev_perf.sh
+TESTS += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
+EXTRA_DIST += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
 
 # The device seam's host emulation (src/device/emu.c), across processes.
 check_PROGRAMS += tests/test_device

