@@ -9,6 +9,7 @@
 #                          source against NCCL's nccl.h with MPI=1 for
 #                          sm_90 (H100/H200; NVCC_GENCODE to change it),
 #                          the CUDA runtime linked statically
+#   gpu-carry/ipc_probe    the capability probe of ../shared/gpu, when there
 # About 40 MB, to be carried to the GPU machine with the working tree
 # (gpu-carry/ is ignored by git: nothing fetched is committed).
 #
@@ -54,5 +55,10 @@ make -j"$(nproc)" -C "$tmp/src/src" BUILDDIR="$carry/nccl-tests" MPI=1 \
   { tail -n 30 "$tmp/make.log"; echo "gpu-prep: the nccl-tests build failed" >&2; exit 1; }
 rm -rf "$carry/nccl-tests"/*.o "$carry/nccl-tests"/os "$carry/nccl-tests"/verifiable
 grep -h "define NCCL_TESTS_VERSION" -r "$src/src" 2>/dev/null | head -n 1 >"$carry/nccl-tests/SOURCE" || true
+# the capability probe of ../shared/gpu (driver API; libcuda.so.1 at run time)
+probe=${IPC_PROBE_SRC:-../shared/gpu/ipc_probe.c}
+if [ -f "$probe" ]; then
+  cc -O2 -I"$CUDA_HOME/include" "$probe" -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$carry/ipc_probe"
+fi
 du -sh "$carry"
 echo "gpu-prep: done; carry gpu-carry with scripts/gpu-check.sh"
