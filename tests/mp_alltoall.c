@@ -265,9 +265,19 @@ static const mp_variant net_variants[] = {
      {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=shm", "MOECCL_NET_EAGER_SIZE=4096",
       "MP_RANKS_PER_NODE=1", "MP_SUBTESTS=alternate"},
      "4"},
+    /* "tcp": the native TCP provider where libfabric has one ("net" in
+     * 1.17); "tcp;ofi_rxm": the rxm layering, which "tcp" was before */
     {"alt-ofi-tcp",
      {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp", "MP_RANKS_PER_NODE=1", "MP_SUBTESTS=alternate"},
      "2,4"},
+    {"alt-ofi-tcp-rxm",
+     {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp;ofi_rxm", "MP_RANKS_PER_NODE=1",
+      "MP_SUBTESTS=alternate"},
+     "2,4"},
+    {"alt-ofi-tcp-rxm-chunk4k",
+     {"MOECCL_NET=ofi", "MOECCL_OFI_PROVIDER=tcp;ofi_rxm", "MOECCL_NET_CHUNK_SIZE=4096",
+      "MP_RANKS_PER_NODE=1", "MP_SUBTESTS=alternate"},
+     "4"},
     /* 69 writes per 280,000-byte block: the receiver counts 69 remote
      * completions (write data), or FIN follows a window of writes */
     {"alt-ofi-tcp-chunk4k",
