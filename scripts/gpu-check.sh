@@ -96,7 +96,7 @@ stage shim 40 env MOECCL_DEVICE=none "$(bin test_nccl_shim)" # host memory: nccl
 max=256M
 [ "$DEV" = cuda ] || max=16M
 for n in 2 4 8; do
-  stage dev_perf_$n 60 "$perf" -n $n -b 1M -e ${DEV_PERF_MAX:-$max} -f 4 -i 20 -w 3 -r 5 \
+  stage dev_perf_$n 90 "$perf" -n $n -b 1M -e ${DEV_PERF_MAX:-$max} -f 4 -i 20 -w 3 -r 5 \
     --json "$OUT/dev_perf_$n.json"
 done
 
