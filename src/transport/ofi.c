@@ -240,8 +240,9 @@ typedef struct {
 /* Preference order (lower is better) and score of a provider name.  Over
  * TCP the provider with its own RDM endpoints ("tcp" from libfabric 1.18,
  * "net" in 1.16-1.17) comes before the rxm layering over connected
- * endpoints: rxm's extra layer cost 2 ranks here 7-10 us a message (0.54x-
- * 0.70x of Open MPI's TCP at 1-16 KiB per rank, against 0.96x-1.03x). */
+ * endpoints: rxm's extra layer cost 2 ranks here 7-10 us a message (0.51x-
+ * 0.77x of Open MPI's TCP at 1-16 KiB per rank, against 0.79x-0.95x; 64
+ * KiB 0.72x-0.83x against 0.99x-1.12x; 3 interleaved runs, af70547). */
 static int prov_rank(const char* name) {
   static const char* const order[] = {"cxi", "verbs;ofi_rxm", "efa",         "tcp",
                                       "net", "tcp;ofi_rxm",   "net;ofi_rxm", "shm"};
