@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "algos/algos.h"
+#include "perf_parse.h"
 #include "topo/topo.h"
 #include "tune/model.h"
 
@@ -205,39 +206,6 @@ static void usage(const char* prog) {
          prog, DIST_MAX_RANKS, DEFAULT_SAMPLE);
 }
 
-static int parse_size(const char* s, size_t* out) {
-  char* end;
-  unsigned long long mul = 1;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || *s == '-') return -1;
-  switch (*end) {
-    case 'G':
-    case 'g': mul <<= 10; /* fall through */
-    case 'M':
-    case 'm': mul <<= 10; /* fall through */
-    case 'K':
-    case 'k':
-      mul <<= 10;
-      end++;
-      break;
-    default: break;
-  }
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end || v > SIZE_MAX / mul) return -1;
-  *out = (size_t)(v * mul);
-  return 0;
-}
-
-static int parse_int(const char* s, int lo, int hi, int* out) {
-  char* end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
-
 static int parse_dist(const char* s, struct opts* o) {
   char* end;
   if (strcmp(s, "uniform") == 0) {
@@ -322,24 +290,24 @@ static int apply_opt(int c, char* arg, struct opts* o) {
   int v;
   switch (c) {
     case OPT_PRESET: o->preset = arg, o->preset_given = 1; return 0;
-    case OPT_NODES: return parse_int(arg, 1, 1 << 24, &o->nodes);
-    case OPT_PPN: return parse_int(arg, 1, 1 << 16, &o->ppn);
-    case OPT_GROUP: return parse_int(arg, 0, 1 << 24, &o->group);
-    case OPT_RAILS: return parse_int(arg, 0, 1 << 10, &o->rails);
-    case OPT_RANKS: return parse_int(arg, 1, 1 << 26, &o->ranks);
+    case OPT_NODES: return perf_parse_int(arg, 1, 1 << 24, &o->nodes);
+    case OPT_PPN: return perf_parse_int(arg, 1, 1 << 16, &o->ppn);
+    case OPT_GROUP: return perf_parse_int(arg, 0, 1 << 24, &o->group);
+    case OPT_RAILS: return perf_parse_int(arg, 0, 1 << 10, &o->rails);
+    case OPT_RANKS: return perf_parse_int(arg, 1, 1 << 26, &o->ranks);
     case OPT_TOPO: o->topo_file = arg; return 0;
     case OPT_COSTS: o->costs_file = arg; return 0;
     case OPT_LINK:
     case OPT_COPY: return add_override(o, arg);
-    case 'b': return parse_size(arg, &o->minbytes);
-    case 'e': return parse_size(arg, &o->maxbytes);
+    case 'b': return perf_parse_size(arg, &o->minbytes);
+    case 'e': return perf_parse_size(arg, &o->maxbytes);
     case 'f':
-      if (parse_int(arg, 1, 1 << 20, &v)) return -1;
+      if (perf_parse_int(arg, 1, 1 << 20, &v)) return -1;
       o->step = (size_t)v;
       return 0;
     case OPT_PER_RANK: o->per_rank = 1; return 0;
     case 'a': o->algos = arg; return 0;
-    case OPT_WINDOW: return parse_int(arg, 0, INT_MAX, &o->window);
+    case OPT_WINDOW: return perf_parse_int(arg, 0, INT_MAX, &o->window);
     case OPT_DIST: return parse_dist(arg, o);
     case OPT_SEED: {
       char* end;
@@ -347,7 +315,7 @@ static int apply_opt(int c, char* arg, struct opts* o) {
       o->seed = strtoull(arg, &end, 0);
       return errno || end == arg || *end ? -1 : 0;
     }
-    case OPT_SAMPLE: return parse_int(arg, 1, 1 << 20, &o->sample);
+    case OPT_SAMPLE: return perf_parse_int(arg, 1, 1 << 20, &o->sample);
     case OPT_ALL_RANKS: o->all_ranks = 1; return 0;
     case OPT_JSON: o->json = arg; return 0;
     default: return -1;
@@ -771,7 +739,8 @@ static void print_links(const moeccl_topo_t* t) {
   static const char* names[MOECCL_LINK_NCLASSES] = {"self", "node", "group", "global"};
   for (int c = MOECCL_LINK_NODE; c < MOECCL_LINK_NCLASSES; c++)
     printf("# link %-6s latency_us=%g overhead_us=%g bw_GBps=%g rndv_bytes=%g\n", names[c],
-           t->link[c].latency_us, t->link[c].overhead_us, t->link[c].bw_GBps, t->link[c].rndv_bytes);
+           t->link[c].latency_us, t->link[c].overhead_us, t->link[c].bw_GBps,
+           t->link[c].rndv_bytes);
   printf("# copy        overhead_us=%g bw_GBps=%g\n", t->copy_overhead_us, t->copy_GBps);
 }
 

@@ -48,6 +48,7 @@
 
 #include "device/device.h"
 #include "moeccl.h"
+#include "perf_parse.h"
 
 #define MAX_RANKS 64
 #define MAX_REPS 101
@@ -525,37 +526,6 @@ static int rank_main(const options_t* o) {
 
 /* ---- options and the launcher ----------------------------------------------- */
 
-static int parse_size(const char* s, size_t* out) {
-  char* end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10), mul = 1;
-  if (errno || end == s || *s == '-') return -1;
-  switch (*end) {
-    case 'G':
-    case 'g': mul <<= 10; /* fall through */
-    case 'M':
-    case 'm': mul <<= 10; /* fall through */
-    case 'K':
-    case 'k':
-      mul <<= 10;
-      end++;
-      break;
-    default: break;
-  }
-  if (*end || v > SIZE_MAX / mul) return -1;
-  *out = (size_t)(v * mul);
-  return 0;
-}
-
-static int parse_int(const char* s, int lo, int hi, int* out) {
-  char* end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
-
 static void usage(void) {
   printf("usage: a2a_dev_perf -n RANKS [options]   (MOECCL_DEVICE=cuda|emu picks the backend)\n"
          "  -n, --ranks R          forked ranks on this node (2..%d)\n"
@@ -597,14 +567,14 @@ static int parse_opts(int argc, char** argv, options_t* o) {
   while ((c = getopt_long(argc, argv, "n:b:e:f:i:w:r:c:o:h", lo, NULL)) != -1) {
     int bad = 0;
     switch (c) {
-      case 'n': bad = parse_int(optarg, 2, MAX_RANKS, &o->ranks); break;
-      case 'b': bad = parse_size(optarg, &o->minbytes); break;
-      case 'e': bad = parse_size(optarg, &o->maxbytes); break;
-      case 'f': bad = parse_int(optarg, 1, 1 << 20, &step), o->step = (size_t)step; break;
-      case 'i': bad = parse_int(optarg, 1, 1 << 20, &o->iters); break;
-      case 'w': bad = parse_int(optarg, 0, 1 << 20, &o->warmup); break;
-      case 'r': bad = parse_int(optarg, 1, MAX_REPS, &o->reps); break;
-      case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
+      case 'n': bad = perf_parse_int(optarg, 2, MAX_RANKS, &o->ranks); break;
+      case 'b': bad = perf_parse_size(optarg, &o->minbytes); break;
+      case 'e': bad = perf_parse_size(optarg, &o->maxbytes); break;
+      case 'f': bad = perf_parse_int(optarg, 1, 1 << 20, &step), o->step = (size_t)step; break;
+      case 'i': bad = perf_parse_int(optarg, 1, 1 << 20, &o->iters); break;
+      case 'w': bad = perf_parse_int(optarg, 0, 1 << 20, &o->warmup); break;
+      case 'r': bad = perf_parse_int(optarg, 1, MAX_REPS, &o->reps); break;
+      case 'c': bad = perf_parse_int(optarg, 0, 1, &o->check); break;
       case 'o':
         o->ops = !strcmp(optarg, "alltoall")    ? OP_A2A
                  : !strcmp(optarg, "alltoallv") ? OP_A2AV

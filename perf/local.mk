@@ -5,7 +5,8 @@
 # table and --json), as nccl-tests' tests share common.cu.
 if HAVE_MPI
 noinst_LTLIBRARIES += perf/libperf_common.la
-perf_libperf_common_la_SOURCES = perf/perf_common.c perf/perf_common.h
+perf_libperf_common_la_SOURCES = perf/perf_common.c perf/perf_common.h perf/perf_parse.c \
+  perf/perf_parse.h
 perf_libperf_common_la_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 PERF_LDADD = perf/libperf_common.la libmoeccl.la $(MPI_LIBS) -lm
 
@@ -20,11 +21,11 @@ endif
 # have it), so it is built always.  It reaches the device seam
 # (src/device/device.h) for streams and copies, as tests/mp_device does.
 bin_PROGRAMS += perf/a2a_dev_perf
-perf_a2a_dev_perf_SOURCES = perf/dev_perf.c
+perf_a2a_dev_perf_SOURCES = perf/dev_perf.c perf/perf_parse.c perf/perf_parse.h
 perf_a2a_dev_perf_LDADD = libmoeccl_core.la -ldl -lm
 
 # a2a_sim prices the algorithms' schedules on modelled clusters: no MPI, no
 # processes, so it is built always.
 bin_PROGRAMS += perf/a2a_sim
-perf_a2a_sim_SOURCES = perf/a2a_sim.c
+perf_a2a_sim_SOURCES = perf/a2a_sim.c perf/perf_parse.c perf/perf_parse.h
 perf_a2a_sim_LDADD = libmoeccl_core.la -lm

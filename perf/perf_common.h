@@ -26,6 +26,7 @@
 #include <mpi.h>
 
 #include "moeccl.h"
+#include "perf_parse.h"
 
 #define PERF_GUARD_BYTES 4096 /* sentinel area checked after the output */
 #define PERF_SENTINEL 0xA5    /* byte an output buffer holds before a check */
@@ -94,8 +95,6 @@ struct perf_tool {
 /* Every rank parses the same argv; only rank 0 talks.  Returns 0 to run, 1
  * after -h, 2 on a bad command line. */
 int perf_parse_opts(int argc, char** argv, int me, const struct perf_tool* t, struct perf_opts* o);
-int perf_parse_int(const char* s, int lo, int hi, int* out);
-int perf_parse_size(const char* s, size_t* out);
 /* --net-roofline[=ADDR] */
 int perf_parse_net(const char* arg, struct perf_opts* o);
 /* The sizes of the sweep: first, then next until 0. */

@@ -101,7 +101,7 @@ static int row_aliases(const char* out, const char* src, const moeccl_row_term_t
       memmove(out, src + (size_t)t[0].src * rb, rb); /* a copy: exact in every type */             \
       return;                                                                                      \
     }                                                                                              \
-    if (p->type == moecclFloat32 && !row_aliases(out, src, t, n, rb)) {                         \
+    if (p->type == moecclFloat32 && !row_aliases(out, src, t, n, rb)) {                            \
       /* straight into out, chunk by chunk: the same operations in the same                        \
        * order as through acc, without acc's copy to out */                                        \
       float* o = (float*)out;                                                                      \

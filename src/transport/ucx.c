@@ -135,12 +135,6 @@ static void ureq_release(ureq_t* u) {
   ucp_request_free(u);
 }
 
-/* moeccl's defaults for UCX settings the user did not set (a UCX_* variable
- * always wins).  TCP segments: UCX's 8K default sends an all-to-all's large
- * blocks in many small writes; 64K/256K measured faster at 4-16 MiB per
- * rank over tcp here (a2a_perf, 2 ranks).  Transport-level settings do not
- * take effect through ucp_config_modify, so they go into this process's
- * environment, which ucp_config_read reads; setenv never overwrites. */
 /* Whether this node has an RDMA device (InfiniBand, RoCE, iWARP): UCX
  * then has zero-copy rendezvous worth starting early. */
 static int have_rdma_device(void) {
@@ -152,6 +146,12 @@ static int have_rdma_device(void) {
   return found;
 }
 
+/* moeccl's defaults for UCX settings the user did not set (a UCX_* variable
+ * always wins).  TCP segments: UCX's 8K default sends an all-to-all's large
+ * blocks in many small writes; 64K/256K measured faster at 4-16 MiB per
+ * rank over tcp here (a2a_perf, 2 ranks).  Transport-level settings do not
+ * take effect through ucp_config_modify, so they go into this process's
+ * environment, which ucp_config_read reads; setenv never overwrites. */
 static void set_defaults_once(void) {
   setenv("UCX_TCP_TX_SEG_SIZE", "64k", 0);
   setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);

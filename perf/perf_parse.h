@@ -1,0 +1,16 @@
+/*
+ * perf_parse.h - the command-line number parsers every perf/ tool shares
+ * (a2a_perf and the *_perf tools through perf_common, a2a_sim and
+ * a2a_dev_perf without MPI).
+ */
+#ifndef MOECCL_PERF_PARSE_H_
+#define MOECCL_PERF_PARSE_H_
+
+#include <stddef.h>
+
+/* A decimal integer in [lo, hi] into *out: 0, or -1 (out unchanged). */
+int perf_parse_int(const char* s, int lo, int hi, int* out);
+/* A byte count with an optional K, M or G (binary) and B: 0, or -1. */
+int perf_parse_size(const char* s, size_t* out);
+
+#endif
