@@ -142,12 +142,13 @@ static int parse_dist(const char* s, struct a2a_opts* o)
   return -1;
 }
 
-enum { OPT_DIST = 256, OPT_SEED, OPT_NETROOF };
+enum { OPT_DIST = 256, OPT_SEED, OPT_NETROOF, OPT_SHMROOF };
 
 static const struct option a2a_long_opts[] = {
     {"algo", required_argument, NULL, 'a'},       {"reps", required_argument, NULL, 'r'},
     {"dist", required_argument, NULL, OPT_DIST},  {"seed", required_argument, NULL, OPT_SEED},
     {"net-roofline", optional_argument, NULL, OPT_NETROOF},
+    {"shm-roofline", no_argument, NULL, OPT_SHMROOF},
     {NULL, 0, NULL, 0}};
 
 /* One option of all-to-all's own; returns 0, or -1 with the value rejected. */
@@ -158,7 +159,8 @@ static int a2a_apply(int c, const char* arg, struct perf_opts* po, void* state)
   case 'a': o->algo = arg; return 0;
   case 'r': return perf_parse_int(arg, 1, 10000, &po->reps);
   case OPT_DIST: return parse_dist(arg, o);
-  case OPT_NETROOF: return perf_parse_net(arg, po);
+  case OPT_NETROOF: return po->shm_roof ? -1 : perf_parse_net(arg, po);
+  case OPT_SHMROOF: return po->net_roof ? -1 : (po->shm_roof = 1, 0);
   case OPT_SEED: {
     char* end;
     errno = 0;
@@ -180,7 +182,9 @@ static const struct perf_tool a2a_tool_base = {
                  "      --seed N             seed of the uneven splits (default fixed)\n",
     .help_end = "      --net-roofline[=ADDR]\n"
                 "                           time the same exchange over bare TCP sockets on\n"
-                "                           ADDR (default 127.0.0.1) and show it as the roofline\n",
+                "                           ADDR (default 127.0.0.1) and show it as the roofline\n"
+                "      --shm-roofline       time the same exchange through bare shared memory (one\n"
+                "                           node; blocks up to 1 MiB) and show it as the roofline\n",
     .shortopts = "a:r:",
     .longopts = a2a_long_opts,
     .apply = a2a_apply,
@@ -486,6 +490,15 @@ static void print_header(const struct perf_ctx* c, const struct a2a_opts* a, cha
     for (int i = 0; i < nalgos; i++)
       printf("%s%s", i ? "," : " ", algos[i] ? algos[i] : "(library choice)");
     printf("\n");
+    if (o->shm_roof && c->net.on) {
+      printf("# shm roofline: bare shared memory, copy into the peer's inbox slot, sequence word, "
+             "copy out; polling");
+      if (c->net.yield)
+        printf(" (yielding: %d ranks on %d CPUs)", c->net.local, c->net.cpus);
+      printf("; blocks up to %zu bytes\n", c->net.slot);
+    } else if (o->shm_roof) {
+      printf("# shm roofline: skipped, the %d ranks are not all on one node\n", c->n);
+    }
     if (o->net_roof && c->net.on) {
       printf("# net roofline: bare TCP on %s, one socket per pair, TCP_NODELAY, busy polling",
              o->net_addr);
@@ -601,13 +614,16 @@ static int bench_size(struct perf_ctx* c, struct model* m, size_t req, const str
 /* Largest send and receive footprint over all sizes, so one pair of buffers
  * serves the whole run. */
 static void footprint(const struct perf_opts* o, struct model* m, int me, size_t* send,
-                      size_t* recv)
+                      size_t* recv, size_t* block)
 {
   struct layout L;
   layout_alloc(&L, m->n);
-  *send = *recv = 0;
+  *send = *recv = *block = 0;
   for (size_t s = o->minbytes; s; s = perf_next_size(o, s)) {
     layout_build(&L, m, me, o->dt->size, s);
+    for (int j = 0; j < m->n; j++)
+      if (L.sc[j] * o->dt->size > *block)
+        *block = L.sc[j] * o->dt->size;
     if (L.bytes > *send)
       *send = L.bytes;
     if (L.recv_elems * o->dt->size > *recv)
@@ -622,17 +638,22 @@ static int run(struct perf_ctx* c, const struct a2a_opts* a)
   const struct perf_opts* o = c->o;
   struct model m;
   struct perf_rows rows = {NULL, 0, 0};
-  size_t send_max, recv_max;
+  size_t send_max, recv_max, block_max;
   int failed = 0, me = c->me, n = c->n;
   struct perf_table t = {2, {"dist", "algo"}, {12, 10}, {"dist", "algo"},
-                         (double)(n - 1) / n, NULL, "recv_bytes_max", 0, 1, o->net_roof};
+                         (double)(n - 1) / n, NULL, "recv_bytes_max", 0, !o->shm_roof,
+                         o->net_roof ? "net" : o->shm_roof ? "shm" : NULL};
   c->dt = o->dt;
   model_init(&m, a, n);
   layout_alloc(&b->L, n);
-  footprint(o, &m, me, &send_max, &recv_max);
+  footprint(o, &m, me, &send_max, &recv_max, &block_max);
   perf_bufs_alloc(&c->B, send_max, recv_max, recv_max + PERF_GUARD_BYTES, o->memalloc);
   if (o->net_roof)
     perf_net_open(c);
+  if (o->shm_roof) { /* the largest block of any rank: every inbox slot takes it */
+    MPI_Allreduce(MPI_IN_PLACE, &block_max, 1, MPI_UNSIGNED_LONG, MPI_MAX, MPI_COMM_WORLD);
+    perf_shm_open(c, block_max < ((size_t)1 << 20) ? block_max : (size_t)1 << 20);
+  }
   print_header(c, a, b->algos, b->nalgos, &t);
   for (size_t s = o->minbytes; s && !failed; s = perf_next_size(o, s))
     failed = bench_size(c, &m, s, &t, &rows) != 0;
@@ -647,6 +668,8 @@ static int run(struct perf_ctx* c, const struct a2a_opts* a)
   free(rows.v);
   if (o->net_roof)
     perf_net_free(c);
+  if (o->shm_roof)
+    perf_shm_free(c);
   perf_bufs_free(&c->B);
   layout_free(&b->L);
   model_free(&m);

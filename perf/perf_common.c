@@ -20,6 +20,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 
 #define HOST_LEN 64
@@ -814,11 +815,135 @@ static int net_once(struct perf_ctx* c)
   }
 }
 
+/* ---- shared-memory roofline --------------------------------------------- */
+
+/* What a bare shared-memory exchange does with the same blocks: a rank
+ * copies its block for each peer into that peer's inbox slot of this
+ * exchange's parity and raises its sequence word there, copies its own
+ * block, then waits for each peer's word and copies that block out.  One
+ * copy in, one copy out and one signal line per pair and exchange: the
+ * eager protocol of Open MPI's shared-memory fast boxes and of moeccl's
+ * slots, without their matching, queues, tickets or flow control.  Two
+ * slots per pair are enough: a sender at exchange k has seen the
+ * receiver's word of k-1, which the receiver raised after reading all of
+ * k-2.  Waiting polls; ranks that outnumber the CPUs yield after an idle
+ * sweep, as moeccl and Open MPI do there. */
+#define SHM_PART_MAX ((size_t)64 << 20) /* one rank's part of the segment, at most */
+#define SHM_LINE 64
+
+void perf_shm_open(struct perf_ctx* c, size_t max_block)
+{
+  struct perf_net* M = &c->net;
+  int n = c->n;
+  M->shm = 1;
+  M->soff = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->slen = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->sdone = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->roff = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->rlen = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->rdone = perf_xcalloc((size_t)n, sizeof(size_t));
+  net_node_cpus(M);
+  if (M->local != n)
+    return; /* the header says why */
+  size_t words = (size_t)n * SHM_LINE, slot = (max_block + SHM_LINE - 1) / SHM_LINE * SHM_LINE;
+  if (slot == 0)
+    slot = SHM_LINE;
+  if (words + 2 * (size_t)n * slot > SHM_PART_MAX)
+    slot = (SHM_PART_MAX - words) / (2 * (size_t)n) / SHM_LINE * SHM_LINE;
+  M->slot = slot;
+  M->part = words + 2 * (size_t)n * slot;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  char* mine = NULL;
+  MPI_Aint size;
+  int unit;
+  /* Contiguous by default: rank r's part starts r parts after rank 0's. */
+  MPI_Win_allocate_shared((MPI_Aint)M->part, 1, MPI_INFO_NULL, node, &mine, &M->win);
+  MPI_Win_shared_query(M->win, 0, &size, &unit, &M->seg);
+  MPI_Comm_free(&node);
+  memset(mine, 0, words);
+  MPI_Barrier(MPI_COMM_WORLD);
+  M->on = 1;
+}
+
+void perf_shm_free(struct perf_ctx* c)
+{
+  struct perf_net* M = &c->net;
+  if (M->seg)
+    MPI_Win_free(&M->win);
+  M->seg = NULL;
+  M->on = 0;
+  free(M->soff); free(M->slen); free(M->sdone);
+  free(M->roff); free(M->rlen); free(M->rdone);
+}
+
+static _Atomic uint64_t* shm_word(const struct perf_net* M, int to, int from)
+{
+  return (_Atomic uint64_t*)(M->seg + (size_t)to * M->part + (size_t)from * SHM_LINE);
+}
+
+static char* shm_slot(const struct perf_net* M, int n, int to, int from, uint64_t k)
+{
+  return M->seg + (size_t)to * M->part + (size_t)n * SHM_LINE +
+         ((size_t)from * 2 + (size_t)(k & 1)) * M->slot;
+}
+
+/* One exchange; -1 after NET_STALL_S without a peer's word. */
+static int shm_once(struct perf_ctx* c)
+{
+  struct perf_net* M = &c->net;
+  int n = c->n, me = c->me, left = n - 1;
+  uint64_t k = ++M->seq;
+  for (int d = 1; d < n; d++) {
+    int j = (me + d) % n;
+    memcpy(shm_slot(M, n, j, me, k), c->B.send + M->soff[j], M->slen[j]);
+    atomic_store_explicit(shm_word(M, j, me), k, memory_order_release);
+    M->rdone[j] = 0;
+  }
+  memcpy(c->B.recv + M->roff[me], c->B.send + M->soff[me], M->slen[me]);
+  unsigned idle = 0;
+  double idle_t0 = 0.0;
+  while (left > 0) {
+    int progress = 0;
+    for (int d = 1; d < n; d++) {
+      int j = (me - d + n) % n;
+      if (M->rdone[j] || atomic_load_explicit(shm_word(M, me, j), memory_order_acquire) < k)
+        continue;
+      memcpy(c->B.recv + M->roff[j], shm_slot(M, n, me, j, k), M->rlen[j]);
+      M->rdone[j] = 1;
+      left--;
+      progress = 1;
+    }
+    if (progress || left == 0)
+      continue;
+    if (M->yield)
+      sched_yield();
+    if (idle++ == 0) {
+      idle_t0 = MPI_Wtime();
+    } else if (idle % 4096 == 0 && MPI_Wtime() - idle_t0 > NET_STALL_S) {
+      fprintf(stderr, "%s: rank %d: --shm-roofline: no peer's block for %d s\n", perf_prog, me,
+              NET_STALL_S);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Whether every block of this exchange fits a slot, on every rank. */
+static int shm_fits(struct perf_ctx* c)
+{
+  int fits = 1;
+  for (int j = 0; j < c->n; j++)
+    fits &= c->net.slen[j] <= c->net.slot;
+  MPI_Allreduce(MPI_IN_PLACE, &fits, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return fits;
+}
+
 double perf_net_roofline_us(struct perf_ctx* c, const struct perf_ops* ops, size_t bytes)
 {
   struct perf_net* M = &c->net;
   const struct perf_opts* o = c->o;
-  if (!M->on)
+  if (!M->on || (M->shm && !shm_fits(c)))
     return -1.0;
   if (o->check) {
     ops->fill(c);
@@ -827,13 +952,14 @@ double perf_net_roofline_us(struct perf_ctx* c, const struct perf_ops* ops, size
   double* t = perf_xcalloc((size_t)o->reps, sizeof *t);
   int bad = 0;
   MPI_Barrier(MPI_COMM_WORLD);
+  int (*once)(struct perf_ctx*) = M->shm ? shm_once : net_once;
   for (int i = 0; i < o->warmup && !bad; i++)
-    bad = net_once(c) != 0;
+    bad = once(c) != 0;
   for (int rep = 0; rep < o->reps; rep++) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (int i = 0; i < o->iters && !bad; i++)
-      bad = net_once(c) != 0;
+      bad = once(c) != 0;
     t[rep] = (MPI_Wtime() - t0) / o->iters * 1e6;
   }
   c->lib = PERF_MOECCL;
@@ -841,16 +967,20 @@ double perf_net_roofline_us(struct perf_ctx* c, const struct perf_ops* ops, size
   free(t);
   MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &v[2], 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const char* kind = M->shm ? "shm" : "net";
   if (v[1] > 0.0) {
     if (c->me == 0)
-      printf("# net roofline: a socket failed at size %zu (see stderr); skipped from here on\n",
-             bytes);
-    net_close(M, c->n);
+      printf("# %s roofline: %s at size %zu (see stderr); skipped from here on\n", kind,
+             M->shm ? "a rank stalled" : "a socket failed", bytes);
+    if (M->shm) /* a rank gave up mid-exchange: the words are out of step */
+      M->on = 0;
+    else
+      net_close(M, c->n);
     return -1.0;
   }
   if (v[2] > 0.0) {
     if (c->me == 0)
-      printf("# net roofline: %.0f wrong elements at size %zu; not shown\n", v[2], bytes);
+      printf("# %s roofline: %.0f wrong elements at size %zu; not shown\n", kind, v[2], bytes);
     return -1.0;
   }
   return v[0];
@@ -1175,6 +1305,14 @@ static void print_labels(const struct perf_table* t, const char* const* v)
     printf(" %*s", t->width[i], v[i]);
 }
 
+/* "roofline", or "netroof" / "shmroof" for a bare exchange. */
+static const char* roof_column(const struct perf_table* t)
+{
+  if (!t->bare)
+    return "roofline";
+  return strcmp(t->bare, "shm") == 0 ? "shmroof" : "netroof";
+}
+
 void perf_header_columns(const struct perf_ctx* c, const struct perf_table* t)
 {
   static const char* const blank[3] = {"", "", ""};
@@ -1186,13 +1324,13 @@ void perf_header_columns(const struct perf_ctx* c, const struct perf_table* t)
   int pad = 1 + 13 + 13 + 9;
   for (int i = 0; i < t->nlabels; i++)
     pad += 1 + t->width[i];
-  printf("#\n#%*s%-35s%-35s%9s%s\n", pad, "", "moeccl", "mpi", "",
-         t->show_net ? "net roofline" : "copy roofline");
+  printf("#\n#%*s%-35s%-35s%9s%s roofline\n", pad, "", "moeccl", "mpi", "",
+         t->bare ? t->bare : "copy");
   printf("#%13s %12s %8s", "size", "count", "type");
   print_labels(t, t->label);
   printf(" %10s %7s %7s %7s %10s %7s %7s %7s %8s %10s %6s %8s\n", "time", "algbw", "busbw",
          "#wrong", "time", "algbw", "busbw", "#wrong", "speedup",
-         t->show_net ? "netroof" : "roofline", "%roof", "mpi/roof");
+         roof_column(t), "%roof", "mpi/roof");
   printf("#%13s %12s %8s", "(B)", "(elements)", "");
   print_labels(t, blank);
   printf(" %10s %7s %7s %7s %10s %7s %7s %7s %8s %10s %6s %8s\n", "(us)", "(GB/s)", "(GB/s)", "",
@@ -1212,7 +1350,7 @@ static void fmt_wrong(char* s, size_t len, long long w)
  * it could not be measured), else the copy one. */
 static double shown_roof(const struct perf_row* r, const struct perf_table* t)
 {
-  return t->show_net ? r->net_us : r->roof_us;
+  return t->bare ? r->net_us : r->roof_us;
 }
 
 void perf_print_row(const struct perf_row* r, const struct perf_table* t)
@@ -1336,10 +1474,16 @@ static void json_row(FILE* f, const struct perf_row* r, const struct perf_table*
   json_num(f, "pct_roof", r->moe_us > 0.0 ? r->roof_us / r->moe_us * 100.0 : 0.0, 1);
   json_num(f, "mpi_over_roof", r->roof_us > 0.0 ? r->mpi_us / r->roof_us : 0.0,
            mpi && r->roof_us > 0.0);
-  if (t->json_net) {
-    json_num(f, "netroof_us", r->net_us, net);
-    json_num(f, "pct_netroof", r->moe_us > 0.0 ? r->net_us / r->moe_us * 100.0 : 0.0, net);
-    json_num(f, "mpi_over_netroof", net && r->net_us > 0.0 ? r->mpi_us / r->net_us : 0.0,
+  const char* bare = t->bare ? t->bare : t->json_net ? "net" : NULL;
+  if (bare) {
+    char key[32];
+    net &= t->bare != NULL;
+    snprintf(key, sizeof key, "%sroof_us", bare);
+    json_num(f, key, r->net_us, net);
+    snprintf(key, sizeof key, "pct_%sroof", bare);
+    json_num(f, key, r->moe_us > 0.0 ? r->net_us / r->moe_us * 100.0 : 0.0, net);
+    snprintf(key, sizeof key, "mpi_over_%sroof", bare);
+    json_num(f, key, net && r->net_us > 0.0 ? r->mpi_us / r->net_us : 0.0,
              mpi && net && r->net_us > 0.0);
   }
   fprintf(f, "}");
@@ -1640,7 +1784,7 @@ int perf_coll_main(int argc, char** argv, const struct perf_coll* coll)
   int rc = 1, failed = 0;
   if (perf_comms_init(coll->algo_env, run.algos, run.nalgos, c.me, c.n, run.comms) == 0) {
     struct perf_table t = {3, {"redop", "root", "algo"}, {6, 6, 10}, {"redop", "root", "algo"},
-                           coll->factor(c.n), coll->call, "roof_bytes", 1, 0, 0};
+                           coll->factor(c.n), coll->call, "roof_bytes", 1, 0, NULL};
     struct perf_rows rows = {NULL, 0, 0};
     perf_bufs_alloc(&c.B, send_max, recv_max, roof_max, o.memalloc);
     perf_header_top(&c);

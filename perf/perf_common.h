@@ -73,6 +73,7 @@ struct perf_opts {
   const char* json;
   int net_roof;         /* --net-roofline given */
   const char* net_addr; /* address every rank listens on */
+  int shm_roof;         /* --shm-roofline given (not with --net-roofline) */
 };
 
 /* What a tool adds to the common options. */
@@ -113,11 +114,18 @@ struct perf_bufs {
 /* Network roofline: one connected TCP socket per pair of ranks. */
 struct perf_net {
   int on;                      /* mesh up on every rank; 0 once skipped */
+  int shm;                     /* the shared-memory exchange, not sockets */
   int yield;                   /* sched_yield after an idle sweep (oversubscribed) */
   int local, cpus;             /* ranks on this node, CPUs they may run on */
   int* fd;                     /* per peer; -1 for this rank and when closed */
   size_t *soff, *slen, *sdone; /* per peer: send offset, length, progress (bytes) */
   size_t *roff, *rlen, *rdone; /* per peer: the same for the receive side */
+  /* --shm-roofline: this node's segment; rank r's part holds a sequence
+   * word per sender, then two inbox slots per sender (call parity). */
+  char* seg;
+  size_t part, slot;           /* bytes of a rank's part, of one slot */
+  uint64_t seq;                /* exchanges so far */
+  MPI_Win win;
 };
 
 enum perf_lib { PERF_MOECCL, PERF_MPI };
@@ -189,6 +197,10 @@ double perf_roofline_us(struct perf_ctx* c, size_t bytes);
 void perf_net_open(struct perf_ctx* c);
 void perf_net_free(struct perf_ctx* c);
 double perf_net_roofline_us(struct perf_ctx* c, const struct perf_ops* ops, size_t bytes);
+/* --shm-roofline: the same blocks through a bare shared-memory exchange
+ * (collective; needs every rank on one node, else M->on stays 0). */
+void perf_shm_open(struct perf_ctx* c, size_t max_block);
+void perf_shm_free(struct perf_ctx* c);
 
 /* Series of -a: one per algorithm name, each with its own communicator
  * made with the variable env set to the name ("auto" unsets it; NULL, the
@@ -240,7 +252,7 @@ struct perf_row {
   const char* type;
   char label[3][64];              /* the tool's text columns */
   double moe_us, mpi_us, roof_us; /* mpi_us < 0: not measured */
-  double net_us;                  /* net roofline; < 0: not measured */
+  double net_us;                  /* bare roofline (net or shm); < 0: not measured */
   long long moe_wrong, mpi_wrong; /* < 0: not checked */
 };
 
@@ -259,8 +271,11 @@ struct perf_table {
   const char* coll;      /* --json "collective" (NULL: none) */
   const char* extra_key; /* --json key of row.extra after nranks (NULL: none) */
   int json_factor;       /* --json carries busbw_factor */
-  int json_net;          /* --json carries the netroof keys */
-  int show_net;          /* the roofline columns show the net roofline */
+  int json_net;          /* --json carries the netroof keys (null when not measured) */
+  /* "net" or "shm": the roofline columns show that bare exchange (row.net_us)
+   * and --json carries its keys (netroof_us, shmroof_us ...); NULL: the copy
+   * roofline. */
+  const char* bare;
 };
 
 void perf_rows_push(struct perf_rows* rows, const struct perf_row* r);

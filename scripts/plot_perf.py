@@ -102,7 +102,8 @@ def plot_run(ax, rows, label, color_iter):
             ax.plot(*zip(*mpi), marker="s", markersize=4, linewidth=1.5, linestyle="--",
                     color=next(color_iter), label="MPI %s" % prefix)
         for key_us, name, style in (("roofline_us", "memory roofline", ":"),
-                                    ("netroof_us", "network roofline", "-.")):
+                                    ("netroof_us", "network roofline", "-."),
+                                    ("shmroof_us", "shared-memory roofline", "--")):
             pts = [(r["size"], roof_bw(r, key_us)) for r in srows]
             pts = [p for p in pts if p[1] is not None]
             if pts:

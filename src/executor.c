@@ -302,6 +302,7 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   const moeccl_sched_t* s = j->sched;
   int begin = j->step ? s->step_end[j->step - 1] : 0, end = s->step_end[j->step];
   size_t staged = 0;
+  int early = 0; /* a transport completed a request as it was posted */
   const moeccl_req_t* last_add = NULL; /* the step's adding receives add in op order */
   j->pending = 0;
   j->passes = 0;
@@ -321,13 +322,15 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     if (is_adding(r)) r->rows_after = last_add, last_add = r;
     MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
     j->pending++;
+    early |= r->done;
     if (!(c->transport_ops[t]->caps & PASS_CAPS)) mask |= 1u << t;
   }
   for (int i = begin; i < end; i++)
     if (is_local(&s->ops[i])) MOECCL_CHECK(local_op(j, mask, &s->ops[i]));
   MOECCL_CHECK(run_self_ops(j, begin, end, mask));
-  /* Requests the passes saw complete are counted (and finished) now. */
-  return j->passes ? count_pending(j) : moecclSuccess;
+  /* Requests the passes saw complete, or that completed as they were
+   * posted, are counted (and finished) now. */
+  return j->passes || early ? count_pending(j) : moecclSuccess;
 }
 
 /* Starts steps until one has network ops pending or the schedule is done. */
@@ -709,14 +712,21 @@ static moecclResult_t prepare(moeccl_job_t* j) {
   if (c->async_error != moecclSuccess)
     return moeccl_error(c, c->async_error,
                         "communicator is broken by an earlier error (%s); abort it", c->fail_text);
-  MOECCL_CHECK(check_kinds(j));
-  MOECCL_CHECK(reserve_reqs(c, j->sched->nops));
-  if (j->sched->scratch_buf >= 0) MOECCL_CHECK(provide_scratch(c, j->sched));
-  MOECCL_CHECK(reserve_staging(j));
-  size_t written = 0; /* bytes this rank writes: receives and local copies */
-  for (int i = 0; i < j->sched->nops; i++)
-    if (j->sched->ops[i].type != MOECCL_OP_SEND) written += j->sched->ops[i].bytes;
-  j->stream_copy = moeccl_copy_streaming(written);
+  moeccl_sched_t* s = j->sched;
+  MOECCL_CHECK(reserve_reqs(c, s->nops));
+  if (s->scratch_buf >= 0) MOECCL_CHECK(provide_scratch(c, s));
+  /* A repeated call's unchanged schedule passed the rest before (the
+   * staging and the kinds' tables only grow or stay). */
+  if (!s->prepared) {
+    MOECCL_CHECK(check_kinds(j));
+    MOECCL_CHECK(reserve_staging(j));
+    size_t written = 0; /* bytes this rank writes: receives and local copies */
+    for (int i = 0; i < s->nops; i++)
+      if (s->ops[i].type != MOECCL_OP_SEND) written += s->ops[i].bytes;
+    s->stream_copy = moeccl_copy_streaming(written);
+    s->prepared = 1;
+  }
+  j->stream_copy = s->stream_copy;
   j->step = j->first_req = j->nreqs = j->pending = 0;
   return moecclSuccess;
 }

@@ -110,7 +110,7 @@ const moeccl_param_t moeccl_params[] = {
      4194304LL, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_MAP_SMALL_DISABLE", MOECCL_PARAM_BOOL, "0",
      "1: messages that fit a slot go through the slots even from moecclMemAlloc memory (by "
-     "default those from 513 bytes are copied once by the receiver)",
+     "default those from 4097 bytes are copied once by the receiver)",
      0, 0, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_SLOTS", MOECCL_PARAM_INT, "16",
      "shared-memory slots per ordered pair of local ranks", 2LL, 1024LL, NULL, NULL,

@@ -24,6 +24,7 @@ void moeccl_sched_reset(moeccl_sched_t* s) {
   s->red = NULL;
   s->rows = NULL;
   s->inexact = 0;
+  s->prepared = 0;
 }
 
 void moeccl_sched_free(moeccl_sched_t* s) {
@@ -51,6 +52,7 @@ moecclResult_t moeccl_sched_add(moeccl_sched_t* s, moeccl_op_type_t type, int pe
 moecclResult_t moeccl_sched_add_flags(moeccl_sched_t* s, moeccl_op_type_t type, int peer,
                                       uint32_t src_buf, uint64_t src_off, uint32_t dst_buf,
                                       uint64_t dst_off, uint64_t bytes, unsigned flags) {
+  s->prepared = 0;
   if (bytes == 0) return moecclSuccess;
   if (grow((void**)&s->ops, &s->ops_cap, s->nops + 1, sizeof(*s->ops))) return moecclSystemError;
   moeccl_sched_op_t* op = &s->ops[s->nops++];
@@ -77,6 +79,7 @@ moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s) {
 
 moecclResult_t moeccl_sched_add_buf_mem(moeccl_sched_t* s, void* buf, moeccl_mem_t mem,
                                         uint32_t* index) {
+  s->prepared = 0;
   if (grow((void**)&s->bufs, &s->bufs_cap, s->nbufs + 1, sizeof(*s->bufs)) ||
       grow((void**)&s->mems, &s->mems_cap, s->nbufs + 1, sizeof(*s->mems)))
     return moecclSystemError;

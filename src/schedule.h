@@ -93,6 +93,11 @@ typedef struct {
    * point); otherwise every receive's message is exactly its bytes
    * (moeccl_req_t.exact). */
   int inexact;
+  /* executor's: the checks and reservations of its prepare were done for
+   * this schedule as it stands (a repeated call runs it again unchanged);
+   * reset and every addition clear it */
+  int prepared;
+  int stream_copy; /* what prepare chose then */
 } moeccl_sched_t;
 
 /* Empties a schedule, keeping its memory for the next call (MoE splits change

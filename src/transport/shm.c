@@ -5,7 +5,7 @@
  * local ranks, a ring of slots.  A message up to one slot travels eagerly:
  * the sender copies it into a slot, the receiver copies it out.  A larger
  * message is copied once (from moecclMemAlloc memory also one that fits a
- * slot, from SHM_MAP_MIN bytes: see map_min): the sender publishes its
+ * slot, past SHM_MAP_MIN bytes: see map_min): the sender publishes its
  * address in a slot and the
  * receiver pulls it with process_vm_readv (Linux cross-memory attach) in
  * chunks, then frees the slot, which completes the send.  Without CMA, large
@@ -100,7 +100,7 @@ typedef struct {
 } chan_ctrl_t;
 
 #define MAP_CACHE 16
-#define SHM_MAP_MIN 512 /* see map_min */
+#define SHM_MAP_MIN 4096 /* see map_min */
 
 /* A peer's moecclMemAlloc region mapped into this process. */
 typedef struct {
@@ -143,6 +143,7 @@ typedef struct {
   moeccl_req_t *recv_head, *recv_tail;
   uint64_t send_seq; /* next slot this rank fills towards the peer */
   uint64_t recv_seq; /* next slot this rank reads from the peer */
+  uint64_t tail_seen; /* the peer's tail of this rank's ring as last read */
 } shm_peer_t;
 
 typedef struct {
@@ -188,10 +189,19 @@ static slot_hdr_t* slot_at(const shm_state_t* s, int ch, uint64_t seq) {
   return (slot_hdr_t*)(s->slots + idx * s->slot_stride);
 }
 
+/* Wakes local rank `local` after this rank published or freed a slot (or
+ * set the abort word) for it, if it sleeps.  The doorbell is rung only
+ * then: an atomic add on a line every sender shares cost each message a
+ * cache-line transfer between cores (4 ranks on 2 cores, 1 KiB per rank:
+ * six per rank and call).  The fence pairs with shm_wait's: either this
+ * rank sees `sleeping` set, or the sleeper's re-check (shm_ready) sees
+ * what was just published. */
 static void ring(shm_state_t* s, int local) {
   rank_area_t* r = &s->ranks[local];
+  atomic_thread_fence(memory_order_seq_cst);
+  if (!atomic_load_explicit(&r->sleeping, memory_order_relaxed)) return;
   atomic_fetch_add(&r->doorbell, 1);
-  if (atomic_load(&r->sleeping)) futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+  futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 static int shm_can_reach(const moeccl_comm_t* comm, int peer) {
@@ -396,10 +406,13 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   /* A message that fits a slot costs two copies there, the second reading
    * lines the sender has just written in its own cache; from mapped
    * moecclMemAlloc memory the receiver copies it once from lines that are
-   * clean (2 ranks, a2a_perf -M, 4 KiB per rank: 1.0 -> 0.5 us; 16 KiB:
-   * 1.8 -> 0.55 us; 4 ranks on 2 cores, 16 KiB: 5.0-5.2 -> 3.9-4.5 us,
-   * 64 KiB 11-16 -> 5.6 us, 4 KiB unchanged).  The send then completes
-   * only when the receiver has copied. */
+   * clean.  The send then completes only when the receiver has copied: a
+   * round trip, where an eager send is done once it is in the slot.  Past
+   * SHM_MAP_MIN bytes the copy saved is worth the round trip (a2a_perf -M,
+   * medians of 4-5 interleaved runs, ratio to MPI: 2 ranks, 2 KiB blocks
+   * 0.96x at 512 -> 1.19x at 4096; 4 KiB and 16 KiB blocks 4.9x-5.3x
+   * either way; 4 ranks on 2 cores, 1 KiB blocks 1.10x -> 1.36x, 4 and 16
+   * KiB blocks 3.3x-3.7x either way). */
   if (s->can_reach_memory && !s->no_map && !moeccl_param_bool("MOECCL_SHM_MAP_SMALL_DISABLE"))
     s->map_min = SHM_MAP_MIN;
   if (rc != moecclSuccess) {
@@ -447,6 +460,27 @@ static void enqueue(moeccl_req_t** head, moeccl_req_t** tail, moeccl_req_t* r) {
   *tail = r;
 }
 
+static int is_rndv(const shm_state_t* s, moeccl_req_t* r);
+static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r);
+static int send_complete(shm_state_t* s, int l, moeccl_req_t* r);
+static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* moved);
+
+/* Whether the next slot from peer l holds a whole message that a plain
+ * receive into host memory takes with one copy. */
+static int small_ready(const shm_state_t* s, int l, const shm_peer_t* p, const moeccl_req_t* r) {
+  if (r->red || r->rows || r->mem.kind != MOECCL_MEM_HOST) return 0;
+  const slot_hdr_t* h = slot_at(s, chan(s, l, s->me), p->recv_seq);
+  return atomic_load_explicit(&h->seq, memory_order_acquire) == p->recv_seq + 1 &&
+         h->kind == SLOT_FRAG && h->frag_bytes == h->msg_bytes;
+}
+
+/* On an idle channel a message that fits one slot moves as it is posted:
+ * a send is copied in (and done, if eager), a receive whose message is
+ * already there is copied out.  A small call then completes without a
+ * progress pass for the requests whose peers were ready; the order of the
+ * channel is kept, as nothing is queued before them.  Larger messages
+ * wait for progress, so that a long copy does not hold back the posting
+ * of the step's other requests. */
 static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
   shm_state_t* s = state;
   int l = s->comm->peer_local_index[r->peer];
@@ -454,17 +488,37 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
   shm_peer_t* p = &s->peers[l];
   r->progress = 0;
   r->aux = 0;
-  if (r->type == MOECCL_REQ_SEND) enqueue(&p->send_head, &p->send_tail, r);
-  else enqueue(&p->recv_head, &p->recv_tail, r);
+  if (r->type == MOECCL_REQ_SEND) {
+    int idle = !p->send_head;
+    enqueue(&p->send_head, &p->send_tail, r);
+    if (idle && r->mem.kind == MOECCL_MEM_HOST && r->bytes <= s->slot_bytes && !is_rndv(s, r) &&
+        push_send(s, l, p, r) && send_complete(s, l, r)) {
+      p->send_head = p->send_tail = NULL;
+      r->done = 1;
+    }
+    return moecclSuccess;
+  }
+  int idle = !p->recv_head;
+  enqueue(&p->recv_head, &p->recv_tail, r);
+  if (idle && small_ready(s, l, p, r)) {
+    int moved = 0;
+    return progress_recvs(s, l, p, &moved);
+  }
   return moecclSuccess;
 }
 
+/* r->aux bits (shm_post clears them). */
+enum {
+  AUX_PUBLISHED = 1, /* the descriptor is in a slot */
+  AUX_DECIDED = 2,   /* AUX_RNDV holds is_rndv's answer */
+  AUX_RNDV = 4,
+};
+
 /* Single copy for a large message (by CMA, or from moecclMemAlloc memory
  * that the receiver maps) and for one from SHM_MAP_MIN bytes that fits a
- * slot, from mapped memory, unless MOECCL_SHM_MAP_SMALL_DISABLE.  r->aux
- * bits: 1 descriptor published, 2 memory looked up, 4 memory is
- * moecclMemAlloc's. */
-static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
+ * slot, from mapped memory, unless MOECCL_SHM_MAP_SMALL_DISABLE.  Decided
+ * once per send: a pass asks several times. */
+static int decide_rndv(const shm_state_t* s, const moeccl_req_t* r) {
   if (r->gather_span) return 1; /* shm_can_gather checked the memory */
   if (r->mem.kind == MOECCL_MEM_DEVICE) return 1; /* never through the slots */
   if (!s->can_reach_memory) return 0;
@@ -473,16 +527,18 @@ static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
   } else if (s->use_cma) {
     return 1;
   }
-  if (!(r->aux & 2)) {
-    moeccl_mem_handle_t mh;
-    r->aux |= 2 | (moeccl_mem_lookup(r->buf, r->bytes, &mh) ? 4 : 0);
-  }
-  return (r->aux & 4) != 0;
+  moeccl_mem_handle_t mh;
+  return moeccl_mem_lookup(r->buf, r->bytes, &mh);
+}
+
+static int is_rndv(const shm_state_t* s, moeccl_req_t* r) {
+  if (!(r->aux & AUX_DECIDED)) r->aux |= AUX_DECIDED | (decide_rndv(s, r) ? AUX_RNDV : 0);
+  return (r->aux & AUX_RNDV) != 0;
 }
 
 /* Whether every slot r needs has been written. */
 static int fully_pushed(const shm_state_t* s, moeccl_req_t* r) {
-  return is_rndv(s, r) ? (r->aux & 1) != 0 : r->progress >= r->bytes;
+  return is_rndv(s, r) ? (r->aux & AUX_PUBLISHED) != 0 : r->progress >= r->bytes;
 }
 
 /* A gathered send needs memory the receiver can map: moecclMemAlloc's. */
@@ -572,7 +628,12 @@ static int send_device_fd(shm_state_t* s, shm_peer_t* p, moeccl_req_t* r, slot_h
  * anything was written. */
 static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
   int ch = chan(s, s->me, l), moved = 0;
-  uint64_t tail = atomic_load_explicit(&s->ctrl[ch].tail, memory_order_acquire);
+  /* The tail is a line the receiver writes: read it only when the ring
+   * looks full by the last value read (a stale tail only understates the
+   * room), not before every message. */
+  uint64_t tail = p->tail_seen;
+  if (p->send_seq - tail >= (uint64_t)s->nslots)
+    tail = p->tail_seen = atomic_load_explicit(&s->ctrl[ch].tail, memory_order_acquire);
   while (!fully_pushed(s, r) && p->send_seq - tail < (uint64_t)s->nslots) {
     slot_hdr_t* h = slot_at(s, ch, p->send_seq);
     h->msg_bytes = r->bytes;
@@ -582,7 +643,7 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
       h->addr = (uint64_t)(uintptr_t)r->buf;
       h->frag_bytes = 0;
       r->seq = p->send_seq; /* done when the receiver frees this slot */
-      r->aux |= 1;
+      r->aux |= AUX_PUBLISHED;
     } else if (is_rndv(s, r)) {
       h->kind = SLOT_RNDV;
       h->addr = (uint64_t)(uintptr_t)r->buf;
@@ -596,7 +657,7 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
       r->seq = p->send_seq; /* done when the receiver frees this slot */
       TRACE(SHM, "rndv to rank %d seq %llu addr %p bytes %zu", p->comm_rank,
             (unsigned long long)p->send_seq, r->buf, r->bytes);
-      r->aux |= 1;
+      r->aux |= AUX_PUBLISHED;
     } else {
       size_t n = r->bytes - r->progress < s->slot_bytes ? r->bytes - r->progress : s->slot_bytes;
       h->kind = SLOT_FRAG;
@@ -1068,6 +1129,26 @@ static void shm_arm(void* state) {
   if (s->base) s->armed = atomic_load(&s->ranks[s->me].doorbell);
 }
 
+/* Whether a progress pass could move anything now: a slot to read, room
+ * or a freed slot for a send, a descriptor, the abort word.  The re-check
+ * of shm_wait after `sleeping` is set (see ring). */
+static int shm_ready(shm_state_t* s) {
+  if (atomic_load(&s->hdr->abort_rank) != 0) return 1;
+  if (s->dev_fd >= 0 && atomic_load(&s->ranks[s->me].dev_sent) != s->dev_drained) return 1;
+  for (int l = 0; l < s->nlocal; l++) {
+    shm_peer_t* p = &s->peers[l];
+    if (p->recv_head && atomic_load_explicit(&slot_at(s, chan(s, l, s->me), p->recv_seq)->seq,
+                                             memory_order_acquire) == p->recv_seq + 1)
+      return 1;
+    if (!p->send_head) continue;
+    uint64_t tail = atomic_load(&s->ctrl[chan(s, s->me, l)].tail);
+    for (moeccl_req_t* r = p->send_head; r; r = r->next)
+      if (fully_pushed(s, r) ? send_complete(s, l, r) : p->send_seq - tail < (uint64_t)s->nslots)
+        return 1;
+  }
+  return 0;
+}
+
 static void shm_wait(void* state, int64_t timeout_us) {
   shm_state_t* s = state;
   if (!s->base) {
@@ -1075,8 +1156,8 @@ static void shm_wait(void* state, int64_t timeout_us) {
     return;
   }
   rank_area_t* me = &s->ranks[s->me];
-  atomic_store(&me->sleeping, 1);
-  if (atomic_load(&me->doorbell) == s->armed) {
+  atomic_store(&me->sleeping, 1); /* seq_cst: the fence ring pairs with */
+  if (!shm_ready(s) && atomic_load(&me->doorbell) == s->armed) {
     struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
     futex(&me->doorbell, FUTEX_WAIT, s->armed, &ts);
   }

@@ -152,7 +152,9 @@ typedef struct moeccl_transport_ops {
    * (req->gather_span); the receiver then needs a gathered message's
    * program (rows->terms_idx) or reads the rows by rows->map. */
   int (*can_gather)(void* state, int peer, const void* buf, size_t bytes);
-  /* Queues req; never blocks.  Errors here are local (no resources). */
+  /* Queues req; never blocks.  Errors here are local (no resources).  It
+   * may complete req at once (done set on return: a small message on an
+   * idle channel), which the executor then counts as any completion. */
   moecclResult_t (*post)(void* state, moeccl_req_t* req);
   /* Moves whatever can move without waiting; may copy up to one chunk per
    * request.  Sets req->done on completion and *progressed when anything
