@@ -383,18 +383,17 @@ MOECCL_EXPORT moecclResult_t moecclRecv(void* recvbuff, size_t count, moecclData
 /* ---- collective calls ------------------------------------------------------ */
 
 /* Runs one call now, on the calling thread. */
-static moecclResult_t call_run_now(moeccl_comm_t* c, const moeccl_call_t* issued) {
-  moeccl_call_t call = *issued; /* build may read a scalar into it */
+static moecclResult_t call_run_now(moeccl_comm_t* c, moeccl_call_t* call) {
   moeccl_choice_t choice;
   moeccl_comm_issue_wait(c);
   pthread_mutex_lock(&c->lock);
-  moecclResult_t rc = moeccl_plan_prepare(c, &call, &choice);
+  moecclResult_t rc = moeccl_plan_prepare(c, call, &choice);
   if (rc == moecclSuccess && choice.need_meta) {
     moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
     rc = moeccl_executor_run(&job, 1);
   }
   if (rc == moecclSuccess) {
-    rc = moeccl_plan_build(c, &call, &choice, &c->sched);
+    rc = moeccl_plan_build(c, call, &choice, &c->sched);
     /* Every rank passed the argument checks, so the peers go on to the
      * call: a rank that cannot plan it (no memory) must not stay usable. */
     if (rc != moecclSuccess)
@@ -478,7 +477,7 @@ static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call
   return moecclSuccess;
 }
 
-moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, const moeccl_call_t* call,
+moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, moeccl_call_t* call,
                                  moecclStream_t stream) {
   int device;
   MOECCL_CHECK(check_kinds(comm, call, &device));

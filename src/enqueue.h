@@ -42,8 +42,9 @@ int moeccl_group_active(void);
 /* Issues one collective call (A2A or COLL) of an entry point whose
  * arguments were checked: runs it now on the calling thread (NULL stream,
  * no group), or captures a copy of it (v arrays too) for the group or the
- * host stream. */
-moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, const moeccl_call_t* call,
+ * host stream.  The caller's call may change (planning reads a device
+ * PreMulSum scalar into it), which saves a copy on every call. */
+moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, moeccl_call_t* call,
                                  moecclStream_t stream);
 
 /* Checks a stream argument: NULL or a stream of a kind this build knows

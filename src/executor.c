@@ -126,15 +126,18 @@ static moecclResult_t make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int
                                moeccl_req_t* r, size_t* staged) {
   const moeccl_sched_t* s = j->sched;
   moeccl_comm_t* c = j->comm;
-  memset(r, 0, sizeof(*r));
-  r->type = op->type == MOECCL_OP_SEND ? MOECCL_REQ_SEND : MOECCL_REQ_RECV;
-  r->peer = op->peer;
-  r->buf = op->type == MOECCL_OP_SEND ? buf_at(s, op->src_buf, op->src_off)
-                                      : buf_at(s, op->dst_buf, op->dst_off);
-  r->mem = buf_mem(s, net_buf(op));
-  r->bytes = op->bytes;
-  r->stream_copy = j->stream_copy;
-  r->exact = op->type != MOECCL_OP_SEND && !s->inexact;
+  int send = op->type == MOECCL_OP_SEND;
+  /* inline zeroing: a memset call was a tenth of the executor's share of
+   * a small call */
+  *r = (moeccl_req_t){
+      .type = send ? MOECCL_REQ_SEND : MOECCL_REQ_RECV,
+      .peer = op->peer,
+      .buf = send ? buf_at(s, op->src_buf, op->src_off) : buf_at(s, op->dst_buf, op->dst_off),
+      .mem = buf_mem(s, net_buf(op)),
+      .bytes = op->bytes,
+      .stream_copy = j->stream_copy,
+      .exact = !send && !s->inexact,
+  };
   if (op->type == MOECCL_OP_SEND && (op->flags & MOECCL_OPF_ROWS)) {
     /* a gathered send: the whole buffer where the receiver can pick the
      * rows itself, else the rows packed here */
@@ -327,7 +330,7 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   }
   for (int i = begin; i < end; i++)
     if (is_local(&s->ops[i])) MOECCL_CHECK(local_op(j, mask, &s->ops[i]));
-  MOECCL_CHECK(run_self_ops(j, begin, end, mask));
+  if (s->self_ops) MOECCL_CHECK(run_self_ops(j, begin, end, mask));
   /* Requests the passes saw complete, or that completed as they were
    * posted, are counted (and finished) now. */
   return j->passes || early ? count_pending(j) : moecclSuccess;
@@ -721,8 +724,11 @@ static moecclResult_t prepare(moeccl_job_t* j) {
     MOECCL_CHECK(check_kinds(j));
     MOECCL_CHECK(reserve_staging(j));
     size_t written = 0; /* bytes this rank writes: receives and local copies */
-    for (int i = 0; i < s->nops; i++)
+    s->self_ops = 0;
+    for (int i = 0; i < s->nops; i++) {
       if (s->ops[i].type != MOECCL_OP_SEND) written += s->ops[i].bytes;
+      s->self_ops |= !is_local(&s->ops[i]) && s->ops[i].peer == c->rank;
+    }
     s->stream_copy = moeccl_copy_streaming(written);
     s->prepared = 1;
   }

@@ -98,6 +98,7 @@ typedef struct {
    * reset and every addition clear it */
   int prepared;
   int stream_copy; /* what prepare chose then */
+  int self_ops;    /* and whether a send or receive names this rank */
 } moeccl_sched_t;
 
 /* Empties a schedule, keeping its memory for the next call (MoE splits change

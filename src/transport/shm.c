@@ -152,6 +152,7 @@ typedef struct {
   void* base;
   size_t size;
   int nlocal, me, nslots;
+  uint64_t slot_mask; /* nslots - 1 when a power of two (the default), else 0 */
   int can_reach_memory; /* every local peer may read this rank's memory (probed) */
   int use_cma;          /* ... and MOECCL_CMA_DISABLE does not forbid CMA */
   int no_map;           /* MOECCL_SHM_MAP_DISABLE: read peers' memory by CMA only */
@@ -185,7 +186,9 @@ static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 static int chan(const shm_state_t* s, int from, int to) { return from * s->nlocal + to; }
 
 static slot_hdr_t* slot_at(const shm_state_t* s, int ch, uint64_t seq) {
-  size_t idx = (size_t)ch * (size_t)s->nslots + (size_t)(seq % (uint64_t)s->nslots);
+  /* a division is tens of cycles on the path of every message */
+  uint64_t in_ring = s->slot_mask ? seq & s->slot_mask : seq % (uint64_t)s->nslots;
+  size_t idx = (size_t)ch * (size_t)s->nslots + (size_t)in_ring;
   return (slot_hdr_t*)(s->slots + idx * s->slot_stride);
 }
 
@@ -305,6 +308,7 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   s->me = comm->local_rank;
   s->nslots = (int)moeccl_param_int("MOECCL_SHM_SLOTS");
   if (s->nslots < 2) s->nslots = 2;
+  if ((s->nslots & (s->nslots - 1)) == 0) s->slot_mask = (uint64_t)s->nslots - 1;
   s->slot_bytes = moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
   if (s->slot_bytes < 256) s->slot_bytes = 256;
   s->slot_bytes = align_up(s->slot_bytes, CACHELINE);
