@@ -465,23 +465,56 @@ static void enqueue(moeccl_req_t** head, moeccl_req_t** tail, moeccl_req_t* r) {
 }
 
 static int is_rndv(const shm_state_t* s, moeccl_req_t* r);
-static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r);
-static int send_complete(shm_state_t* s, int l, moeccl_req_t* r);
-static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* moved);
+static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, size_t posted);
 
-/* Whether the next slot from peer l holds a whole message that a plain
- * receive into host memory takes with one copy. */
-static int small_ready(const shm_state_t* s, int l, const shm_peer_t* p, const moeccl_req_t* r) {
-  if (r->red || r->rows || r->mem.kind != MOECCL_MEM_HOST) return 0;
-  const slot_hdr_t* h = slot_at(s, chan(s, l, s->me), p->recv_seq);
-  return atomic_load_explicit(&h->seq, memory_order_acquire) == p->recv_seq + 1 &&
-         h->kind == SLOT_FRAG && h->frag_bytes == h->msg_bytes;
+/* A send of at most one slot, eager: into the next slot of an idle
+ * channel with room (the tail as last read, then as it is now).  Returns 1
+ * when sent (the request is then complete), 0 to queue it instead. */
+static int send_small(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
+  if (r->mem.kind != MOECCL_MEM_HOST || r->bytes > s->slot_bytes || r->gather_span) return 0;
+  if (s->map_min && r->bytes > s->map_min && is_rndv(s, r)) return 0; /* mapped: single copy */
+  int ch = chan(s, s->me, l);
+  if (p->send_seq - p->tail_seen >= (uint64_t)s->nslots) {
+    p->tail_seen = atomic_load_explicit(&s->ctrl[ch].tail, memory_order_acquire);
+    if (p->send_seq - p->tail_seen >= (uint64_t)s->nslots) return 0;
+  }
+  slot_hdr_t* h = slot_at(s, ch, p->send_seq);
+  h->kind = SLOT_FRAG;
+  h->msg_bytes = h->frag_bytes = r->bytes;
+  memcpy((char*)(h + 1), r->buf, r->bytes);
+  atomic_store_explicit(&h->seq, p->send_seq + 1, memory_order_release);
+  p->send_seq++;
+  ring(s, l);
+  r->progress = r->bytes;
+  return 1;
 }
 
-/* On an idle channel a message that fits one slot moves as it is posted:
- * a send is copied in (and done, if eager), a receive whose message is
- * already there is copied out.  A small call then completes without a
- * progress pass for the requests whose peers were ready; the order of the
+/* A plain receive into host memory whose whole message already waits in
+ * the next slot of an idle channel: copied out.  1 when done, 0 to queue
+ * it instead; a message longer than the receive fails the communicator. */
+static int recv_small(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r, moecclResult_t* rc) {
+  if (r->red || r->rows || r->mem.kind != MOECCL_MEM_HOST) return 0;
+  int ch = chan(s, l, s->me);
+  const slot_hdr_t* h = slot_at(s, ch, p->recv_seq);
+  if (atomic_load_explicit(&h->seq, memory_order_acquire) != p->recv_seq + 1 ||
+      h->kind != SLOT_FRAG || h->frag_bytes != h->msg_bytes)
+    return 0;
+  if (h->msg_bytes > r->bytes) {
+    *rc = truncated(s, p, h->msg_bytes, r->bytes);
+    return 0;
+  }
+  memcpy(r->buf, (const char*)(h + 1), h->msg_bytes);
+  r->bytes = r->progress = h->msg_bytes; /* a shorter message completes the receive */
+  p->recv_seq++;
+  atomic_store_explicit(&s->ctrl[ch].tail, p->recv_seq, memory_order_release);
+  ring(s, l);
+  return 1;
+}
+
+/* On an idle channel a message of one slot moves as it is posted and the
+ * request completes without being queued: an eager send is copied in, a
+ * receive whose message is already there is copied out.  A small call
+ * whose peers are ready then needs no progress pass; the order of the
  * channel is kept, as nothing is queued before them.  Larger messages
  * wait for progress, so that a long copy does not hold back the posting
  * of the step's other requests. */
@@ -490,25 +523,17 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
   int l = s->comm->peer_local_index[r->peer];
   if (l < 0) return moecclInternalError;
   shm_peer_t* p = &s->peers[l];
+  moecclResult_t rc = moecclSuccess;
   r->progress = 0;
   r->aux = 0;
   if (r->type == MOECCL_REQ_SEND) {
-    int idle = !p->send_head;
-    enqueue(&p->send_head, &p->send_tail, r);
-    if (idle && r->mem.kind == MOECCL_MEM_HOST && r->bytes <= s->slot_bytes && !is_rndv(s, r) &&
-        push_send(s, l, p, r) && send_complete(s, l, r)) {
-      p->send_head = p->send_tail = NULL;
-      r->done = 1;
-    }
+    if (!p->send_head && send_small(s, l, p, r)) r->done = 1;
+    else enqueue(&p->send_head, &p->send_tail, r);
     return moecclSuccess;
   }
-  int idle = !p->recv_head;
-  enqueue(&p->recv_head, &p->recv_tail, r);
-  if (idle && small_ready(s, l, p, r)) {
-    int moved = 0;
-    return progress_recvs(s, l, p, &moved);
-  }
-  return moecclSuccess;
+  if (!p->recv_head && recv_small(s, l, p, r, &rc)) r->done = 1;
+  else if (rc == moecclSuccess) enqueue(&p->recv_head, &p->recv_tail, r);
+  return rc;
 }
 
 /* r->aux bits (shm_post clears them). */
@@ -519,7 +544,7 @@ enum {
 };
 
 /* Single copy for a large message (by CMA, or from moecclMemAlloc memory
- * that the receiver maps) and for one from SHM_MAP_MIN bytes that fits a
+ * that the receiver maps) and for one past SHM_MAP_MIN bytes that fits a
  * slot, from mapped memory, unless MOECCL_SHM_MAP_SMALL_DISABLE.  Decided
  * once per send: a pass asks several times. */
 static int decide_rndv(const shm_state_t* s, const moeccl_req_t* r) {
