@@ -5,6 +5,7 @@
 #include "device/device.h"
 #include "enqueue.h"
 #include "param.h"
+#include "transport/transport.h"
 #include "tune/tuner.h"
 
 #include <stdio.h>
@@ -300,10 +301,33 @@ MOECCL_EXPORT moecclResult_t moecclCommSplit(moecclComm_t comm, int color, int k
   return moecclSuccess;
 }
 
+/* A message a network transport reported sent may still sit in its
+ * provider's queue or socket when the endpoint closes, and be lost there
+ * (ofi's tcp provider: the receiver then waits for ever; seen once in
+ * about 16 runs of mh_correctness's NOCOLOR split, a 44-byte message).  So
+ * destroying a healthy communicator that has a network transport waits
+ * until every rank has reached destroy, that is, has completed all its
+ * calls and so received everything sent to it.  As NCCL's, destroy is then
+ * a collective: every rank must call it, in the same order as its other
+ * communicators'.  A broken or aborted communicator skips the wait. */
+static void flush_network(moeccl_comm_t* comm) {
+  int network = 0;
+  for (int t = 0; t < comm->ntransports; t++)
+    network |= (comm->transport_ops[t]->caps & MOECCL_TRANSPORT_CAP_NETWORK) != 0;
+  if (!network || comm->aborting || comm->async_error != moecclSuccess) return;
+  moecclResult_t rc = moeccl_bootstrap_barrier(comm->boot);
+  if (rc != moecclSuccess)
+    WARN(INIT,
+         "rank %d: moecclCommDestroy: not every rank reached destroy (%s); messages to them "
+         "still in flight may be lost",
+         comm->rank, moecclGetErrorString(rc));
+}
+
 MOECCL_EXPORT moecclResult_t moecclCommDestroy(moecclComm_t comm) {
   if (!comm) return moecclSuccess; /* as NCCL: destroying NULL is a no-op */
   MOECCL_CHECK(moeccl_comm_check(comm, "comm"));
   moeccl_comm_drain(comm); /* operations queued on host streams finish first */
+  flush_network(comm);
   comm_free(comm);
   return moecclSuccess;
 }
