@@ -506,6 +506,7 @@ static moecclResult_t boot_fail(moeccl_bootstrap_t* b, moecclResult_t rc, const 
 
 static moecclResult_t dead_peer(moeccl_bootstrap_t* b, int dead, const char* doing) {
   const moeccl_peer_info_t* p = &b->peers[dead];
+  if (b->failed == moecclSuccess) b->dead = dead;
   return boot_fail(b, moecclRemoteError,
                    "bootstrap: rank %d (pid %d on %s) died while rank %d was %s", dead, (int)p->pid,
                    p->hostname, b->rank, doing);
@@ -670,6 +671,7 @@ moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], 
   *b = (moeccl_bootstrap_t){rank, nranks, nonce, listen_fd, -1, -1, timeout};
   b->peers = peers;
   b->scan_next = rank + 2;
+  b->dead = -1;
   moecclResult_t rc = moecclSuccess;
   double deadline = moeccl_now() + timeout;
   if (nranks > 1) {
@@ -741,6 +743,8 @@ moecclResult_t moeccl_bootstrap_allgather(moeccl_bootstrap_t* b, void* data, siz
   }
   return moecclSuccess;
 }
+
+int moeccl_bootstrap_dead(const moeccl_bootstrap_t* b) { return b ? b->dead : -1; }
 
 moecclResult_t moeccl_bootstrap_barrier(moeccl_bootstrap_t* b) {
   char* flags = calloc((size_t)b->nranks, 1);

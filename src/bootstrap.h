@@ -26,7 +26,11 @@ typedef struct moeccl_bootstrap {
   /* Sticky: once an exchange failed, every later one fails the same way. */
   moecclResult_t failed;
   char fail_text[256];
+  int dead; /* the rank that failure found dead; -1 when none was named */
 } moeccl_bootstrap_t;
+
+/* The rank a failed exchange of b found dead, or -1 (also for b NULL). */
+int moeccl_bootstrap_dead(const moeccl_bootstrap_t* b);
 
 /* Fills id with a fresh 128-bit secret (getrandom) and the root address and
  * starts the rendezvous thread (MOECCL_COMM_ID fixes the address). */

@@ -199,6 +199,11 @@ MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nr
       moeccl_bootstrap_init(&commId, rank, nranks, c->timeout, &self, c->peers, &c->boot);
   if (rc == moecclSuccess) rc = comm_finish_init(c, config);
   if (rc != moecclSuccess) {
+    /* A rank died while this one set up: peers that finished setting up
+     * before it did may already wait in a call on this rank; the
+     * transports' abort tells them at once, naming the dead rank. */
+    int dead = moeccl_bootstrap_dead(c->boot);
+    if (dead >= 0) moeccl_transports_notify_abort(c, dead);
     comm_free(c);
     return rc;
   }

@@ -370,6 +370,7 @@ static void dev_unmap(const peer_map_t* m) {
 }
 
 static void shm_fini(void* state);
+static void shm_notify_abort(void* state, int culprit);
 
 /* Collective: the first local rank creates the segment, the others map it
  * after a barrier, and it is unlinked once all have it, so nothing is left
@@ -420,6 +421,10 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   if (s->can_reach_memory && !s->no_map && !moeccl_param_bool("MOECCL_SHM_MAP_SMALL_DISABLE"))
     s->map_min = SHM_MAP_MIN;
   if (rc != moecclSuccess) {
+    /* A rank died during the exchanges: a local peer that completed them
+     * before it did uses the segment now, and learns of it here. */
+    int dead = moeccl_bootstrap_dead(comm->boot);
+    if (dead >= 0 && s->hdr) shm_notify_abort(s, dead);
     shm_fini(s);
     return rc;
   }
