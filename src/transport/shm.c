@@ -1171,8 +1171,11 @@ static int shm_ready(shm_state_t* s) {
   if (s->dev_fd >= 0 && atomic_load(&s->ranks[s->me].dev_sent) != s->dev_drained) return 1;
   for (int l = 0; l < s->nlocal; l++) {
     shm_peer_t* p = &s->peers[l];
-    if (p->recv_head && atomic_load_explicit(&slot_at(s, chan(s, l, s->me), p->recv_seq)->seq,
-                                             memory_order_acquire) == p->recv_seq + 1)
+    /* (an adding receive whose turn has not come waits for another
+     * channel's message, which rings) */
+    if (p->recv_head && moeccl_req_rows_turn(p->recv_head) &&
+        atomic_load_explicit(&slot_at(s, chan(s, l, s->me), p->recv_seq)->seq,
+                             memory_order_acquire) == p->recv_seq + 1)
       return 1;
     if (!p->send_head) continue;
     uint64_t tail = atomic_load(&s->ctrl[chan(s, s->me, l)].tail);
