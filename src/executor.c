@@ -319,14 +319,28 @@ static moecclResult_t start_step(moeccl_job_t* j) {
                             "a reducing or consuming receive from self (rank %d)", c->rank);
       continue;
     }
+    moeccl_mem_t mem = buf_mem(s, net_buf(op));
+    int t = moeccl_peer_transport(c, op->peer, mem); /* prepare checked */
+    if (t < 0)
+      return moeccl_error(c, moecclInternalError, "no transport to rank %d for a %s message",
+                          op->peer, moeccl_mem_name(mem));
+    const moeccl_transport_ops_t* ops = c->transport_ops[t];
+    /* A plain message of host memory the transport can move right now
+     * needs no request (a small call's peers are often ready). */
+    if (ops->post_now && mem.kind == MOECCL_MEM_HOST && !(op->flags & MOECCL_OPF_ROWS) &&
+        (op->type == MOECCL_OP_SEND || op->type == MOECCL_OP_RECV)) {
+      int send = op->type == MOECCL_OP_SEND, done = 0;
+      void* buf = send ? buf_at(s, op->src_buf, op->src_off) : buf_at(s, op->dst_buf, op->dst_off);
+      MOECCL_CHECK(ops->post_now(c->transport_state[t], op->peer, send, buf, op->bytes, &done));
+      if (done) continue;
+    }
     moeccl_req_t* r = &c->reqs[j->nreqs++];
-    int t = moeccl_peer_transport(c, op->peer, buf_mem(s, net_buf(op))); /* prepare checked */
     MOECCL_CHECK(make_req(j, op, t, r, &staged));
     if (is_adding(r)) r->rows_after = last_add, last_add = r;
-    MOECCL_CHECK(c->transport_ops[t]->post(c->transport_state[t], r));
+    MOECCL_CHECK(ops->post(c->transport_state[t], r));
     j->pending++;
     early |= r->done;
-    if (!(c->transport_ops[t]->caps & PASS_CAPS)) mask |= 1u << t;
+    if (!(ops->caps & PASS_CAPS)) mask |= 1u << t;
   }
   for (int i = begin; i < end; i++)
     if (is_local(&s->ops[i])) MOECCL_CHECK(local_op(j, mask, &s->ops[i]));

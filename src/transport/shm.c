@@ -472,12 +472,14 @@ static void enqueue(moeccl_req_t** head, moeccl_req_t** tail, moeccl_req_t* r) {
 static int is_rndv(const shm_state_t* s, moeccl_req_t* r);
 static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, size_t posted);
 
-/* A send of at most one slot, eager: into the next slot of an idle
- * channel with room (the tail as last read, then as it is now).  Returns 1
- * when sent (the request is then complete), 0 to queue it instead. */
-static int send_small(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
-  if (r->mem.kind != MOECCL_MEM_HOST || r->bytes > s->slot_bytes || r->gather_span) return 0;
-  if (s->map_min && r->bytes > s->map_min && is_rndv(s, r)) return 0; /* mapped: single copy */
+/* A send of at most one slot from host memory, eager: into the next slot
+ * of an idle channel with room (the tail as last read, then as it is now).
+ * Returns 1 when sent, 0 to queue it instead (no room, or mapped memory
+ * past map_min, which goes single-copy). */
+static int send_small(shm_state_t* s, int l, shm_peer_t* p, const void* buf, size_t bytes) {
+  if (bytes > s->slot_bytes) return 0;
+  moeccl_mem_handle_t mh;
+  if (s->map_min && bytes > s->map_min && moeccl_mem_lookup(buf, bytes, &mh)) return 0;
   int ch = chan(s, s->me, l);
   if (p->send_seq - p->tail_seen >= (uint64_t)s->nslots) {
     p->tail_seen = atomic_load_explicit(&s->ctrl[ch].tail, memory_order_acquire);
@@ -485,35 +487,49 @@ static int send_small(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
   }
   slot_hdr_t* h = slot_at(s, ch, p->send_seq);
   h->kind = SLOT_FRAG;
-  h->msg_bytes = h->frag_bytes = r->bytes;
-  memcpy((char*)(h + 1), r->buf, r->bytes);
+  h->msg_bytes = h->frag_bytes = bytes;
+  memcpy((char*)(h + 1), buf, bytes);
   atomic_store_explicit(&h->seq, p->send_seq + 1, memory_order_release);
   p->send_seq++;
   ring(s, l);
-  r->progress = r->bytes;
   return 1;
 }
 
 /* A plain receive into host memory whose whole message already waits in
- * the next slot of an idle channel: copied out.  1 when done, 0 to queue
- * it instead; a message longer than the receive fails the communicator. */
-static int recv_small(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r, moecclResult_t* rc) {
-  if (r->red || r->rows || r->mem.kind != MOECCL_MEM_HOST) return 0;
+ * the next slot of an idle channel: copied out.  Returns the message's
+ * length, or -1 to queue the receive instead; a message longer than bytes
+ * fails the communicator (*rc). */
+static int64_t recv_small(shm_state_t* s, int l, shm_peer_t* p, void* buf, size_t bytes,
+                          moecclResult_t* rc) {
   int ch = chan(s, l, s->me);
   const slot_hdr_t* h = slot_at(s, ch, p->recv_seq);
   if (atomic_load_explicit(&h->seq, memory_order_acquire) != p->recv_seq + 1 ||
       h->kind != SLOT_FRAG || h->frag_bytes != h->msg_bytes)
-    return 0;
-  if (h->msg_bytes > r->bytes) {
-    *rc = truncated(s, p, h->msg_bytes, r->bytes);
-    return 0;
+    return -1;
+  if (h->msg_bytes > bytes) {
+    *rc = truncated(s, p, h->msg_bytes, bytes);
+    return -1;
   }
-  memcpy(r->buf, (const char*)(h + 1), h->msg_bytes);
-  r->bytes = r->progress = h->msg_bytes; /* a shorter message completes the receive */
+  size_t got = h->msg_bytes;
+  memcpy(buf, (const char*)(h + 1), got);
   p->recv_seq++;
   atomic_store_explicit(&s->ctrl[ch].tail, p->recv_seq, memory_order_release);
   ring(s, l);
-  return 1;
+  return (int64_t)got;
+}
+
+/* The executor's request-free path (transport.h): a message of one slot of
+ * host memory on an idle channel. */
+static moecclResult_t shm_post_now(void* state, int peer, int send, void* buf, size_t bytes,
+                                   int* done) {
+  shm_state_t* s = state;
+  int l = s->comm->peer_local_index[peer];
+  if (l < 0) return moecclInternalError;
+  shm_peer_t* p = &s->peers[l];
+  moecclResult_t rc = moecclSuccess;
+  if (send) *done = !p->send_head && send_small(s, l, p, buf, bytes);
+  else *done = !p->recv_head && recv_small(s, l, p, buf, bytes, &rc) >= 0;
+  return rc;
 }
 
 /* On an idle channel a message of one slot moves as it is posted and the
@@ -531,13 +547,25 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
   moecclResult_t rc = moecclSuccess;
   r->progress = 0;
   r->aux = 0;
+  int host = r->mem.kind == MOECCL_MEM_HOST;
   if (r->type == MOECCL_REQ_SEND) {
-    if (!p->send_head && send_small(s, l, p, r)) r->done = 1;
-    else enqueue(&p->send_head, &p->send_tail, r);
+    if (!p->send_head && host && !r->gather_span && send_small(s, l, p, r->buf, r->bytes)) {
+      r->progress = r->bytes;
+      r->done = 1;
+    } else {
+      enqueue(&p->send_head, &p->send_tail, r);
+    }
     return moecclSuccess;
   }
-  if (!p->recv_head && recv_small(s, l, p, r, &rc)) r->done = 1;
-  else if (rc == moecclSuccess) enqueue(&p->recv_head, &p->recv_tail, r);
+  int64_t got = -1;
+  if (!p->recv_head && host && !r->red && !r->rows)
+    got = recv_small(s, l, p, r->buf, r->bytes, &rc);
+  if (got >= 0) {
+    r->bytes = r->progress = (size_t)got; /* a shorter message completes the receive */
+    r->done = 1;
+  } else if (rc == moecclSuccess) {
+    enqueue(&p->recv_head, &p->recv_tail, r);
+  }
   return rc;
 }
 
@@ -1246,6 +1274,7 @@ const moeccl_transport_ops_t moeccl_shm_ops = {
     .can_reach = shm_can_reach,
     .init = shm_init,
     .post = shm_post,
+    .post_now = shm_post_now,
     .progress = shm_progress,
     .arm = shm_arm,
     .wait = shm_wait,

@@ -156,6 +156,12 @@ typedef struct moeccl_transport_ops {
    * may complete req at once (done set on return: a small message on an
    * idle channel), which the executor then counts as any completion. */
   moecclResult_t (*post)(void* state, moeccl_req_t* req);
+  /* Optional (NULL: none): moves a plain send (send 1) or receive of host
+   * memory at once when it can, with no request: sets *done, else leaves
+   * it 0 and the executor posts a request as usual.  The channel's order
+   * must hold (nothing queued for the peer in that direction).  Errors as
+   * post's, or a receive's message longer than bytes. */
+  moecclResult_t (*post_now)(void* state, int peer, int send, void* buf, size_t bytes, int* done);
   /* Moves whatever can move without waiting; may copy up to one chunk per
    * request.  Sets req->done on completion and *progressed when anything
    * moved.  A failure (dead or aborted peer, truncation) marks the
