@@ -474,12 +474,10 @@ static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, siz
 
 /* A send of at most one slot from host memory, eager: into the next slot
  * of an idle channel with room (the tail as last read, then as it is now).
- * Returns 1 when sent, 0 to queue it instead (no room, or mapped memory
- * past map_min, which goes single-copy). */
+ * Returns 1 when sent, 0 to queue it instead.  The caller has ruled out
+ * the single copy (mapped memory past map_min). */
 static int send_small(shm_state_t* s, int l, shm_peer_t* p, const void* buf, size_t bytes) {
   if (bytes > s->slot_bytes) return 0;
-  moeccl_mem_handle_t mh;
-  if (s->map_min && bytes > s->map_min && moeccl_mem_lookup(buf, bytes, &mh)) return 0;
   int ch = chan(s, s->me, l);
   if (p->send_seq - p->tail_seen >= (uint64_t)s->nslots) {
     p->tail_seen = atomic_load_explicit(&s->ctrl[ch].tail, memory_order_acquire);
@@ -527,7 +525,10 @@ static moecclResult_t shm_post_now(void* state, int peer, int send, void* buf, s
   if (l < 0) return moecclInternalError;
   shm_peer_t* p = &s->peers[l];
   moecclResult_t rc = moecclSuccess;
-  if (send) *done = !p->send_head && send_small(s, l, p, buf, bytes);
+  /* past map_min the request's path decides eager or single copy (one
+   * lookup of the memory, kept in the request) */
+  if (send) *done = !p->send_head && !(s->map_min && bytes > s->map_min) &&
+                    send_small(s, l, p, buf, bytes);
   else *done = !p->recv_head && recv_small(s, l, p, buf, bytes, &rc) >= 0;
   return rc;
 }
@@ -549,7 +550,9 @@ static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
   r->aux = 0;
   int host = r->mem.kind == MOECCL_MEM_HOST;
   if (r->type == MOECCL_REQ_SEND) {
-    if (!p->send_head && host && !r->gather_span && send_small(s, l, p, r->buf, r->bytes)) {
+    if (!p->send_head && host && !r->gather_span &&
+        !(s->map_min && r->bytes > s->map_min && is_rndv(s, r)) &&
+        send_small(s, l, p, r->buf, r->bytes)) {
       r->progress = r->bytes;
       r->done = 1;
     } else {
