@@ -661,6 +661,24 @@ static void net_close(struct perf_net* M, int n)
   M->on = 0;
 }
 
+/* The per-peer block tables both bare exchanges (sockets, shared memory)
+ * work from. */
+static void blocks_alloc(struct perf_net* M, int n)
+{
+  M->soff = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->slen = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->sdone = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->roff = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->rlen = perf_xcalloc((size_t)n, sizeof(size_t));
+  M->rdone = perf_xcalloc((size_t)n, sizeof(size_t));
+}
+
+static void blocks_free(struct perf_net* M)
+{
+  free(M->soff); free(M->slen); free(M->sdone);
+  free(M->roff); free(M->rlen); free(M->rdone);
+}
+
 /* Busy polling with more ranks than CPUs on a node spins away the time
  * slices of the ranks that have work; then an idle sweep yields the CPU, as
  * Open MPI does when oversubscribed (mpi_yield_when_idle).  The CPUs are the
@@ -698,12 +716,7 @@ void perf_net_open(struct perf_ctx* c)
   M->fd = perf_xcalloc((size_t)n, sizeof *M->fd);
   for (int j = 0; j < n; j++)
     M->fd[j] = -1;
-  M->soff = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->slen = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->sdone = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->roff = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->rlen = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->rdone = perf_xcalloc((size_t)n, sizeof(size_t));
+  blocks_alloc(M, n);
   memset(&ss, 0, sizeof ss);
   net_node_cpus(M);
   int lfd = net_listen(addr, n, me, &ss, &len);
@@ -735,8 +748,7 @@ void perf_net_free(struct perf_ctx* c)
   struct perf_net* M = &c->net;
   net_close(M, c->n);
   free(M->fd);
-  free(M->soff); free(M->slen); free(M->sdone);
-  free(M->roff); free(M->rlen); free(M->rdone);
+  blocks_free(M);
 }
 
 /* Shuts every socket, so that peers waiting on this rank fail at once. */
@@ -836,12 +848,7 @@ void perf_shm_open(struct perf_ctx* c, size_t max_block)
   struct perf_net* M = &c->net;
   int n = c->n;
   M->shm = 1;
-  M->soff = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->slen = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->sdone = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->roff = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->rlen = perf_xcalloc((size_t)n, sizeof(size_t));
-  M->rdone = perf_xcalloc((size_t)n, sizeof(size_t));
+  blocks_alloc(M, n);
   net_node_cpus(M);
   if (M->local != n)
     return; /* the header says why */
@@ -873,8 +880,7 @@ void perf_shm_free(struct perf_ctx* c)
     MPI_Win_free(&M->win);
   M->seg = NULL;
   M->on = 0;
-  free(M->soff); free(M->slen); free(M->sdone);
-  free(M->roff); free(M->rlen); free(M->rdone);
+  blocks_free(M);
 }
 
 static _Atomic uint64_t* shm_word(const struct perf_net* M, int to, int from)

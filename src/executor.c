@@ -305,7 +305,6 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   const moeccl_sched_t* s = j->sched;
   int begin = j->step ? s->step_end[j->step - 1] : 0, end = s->step_end[j->step];
   size_t staged = 0;
-  int early = 0; /* a transport completed a request as it was posted */
   const moeccl_req_t* last_add = NULL; /* the step's adding receives add in op order */
   j->pending = 0;
   j->passes = 0;
@@ -339,15 +338,13 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     if (is_adding(r)) r->rows_after = last_add, last_add = r;
     MOECCL_CHECK(ops->post(c->transport_state[t], r));
     j->pending++;
-    early |= r->done;
     if (!(ops->caps & PASS_CAPS)) mask |= 1u << t;
   }
   for (int i = begin; i < end; i++)
     if (is_local(&s->ops[i])) MOECCL_CHECK(local_op(j, mask, &s->ops[i]));
   if (s->self_ops) MOECCL_CHECK(run_self_ops(j, begin, end, mask));
-  /* Requests the passes saw complete, or that completed as they were
-   * posted, are counted (and finished) now. */
-  return j->passes || early ? count_pending(j) : moecclSuccess;
+  /* Requests the passes saw complete are counted (and finished) now. */
+  return j->passes ? count_pending(j) : moecclSuccess;
 }
 
 /* Starts steps until one has network ops pending or the schedule is done. */

@@ -469,8 +469,15 @@ static void enqueue(moeccl_req_t** head, moeccl_req_t** tail, moeccl_req_t* r) {
   *tail = r;
 }
 
-static int is_rndv(const shm_state_t* s, moeccl_req_t* r);
 static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, size_t posted);
+
+/* This rank has read the slot of channel ch at recv_seq: hand it back to
+ * the sender (whose send may complete by it). */
+static void free_slot(shm_state_t* s, int l, shm_peer_t* p, int ch) {
+  p->recv_seq++;
+  atomic_store_explicit(&s->ctrl[ch].tail, p->recv_seq, memory_order_release);
+  ring(s, l);
+}
 
 /* A send of at most one slot from host memory, eager: into the next slot
  * of an idle channel with room (the tail as last read, then as it is now).
@@ -510,14 +517,17 @@ static int64_t recv_small(shm_state_t* s, int l, shm_peer_t* p, void* buf, size_
   }
   size_t got = h->msg_bytes;
   memcpy(buf, (const char*)(h + 1), got);
-  p->recv_seq++;
-  atomic_store_explicit(&s->ctrl[ch].tail, p->recv_seq, memory_order_release);
-  ring(s, l);
+  free_slot(s, l, p, ch);
   return (int64_t)got;
 }
 
-/* The executor's request-free path (transport.h): a message of one slot of
- * host memory on an idle channel. */
+/* The executor's request-free path (transport.h).  On an idle channel a
+ * message of one slot of host memory moves at once: an eager send is
+ * copied in, a receive whose message is already there is copied out.  A
+ * small call whose peers are ready then needs neither requests nor a
+ * progress pass; the order of the channel is kept, as nothing is queued
+ * before them.  Larger messages wait for progress, so that a long copy
+ * does not hold back the posting of the step's other messages. */
 static moecclResult_t shm_post_now(void* state, int peer, int send, void* buf, size_t bytes,
                                    int* done) {
   shm_state_t* s = state;
@@ -533,43 +543,16 @@ static moecclResult_t shm_post_now(void* state, int peer, int send, void* buf, s
   return rc;
 }
 
-/* On an idle channel a message of one slot moves as it is posted and the
- * request completes without being queued: an eager send is copied in, a
- * receive whose message is already there is copied out.  A small call
- * whose peers are ready then needs no progress pass; the order of the
- * channel is kept, as nothing is queued before them.  Larger messages
- * wait for progress, so that a long copy does not hold back the posting
- * of the step's other requests. */
 static moecclResult_t shm_post(void* state, moeccl_req_t* r) {
   shm_state_t* s = state;
   int l = s->comm->peer_local_index[r->peer];
   if (l < 0) return moecclInternalError;
   shm_peer_t* p = &s->peers[l];
-  moecclResult_t rc = moecclSuccess;
   r->progress = 0;
   r->aux = 0;
-  int host = r->mem.kind == MOECCL_MEM_HOST;
-  if (r->type == MOECCL_REQ_SEND) {
-    if (!p->send_head && host && !r->gather_span &&
-        !(s->map_min && r->bytes > s->map_min && is_rndv(s, r)) &&
-        send_small(s, l, p, r->buf, r->bytes)) {
-      r->progress = r->bytes;
-      r->done = 1;
-    } else {
-      enqueue(&p->send_head, &p->send_tail, r);
-    }
-    return moecclSuccess;
-  }
-  int64_t got = -1;
-  if (!p->recv_head && host && !r->red && !r->rows)
-    got = recv_small(s, l, p, r->buf, r->bytes, &rc);
-  if (got >= 0) {
-    r->bytes = r->progress = (size_t)got; /* a shorter message completes the receive */
-    r->done = 1;
-  } else if (rc == moecclSuccess) {
-    enqueue(&p->recv_head, &p->recv_tail, r);
-  }
-  return rc;
+  if (r->type == MOECCL_REQ_SEND) enqueue(&p->send_head, &p->send_tail, r);
+  else enqueue(&p->recv_head, &p->recv_tail, r);
+  return moecclSuccess;
 }
 
 /* r->aux bits (shm_post clears them). */
@@ -1158,9 +1141,7 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
     *moved = 1;
     if (!slot_done) return moecclSuccess; /* one chunk per pass: let other peers move */
     int msg_done = r->progress == h->msg_bytes;
-    p->recv_seq++;
-    atomic_store_explicit(&s->ctrl[ch].tail, p->recv_seq, memory_order_release);
-    ring(s, l);
+    free_slot(s, l, p, ch);
     if (msg_done) {
       r->bytes = r->progress; /* a shorter message completes the receive */
       p->recv_head = r->next;

@@ -152,9 +152,7 @@ typedef struct moeccl_transport_ops {
    * (req->gather_span); the receiver then needs a gathered message's
    * program (rows->terms_idx) or reads the rows by rows->map. */
   int (*can_gather)(void* state, int peer, const void* buf, size_t bytes);
-  /* Queues req; never blocks.  Errors here are local (no resources).  It
-   * may complete req at once (done set on return: a small message on an
-   * idle channel), which the executor then counts as any completion. */
+  /* Queues req; never blocks.  Errors here are local (no resources). */
   moecclResult_t (*post)(void* state, moeccl_req_t* req);
   /* Optional (NULL: none): moves a plain send (send 1) or receive of host
    * memory at once when it can, with no request: sets *done, else leaves
