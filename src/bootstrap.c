@@ -183,10 +183,15 @@ static int next_hello(const root_args_t* a, pending_t* p, int* np, double deadli
       memset(&from, 0, sizeof(from));
       int fd = accept4(a->listen_fd, &from.sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0 && *np == MAX_PENDING) {
-        WARN(BOOT, "rendezvous: %d connections wait for their hello; refusing another",
-             MAX_PENDING);
-        close(fd);
-      } else if (fd >= 0) {
+        /* Room for the newcomer (a rank sends its hello at once): the
+         * oldest, which had longest to speak, goes. */
+        int oldest = 0;
+        for (int i = 1; i < *np; i++)
+          if (p[i].deadline < p[oldest].deadline) oldest = i;
+        drop(&p[oldest], "too many connections wait for a hello; this one longest");
+        p[oldest] = p[--*np];
+      }
+      if (fd >= 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         pending_t* q = &p[(*np)++];
@@ -267,7 +272,7 @@ static void* root_thread(void* arg) {
   }
   for (int i = 0; fds && i < n; i++)
     if (fds[i] >= 0) close(fds[i]);
-  for (int i = 0; pend && i < np; i++) close(pend[i].fd);
+  for (int i = 0; pend && i < np; i++) drop(&pend[i], "no hello when the rendezvous ended");
   free(pend);
   free(fds);
   free(infos);
@@ -618,50 +623,159 @@ static moecclResult_t ring_connect(moeccl_bootstrap_t* b, int next, double deadl
   }
 }
 
-/* Accepts the next connection to the ring socket and sends it a challenge,
- * watching the peers while it waits (prev's connection may never come). */
-static moecclResult_t ring_accept(moeccl_bootstrap_t* b, int prev, double deadline, int* fd,
-                                  uint8_t* challenge) {
-  char doing[64];
-  snprintf(doing, sizeof(doing), "waiting for rank %d to connect to its ring socket", prev);
-  for (;;) {
-    int w = boot_wait(b, b->listen_fd, POLLIN, deadline);
-    if (w <= -2) return dead_peer(b, -2 - w, doing);
-    if (w <= 0) return peer_lost(b, w == 0 ? moecclTimeout : moecclSystemError, prev, doing);
-    *fd = accept4(b->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (*fd < 0) continue; /* EAGAIN, ECONNABORTED, EINTR: wait again */
-    int one = 1;
-    setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (random_bytes(challenge, CHALLENGE_BYTES) == 0 &&
-        moeccl_socket_send(*fd, challenge, CHALLENGE_BYTES, moeccl_now() + 1.0) == moecclSuccess)
-      return moecclSuccess;
-    close(*fd);
-  }
+/* A connection to this rank's ring socket that has not yet proved to be
+ * rank prev's: it must send an authentic hello within HELLO_WAIT seconds
+ * of connecting.  Up to MAX_CANDIDATES are served at once (the oldest
+ * makes room for a newer one), so strangers cannot hold the ring up. */
+#define MAX_CANDIDATES 64
+typedef struct {
+  int fd;
+  double deadline;
+  size_t got;
+  uint8_t challenge[CHALLENGE_BYTES];
+  ring_hello_t msg;
+} cand_t;
+
+static void cand_drop(const moeccl_bootstrap_t* b, cand_t* c, int* nc, int i, const char* why) {
+  WARN(BOOT, "rank %d: dropped a connection to its ring socket: %s (%zu of %zu bytes of rank %d's hello)",
+       b->rank, why, c[i].got, sizeof(c[i].msg), (b->rank - 1 + b->nranks) % b->nranks);
+  close(c[i].fd);
+  c[i] = c[--*nc];
 }
 
-/* A candidate's hello within its own deadline: 0 received, -1 drop it,
- * -2 - r when rank r is dead. */
-static int cand_recv(moeccl_bootstrap_t* b, int fd, void* buf, size_t len, double deadline) {
-  char* p = buf;
-  while (len > 0) {
-    ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
-    if (n > 0) {
-      p += n, len -= (size_t)n;
-      continue;
-    }
-    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
-    int w = boot_wait(b, fd, POLLIN, deadline);
-    if (w <= -2) return w;
-    if (w <= 0) return -1;
+/* Takes a connection from the ring socket and sends it a challenge. */
+static void cand_accept(moeccl_bootstrap_t* b, cand_t* c, int* nc) {
+  int fd = accept4(b->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) return; /* EAGAIN, ECONNABORTED, EINTR: poll again */
+  if (*nc == MAX_CANDIDATES) { /* the oldest, which had longest to speak */
+    int oldest = 0;
+    for (int i = 1; i < *nc; i++)
+      if (c[i].deadline < c[oldest].deadline) oldest = i;
+    cand_drop(b, c, nc, oldest, "too many connections wait for a hello; this one longest");
   }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  cand_t* q = &c[(*nc)++];
+  memset(q, 0, sizeof(*q));
+  q->fd = fd, q->deadline = moeccl_now() + HELLO_WAIT;
+  /* 16 bytes into a fresh socket's empty buffer: the send completes */
+  if (random_bytes(q->challenge, CHALLENGE_BYTES) != 0 ||
+      send(fd, q->challenge, CHALLENGE_BYTES, MSG_NOSIGNAL | MSG_DONTWAIT) != CHALLENGE_BYTES)
+    cand_drop(b, c, nc, *nc - 1, "could not be sent a challenge");
+}
+
+/* Reads what candidate i sent; 1 when it is rank prev's authentic hello. */
+static int cand_read(moeccl_bootstrap_t* b, cand_t* c, int* nc, int i, const uint8_t key[32]) {
+  ssize_t n = recv(c[i].fd, (char*)&c[i].msg + c[i].got, sizeof(c[i].msg) - c[i].got, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  if (n <= 0) {
+    cand_drop(b, c, nc, i, "closed before its hello");
+    return 0;
+  }
+  c[i].got += (size_t)n;
+  if (c[i].got < sizeof(c[i].msg)) return 0;
+  int prev = (b->rank - 1 + b->nranks) % b->nranks;
+  if (moeccl_bootstrap_check_ring_hello(&c[i].msg, c[i].got, b->nonce, key, c[i].challenge,
+                                        prev) == moecclSuccess)
+    return 1;
+  cand_drop(b, c, nc, i, "not an authentic hello");
   return 0;
 }
 
-/* Every rank connects to rank+1, accepts a connection and challenges it,
- * answers rank+1's challenge, then checks the accepted connection's hello:
- * rank-1's, authentic.  A connection that is not gets HELLO_WAIT seconds,
- * not the whole deadline, and the next one is taken.  Every wait watches
- * the peers, so a rank that died fails the others at once, by name. */
+/* Every rank connects to rank+1 (its ring socket refuses until it
+ * listens, so the connect is retried), then, in one poll loop: accepts
+ * connections to its own ring socket and challenges each, reads rank+1's
+ * challenge and answers it with its hello, and reads each accepted
+ * connection's hello until one is rank-1's, authentic.  Each connection
+ * gets HELLO_WAIT seconds of its own, and all are served at once: no
+ * stranger, however many, holds a rank back, and no rank waits on its
+ * neighbour before serving its own socket (which, with strangers on every
+ * socket, would wait round the ring).  The waits watch the peers, so a
+ * rank that died fails the others at once, by name. */
+static moecclResult_t ring_handshake(moeccl_bootstrap_t* b, const uint8_t key[32], double deadline) {
+  int next = (b->rank + 1) % b->nranks, prev = (b->rank - 1 + b->nranks) % b->nranks;
+  cand_t* c = malloc(sizeof(cand_t) * MAX_CANDIDATES);
+  if (!c) return boot_fail(b, moecclSystemError, "bootstrap: out of memory forming the ring");
+  int nc = 0;
+  uint8_t theirs[CHALLENGE_BYTES];
+  size_t theirs_got = 0, sent = 0;
+  ring_hello_t h = {HELLO_MAGIC, b->rank, b->nonce, {0}};
+  double every = LIVENESS_EVERY, check = moeccl_now() + every;
+  char doing[96];
+  moecclResult_t rc = moecclSuccess;
+  while (rc == moecclSuccess && (b->prev_fd < 0 || sent < sizeof(h))) {
+    double now = moeccl_now(), wake = deadline < check ? deadline : check;
+    for (int i = 0; i < nc; i++) {
+      if (now > c[i].deadline) cand_drop(b, c, &nc, i--, "no hello in time");
+      else if (c[i].deadline < wake) wake = c[i].deadline;
+    }
+    if (b->prev_fd < 0) snprintf(doing, sizeof(doing), "waiting for rank %d's ring hello", prev);
+    else snprintf(doing, sizeof(doing), "forming the ring with rank %d", next);
+    if (now >= deadline) {
+      rc = peer_lost(b, moecclTimeout, b->prev_fd < 0 ? prev : next, doing);
+      break;
+    }
+    if (now >= check) {
+      int dead = find_dead(b);
+      if (dead >= 0) {
+        rc = dead_peer(b, dead, doing);
+        break;
+      }
+      every = every * 2 < LIVENESS_MAX ? every * 2 : LIVENESS_MAX;
+      check = moeccl_now() + every;
+      continue;
+    }
+    struct pollfd fds[MAX_CANDIDATES + 2];
+    int k = 0, at_listen = -1, at_next = -1;
+    if (b->prev_fd < 0) {
+      at_listen = k;
+      fds[k++] = (struct pollfd){.fd = b->listen_fd, .events = POLLIN};
+    }
+    if (sent < sizeof(h)) {
+      at_next = k;
+      fds[k++] = (struct pollfd){.fd = b->next_fd,
+                                 .events = theirs_got < sizeof(theirs) ? POLLIN : POLLOUT};
+    }
+    int first_cand = k;
+    for (int i = 0; i < nc; i++) fds[k++] = (struct pollfd){.fd = c[i].fd, .events = POLLIN};
+    int ms = (int)((wake - now) * 1000.0) + 1;
+    if (poll(fds, (nfds_t)k, ms > 0 ? ms : 1) < 0 && errno != EINTR) {
+      rc = boot_fail(b, moecclSystemError, "bootstrap: rank %d: poll failed while %s: %s",
+                     b->rank, doing, strerror(errno));
+      break;
+    }
+    /* the candidates first: cand_accept and cand_drop reorder the array */
+    for (int i = nc - 1; i >= 0 && b->prev_fd < 0; i--) {
+      if (!(fds[first_cand + i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (cand_read(b, c, &nc, i, key)) {
+        b->prev_fd = c[i].fd;
+        c[i] = c[--nc];
+      }
+    }
+    if (at_next >= 0 && fds[at_next].revents) {
+      ssize_t n = 0;
+      if (theirs_got < sizeof(theirs)) {
+        n = recv(b->next_fd, theirs + theirs_got, sizeof(theirs) - theirs_got, MSG_DONTWAIT);
+        if (n > 0 && (theirs_got += (size_t)n) == sizeof(theirs))
+          hello_mac(key, theirs, &h, offsetof(ring_hello_t, mac), h.mac);
+      } else {
+        n = write_nosig(b->next_fd, (char*)&h + sent, sizeof(h) - sent);
+        if (n > 0) sent += (size_t)n;
+      }
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        snprintf(doing, sizeof(doing), "forming the ring with rank %d", next);
+        rc = peer_lost(b, moecclRemoteError, next, doing); /* closed or reset */
+        break;
+      }
+    }
+    if (at_listen >= 0 && b->prev_fd < 0 && (fds[at_listen].revents & POLLIN))
+      cand_accept(b, c, &nc);
+  }
+  while (nc > 0) cand_drop(b, c, &nc, nc - 1, "the ring formed without it");
+  free(c);
+  return rc;
+}
+
 moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], int rank,
                                      int nranks, double timeout, int listen_fd,
                                      const moeccl_peer_info_t* peers, moeccl_bootstrap_t** out) {
@@ -675,39 +789,10 @@ moecclResult_t moeccl_bootstrap_ring(const uint8_t secret[MOECCL_SECRET_BYTES], 
   moecclResult_t rc = moecclSuccess;
   double deadline = moeccl_now() + timeout;
   if (nranks > 1) {
-    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks, cand = -1;
-    uint8_t key[32], mine[CHALLENGE_BYTES], theirs[CHALLENGE_BYTES];
-    char doing[64];
-    snprintf(doing, sizeof(doing), "forming the ring with rank %d", next);
+    uint8_t key[32];
     moeccl_bootstrap_auth_key(secret, key);
-    ring_hello_t h = {HELLO_MAGIC, rank, nonce, {0}}, got;
-    rc = ring_connect(b, next, deadline);
-    if (rc == moecclSuccess) rc = ring_accept(b, prev, deadline, &cand, mine);
-    if (rc == moecclSuccess)
-      rc = boot_xfer(b, b->next_fd, 0, theirs, sizeof(theirs), deadline, next, doing);
-    hello_mac(key, theirs, &h, offsetof(ring_hello_t, mac), h.mac);
-    if (rc == moecclSuccess) rc = boot_xfer(b, b->next_fd, 1, &h, sizeof(h), deadline, next, doing);
-    while (rc == moecclSuccess && b->prev_fd < 0) {
-      double hd = moeccl_now() + HELLO_WAIT < deadline ? moeccl_now() + HELLO_WAIT : deadline;
-      int got_rc = cand_recv(b, cand, &got, sizeof(got), hd);
-      if (got_rc <= -2) {
-        close(cand);
-        snprintf(doing, sizeof(doing), "waiting for rank %d's ring hello", prev);
-        rc = dead_peer(b, -2 - got_rc, doing);
-        break;
-      }
-      if (got_rc == 0 && moeccl_bootstrap_check_ring_hello(&got, sizeof(got), nonce, key, mine,
-                                                           prev) == moecclSuccess) {
-        b->prev_fd = cand;
-        break;
-      }
-      WARN(BOOT,
-           "rank %d: dropped a connection to its ring socket that sent no authentic hello "
-           "of rank %d",
-           rank, prev);
-      close(cand);
-      rc = ring_accept(b, prev, deadline, &cand, mine);
-    }
+    rc = ring_connect(b, (rank + 1) % nranks, deadline);
+    if (rc == moecclSuccess) rc = ring_handshake(b, key, deadline);
   }
   if (rc != moecclSuccess) {
     char text[sizeof(b->fail_text)];
