@@ -308,7 +308,8 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   const moeccl_req_t* last_add = NULL; /* the step's adding receives add in op order */
   j->pending = 0;
   j->passes = 0;
-  unsigned mask = 0; /* transports a pass may progress (PASS_CAPS) */
+  unsigned mask = 0;  /* transports a pass may progress (PASS_CAPS) */
+  unsigned moved = 0; /* transports whose post_now moved a message */
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
     if (is_local(op)) continue;
@@ -331,7 +332,10 @@ static moecclResult_t start_step(moeccl_job_t* j) {
       int send = op->type == MOECCL_OP_SEND, done = 0;
       void* buf = send ? buf_at(s, op->src_buf, op->src_off) : buf_at(s, op->dst_buf, op->dst_off);
       MOECCL_CHECK(ops->post_now(c->transport_state[t], op->peer, send, buf, op->bytes, &done));
-      if (done) continue;
+      if (done) {
+        moved |= 1u << t;
+        continue;
+      }
     }
     moeccl_req_t* r = &c->reqs[j->nreqs++];
     MOECCL_CHECK(make_req(j, op, t, r, &staged));
@@ -340,6 +344,8 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     j->pending++;
     if (!(ops->caps & PASS_CAPS)) mask |= 1u << t;
   }
+  for (int t = 0; moved; t++, moved >>= 1)
+    if ((moved & 1) && c->transport_ops[t]->flush) c->transport_ops[t]->flush(c->transport_state[t]);
   for (int i = begin; i < end; i++)
     if (is_local(&s->ops[i])) MOECCL_CHECK(local_op(j, mask, &s->ops[i]));
   if (s->self_ops) MOECCL_CHECK(run_self_ops(j, begin, end, mask));

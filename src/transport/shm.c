@@ -144,6 +144,7 @@ typedef struct {
   uint64_t send_seq; /* next slot this rank fills towards the peer */
   uint64_t recv_seq; /* next slot this rank reads from the peer */
   uint64_t tail_seen; /* the peer's tail of this rank's ring as last read */
+  int ring_due;       /* in shm_state_t.due: to be rung at the next ring_due() */
 } shm_peer_t;
 
 typedef struct {
@@ -164,6 +165,8 @@ typedef struct {
   chan_ctrl_t* ctrl;
   char* slots;
   shm_peer_t* peers; /* by local index */
+  int* due;          /* local indices of the peers ring_later() marked, ndue of them */
+  int ndue;
   uint32_t armed;
   uint64_t map_clock; /* LRU clock of the peers' mapping caches */
   /* Reducing receives by CMA: a chunk is read here, then reduced into the
@@ -205,6 +208,31 @@ static void ring(shm_state_t* s, int local) {
   if (!atomic_load_explicit(&r->sleeping, memory_order_relaxed)) return;
   atomic_fetch_add(&r->doorbell, 1);
   futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* The data path rings later, once per post or progress pass for every peer
+ * it published or freed slots for (ring_due): the fence waits for this
+ * rank's stores to reach the other cores, and paying it once per message
+ * (six times a small call on 4 ranks) stalled the path that many times. */
+static void ring_later(shm_state_t* s, int local) {
+  shm_peer_t* p = &s->peers[local];
+  if (p->ring_due) return;
+  p->ring_due = 1;
+  s->due[s->ndue++] = local;
+}
+
+static void ring_due(shm_state_t* s) {
+  if (!s->ndue) return;
+  atomic_thread_fence(memory_order_seq_cst); /* as ring's, once for all */
+  for (int i = 0; i < s->ndue; i++) {
+    int l = s->due[i];
+    rank_area_t* r = &s->ranks[l];
+    s->peers[l].ring_due = 0;
+    if (!atomic_load_explicit(&r->sleeping, memory_order_relaxed)) continue;
+    atomic_fetch_add(&r->doorbell, 1);
+    futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+  }
+  s->ndue = 0;
 }
 
 static int shm_can_reach(const moeccl_comm_t* comm, int peer) {
@@ -317,7 +345,8 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   if (s->chunk < 4096) s->chunk = 4096;
   s->chunk &= ~(size_t)(CACHELINE - 1); /* whole elements for reducing receives */
   s->peers = calloc((size_t)s->nlocal, sizeof(*s->peers));
-  if (!s->peers) return free(s), moecclSystemError;
+  s->due = calloc((size_t)s->nlocal, sizeof(*s->due));
+  if (!s->peers || !s->due) return free(s->peers), free(s->due), free(s), moecclSystemError;
   for (int l = 0; l < s->nlocal; l++) {
     const moeccl_peer_info_t* pi = &comm->peers[comm->local_ranks[l]];
     s->peers[l] =
@@ -457,6 +486,7 @@ static void shm_fini(void* state) {
   if (s->base) munmap(s->base, s->size);
   free(s->bounce);
   free(s->peers);
+  free(s->due);
   free(s);
 }
 
@@ -476,7 +506,7 @@ static moecclResult_t truncated(shm_state_t* s, shm_peer_t* p, uint64_t got, siz
 static void free_slot(shm_state_t* s, int l, shm_peer_t* p, int ch) {
   p->recv_seq++;
   atomic_store_explicit(&s->ctrl[ch].tail, p->recv_seq, memory_order_release);
-  ring(s, l);
+  ring_later(s, l);
 }
 
 /* A send of at most one slot from host memory, eager: into the next slot
@@ -496,7 +526,7 @@ static int send_small(shm_state_t* s, int l, shm_peer_t* p, const void* buf, siz
   memcpy((char*)(h + 1), buf, bytes);
   atomic_store_explicit(&h->seq, p->send_seq + 1, memory_order_release);
   p->send_seq++;
-  ring(s, l);
+  ring_later(s, l);
   return 1;
 }
 
@@ -717,7 +747,7 @@ static int push_send(shm_state_t* s, int l, shm_peer_t* p, moeccl_req_t* r) {
     p->send_seq++;
     moved = 1;
   }
-  if (moved) ring(s, l);
+  if (moved) ring_later(s, l);
   return moved;
 }
 
@@ -1162,13 +1192,18 @@ static moecclResult_t shm_progress(void* state, int* progressed) {
   if (s->dev_fd >= 0 &&
       atomic_load_explicit(&s->ranks[s->me].dev_sent, memory_order_acquire) != s->dev_drained)
     MOECCL_CHECK(drain_dev_fds(s));
-  for (int l = 0; l < s->nlocal; l++) {
+  moecclResult_t rc = moecclSuccess;
+  for (int l = 0; l < s->nlocal && rc == moecclSuccess; l++) {
     shm_peer_t* p = &s->peers[l];
     if (p->send_head) *progressed |= progress_sends(s, l, p);
-    if (p->recv_head) MOECCL_CHECK(progress_recvs(s, l, p, progressed));
+    if (p->recv_head) rc = progress_recvs(s, l, p, progressed);
   }
-  return s->dev_error;
+  ring_due(s);
+  return rc != moecclSuccess ? rc : s->dev_error;
 }
+
+/* What post_now moved is rung for here (transport.h). */
+static void shm_flush(void* state) { ring_due(state); }
 
 static void shm_arm(void* state) {
   shm_state_t* s = state;
@@ -1259,6 +1294,7 @@ const moeccl_transport_ops_t moeccl_shm_ops = {
     .init = shm_init,
     .post = shm_post,
     .post_now = shm_post_now,
+    .flush = shm_flush,
     .progress = shm_progress,
     .arm = shm_arm,
     .wait = shm_wait,

@@ -160,6 +160,13 @@ typedef struct moeccl_transport_ops {
    * must hold (nothing queued for the peer in that direction).  Errors as
    * post's, or a receive's message longer than bytes. */
   moecclResult_t (*post_now)(void* state, int peer, int send, void* buf, size_t bytes, int* done);
+  /* Optional (NULL: none): tells peers that wait (asleep) about what
+   * post_now moved since the last call, so that a transport may wake each
+   * peer once per step rather than once per message.  The executor calls it
+   * after posting a step, for every transport whose post_now moved
+   * anything, before the step's local work; progress() does the same for
+   * what it moves.  Never blocks. */
+  void (*flush)(void* state);
   /* Moves whatever can move without waiting; may copy up to one chunk per
    * request.  Sets req->done on completion and *progressed when anything
    * moved.  A failure (dead or aborted peer, truncation) marks the
