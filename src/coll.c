@@ -34,12 +34,16 @@ static uintptr_t user_top(void) {
   return t ? t : UINTPTR_MAX;
 }
 
+/* In place is sendbuff == recvbuff exactly, as in NCCL (plan.c stages the
+ * send extent); any other overlap of the two extents is refused. */
 static moecclResult_t check_overlap(moeccl_comm_t* c, const void* s, size_t sbytes, const void* r,
                                     size_t rbytes, const char* fn) {
   uintptr_t a = (uintptr_t)s, b = (uintptr_t)r;
-  if (sbytes && rbytes && a < b + rbytes && b < a + sbytes)
+  if (a != b && sbytes && rbytes && a < b + rbytes && b < a + sbytes)
     return moeccl_error(c, moecclInvalidArgument,
-                        "%s: sendbuff and recvbuff overlap (in-place is not supported)", fn);
+                        "%s: sendbuff %p and recvbuff %p overlap but are not the same; in place, "
+                        "only sendbuff == recvbuff is accepted",
+                        fn, s, r);
   return moecclSuccess;
 }
 

@@ -96,21 +96,69 @@ static moecclResult_t std_bufs(moeccl_sched_t* s, const void* sendbuf, void* rec
   return moecclSuccess;
 }
 
+/* In place (sendbuf == recvbuf, as nccl-tests' alltoall_perf calls it): the
+ * bytes to send are the buffer's as the call starts, but a receive may
+ * land on them before they are sent.  So a first step of its own copies the
+ * send extent [0, E) of RECV to SCRATCH [0, E), and the generator's ops read
+ * them there: every read of SEND becomes a read of SCRATCH at the same
+ * offset, and the generator's own scratch moves up past E (rounded to 64
+ * bytes, which keeps its areas' alignment).  The executor and the
+ * generators need not know; the buffer table's SEND entry (the same memory)
+ * is no longer named by any op.  The tuner prices the generators' schedules
+ * without this step. */
+
+/* Bytes of the send buffer the call reads: [0, E). */
+static size_t a2a_send_extent(const moeccl_a2a_desc_t* d) {
+  if (!d->send_counts) return (size_t)d->nranks * d->block_bytes;
+  size_t top = 0;
+  for (int p = 0; p < d->nranks; p++) {
+    size_t bytes = moeccl_a2a_send_bytes(d, p), end = moeccl_a2a_send_off(d, p) + bytes;
+    if (bytes && end > top) top = end;
+  }
+  return top;
+}
+
+static moecclResult_t inplace_stage(moeccl_sched_t* s, size_t extent) {
+  MOECCL_CHECK(
+      moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_RECV, 0, MOECCL_BUF_SCRATCH, 0, extent));
+  return moeccl_sched_end_step(s);
+}
+
+/* Points the reads of SEND by ops [first, nops) at the staged copy, and
+ * moves their scratch up past it (the all-to-all generators name SEND only
+ * as a source). */
+static void inplace_redirect(moeccl_sched_t* s, int first, size_t extent) {
+  uint64_t shift = ((uint64_t)extent + 63) & ~(uint64_t)63;
+  for (int i = first; i < s->nops; i++) {
+    moeccl_sched_op_t* op = &s->ops[i];
+    if (op->type != MOECCL_OP_RECV) {
+      if (op->src_buf == MOECCL_BUF_SEND) op->src_buf = MOECCL_BUF_SCRATCH;
+      else if (op->src_buf == MOECCL_BUF_SCRATCH) op->src_off += shift;
+    }
+    if (op->type != MOECCL_OP_SEND && op->dst_buf == MOECCL_BUF_SCRATCH) op->dst_off += shift;
+  }
+  s->scratch_bytes = s->scratch_bytes ? (size_t)shift + s->scratch_bytes : extent;
+}
+
 static moecclResult_t a2a_build(moeccl_comm_t* comm, const moeccl_call_t* call,
                                 const moeccl_choice_t* choice, moeccl_sched_t* s) {
   const moeccl_a2a_algo_t* algo = &moeccl_a2a_algos[choice->algo];
   const moeccl_a2a_desc_t* desc = &call->a2a;
-  TRACE(ALGO, "rank %d: all-to-all%s with %s", comm->rank, desc->send_counts ? "v" : "",
-        algo->name);
+  TRACE(ALGO, "rank %d: all-to-all%s%s with %s", comm->rank, desc->send_counts ? "v" : "",
+        call->sendbuf == call->recvbuf ? " in place" : "", algo->name);
   moeccl_a2a_desc_t d = *desc;
   d.topo = comm->topo;
   d.window = comm->a2a_window;
   if (choice->need_meta) d.pair_bytes = meta_pair_bytes, d.pair_ctx = comm;
   MOECCL_CHECK(std_bufs(s, call->sendbuf, call->recvbuf));
-  moecclResult_t rc = algo->schedule(&d, s);
+  size_t staged = call->sendbuf == call->recvbuf ? a2a_send_extent(&d) : 0;
+  moecclResult_t rc = staged ? inplace_stage(s, staged) : moecclSuccess;
+  int first = s->nops;
+  if (rc == moecclSuccess) rc = algo->schedule(&d, s);
   if (rc != moecclSuccess)
     return moeccl_error(comm, rc, "planning the all-to-all%s with %s failed (%s)",
                         desc->send_counts ? "v" : "", algo->name, moecclGetErrorString(rc));
+  if (staged) inplace_redirect(s, first, staged);
   return moecclSuccess;
 }
 

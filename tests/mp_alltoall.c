@@ -4,10 +4,11 @@
  * limits, 100-200 calls with random sizes and types, repeated calls on one
  * communicator with alternating sizes, unaligned buffers, buffers from
  * moecclMemAlloc (also at offsets inside a region, and freed and allocated
- * again between calls).  Every element is checked, the send buffer must be
- * unchanged and the bytes past the end of the receive buffer must stay
- * untouched.  Re-run under MOECCL_ALGO=direct/pairwise, MOECCL_CMA_DISABLE=1
- * and tiny shared-memory slots and chunks.  The alternating sizes also run
+ * again between calls), in place (sendbuff == recvbuff).  Every element is
+ * checked, the send buffer must be unchanged and the bytes past the end of
+ * the receive buffer must stay untouched.  Re-run under
+ * MOECCL_ALGO=direct/pairwise, MOECCL_CMA_DISABLE=1 and tiny shared-memory
+ * slots and chunks.  The alternating sizes also run
  * over every network transport and libfabric provider of the build (each
  * rank its own simulated node): ofi shm and tcp, with RMA and with tagged
  * chunks, and ucx.
@@ -210,6 +211,103 @@ static int memalloc_reuse(moecclComm_t comm, int rank, int nranks, int* step) {
   return 0;
 }
 
+/* In place (sendbuff == recvbuff, as nccl-tests' alltoall_perf calls it):
+ * block j of buf goes to rank j, and block i is replaced by what rank i
+ * sent; the bytes past the n blocks stay untouched.  stream: NULL or a
+ * host stream; with other, in a group with an out-of-place call of the same
+ * shape on other's buffers. */
+static int inplace_checked(moecclComm_t comm, int rank, int nranks, moecclDataType_t dt,
+                           size_t count, uint64_t seed, unsigned char* buf, moecclStream_t stream,
+                           buffers* other) {
+  size_t elsize = mp_dtype_size(dt), block = count * elsize, total = block * (size_t)nranks;
+  for (int j = 0; j < nranks; j++) mp_fill(buf + j * block, elsize, count, seed, rank, j, 0);
+  mp_fill_sentinel(buf + total, GUARD_BYTES);
+  if (other) { /* in a group with an out-of-place call of the same shape */
+    for (int j = 0; j < nranks; j++)
+      mp_fill(other->send + j * block, elsize, count, ~seed, rank, j, 0);
+    MP_OK_COMM(comm, moecclGroupStart());
+    MP_OK_COMM(comm, moecclAlltoAll(buf, buf, count, dt, comm, NULL));
+    MP_OK_COMM(comm, moecclAlltoAll(other->send, other->recv, count, dt, comm, NULL));
+    MP_OK_COMM(comm, moecclGroupEnd());
+  } else {
+    MP_OK_COMM(comm, moecclAlltoAll(buf, buf, count, dt, comm, stream));
+    if (stream) MP_OK_COMM(comm, moecclHostStreamSynchronize(stream));
+  }
+  char what[128];
+  for (int i = 0; i < nranks; i++) {
+    snprintf(what, sizeof(what), "in-place alltoall %s count %zu block %d", mp_dtypes[dt].name,
+             count, i);
+    MP_CHECK_BLOCK(what, buf + i * block, elsize, count, seed, i, rank, 0);
+    if (other) MP_CHECK_BLOCK(what, other->recv + i * block, elsize, count, ~seed, i, rank, 0);
+  }
+  snprintf(what, sizeof(what), "in-place alltoall %s count %zu: guard past the blocks",
+           mp_dtypes[dt].name, count);
+  MP_CHECK_SENTINEL(what, buf + total, GUARD_BYTES);
+  return 0;
+}
+
+/* In place: every datatype at small counts, 4 MiB per rank, an odd
+ * address, repeats of one call (the unbuilt schedule) with out-of-place
+ * calls on the same pointers between them. */
+static int in_place_sizes(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
+  for (int t = 0; t < moecclNumTypes; t++) {
+    size_t counts[] = {0, 1, 7, 1000, 65536 / mp_dtypes[t].size};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+      if (inplace_checked(comm, rank, nranks, mp_dtypes[t].type, counts[c],
+                          seed_of(nranks, (*step)++), b->recv, NULL, NULL))
+        return 1;
+  }
+  size_t big = BIG_BYTES_PER_RANK / ((size_t)nranks * 8);
+  if (inplace_checked(comm, rank, nranks, moecclFloat64, big, seed_of(nranks, (*step)++), b->recv,
+                      NULL, NULL) ||
+      inplace_checked(comm, rank, nranks, moecclInt8, 4099, seed_of(nranks, (*step)++), b->send + 3,
+                      NULL, NULL))
+    return 1;
+  for (int it = 0; it < 6; it++) { /* repeats, and out of place between them */
+    if (inplace_checked(comm, rank, nranks, moecclInt32, 3000, seed_of(nranks, (*step)++), b->recv,
+                        NULL, NULL))
+      return 1;
+    if (it % 3 == 2 && alltoall_checked(comm, rank, nranks, moecclInt32, 3000,
+                                        seed_of(nranks, (*step)++), b->send, b->recv, GUARD_BYTES))
+      return 1;
+  }
+  return 0;
+}
+
+/* In place: a moecclMemAlloc buffer (which peers map), a host stream, ranks
+ * that mix in-place and out-of-place buffers in one call, and a group. */
+static int in_place_paths(moecclComm_t comm, int rank, int nranks, buffers* b, int* step) {
+  void* pinned = NULL;
+  MP_OK_COMM(comm, moecclMemAlloc(&pinned, (size_t)nranks * 65536 + GUARD_BYTES));
+  int rc = 0;
+  size_t counts[] = {1, 129, 4096, 65536 / 4};
+  for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]) && !rc; c++)
+    rc = inplace_checked(comm, rank, nranks, moecclFloat32, counts[c], seed_of(nranks, (*step)++),
+                         pinned, NULL, NULL);
+  MP_OK_COMM(comm, moecclMemFree(pinned));
+  if (rc) return 1;
+  moecclStream_t st = NULL;
+  MP_OK_COMM(comm, moecclHostStreamCreate(&st));
+  rc = inplace_checked(comm, rank, nranks, moecclFloat16, 5000, seed_of(nranks, (*step)++), b->recv,
+                       st, NULL);
+  MP_OK_COMM(comm, moecclHostStreamDestroy(st));
+  if (rc) return 1;
+  rc = rank % 2 ? alltoall_checked(comm, rank, nranks, moecclFloat32, 777, seed_of(nranks, *step),
+                                   b->send, b->recv, GUARD_BYTES)
+                : inplace_checked(comm, rank, nranks, moecclFloat32, 777, seed_of(nranks, *step),
+                                  b->recv, NULL, NULL);
+  (*step)++;
+  if (rc) return 1;
+  unsigned char* single = mp_xmalloc((size_t)nranks * 2000 * 8 + GUARD_BYTES);
+  buffers other = {mp_xmalloc((size_t)nranks * 2000 * 8), mp_xmalloc((size_t)nranks * 2000 * 8), 0};
+  rc = inplace_checked(comm, rank, nranks, moecclUint64, 2000, seed_of(nranks, (*step)++), single,
+                       NULL, &other);
+  free(single);
+  free(other.send);
+  free(other.recv);
+  return rc;
+}
+
 static int body(moecclComm_t comm, int rank, int nranks, void* arg) {
   (void)arg;
   buffers b;
@@ -228,6 +326,8 @@ static int body(moecclComm_t comm, int rank, int nranks, void* arg) {
   if (!rc && mp_want("memreuse")) rc = memalloc_reuse(comm, rank, nranks, &step);
   if (!rc && mp_want("boundaries")) rc = boundaries(comm, rank, nranks, &step);
   if (!rc && mp_want("stress")) rc = stress(comm, rank, nranks, &b, &step);
+  if (!rc && mp_want("inplace")) rc = in_place_sizes(comm, rank, nranks, &b, &step);
+  if (!rc && mp_want("inplace")) rc = in_place_paths(comm, rank, nranks, &b, &step);
   free(b.send);
   free(b.recv);
   return rc;

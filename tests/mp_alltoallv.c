@@ -3,9 +3,9 @@
  * ranks: random uneven splits, many zero blocks, one hot destination with 80%
  * of the tokens, an all-zero call (also with NULL buffers), splits that change
  * every iteration (top-2 routing), 80-150 calls with random scenario, element
- * size and layout, overlapping send blocks, and about 2 MiB per rank.  Blocks
- * are laid out with gaps and in reversed or shuffled order in both buffers.
- * Element sizes 1, 2, 4 and 8.
+ * size and layout, overlapping send blocks, in place (sendbuff == recvbuff),
+ * and about 2 MiB per rank.  Blocks are laid out with gaps and in reversed
+ * or shuffled order in both buffers.  Element sizes 1, 2, 4 and 8.
  *
  * Every rank derives the whole count matrix from the seed, so its recvcounts
  * match what the others send.  Displacements are local: each rank lays out
@@ -154,6 +154,67 @@ static int run_case(moecclComm_t comm, int rank, int n, const vcase* c) {
   return rc;
 }
 
+/* The receive blocks of an in-place call, then every other byte against
+ * before, the buffer as the call started. */
+static int check_inplace(const char* what, unsigned char* buf, const unsigned char* before,
+                         size_t bytes, int n, const size_t* rcounts, const size_t* rdispls,
+                         size_t es, uint64_t seed, int me) {
+  for (int p = 0; p < n; p++) {
+    MP_CHECK_BLOCK(what, buf + rdispls[p] * es, es, rcounts[p], seed, p, me, 0);
+    memcpy(buf + rdispls[p] * es, before + rdispls[p] * es, rcounts[p] * es);
+  }
+  for (size_t i = 0; i < bytes; i++)
+    MP_CHECK(buf[i] == before[i], "%s: byte %zu of %zu, outside the receive blocks, changed", what,
+             i, bytes);
+  return 0;
+}
+
+/* In place (sendbuff == recvbuff): the send and the receive blocks are laid
+ * out in one buffer, the send blocks moved up by shift elements (0: both
+ * extents start at 0; rext/2: they overlap in part; rext: they lie apart).
+ * What the man page promises, and all that is checked: each receive block
+ * holds what its peer sent out of its buffer as the call started, and every
+ * other byte of the buffer (send data where no block lands, gaps, guard)
+ * keeps the value it had then. */
+static int run_inplace(moecclComm_t comm, int rank, int n, const vcase* c, int shift_kind) {
+  size_t* m = mp_xmalloc(sizeof(size_t) * (size_t)n * (size_t)n);
+  size_t* v = mp_xmalloc(sizeof(size_t) * 4 * (size_t)n);
+  size_t *scounts = v, *sdispls = v + n, *rcounts = v + 2 * n, *rdispls = v + 3 * n;
+  make_matrix(c, n, m);
+  for (int p = 0; p < n; p++)
+    scounts[p] = m[(size_t)rank * n + p], rcounts[p] = m[(size_t)p * n + rank];
+  mp_rng rng;
+  mp_rng_seed(&rng, c->seed ^ mp_mix64((uint64_t)rank + 2000));
+  size_t sext = layout(&rng, n, scounts, sdispls, c->order);
+  size_t rext = layout(&rng, n, rcounts, rdispls, c->order);
+  size_t shift = shift_kind == 0 ? 0 : shift_kind == 1 ? rext / 2 : rext, es = c->elsize;
+  for (int p = 0; p < n; p++) sdispls[p] += shift;
+  sext += shift;
+  size_t bytes = (sext > rext ? sext : rext) * es + GUARD_BYTES;
+  unsigned char* buf = mp_xmalloc(bytes);
+  unsigned char* before = mp_xmalloc(bytes);
+  mp_fill_sentinel(buf, bytes);
+  for (int p = 0; p < n; p++) mp_fill(buf + sdispls[p] * es, es, scounts[p], c->seed, rank, p, 0);
+  memcpy(before, buf, bytes);
+  char what[160];
+  snprintf(what, sizeof(what), "in-place alltoallv %s iter %d elsize %zu order %d shift %zu",
+           scenario_name[c->scenario], c->iter, es, (int)c->order, shift);
+  moecclResult_t res = moecclAlltoAllv(buf, scounts, sdispls, buf, rcounts, rdispls,
+                                       mp_dtype_of_size(es), comm, NULL);
+  int rc = 0;
+  if (res != moecclSuccess) {
+    mp_failf(__FILE__, __LINE__, "%s: moecclAlltoAllv returned %d (%s): %s", what, (int)res,
+             moecclGetErrorString(res), mp_last_error_text(comm));
+    rc = 1;
+  }
+  if (!rc) rc = check_inplace(what, buf, before, bytes, n, rcounts, rdispls, es, c->seed, rank);
+  free(buf);
+  free(before);
+  free(m);
+  free(v);
+  return rc;
+}
+
 static uint64_t seed_of(int n, int step) { return mp_mix64(((uint64_t)n << 40) ^ 0xA11A11ull ^ (uint64_t)step); }
 
 static const size_t elsizes[] = {1, 2, 4, 8};
@@ -206,6 +267,18 @@ static int overlapping_send_blocks(moecclComm_t comm, int rank, int n, int* step
   free(recv);
   free(v);
   return 0;
+}
+
+/* In place: every scenario but the large one, each layout, element size
+ * and shift of the send blocks; then the large one. */
+static int in_place(moecclComm_t comm, int rank, int n, int* step) {
+  for (int it = 0; it < 24; it++) {
+    vcase c = {(enum scenario)(it % (MOE + 1)), seed_of(n, (*step)++), elsizes[it % 4],
+               (enum order)(it / 2 % 4), it};
+    if (run_inplace(comm, rank, n, &c, it % 3)) return 1;
+  }
+  vcase c = {LARGE, seed_of(n, (*step)++), 8, ORDER_SHUFFLED_GAPS, 0};
+  return run_inplace(comm, rank, n, &c, 1);
 }
 
 /* MoE training loop: the split changes every iteration, element size too. */
@@ -293,6 +366,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("moe") && moe_loop(comm, rank, n, &step)) return 1;
   if (mp_want("fuzz") && fuzz(comm, rank, n, &step)) return 1;
   if (mp_want("overlap") && overlapping_send_blocks(comm, rank, n, &step)) return 1;
+  if (mp_want("inplace") && in_place(comm, rank, n, &step)) return 1;
   for (int it = 0; it < 2 && mp_want("large"); it++) {
     vcase c = {LARGE, seed_of(n, step++), 8, it ? ORDER_SHUFFLED_GAPS : ORDER_PACKED, it};
     if (run_case(comm, rank, n, &c)) return 1;

@@ -82,6 +82,10 @@ static int bad_alltoall(moecclComm_t comm, int n, void* s, void* r, moecclStream
   /* count*size fits, count*size*nranks does not (count*size itself for n=1). */
   BAD(comm, "count", moecclAlltoAll(s, r, SIZE_MAX / (4 * (size_t)n) + 1, moecclInt32, comm, NULL));
   BAD(comm, "stream", moecclAlltoAll(s, r, 1, moecclInt32, comm, bogus));
+  /* In place is sendbuff == recvbuff exactly; a buffer one byte off overlaps. */
+  char* sb = s;
+  BAD(comm, "only sendbuff == recvbuff", moecclAlltoAll(sb, sb + 1, 1, moecclInt32, comm, NULL));
+  BAD(comm, "only sendbuff == recvbuff", moecclAlltoAll(sb + 3, sb, 1, moecclInt32, comm, NULL));
   return 0;
 }
 
@@ -116,6 +120,9 @@ static int bad_alltoallv(moecclComm_t comm, int n, void* s, void* r, moecclStrea
   BAD(comm, "sdispls|sendcounts", moecclAlltoAllv(s, ones, huge, r, ones, displs, f, comm, NULL));
   BAD(comm, "rdispls|recvcounts", moecclAlltoAllv(s, ones, displs, r, ones, huge, f, comm, NULL));
   BAD(comm, "stream", moecclAlltoAllv(s, ones, displs, r, ones, displs, f, comm, bogus));
+  char* sb = s; /* extents that overlap, buffers that differ by 2 bytes */
+  BAD(comm, "only sendbuff == recvbuff",
+      moecclAlltoAllv(sb, ones, displs, sb + 2, ones, displs, f, comm, NULL));
   free(ones);
   free(displs);
   free(huge);
