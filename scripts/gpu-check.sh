@@ -14,34 +14,59 @@
 # BUILD=DIR names an autotools build directory to use instead.
 #
 # Stages, each with its own timeout, all within GPU_CHECK_BUDGET seconds
-# (default 400; a stage gets what is left, and is skipped with status 124
-# when nothing is):
-#   facts        GPU, driver, glibc
+# (default 330, so that with the summary and the archive the whole check
+# takes at most 6 minutes; a stage gets what is left, and is skipped with
+# status 124 when nothing is).  The correctness stages run once, without MPS:
+#   facts        GPU, driver, glibc, MPS, torch
 #   build        scripts/plain-build.sh into PLAIN_DIR (default build-plain;
 #                the CUDA backend loads libcuda.so.1 with dlopen)
 #   probe        gpu-carry/ipc_probe, the capability probe, when carried
 #   device       tests/test_device on the CUDA backend
 #   mp_device    tests/mp_device on 2, 4 and 8 ranks of the one GPU
 #   shim         the NCCL drop-in's own test (host memory)
-#   dev_perf_N   a2a_dev_perf on N = 2, 4, 8 ranks, 1 MiB to DEV_PERF_MAX (256M): moeccl, NCCL (where it
-#                runs several ranks on one GPU) and the device copy roofline
-#   nt_*         nccl-tests alltoall_perf (2, 4, 8 ranks), sendrecv_perf and
-#                all_reduce_perf (4 ranks) on moeccl's libnccl.so.2
+#   torch_N      tests/test_torch_dropin.py: PyTorch's torch.distributed,
+#                NCCL backend, moeccl's libnccl.so.2 preloaded, N = 2, 4
+#                ranks on GPU 0, every result checked, DDP for 5 steps
+#                ($PYTHON, default python3, must have torch with CUDA)
+#   baseline     unpacks NCCL >= 2.30 (gpu-carry/nccl/libnccl.so.2.xz,
+#                made by gpu-prep.sh) into a temporary folder
+# Then the MPS daemon starts, with its own pipe and log folders under a
+# temporary folder (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY, exported
+# to every rank), for the stages that time or that put many ranks through
+# nccl-tests; it is stopped at the end, on failure and interruption too, and
+# OUT/mps.txt says whether it ran (summary.json: "mps"):
+#   nt_C_N       nccl-tests C = alltoall, sendrecv, all_gather, broadcast
+#                (each row out of place and in place, every value checked:
+#                -c 1) on N = 2, 4, 8 ranks, on moeccl's libnccl.so.2: exit 0,
+#                #wrong 0
+#   dev_perf_N   a2a_dev_perf on N = 2, 4, 8 ranks, 1 MiB to DEV_PERF_MAX (256M):
+#                moeccl, NCCL (the baseline with --nccl-lib, where it runs
+#                several ranks on one GPU) and the device copy roofline
+#   (openmpi and nccl-tests come packed in gpu-carry/tools.tar.xz, unpacked
+#   into a temporary folder first)
+#   nccl_C_N     the same nccl-tests binaries on the baseline NCCL
+#                (NCCL_MULTI_RANK_GPU_ENABLE=1), for the busbw side by side
 #   summary      scripts/gpu-summary.py: $OUT/summary.json with every
-#                stage's status, the rows, and the targets of issue 10's
-#                section 7 checked
-# Logs and JSON go to $OUT (default /tmp/gpu-check).  GPU_CHECK_DEVICE=emu
-# runs the same stages on the host emulation (a dry run of this script on a
-# machine without a GPU; the nccl-tests stages then skip).
+#                stage's status, the rows, MPS, and the targets checked
+# Logs and JSON go to $OUT (default /tmp/gpu-check), and all of them into
+# one archive, $OUT/gpu-check-logs.tar.xz (a device call returns at most 8
+# files).  GPU_CHECK_DEVICE=emu runs the same stages on the host emulation
+# (a dry run of this script on a machine without a GPU; the stages that need
+# a GPU, the PyTorch, nccl-tests and baseline ones and MPS, then skip and
+# say why).  Knobs: NT_RANKS (default "2 4 8"), NT_SIZES (default
+# "-b 1M -e 64M -f 4"), GPU_CHECK_MPS=0 (no MPS), PYTHON.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/gpu-check}
 DEV=${GPU_CHECK_DEVICE:-cuda}
-BUDGET=${GPU_CHECK_BUDGET:-400}
+BUDGET=${GPU_CHECK_BUDGET:-330}
 CARRY=${GPU_CARRY:-$PWD/gpu-carry}
+PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 : >"$OUT/summary.txt"
 start=$(date +%s)
+tmp=$(mktemp -d /tmp/gpu-check.XXXXXX)
+mps_on=0
 
 stage() { # stage NAME SECONDS COMMAND...: runs it with the smaller of its limit and the budget left
   local name=$1 limit=$2
@@ -69,9 +94,53 @@ skip() { # skip NAME WHY
   echo "$1 77 0" >>"$OUT/summary.txt"
 }
 
+# The MPS daemon: its own folders, so that it meets no other daemon and
+# leaves nothing behind; the ranks find it through the two variables.
+mps_start() {
+  local why=
+  [ "$DEV" = cuda ] || why="the device is $DEV"
+  [ -z "$why" ] && [ "${GPU_CHECK_MPS:-1}" = 0 ] && why="GPU_CHECK_MPS=0"
+  [ -z "$why" ] && ! command -v nvidia-cuda-mps-control >/dev/null 2>&1 &&
+    why="no nvidia-cuda-mps-control on PATH"
+  if [ -z "$why" ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=$tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=$tmp/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if timeout 20 nvidia-cuda-mps-control -d >"$OUT/mps-start.log" 2>&1; then
+      mps_on=1
+    else
+      why="nvidia-cuda-mps-control -d failed: $(tail -n 3 "$OUT/mps-start.log" | tr '\n' ' ')"
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
+  fi
+  if [ $mps_on = 1 ]; then
+    echo "ran pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY" >"$OUT/mps.txt"
+    echo "== mps: the daemon runs ($CUDA_MPS_PIPE_DIRECTORY)"
+  else
+    echo "not-run $why" >"$OUT/mps.txt"
+    echo "== mps: not started: $why"
+  fi
+}
+mps_stop() {
+  [ $mps_on = 1 ] || return 0
+  mps_on=0
+  echo quit | timeout 20 nvidia-cuda-mps-control >>"$OUT/mps-stop.log" 2>&1 ||
+    echo "== mps: quit did not answer within 20s (see $OUT/mps-stop.log)"
+  cp -r "$CUDA_MPS_LOG_DIRECTORY" "$OUT/mps-log" 2>/dev/null
+  echo "stopped" >>"$OUT/mps.txt"
+}
+cleanup() {
+  mps_stop
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'echo "== interrupted"; exit 130' INT TERM
+
 stage facts 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode \
   --format=csv; nvidia-smi topo -m; ldd --version | head -1; uname -a; nproc; \
-  ls /usr/local/cuda/lib64/libnccl.so* 2>/dev/null; cc --version | head -1'
+  ls /usr/local/cuda/lib64/libnccl.so* 2>/dev/null; cc --version | head -1; \
+  command -v nvidia-cuda-mps-control || echo "no nvidia-cuda-mps-control"; \
+  '"$PYTHON"' -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \
+  \"nccl\", torch.cuda.nccl.version() if torch.version.cuda else None)" || echo "no torch for '"$PYTHON"'"'
 
 # moeccl: an autotools build carried in BUILD=DIR, else the plain build
 if [ -n "${BUILD:-}" ]; then
@@ -85,44 +154,97 @@ else
   bin() { echo "$plain/bin/$1"; }
   perf=$plain/bin/a2a_dev_perf
 fi
-export LD_LIBRARY_PATH="$lib:$shimlib:${LD_LIBRARY_PATH:-}"
+base_ld=${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH="$lib:$shimlib${base_ld:+:$base_ld}"
 export MOECCL_DEVICE=$DEV
 
+# ---- correctness, once, without MPS
 if [ -x "$CARRY/ipc_probe" ] && [ "$DEV" = cuda ]; then stage probe 60 "$CARRY/ipc_probe"; fi
 stage device 60 env MOECCL_DEBUG=INFO MOECCL_DEBUG_SUBSYS=INIT "$(bin test_device)"
 stage mp_device 150 env MP_VARIANTS=0 "$(bin mp_device)" 2 4 8
 stage shim 40 env MOECCL_DEVICE=none "$(bin test_nccl_shim)" # host memory: ncclMemAlloc's is touched by the host
+for n in 2 4; do
+  if [ "$DEV" != cuda ]; then
+    skip torch_$n "the device is $DEV: the PyTorch stage needs a GPU (tests/test_torch_dropin.py --gloo runs its checks on CPU)"
+  else
+    stage torch_$n $((45 + 30 * n)) env MOECCL_DEBUG=VERSION "$PYTHON" tests/test_torch_dropin.py \
+      --lib "$shimlib/libnccl.so.2" --ranks $n --deadline $((30 + 30 * n))
+  fi
+done
+
+# ---- the baseline: NCCL >= 2.30, carried pruned and compressed
+nccl=
+if [ "$DEV" != cuda ]; then
+  skip baseline "the device is $DEV: NCCL needs a GPU"
+elif [ ! -f "$CARRY/nccl/libnccl.so.2.xz" ]; then
+  skip baseline "no $CARRY/nccl/libnccl.so.2.xz (scripts/gpu-prep.sh makes it)"
+else
+  mkdir -p "$tmp/nccl"
+  stage baseline 40 bash -c 'xz -dc "$1" >"$2/libnccl.so.2" && cat "$3" 2>/dev/null; ls -l "$2"' _ \
+    "$CARRY/nccl/libnccl.so.2.xz" "$tmp/nccl" "$CARRY/nccl/SOURCE" && nccl=$tmp/nccl/libnccl.so.2
+fi
+
+# ---- performance and nccl-tests, under MPS
+mps_start
+mpi=$CARRY/openmpi nt=$CARRY/nccl-tests
+if [ "$DEV" = cuda ] && [ -f "$CARRY/tools.tar.xz" ]; then # gpu-prep.sh packs them
+  mkdir -p "$tmp/carry"
+  timeout 60 tar -xJf "$CARRY/tools.tar.xz" -C "$tmp/carry" >"$OUT/carry.log" 2>&1 &&
+    mpi=$tmp/carry/openmpi nt=$tmp/carry/nccl-tests
+fi
+why=
+[ "$DEV" = cuda ] || why="the device is $DEV: nccl-tests needs a GPU"
+[ -z "$why" ] && [ ! -x "$mpi/bin/mpirun" ] && why="no $mpi/bin/mpirun (scripts/gpu-prep.sh makes it)"
+NT_PROGS="alltoall sendrecv all_gather broadcast"
+for c in $NT_PROGS; do
+  [ -z "$why" ] && [ ! -x "$nt/${c}_perf" ] && why="no $nt/${c}_perf (scripts/gpu-prep.sh builds it)"
+done
+mps_vars=
+[ $mps_on = 1 ] && mps_vars="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
+nccl_test() { # nccl_test NAME RANKS LIBDIR PROGRAM [ENV=VALUE...]: one process per rank, all on GPU 0
+  local name=$1 n=$2 libdir=$3 prog=$4
+  shift 4
+  local xs=() e
+  for e in "$@"; do xs+=(-x "$e"); done
+  # shellcheck disable=SC2086 # mps_vars is a list of options
+  stage "$name" 40 env OPAL_PREFIX="$mpi" "$mpi/bin/mpirun" --allow-run-as-root --oversubscribe \
+    --bind-to none -np "$n" -x NCCL_TESTS_DEVICE=0 -x MOECCL_DEVICE -x MOECCL_DEBUG=VERSION $mps_vars \
+    "${xs[@]}" -x LD_LIBRARY_PATH="$libdir:$mpi/lib${base_ld:+:$base_ld}" \
+    "$nt/${prog}_perf" -g 1 -c 1 -w 2 -n 10 ${NT_SIZES:--b 1M -e 64M -f 4}
+}
+# the drop-in first on the path (nccl-tests has no RPATH); libmoeccl beside it
+for c in $NT_PROGS; do
+  for n in ${NT_RANKS:-2 4 8}; do
+    if [ -n "$why" ]; then skip nt_${c}_$n "$why"; else nccl_test nt_${c}_$n $n "$shimlib:$lib" $c; fi
+  done
+done
+
 # sizes: bytes each rank sends (the emulation's copies run on the host's cores)
 max=256M
 [ "$DEV" = cuda ] || max=16M
 for n in 2 4 8; do
-  stage dev_perf_$n 90 "$perf" -n $n -b 1M -e ${DEV_PERF_MAX:-$max} -f 4 -i 20 -w 3 -r 5 \
-    --json "$OUT/dev_perf_$n.json"
+  stage dev_perf_$n 60 "$perf" -n $n -b 1M -e ${DEV_PERF_MAX:-$max} -f 4 -i 20 -w 3 -r 5 \
+    ${nccl:+--nccl-lib "$nccl"} --json "$OUT/dev_perf_$n.json"
 done
 
-# nccl-tests, unchanged, on the drop-in: one process per rank, all on GPU 0
-mpi=$CARRY/openmpi nt=$CARRY/nccl-tests
-why=
-[ "$DEV" = cuda ] || why="the device is $DEV: nccl-tests needs a GPU"
-[ -z "$why" ] && [ ! -x "$mpi/bin/mpirun" ] && why="no $mpi/bin/mpirun (scripts/gpu-prep.sh makes it)"
-[ -z "$why" ] && [ ! -x "$nt/alltoall_perf" ] && why="no $nt/alltoall_perf (scripts/gpu-prep.sh builds it)"
-nccl_test() { # nccl_test NAME RANKS PROGRAM ARGS...
-  local name=$1 n=$2 prog=$3
-  shift 3
-  if [ -n "$why" ]; then
-    skip "$name" "$why"
-    return
-  fi
-  stage "$name" 60 env OPAL_PREFIX="$mpi" "$mpi/bin/mpirun" --allow-run-as-root --oversubscribe \
-    --bind-to none -np "$n" -x NCCL_TESTS_DEVICE=0 -x MOECCL_DEVICE -x MOECCL_DEBUG=VERSION \
-    -x LD_LIBRARY_PATH="$lib:$shimlib:$mpi/lib:${LD_LIBRARY_PATH:-}" \
-    "$nt/$prog" -g 1 -c 1 -w 5 -n 20 "$@"
-}
-for n in 2 4 8; do nccl_test nt_alltoall_$n $n alltoall_perf -b 1M -e 256M -f 4; done
-nccl_test nt_sendrecv_4 4 sendrecv_perf -b 1M -e 64M -f 4
-nccl_test nt_all_reduce_4 4 all_reduce_perf -b 1M -e 64M -f 4
+[ -z "$why" ] && [ -z "$nccl" ] && why="no baseline NCCL (see baseline.log)"
+for c in $NT_PROGS; do
+  for n in ${NT_RANKS:-2 4 8}; do
+    if [ -n "$why" ]; then skip nccl_${c}_$n "$why"; else
+      nccl_test nccl_${c}_$n $n "$(dirname "$nccl")" $c NCCL_MULTI_RANK_GPU_ENABLE=1; fi
+  done
+done
+mps_stop
 
-stage summary 20 python3 scripts/gpu-summary.py "$OUT" "$DEV"
+# outside the budget: at most 20 s for the summary and a few for the archive;
+# the verdict is summary.json's (this script exits 0 once it got that far)
+t0=$(date +%s)
+timeout -k 5 20 python3 scripts/gpu-summary.py "$OUT" "$DEV" >"$OUT/summary.log" 2>&1
+echo "summary $? $(($(date +%s) - t0))" >>"$OUT/summary.txt"
+cat "$OUT/summary.log"
 echo "== stages (name, status: 0 passed, 77 skipped, 124 out of time; seconds)"
 cat "$OUT/summary.txt"
-echo "== $(($(date +%s) - start))s in all; $OUT/summary.json"
+# the logs, JSON and MPS's own log; not a build folder that OUT may hold
+(cd "$OUT" && find . -maxdepth 1 -type f \( -name '*.log' -o -name '*.json' -o -name '*.txt' \) -printf '%P\n' |
+  { cat; [ -d mps-log ] && echo mps-log; } | tar -cJf gpu-check-logs.tar.xz -T -)
+echo "== $(($(date +%s) - start))s in all; $OUT/summary.json, logs in $OUT/gpu-check-logs.tar.xz"

@@ -3,9 +3,11 @@
 
   gpu-summary.py OUT [DEVICE]
 
-Reads OUT/summary.txt (stage, status, seconds), the a2a_dev_perf JSON of
-each rank count and the nccl-tests logs, and checks the targets of issue
-10's section 7:
+Reads OUT/summary.txt (stage, status, seconds), OUT/mps.txt (whether the
+MPS daemon ran), the a2a_dev_perf JSON of each rank count, the nccl-tests
+logs (nt_* on moeccl's drop-in, nccl_* on the baseline NCCL: their busbw
+side by side in "nccl_tests_side_by_side") and the PyTorch logs (torch_*),
+and checks the targets of issue 10's section 7 and issue 24:
   roof80       all-to-all on 4 and 8 ranks of one GPU at >= 64 MiB per rank:
                moeccl's time within 1/0.8 of the device copy roofline's
   vs_nccl      where NCCL ran several ranks on one GPU: moeccl at least as
@@ -14,6 +16,8 @@ each rank count and the nccl-tests logs, and checks the targets of issue
   nt_busbw     nccl-tests alltoall_perf on the drop-in: busbw within 10% of
                a2a_dev_perf's at the same sizes and rank counts
   nt_wrong     nccl-tests: #wrong 0 in every row, the drop-in loaded
+  torch        tests/test_torch_dropin.py passed on 2 and 4 ranks with the
+               drop-in mapped in every rank
 A target is true, false, or null with the reason it could not be judged.
 Prints the summary; exits 1 when a stage failed or a target is false.
 """
@@ -66,9 +70,59 @@ def nccl_test(path):
         except (IndexError, ValueError):
             continue  # a row that says N/A
     oob = re.search(r"# Out of bounds values\s*:\s*(\d+)", text)
+    lib = re.search(r"nccl-library=(\d+)", text)
     return {"rows": rows, "out_of_bounds": int(oob.group(1)) if oob else None,
             "drop_in_loaded": "moeccl version" in text,
+            "nccl_library": int(lib.group(1)) if lib else None,
             "version_line": next((l for l in text.splitlines() if "nccl-tests version" in l), None)}
+
+
+def mps(out):
+    """Whether gpu-check.sh ran the MPS daemon: OUT/mps.txt's first word, the rest, 'stopped'."""
+    path = os.path.join(out, "mps.txt")
+    if not os.path.exists(path):
+        return {"ran": False, "detail": "gpu-check.sh wrote no mps.txt", "stopped": None}
+    lines = open(path).read().split("\n")
+    first = lines[0].split(None, 1)
+    return {"ran": first[0] == "ran" if first else False, "detail": first[1] if len(first) > 1 else "",
+            "stopped": "stopped" in lines[1:] if first and first[0] == "ran" else None}
+
+
+def torch_logs(out, st):
+    """The PyTorch stages: status, drop-in proof and torch's NCCL version as the ranks printed them."""
+    res = {}
+    for name in sorted(st):
+        if not name.startswith("torch_"):
+            continue
+        path = os.path.join(out, name + ".log")
+        text = open(path, errors="replace").read() if os.path.exists(path) else ""
+        loaded = sorted({l.split("drop-in loaded: ", 1)[1].strip() for l in text.splitlines()
+                         if "drop-in loaded: " in l})
+        version = next((l.split("torch.cuda.nccl.version() = ", 1)[1].strip() for l in text.splitlines()
+                        if "torch.cuda.nccl.version() = " in l), None)
+        res[name] = {"status": st[name]["status"], "drop_in_loaded": loaded, "torch_nccl_version": version,
+                     "verdict": next((l.strip() for l in text.splitlines()
+                                      if l.startswith(("PASS", "FAIL", "SKIP"))), None)}
+    return res
+
+
+def side_by_side(nt):
+    """nccl-tests busbw (GB/s) of the drop-in (nt_C_N) and the baseline NCCL (nccl_C_N) per size."""
+    rows = []
+    for name, log in sorted(nt.items()):
+        if not name.startswith("nt_"):
+            continue
+        coll, n = name[3:].rsplit("_", 1)
+        ref = {r["bytes"]: r for r in nt.get("nccl_%s_%s" % (coll, n), {}).get("rows", [])}
+        for r in log["rows"]:
+            b = ref.get(r["bytes"])
+            row = {"op": coll, "ranks": int(n), "bytes": r["bytes"], "moeccl_oop_busbw": r["oop_busbw"],
+                   "moeccl_ip_busbw": r["ip_busbw"], "nccl_oop_busbw": b["oop_busbw"] if b else None,
+                   "nccl_ip_busbw": b["ip_busbw"] if b else None}
+            row["oop_ratio"] = (round(r["oop_busbw"] / b["oop_busbw"], 3)
+                                if b and b["oop_busbw"] > 0 else None)
+            rows.append(row)
+    return rows
 
 
 def main():
@@ -78,7 +132,7 @@ def main():
     dp = dev_perf(out)
     nt = {}
     for name in sorted(st):
-        if name.startswith("nt_") and st[name]["status"] != 77:
+        if name.startswith(("nt_", "nccl_")) and st[name]["status"] != 77:
             nt[name] = nccl_test(os.path.join(out, name + ".log"))
     targets = {}
 
@@ -137,21 +191,37 @@ def main():
                     bad.append(checked[-1])
     targets["nt_busbw"] = {"met": (not bad) if checked and not why else (False if bad else None),
                            "rows": checked, "why": why}
-    wrong = sum(r["oop_wrong"] + r["ip_wrong"] for l in nt.values() for r in l["rows"])
-    loaded = all(l["drop_in_loaded"] for l in nt.values())
-    ran = [k for k, l in nt.items() if l["rows"]]
-    targets["nt_wrong"] = {"met": (wrong == 0 and loaded and len(ran) == len(nt)) if nt else None,
+    ours = {k: l for k, l in nt.items() if k.startswith("nt_")}
+    wrong = sum(r["oop_wrong"] + r["ip_wrong"] for l in ours.values() for r in l["rows"])
+    loaded = all(l["drop_in_loaded"] for l in ours.values())
+    ran = [k for k, l in ours.items() if l["rows"]]
+    targets["nt_wrong"] = {"met": (wrong == 0 and loaded and len(ran) == len(ours)) if ours else None,
                            "wrong": wrong, "drop_in_loaded": loaded, "ran": ran,
-                           "why": None if nt else "the nccl-tests stages were skipped (see their logs)"}
+                           "why": None if ours else "the nccl-tests stages were skipped (see their logs)"}
+
+    tl = torch_logs(out, st)
+    ran = {k: v for k, v in tl.items() if v["status"] != 77}
+    targets["torch"] = {"met": all(v["status"] == 0 and v["drop_in_loaded"] for v in ran.values())
+                        if ran else None, "stages": tl,
+                        "why": None if ran else "the PyTorch stages were skipped (see their logs)"}
 
     failed = [k for k, v in st.items() if v["status"] not in (0, 77)]
-    summary = {"device": device, "stages": st, "failed_stages": failed, "targets": targets,
-               "a2a_dev_perf": dp, "nccl_tests": nt}
+    sbs = side_by_side(nt)
+    summary = {"device": device, "mps": mps(out), "stages": st, "failed_stages": failed,
+               "targets": targets, "a2a_dev_perf": dp, "nccl_tests": nt, "nccl_tests_side_by_side": sbs}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     for k, v in targets.items():
         print("target %-9s %s%s" % (k, {True: "met", False: "NOT met", None: "not judged"}[v["met"]],
                                     (": " + v["why"]) if v.get("why") else ""))
+    print("mps: %s" % ("ran" if summary["mps"]["ran"] else "not run: " + summary["mps"]["detail"]))
+    if sbs:
+        print("nccl-tests busbw GB/s, out of place (in place): moeccl's drop-in | NCCL")
+        for r in sbs:
+            print("  %-10s %d ranks %10d B  %8.2f (%8.2f) | %s" % (
+                r["op"], r["ranks"], r["bytes"], r["moeccl_oop_busbw"], r["moeccl_ip_busbw"],
+                "%8.2f (%8.2f)" % (r["nccl_oop_busbw"], r["nccl_ip_busbw"])
+                if r["nccl_oop_busbw"] is not None else "-"))
     print("failed stages: %s" % (" ".join(failed) or "none"))
     return 1 if failed or any(v["met"] is False for v in targets.values()) else 0
 

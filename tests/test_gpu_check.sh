@@ -1,9 +1,11 @@
 #!/bin/sh
 # scripts/gpu-check.sh as a dry run on the device seam's host emulation
 # (GPU_CHECK_DEVICE=emu): the build without autotools (plain-build.sh), the
-# device tests, the drop-in's test, a2a_dev_perf on 2, 4 and 8 ranks, the
-# nccl-tests stages skipped with their reason, and summary.json written with
-# no failed stage.  So the script a GPU machine runs cannot rot unseen.
+# device tests, the drop-in's test, a2a_dev_perf on 2, 4 and 8 ranks; the
+# stages that need a GPU (PyTorch, the baseline NCCL, nccl-tests on the
+# drop-in and on NCCL) skipped with their reason, MPS not started and
+# summary.json saying so, with no failed stage; the logs in one archive.
+# So the script a GPU machine runs cannot rot unseen.
 # The script has its own budget; the test's deadline is above it.
 srcdir=${srcdir:-.}
 out=$PWD/gpu-check.$$
@@ -15,11 +17,22 @@ rc=$?
 for s in build device mp_device shim dev_perf_2 dev_perf_4 dev_perf_8; do
   grep -q "^$s 0 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s did not pass"; fail=1; }
 done
-for s in nt_alltoall_2 nt_sendrecv_4 nt_all_reduce_4; do
+for s in torch_2 torch_4 baseline; do
   grep -q "^$s 77 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s not skipped"; fail=1; }
 done
-grep -q 'nccl-tests needs a GPU' "$out/nt_alltoall_2.log" 2>/dev/null ||
+for c in alltoall sendrecv all_gather broadcast; do
+  for n in 2 4 8; do
+    for s in nt_${c}_$n nccl_${c}_$n; do
+      grep -q "^$s 77 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s not skipped"; fail=1; }
+    done
+  done
+done
+grep -q 'nccl-tests needs a GPU' "$out/nt_alltoall_2.log" "$out/nccl_broadcast_8.log" 2>/dev/null ||
   { echo "FAIL: the skip gives no reason"; fail=1; }
+grep -q 'needs a GPU' "$out/torch_2.log" 2>/dev/null || { echo "FAIL: the PyTorch skip gives no reason"; fail=1; }
+grep -q '^not-run the device is emu' "$out/mps.txt" 2>/dev/null || { echo "FAIL: mps.txt"; fail=1; }
+tar -tJf "$out/gpu-check-logs.tar.xz" 2>/dev/null | grep -q '^summary.json$' ||
+  { echo "FAIL: no summary.json in the logs' archive"; fail=1; }
 python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -27,6 +40,8 @@ assert d["failed_stages"] == [], d["failed_stages"]
 assert all(len(d["a2a_dev_perf"][n]) == 4 for n in ("2", "4", "8")), "a2a_dev_perf rows"
 assert all(r["wrong"] == 0 for n in ("2", "4", "8") for r in d["a2a_dev_perf"][n]), "wrong values"
 assert d["targets"]["nt_wrong"]["met"] is None, "nccl-tests judged without running"
+assert d["targets"]["torch"]["met"] is None, "PyTorch judged without running"
+assert d["mps"]["ran"] is False and "emu" in d["mps"]["detail"], d["mps"]
 ' "$out/summary.json" || { echo "FAIL: summary.json"; fail=1; }
 [ $fail -eq 0 ] && rm -rf "$out" "$out.log" && echo "test_gpu_check: OK"
 exit $fail

@@ -28,6 +28,12 @@ tests_test_model_LDADD = libmoeccl_core.la -lm
 TESTS += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
 EXTRA_DIST += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
 
+# PyTorch's torch.distributed, unchanged: gloo on CPU tensors everywhere torch
+# is, the NCCL backend on the drop-in (shim/.libs/libnccl.so.2, preloaded)
+# where torch sees a GPU; skips without torch.
+TESTS += tests/test_torch_dropin.sh
+EXTRA_DIST += tests/test_torch_dropin.sh tests/test_torch_dropin.py
+
 # The device seam's host emulation (src/device/emu.c), across processes.
 check_PROGRAMS += tests/test_device
 TESTS += tests/test_device
