@@ -18,6 +18,8 @@ packages=(
   clang
   iproute2
   python3-matplotlib python3-numpy
+  # tests/test_torch_dropin.py (its gloo mode runs here; the NCCL mode needs a GPU)
+  python3-torch
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

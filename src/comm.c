@@ -53,12 +53,15 @@ static void comm_free(moeccl_comm_t* comm) {
   free(comm->reqs);
   free(comm->scratch);
   if (comm->dev_scratch) moeccl_device()->free(comm->dev_scratch);
+  for (int i = 0; i < comm->ndev_scratch_old; i++) moeccl_device()->free(comm->dev_scratch_old[i]);
+  free(comm->dev_scratch_old);
   free(comm->staging);
   free(comm->redops);
   free(comm->peers);
   free(comm->local_ranks);
   free(comm->peer_local_index);
   for (int k = 0; k < MOECCL_MEM_NKINDS; k++) free(comm->peer_transport[k]);
+  free(comm->peer_stream_transport);
   pthread_mutex_destroy(&comm->lock);
   pthread_mutex_destroy(&comm->order_lock);
   pthread_cond_destroy(&comm->order_cond);

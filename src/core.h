@@ -80,6 +80,9 @@ struct moecclComm {
   void* transport_state[4];
   int ntransports;
   uint8_t* peer_transport[MOECCL_MEM_NKINDS];
+  /* Per peer, the stream transport (MOECCL_TRANSPORT_CAP_STREAM) that
+   * lowers device schedules with it, 0xff none (moeccl_peer_stream_transport). */
+  uint8_t* peer_stream_transport;
 
   int forced_algo; /* all-to-all (MOECCL_ALGO); -1: tuner decides */
   int last_algo;   /* the tuner's previous choice, for logging changes */
@@ -130,6 +133,8 @@ struct moecclComm {
   size_t scratch_bytes;
   void* dev_scratch; /* scratch of calls on device buffers (device memory) */
   size_t dev_scratch_bytes;
+  void** dev_scratch_old; /* outgrown by lowered calls, freed at destroy */
+  int ndev_scratch_old;
   void* staging; /* reducing receives from transports that cannot reduce */
   size_t staging_bytes;
 

@@ -234,6 +234,128 @@ moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list) {
   return rc;
 }
 
+/* ---- device calls lowered onto their stream -------------------------------- */
+
+/* Whether buf is device memory (NULL counts as such: a buffer a rank does
+ * not use, as a Scatter's sendbuff off the root). */
+static int on_device(const void* buf) {
+  return !buf || moeccl_mem_of(buf).kind == MOECCL_MEM_DEVICE;
+}
+
+/* Whether every rank of the call can be reached by a stream transport:
+ * peers = -1, all of them; otherwise just that one. */
+static int stream_reach(const moeccl_comm_t* comm, int peer) {
+  if (peer >= 0) return peer == comm->rank || moeccl_peer_stream_transport(comm, peer) >= 0;
+  for (int p = 0; p < comm->nranks; p++)
+    if (p != comm->rank && moeccl_peer_stream_transport(comm, p) < 0) return 0;
+  return 1;
+}
+
+/* Whether a call goes to the stream path (docs/ARCHITECTURE.md): its
+ * buffers are all device memory, its stream is NULL (the legacy default
+ * stream) or a device stream, it moves bytes without reducing (all-to-all,
+ * send/recv, AllGather, Broadcast, Gather, Scatter), and a stream
+ * transport reaches its peers.  Every rank decides alike for a call whose
+ * ranks all pass device buffers, as NCCL requires. */
+static int lowerable(const moeccl_comm_t* comm, const moeccl_call_t* call, moecclStream_t stream) {
+  if (stream && moeccl_host_stream_valid(stream)) return 0;
+  if (!moeccl_device()) return 0;
+  switch (call->kind) {
+    case MOECCL_CALL_A2A:
+      return call->sendbuf && call->recvbuf && on_device(call->sendbuf) &&
+             on_device(call->recvbuf) && stream_reach(comm, -1);
+    case MOECCL_CALL_COLL:
+      return !call->coll.reduce && call->recvbuf && on_device(call->sendbuf) &&
+             on_device(call->recvbuf) && stream_reach(comm, -1);
+    case MOECCL_CALL_P2P:
+      for (int i = 0; i < call->np2p; i++)
+        if (!call->p2p[i].buf || !on_device(call->p2p[i].buf) ||
+            !stream_reach(comm, call->p2p[i].peer))
+          return 0;
+      return call->np2p > 0;
+    default: return 0;
+  }
+}
+
+/* The algorithm of a lowered call: the one forced by the environment, else
+ * direct (one step: every message of the call between one pair of flag
+ * rounds, which is what the copy engines want on one node). */
+static moecclResult_t lower_prepare(moeccl_comm_t* c, const moeccl_call_t* call,
+                                    moeccl_choice_t* choice) {
+  *choice = (moeccl_choice_t){0, 0};
+  if (call->kind == MOECCL_CALL_A2A && c->forced_algo < 0) {
+    choice->algo = MOECCL_A2A_DIRECT;
+    return moecclSuccess;
+  }
+  if (call->kind == MOECCL_CALL_COLL && c->forced_coll[call->coll.kind] < 0) {
+    choice->algo = MOECCL_COLL_DIRECT;
+    return moecclSuccess;
+  }
+  return moeccl_plan_prepare(c, call, choice);
+}
+
+/* Plans one call and queues it on stream (the caller has the call's turn
+ * and holds comm->lock). */
+static moecclResult_t lower_one(moeccl_comm_t* c, moeccl_call_t* call, moecclStream_t stream) {
+  moeccl_choice_t choice;
+  moecclResult_t rc = lower_prepare(c, call, &choice);
+  if (rc == moecclSuccess && choice.need_meta) { /* host memory: the host transports */
+    moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
+    rc = moeccl_executor_run(&job, 1);
+  }
+  if (rc == moecclSuccess) {
+    rc = moeccl_plan_build(c, call, &choice, &c->sched);
+    if (rc != moecclSuccess)
+      moeccl_comm_fail(c, rc,
+                       "planning failed after the call was issued on every rank; abort "
+                       "the communicator");
+  }
+  if (rc == moecclSuccess) rc = moeccl_executor_lower(c, &c->sched, stream);
+  return rc;
+}
+
+/* A call queued on its stream now, from the calling thread. */
+static moecclResult_t call_lower_now(moeccl_comm_t* c, moeccl_call_t* call, moecclStream_t stream) {
+  moeccl_comm_issue_wait(c);
+  pthread_mutex_lock(&c->lock);
+  moecclResult_t rc = lower_one(c, call, stream);
+  pthread_mutex_unlock(&c->lock);
+  moeccl_comm_retire(c, 1);
+  return rc;
+}
+
+/* Whether a group's tasks all go to the stream path: one communicator (so
+ * no two ranks can lower a group's communicators in different orders),
+ * every task lowerable. */
+static int list_lowerable(const moeccl_task_list_t* list, moecclStream_t stream) {
+  for (moeccl_task_t* t = list->head; t; t = t->next)
+    if (t->comm != list->head->comm || !lowerable(t->comm, task_call(t), stream)) return 0;
+  return list->head != NULL;
+}
+
+/* Lowers a group's issued tasks onto stream, in order, then frees them. */
+static moecclResult_t tasks_lower(moeccl_task_list_t* list, moecclStream_t stream) {
+  moeccl_comm_t* c = list->head->comm;
+  moecclResult_t rc = moecclSuccess;
+  for (moeccl_task_t* t = list->head; t && rc == moecclSuccess; t = t->next)
+    if (t->call.kind == MOECCL_CALL_P2P) rc = moeccl_plan_p2p_check(c, task_call(t));
+  if (rc != moecclSuccess) { /* nothing was queued: the communicator stays usable */
+    moeccl_tasks_abandon(list);
+    return rc;
+  }
+  int n = 0;
+  uint64_t first = list->head->ticket;
+  for (moeccl_task_t* t = list->head; t; t = t->next) n++;
+  moeccl_comm_wait_turn(c, first);
+  pthread_mutex_lock(&c->lock);
+  for (moeccl_task_t* t = list->head; t && rc == moecclSuccess; t = t->next)
+    rc = lower_one(c, task_call(t), stream);
+  pthread_mutex_unlock(&c->lock);
+  moeccl_comm_retire(c, n);
+  moeccl_tasks_free(list);
+  return rc;
+}
+
 static void list_append(moeccl_task_list_t* list, moeccl_task_t* t) {
   t->next = NULL;
   if (list->tail) list->tail->next = t;
@@ -288,6 +410,10 @@ MOECCL_EXPORT moecclResult_t moecclGroupEnd(void) {
   group_stream = NULL;
   int device = group_device;
   group_device = 0;
+  if (device && list_lowerable(&list, stream)) {
+    moeccl_tasks_issue(&list);
+    return tasks_lower(&list, stream);
+  }
   if (!stream && device) { /* as one call with device buffers on the NULL stream */
     moecclResult_t rc = default_stream_sync(NULL);
     if (rc != moecclSuccess) {
@@ -339,8 +465,13 @@ static moecclResult_t p2p_issue(moeccl_comm_t* comm, int type, void* buf, size_t
                                 moecclStream_t stream) {
   if (bytes == 0) return moecclSuccess; /* nothing to match: the peer skips it too */
   if (moeccl_mem_of(buf).kind == MOECCL_MEM_DEVICE) {
+    moeccl_p2p_op_t one = {type, peer, buf, bytes};
+    moeccl_call_t call = {.kind = MOECCL_CALL_P2P, .p2p = &one, .np2p = 1};
     if (moeccl_group_active()) group_device = 1;
-    else if (!stream) MOECCL_CHECK(default_stream_sync(comm));
+    else if (lowerable(comm, &call, stream)) {
+      MOECCL_CHECK(moeccl_plan_p2p_check(comm, &call));
+      return call_lower_now(comm, &call, stream);
+    } else if (!stream) MOECCL_CHECK(default_stream_sync(comm));
   }
   int is_new;
   moeccl_task_t* t = p2p_task(comm, &is_new);
@@ -482,6 +613,8 @@ moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, moeccl_call_t* call,
   int device;
   MOECCL_CHECK(check_kinds(comm, call, &device));
   if (moeccl_group_active()) group_device |= device;
+  if (device && !moeccl_group_active() && lowerable(comm, call, stream))
+    return call_lower_now(comm, call, stream);
   if (stream || moeccl_group_active()) return call_defer(comm, call, stream);
   /* Device buffers, NULL stream (stream.h): after the default stream's
    * work, which may still be writing sendbuff. */

@@ -22,4 +22,15 @@ typedef struct {
  * every job's queued requests are dropped. */
 moecclResult_t moeccl_executor_run(moeccl_job_t* jobs, int njobs);
 
+/* A device schedule (every buffer device memory; SEND, RECV and COPY ops
+ * only; peers reached by one stream transport) lowered onto a device
+ * stream (NULL: the legacy default stream): the transport queues the
+ * messages (transport.h: lower_begin, lower_step) and the executor the
+ * local copies between each step's two phases; the host waits for no
+ * device work.  When it returns, the call is queued; the stream completes
+ * it.  The caller holds comm->lock and has the call's turn. */
+moecclResult_t moeccl_executor_lower(moeccl_comm_t* comm, moeccl_sched_t* sched, void* stream);
+/* Whether moeccl_executor_lower can take sched. */
+int moeccl_executor_lowerable(const moeccl_comm_t* comm, const moeccl_sched_t* sched);
+
 #endif

@@ -21,7 +21,7 @@ libmoeccl_core_la_SOURCES = \
   src/topo/node.c src/topo/topo.c src/topo/topo.h \
   src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
   src/tune/model.c src/tune/model.h src/tune/tuner.c src/tune/tuner.h \
-  src/transport/transport.c src/transport/transport.h src/transport/shm.c
+  src/transport/transport.c src/transport/transport.h src/transport/shm.c src/transport/ipc.c
 libmoeccl_core_la_SOURCES += src/moe.c src/moe.h src/rows.c src/rows.h \
   src/algos/moe_algos.h src/algos/moe_dispatch.c
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h

@@ -9,6 +9,7 @@
 #include "core.h"
 
 #include "device/device.h"
+#include "transport/transport.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,18 @@ MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
   const moeccl_device_ops_t* d = moeccl_device();
   int device;
   if (d && d->pointer(ptr, &device)) {
-    moecclResult_t rc = d->free(ptr);
+    /* As cudaFree: after the device's queued work, which may still read or
+     * write it (a call on any stream returns once queued). */
+    moecclResult_t rc = d->sync_all();
+    if (rc != moecclSuccess)
+      return moeccl_error(NULL, rc, "moecclMemFree: the device's queued work failed (%s)",
+                          moecclGetErrorString(rc));
+    void* base;
+    size_t bytes;
+    uint64_t id;
+    int found = d->range(ptr, &base, &bytes, &id) == moecclSuccess && base == ptr;
+    rc = d->free(ptr);
+    if (rc == moecclSuccess && found) moeccl_ipc_forget(id); /* the peers may unmap it */
     if (rc == moecclInvalidArgument)
       return moeccl_error(NULL, rc,
                           "moecclMemFree: device pointer %p was not returned by "

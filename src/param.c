@@ -140,6 +140,10 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_DEVICE_EMU_LEGACY", MOECCL_PARAM_BOOL, "0",
      "emu backend: allocations export only legacy IPC handles, as cudaMalloc memory does", 0, 0,
      NULL, NULL, MOECCL_PARAM_FAIL},
+    {"MOECCL_DEVICE_STREAM_DISABLE", MOECCL_PARAM_BOOL, "0",
+     "device calls run by the host (a library thread per stream) instead of lowered onto the "
+     "caller's stream by the ipc transport",
+     0, 0, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_NCCL_VERSION", MOECCL_PARAM_INT, "22809",
      "the NCCL drop-in (libnccl.so.2) reports this version code from ncclGetVersion", 1000LL,
      999999LL, NULL, NULL, MOECCL_PARAM_WARN},

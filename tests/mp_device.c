@@ -43,6 +43,12 @@
  *             while rank 0 first waits for one from rank 2, whose
  *             descriptor must get into the same queue: rank 0 drains its
  *             socket whenever descriptors wait, not only when it needs one
+ *   counts    the structure of a repeated all-to-all on the same buffers, on
+ *             the NULL stream (lowered by the ipc transport): per call and
+ *             rank, the stream memory operations and copies queued, and no
+ *             descriptor passed, no allocation mapped, no system call, no
+ *             host function (thread hop) and no host wait for a stream;
+ *             the counts are printed (docs/ARCHITECTURE.md quotes them)
  *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
  *             buffers is refused on every rank with a text naming a peer on
  *             the other node, and the communicator goes on; send/recv of
@@ -61,6 +67,7 @@
 
 #include "device/device.h"
 #include "moeccl_moe.h"
+#include "transport/transport.h"
 #include "mp_harness.h"
 
 #define GUARD 256
@@ -71,8 +78,12 @@ static uint64_t seed_of(int n, int test, int k) {
   return mp_mix64(((uint64_t)n << 48) ^ ((uint64_t)test << 24) ^ (uint64_t)k ^ 0xDE71CE);
 }
 
-/* Host <-> device through the seam (the only way the test touches device memory). */
+/* Host <-> device through the seam (the only way the test touches device
+ * memory), after the legacy default stream's work: calls on the NULL stream
+ * are queued there and return, as with NCCL, so the test synchronizes it
+ * as a CUDA program would (cudaStreamSynchronize(0)). */
 static int to_dev(void* dst, const void* src, size_t bytes) {
+  if (D->synchronize(NULL) != moecclSuccess) return -1;
   return moeccl_device_copy(dst, src, bytes) == moecclSuccess ? 0 : -1;
 }
 #define from_dev to_dev
@@ -190,6 +201,51 @@ static int a2av(moecclComm_t comm, int rank, int n) {
     free(hr);
     MP_OK_COMM(comm, moecclMemFree(s));
     MP_OK_COMM(comm, moecclMemFree(r));
+  }
+  return 0;
+}
+
+/* In place on device buffers: alltoall, then alltoallv with the send blocks
+ * after the receive blocks' start (overlapping), gaps kept. */
+static int inplace(moecclComm_t comm, int rank, int n) {
+  size_t counts[] = {1, 1000, 70000};
+  for (int k = 0; k < 3; k++) {
+    uint64_t seed = seed_of(n, 9, k);
+    size_t count = counts[k], block = count * 4, total = block * (size_t)n;
+    unsigned char* b = dev_alloc(comm, total + GUARD);
+    MP_CHECK(b, "no device memory");
+    for (int j = 0; j < n; j++) MP_CHECK(dev_fill(b + j * block, 4, count, seed, rank, j) == 0, "fill");
+    MP_CHECK(dev_sentinel(b + total, GUARD) == 0, "sentinel");
+    MP_OK_COMM(comm, moecclAlltoAll(b, b, count, moecclFloat32, comm, NULL));
+    unsigned char* h = dev_read(b, total + GUARD);
+    MP_CHECK(h, "read");
+    for (int i = 0; i < n; i++) MP_CHECK_BLOCK("device in-place alltoall", h + i * block, 4, count, seed, i, rank, 0);
+    MP_CHECK_SENTINEL("device in-place alltoall guard", h + total, GUARD);
+    free(h);
+    MP_OK_COMM(comm, moecclMemFree(b));
+  }
+  for (int round = 0; round < 3; round++) {
+    uint64_t seed = seed_of(n, 10, round);
+    size_t sc[8], sd[8], rc[8], rd[8], rpos = 5, spos;
+    for (int p = 0; p < n; p++) rc[p] = v_count(seed, p, rank), rd[p] = rpos, rpos += rc[p] + 3;
+    spos = rpos / 2 * (size_t)round / 2 + 1;
+    for (int p = 0; p < n; p++) sc[p] = v_count(seed, rank, p), sd[p] = spos, spos += sc[p] + 2;
+    size_t bytes = (spos > rpos ? spos : rpos) * 4 + GUARD;
+    unsigned char* host = mp_xmalloc(bytes);
+    mp_fill_sentinel(host, bytes);
+    for (int p = 0; p < n; p++) mp_fill(host + sd[p] * 4, 4, sc[p], seed, rank, p, 0);
+    unsigned char* b = dev_alloc(comm, bytes);
+    MP_CHECK(b && to_dev(b, host, bytes) == 0, "device buffer");
+    MP_OK_COMM(comm, moecclAlltoAllv(b, sc, sd, b, rc, rd, moecclFloat32, comm, NULL));
+    unsigned char* h = dev_read(b, bytes);
+    MP_CHECK(h, "read");
+    for (int p = 0; p < n; p++) {
+      MP_CHECK_BLOCK("device in-place alltoallv", h + rd[p] * 4, 4, rc[p], seed, p, rank, 0);
+      memcpy(h + rd[p] * 4, host + rd[p] * 4, rc[p] * 4);
+    }
+    MP_CHECK(memcmp(h, host, bytes) == 0, "device in-place alltoallv: bytes outside the receive blocks changed");
+    free(h), free(host);
+    MP_OK_COMM(comm, moecclMemFree(b));
   }
   return 0;
 }
@@ -368,8 +424,14 @@ static int on_stream(moecclComm_t comm, int rank, int n) {
   unsigned char* s = dev_alloc(comm, bytes);
   unsigned char* r = dev_alloc(comm, bytes + GUARD);
   MP_CHECK(gate && s && r, "no device memory");
-  unsigned char* pattern = mp_xmalloc(bytes);
-  unsigned char* out = mp_xmalloc(bytes + GUARD);
+  /* Pinned host memory, as a CUDA program needs for copies queued behind a
+   * wait: from pageable memory cuMemcpyAsync first waits for the stream's
+   * earlier work (here the gate this thread opens later), which hung this
+   * test on an H200; the emulation does the same. */
+  unsigned char *pattern = NULL, *out = NULL;
+  MP_CHECK(D->host_alloc((void**)&pattern, bytes) == moecclSuccess &&
+               D->host_alloc((void**)&out, bytes + GUARD) == moecclSuccess,
+           "no pinned host memory");
   for (int p = 0; p < n; p++) mp_fill(pattern + p * count * 4, 4, count, seed, rank, p, 0);
   MP_CHECK(dev_sentinel(s, bytes) == 0 && dev_sentinel(r, bytes + GUARD) == 0, "sentinel");
   MP_CHECK(to_dev(gate, &(uint64_t){0}, 8) == 0, "gate");
@@ -413,8 +475,8 @@ static int on_stream(moecclComm_t comm, int rank, int n) {
   MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &async));
   MP_CHECK(async == moecclSuccess, "async error %d after the stream calls", (int)async);
   MP_CHECK(D->stream_destroy(st) == moecclSuccess, "stream destroy");
-  free(pattern);
-  free(out);
+  D->host_free(pattern);
+  D->host_free(out);
   MP_OK_COMM(comm, moecclMemFree(gate));
   MP_OK_COMM(comm, moecclMemFree(s));
   MP_OK_COMM(comm, moecclMemFree(r));
@@ -573,10 +635,15 @@ static int refused(moecclComm_t comm, int rank, int n) {
   MP_OK_COMM(comm, moecclMemFree(p));
   rc = moecclMemAllocDevice(NULL, 4096, 0);
   MP_CHECK(rc == moecclInvalidArgument, "a NULL ptr gave %d", (int)rc);
-  /* A stream that is neither a host stream nor a live device stream. */
-  int not_a_stream;
-  rc = moecclAlltoAll(d, d, 0, moecclFloat32, comm, (moecclStream_t)&not_a_stream);
-  MP_CHECK(rc == moecclInvalidArgument, "a made-up stream gave %d", (int)rc);
+  /* A stream that is neither a host stream nor a live device stream: the
+   * emulation knows its streams and refuses it; on CUDA a made-up stream
+   * is undefined behaviour, as with NCCL (moeccl(3)), and reached the
+   * driver (SIGSEGV on an H200): not tried there. */
+  if (D == &moeccl_device_emu_ops) {
+    int not_a_stream;
+    rc = moecclAlltoAll(d, d, 0, moecclFloat32, comm, (moecclStream_t)&not_a_stream);
+    MP_CHECK(rc == moecclInvalidArgument, "a made-up stream gave %d", (int)rc);
+  }
   MP_OK_COMM(comm, moecclMemFree(d));
   rc = moecclMemFree((char*)d + 64); /* inside no allocation any more */
   MP_CHECK(rc == moecclInvalidArgument, "freeing a freed device pointer gave %d", (int)rc);
@@ -642,12 +709,129 @@ static int nodes(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+/* The calls of one stream (NULL or st), counted by the emulation and the
+ * ipc transport. */
+typedef struct {
+  moeccl_ipc_stats_t ipc;
+  moeccl_device_emu_counts_t emu;
+} snap_t;
+
+static void snap(moecclComm_t comm, snap_t* out) {
+  moeccl_ipc_stats(comm, &out->ipc);
+  moeccl_device_emu_counts(&out->emu);
+}
+
+static int count_calls(moecclComm_t comm, int rank, int n, void* st, const char* path) {
+  enum { CALLS = 20 };
+  size_t count = 4096, bytes = count * 4 * (size_t)n;
+  void* s = dev_alloc(comm, bytes);
+  void* r = dev_alloc(comm, bytes);
+  MP_CHECK(s && r, "no device memory");
+  MP_CHECK(dev_fill(s, 4, count * (size_t)n, seed_of(n, 11, 0), rank, 0) == 0, "fill");
+  MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, st)); /* maps, hands over */
+  MP_CHECK(D->synchronize(st) == moecclSuccess, "sync");
+  snap_t a, b;
+  snap(comm, &a);
+  for (int i = 0; i < CALLS; i++) MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, st));
+  int lowered = strcmp(path, "stream path") == 0;
+  if (lowered) snap(comm, &b); /* what the calls queued, before any wait */
+  MP_CHECK(D->synchronize(st) == moecclSuccess, "sync");
+  if (!lowered) { /* the host path's work runs later, on a library thread */
+    MP_CHECK(D->synchronize(NULL) == moecclSuccess, "sync");
+    snap(comm, &b);
+    b.emu.syncs -= 2; /* the test's own */
+  }
+  double k = CALLS;
+  uint64_t memops = b.emu.memops - a.emu.memops, copies = b.emu.copies - a.emu.copies;
+  uint64_t fns = b.emu.host_fns - a.emu.host_fns, syncs = b.emu.syncs - a.emu.syncs;
+  if (rank == 0)
+    printf("counts: %s, %s stream, rank 0 of %d, per repeated moecclAlltoAll (%zu B per peer): "
+           "%.1f copies, %.1f stream memory operations in %.1f batches, %.1f host functions, "
+           "%.1f host waits for a stream, %.1f send-buffer look-ups, %.1f descriptors, %.1f "
+           "mappings, %.1f socket system calls; the host waited for a peer's call in %.0f%% of "
+           "calls\n",
+           path, st ? "a device" : "the NULL", n, count * 4, copies / k, memops / k,
+           (double)(b.ipc.batches - a.ipc.batches) / k, fns / k, syncs / k,
+           (double)(b.ipc.range_queries - a.ipc.range_queries) / k,
+           (double)(b.ipc.fds_sent - a.ipc.fds_sent) / k, (double)(b.ipc.imports - a.ipc.imports) / k,
+           (double)(b.ipc.syscalls - a.ipc.syscalls) / k,
+           100.0 * (double)(b.ipc.host_waits - a.ipc.host_waits) / k);
+  if (lowered) {
+    MP_CHECK(b.ipc.calls - a.ipc.calls == CALLS, "%llu calls lowered, want %d",
+             (unsigned long long)(b.ipc.calls - a.ipc.calls), CALLS);
+    MP_CHECK(b.ipc.fds_sent == a.ipc.fds_sent && b.ipc.handles_sent == a.ipc.handles_sent &&
+                 b.ipc.imports == a.ipc.imports,
+             "a repeated call handed over or mapped allocations");
+    MP_CHECK(b.ipc.syscalls == a.ipc.syscalls, "a repeated call made system calls on the socket");
+    MP_CHECK(fns == 0, "%llu host functions queued (library thread hops)", (unsigned long long)fns);
+    MP_CHECK(syncs == 0, "the library waited for a stream %llu times", (unsigned long long)syncs);
+    /* per call, with direct (the stream path's own choice, unless
+     * MOECCL_ALGO forces another): n-1 copies and the self block; two
+     * batches: ready writes and waits (2(n-1)), read marks and waits
+     * (2(n-1)) and the passed flag */
+    const char* algo = getenv("MOECCL_ALGO");
+    if (algo && *algo) goto done;
+    MP_CHECK(copies == (uint64_t)CALLS * (uint64_t)n, "%llu copies", (unsigned long long)copies);
+    MP_CHECK(memops == (uint64_t)CALLS * (4 * (uint64_t)(n - 1) + 1),
+             "%llu stream memory operations", (unsigned long long)memops);
+    MP_CHECK(b.ipc.range_queries - a.ipc.range_queries == CALLS, "send-buffer look-ups");
+  }
+done:
+  MP_OK_COMM(comm, moecclMemFree(s));
+  MP_OK_COMM(comm, moecclMemFree(r));
+  return 0;
+}
+
+/* Fresh buffers every call, freed after it: the peers unmap what their
+ * owners freed, so what stays mapped does not grow with the calls. */
+static int churn(moecclComm_t comm, int rank, int n) {
+  enum { ROUNDS = 12 };
+  size_t count = 1000, bytes = count * 4 * (size_t)n;
+  moeccl_ipc_stats_t a, b;
+  moeccl_ipc_stats(comm, &a);
+  for (int k = 0; k < ROUNDS; k++) {
+    void* s = dev_alloc(comm, bytes);
+    void* r = dev_alloc(comm, bytes);
+    MP_CHECK(s && r, "no device memory");
+    uint64_t seed = seed_of(n, 12, (uint64_t)k);
+    for (int p = 0; p < n; p++)
+      MP_CHECK(dev_fill((char*)s + p * count * 4, 4, count, seed, rank, p) == 0, "fill");
+    MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, NULL));
+    unsigned char* h = dev_read(r, bytes);
+    MP_CHECK(h, "read");
+    for (int p = 0; p < n; p++) MP_CHECK_BLOCK("fresh buffers", h + p * count * 4, 4, count, seed, p, rank, 0);
+    free(h);
+    MP_OK_COMM(comm, moecclMemFree(s));
+    MP_OK_COMM(comm, moecclMemFree(r));
+  }
+  moeccl_ipc_stats(comm, &b);
+  int64_t mapped = (int64_t)(b.imports - a.imports) - (int64_t)(b.unmaps - a.unmaps); /* may be < 0 */
+  const char* algo = getenv("MOECCL_ALGO"); /* bruck sends from scratch: nothing new to map */
+  MP_CHECK((algo && *algo) || b.imports - a.imports >= (uint64_t)ROUNDS * (uint64_t)(n - 1) - (uint64_t)(n - 1),
+           "%llu imports for %d rounds", (unsigned long long)(b.imports - a.imports), ROUNDS);
+  MP_CHECK(mapped <= 2 * (int64_t)(n - 1), "%lld more of the peers' allocations mapped after %d rounds",
+           (long long)mapped, ROUNDS);
+  return 0;
+}
+
+static int counts(moecclComm_t comm, int rank, int n) {
+  if (D != &moeccl_device_emu_ops) return 0; /* counted on the emulation */
+  if (moeccl_peer_stream_transport(comm, (rank + 1) % n) >= 0 && churn(comm, rank, n)) return 1;
+  const char* path = moeccl_peer_stream_transport(comm, (rank + 1) % n) >= 0 ? "stream path" : "host path";
+  void* st = NULL;
+  MP_CHECK(D->stream_create(&st) == moecclSuccess, "no device stream");
+  int rc = count_calls(comm, rank, n, NULL, path) || count_calls(comm, rank, n, st, path);
+  MP_CHECK(D->stream_destroy(st) == moecclSuccess, "stream destroy");
+  return rc;
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   D = moeccl_device();
   MP_CHECK(D, "no device backend (MOECCL_DEVICE=%s)", getenv("MOECCL_DEVICE"));
   if (mp_want("a2a") && a2a(comm, rank, n)) return 1;
   if (mp_want("a2av") && a2av(comm, rank, n)) return 1;
+  if (mp_want("inplace") && inplace(comm, rank, n)) return 1;
   if (mp_want("p2p") && p2p(comm, rank, n)) return 1;
   if (mp_want("coll") && coll(comm, rank, n)) return 1;
   if (mp_want("reuse") && reuse(comm, rank, n)) return 1;
@@ -657,6 +841,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("refused") && refused(comm, rank, n)) return 1;
   if (mp_want("flood") && flood(comm, rank, n)) return 1;
   if (mp_want("nodes") && nodes(comm, rank, n)) return 1;
+  if (mp_want("counts") && counts(comm, rank, n)) return 1;
   return 0;
 }
 
@@ -669,6 +854,10 @@ static const mp_variant variants[] = {
     {"reduce-tree", {"MOECCL_ALLREDUCE_ALGO=tree", "MOECCL_REDUCE_ALGO=tree", "MP_SUBTESTS=reduce"}, "3"},
     {"reduce-direct", {"MOECCL_ALLREDUCE_ALGO=direct", "MOECCL_REDUCESCATTER_ALGO=direct", "MP_SUBTESTS=reduce"}, "3,4"},
     {"two-nodes", {"MP_RANKS_PER_NODE=2", "MP_SUBTESTS=nodes"}, "4"},
+    /* the host-driven path the stream path replaced, still used for what it
+     * cannot lower (reductions, MoE) and on request */
+    {"host-path", {"MOECCL_DEVICE_STREAM_DISABLE=1"}, "3"},
+    {"host-path-delays", {"MOECCL_DEVICE_STREAM_DISABLE=1", "MOECCL_DEVICE_EMU_DELAY_US=200"}, "2"},
     {NULL, {NULL}, NULL},
 };
 

@@ -49,7 +49,13 @@ CU_FN(cuIpcGetMemHandle);
 CU_FN(cuIpcOpenMemHandle);
 CU_FN(cuIpcCloseMemHandle);
 CU_FN(cuCtxGetDevice);
+CU_FN(cuCtxSynchronize);
 CU_FN(cuMemHostAlloc);
+CU_FN(cuMemFreeHost);
+CU_FN(cuMemHostRegister);
+CU_FN(cuMemHostUnregister);
+CU_FN(cuMemHostGetDevicePointer);
+CU_FN(cuStreamBatchMemOp);
 
 #define MAX_DEVICES 64
 #define CU_TRY(call)                                                                               \
@@ -107,7 +113,14 @@ static void load(void) {
   LOAD(lib, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
   LOAD(lib, cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
   LOAD(lib, cuCtxGetDevice, "cuCtxGetDevice");
+  LOAD(lib, cuCtxSynchronize, "cuCtxSynchronize");
   LOAD(lib, cuMemHostAlloc, "cuMemHostAlloc");
+  LOAD(lib, cuMemFreeHost, "cuMemFreeHost");
+  LOAD(lib, cuMemHostRegister, "cuMemHostRegister_v2");
+  LOAD(lib, cuMemHostUnregister, "cuMemHostUnregister");
+  LOAD(lib, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+  /* optional: without it, mem_ops queues one operation per call */
+  p_cuStreamBatchMemOp = (__typeof__(p_cuStreamBatchMemOp))dlsym(lib, "cuStreamBatchMemOp_v2");
   if (load_error[0]) return;
   CUresult rc = p_cuInit(0);
   if (rc == CUDA_SUCCESS) rc = p_cuDeviceGetCount(&ndevices);
@@ -339,12 +352,23 @@ static moecclResult_t cu_stream_create(void** stream) {
   return moecclSuccess;
 }
 
+/* Ordered with the legacy default stream both ways (cuStreamCreate's
+ * default flags, cudaStreamCreate's). */
+static moecclResult_t cu_stream_create_blocking(void** stream) {
+  CU_TRY(use_device(-1));
+  CUstream s;
+  if (p_cuStreamCreate(&s, CU_STREAM_DEFAULT) != CUDA_SUCCESS) return moecclUnhandledCudaError;
+  *stream = s;
+  return moecclSuccess;
+}
+
 static int cu_stream_valid(const void* stream) {
   (void)stream;
   return 1; /* not cheaply knowable: a bad one fails when used */
 }
 
 static moecclResult_t cu_stream_destroy(void* stream) {
+  if (!stream) return moecclInvalidArgument; /* the legacy stream is not ours to destroy */
   CU_TRY(use_device(-1));
   return res(p_cuStreamDestroy((CUstream)stream));
 }
@@ -366,6 +390,76 @@ static moecclResult_t cu_write_value(void* stream, volatile uint64_t* addr, uint
   CU_TRY(use_device(-1));
   return res(p_cuStreamWriteValue64((CUstream)stream, (CUdeviceptr)addr, value,
                                     CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
+/* One batch of stream memory operations per MOECCL_DEV_MEMOPS_MAX, in
+ * order; one call per operation where the driver has no batch. */
+static moecclResult_t cu_mem_ops(void* stream, const moeccl_dev_memop_t* ops, int n) {
+  CU_TRY(use_device(-1));
+  CUstreamBatchMemOpParams p[64];
+  for (int i = 0; i < n;) {
+    int k = 0;
+    for (; i < n && k < 64; i++, k++) {
+      memset(&p[k], 0, sizeof(p[k]));
+      if (!p_cuStreamBatchMemOp) {
+        CUresult rc = ops[i].wait ? p_cuStreamWaitValue64((CUstream)stream, (CUdeviceptr)ops[i].addr,
+                                                          ops[i].value, CU_STREAM_WAIT_VALUE_GEQ)
+                                  : p_cuStreamWriteValue64((CUstream)stream, (CUdeviceptr)ops[i].addr,
+                                                           ops[i].value, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (rc != CUDA_SUCCESS) return moecclUnhandledCudaError;
+        continue;
+      }
+      if (ops[i].wait) {
+        p[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+        p[k].waitValue.address = (CUdeviceptr)ops[i].addr;
+        p[k].waitValue.value64 = ops[i].value;
+        p[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+      } else {
+        p[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        p[k].writeValue.address = (CUdeviceptr)ops[i].addr;
+        p[k].writeValue.value64 = ops[i].value;
+        p[k].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+      }
+    }
+    if (p_cuStreamBatchMemOp && k &&
+        p_cuStreamBatchMemOp((CUstream)stream, (unsigned)k, p, 0) != CUDA_SUCCESS)
+      return moecclUnhandledCudaError;
+  }
+  return moecclSuccess;
+}
+
+static moecclResult_t cu_host_alloc(void** ptr, size_t bytes) {
+  CU_TRY(use_device(-1));
+  void* p = NULL;
+  if (p_cuMemHostAlloc(&p, bytes ? bytes : 1, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
+      CUDA_SUCCESS)
+    return moecclSystemError;
+  *ptr = p;
+  return moecclSuccess;
+}
+
+static void cu_host_free(void* ptr) {
+  if (ptr && use_device(-1) == moecclSuccess) p_cuMemFreeHost(ptr);
+}
+
+/* Portable and mapped: with unified addressing the host address is the
+ * device address stream memory operations and copies take. */
+static moecclResult_t cu_host_register(void* ptr, size_t bytes, void** dev) {
+  CU_TRY(use_device(-1));
+  if (p_cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) !=
+      CUDA_SUCCESS)
+    return moecclSystemError;
+  CUdeviceptr d = 0;
+  if (p_cuMemHostGetDevicePointer(&d, ptr, 0) != CUDA_SUCCESS) {
+    p_cuMemHostUnregister(ptr);
+    return moecclSystemError;
+  }
+  *dev = (void*)d;
+  return moecclSuccess;
+}
+
+static void cu_host_unregister(void* ptr) {
+  if (ptr && use_device(-1) == moecclSuccess) p_cuMemHostUnregister(ptr);
 }
 
 /* Pinned, mapped into every context (portable): with unified addressing
@@ -401,6 +495,11 @@ static moecclResult_t cu_synchronize(void* stream) {
   return res(p_cuStreamSynchronize((CUstream)stream));
 }
 
+static moecclResult_t cu_sync_all(void) {
+  CU_TRY(use_device(-1));
+  return res(p_cuCtxSynchronize());
+}
+
 const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .name = "cuda",
     .count = cu_count,
@@ -416,14 +515,21 @@ const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .ipc_close = cu_ipc_close,
     .current = cu_current,
     .stream_create = cu_stream_create,
+    .stream_create_blocking = cu_stream_create_blocking,
     .stream_valid = cu_stream_valid,
     .stream_destroy = cu_stream_destroy,
     .copy_async = cu_copy_async,
     .wait_value = cu_wait_value,
     .write_value = cu_write_value,
+    .mem_ops = cu_mem_ops,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .host_register = cu_host_register,
+    .host_unregister = cu_host_unregister,
     .host_fn = cu_host_fn,
     .host_flags = cu_host_flags,
     .host_write = cu_host_write,
     .query = cu_query,
     .synchronize = cu_synchronize,
+    .sync_all = cu_sync_all,
 };

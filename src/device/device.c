@@ -40,19 +40,15 @@ const moeccl_device_ops_t* moeccl_device(void) {
   return picked;
 }
 
-/* The library's copy stream: made on first use, destroyed at exit. */
+/* The library's copy stream: made on first use and never destroyed.  No
+ * CUDA call may run from an exit-time handler: the driver may be torn down
+ * before atexit handlers run (on an H200, cuStreamDestroy from such a
+ * handler crashed nccl-tests at exit), and the process's end frees the
+ * stream anyway. */
 static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER;
 static void* copy_stream;
-static const moeccl_device_ops_t* copy_backend;
 
 static pid_t copy_owner; /* a forked child inherits the pointer, not the stream */
-
-static void copy_stream_destroy(void) {
-  pthread_mutex_lock(&copy_lock);
-  if (copy_stream && copy_owner == getpid()) copy_backend->stream_destroy(copy_stream);
-  copy_stream = NULL;
-  pthread_mutex_unlock(&copy_lock);
-}
 
 moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes) {
   const moeccl_device_ops_t* d = moeccl_device();
@@ -64,8 +60,6 @@ moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes) {
   if (!copy_stream) {
     rc = d->stream_create(&copy_stream);
     if (rc == moecclSuccess) {
-      copy_backend = d;
-      if (!copy_owner) atexit(copy_stream_destroy);
       copy_owner = getpid();
     } else {
       copy_stream = NULL;

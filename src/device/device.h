@@ -28,6 +28,14 @@
 
 #define MOECCL_IPC_HANDLE_BYTES 64
 
+/* One stream memory operation of a batch (mem_ops). */
+typedef struct moeccl_dev_memop {
+  volatile uint64_t* addr;
+  uint64_t value;
+  int wait; /* 1: wait until *addr >= value; 0: write value */
+} moeccl_dev_memop_t;
+#define MOECCL_DEV_MEMOPS_MAX 255
+
 typedef struct moeccl_device_ops {
   const char* name;
   /* Devices this process sees (0 when none). */
@@ -58,12 +66,25 @@ typedef struct moeccl_device_ops {
   /* The device this thread works on (CUDA: the current context's; the
    * emulation: 0). */
   int (*current)(void);
-  /* Streams. */
+  /* Streams.  stream_create makes a non-blocking one (CU_STREAM_NON_BLOCKING:
+   * no implicit order with the legacy default stream), as the library and
+   * most frameworks use; stream_create_blocking one that is ordered with
+   * the legacy default stream both ways (cudaStreamCreate's default).
+   * Every stream argument may be NULL: the legacy default stream. */
   moecclResult_t (*stream_create)(void** stream);
+  moecclResult_t (*stream_create_blocking)(void** stream);
   /* 0 when stream is surely not a live stream of this backend (the
-   * emulation knows its streams; CUDA cannot tell cheaply: 1). */
+   * emulation knows its streams; CUDA cannot tell cheaply: 1, and a
+   * made-up pointer reaching the driver is undefined behaviour there, as
+   * it is with NCCL). */
   int (*stream_valid)(const void* stream);
   moecclResult_t (*stream_destroy)(void* stream);
+  /* As cuMemcpyAsync: with pinned host memory (host_alloc, host_register)
+   * or device memory on both sides it is queued and returns; a side in
+   * pageable host memory makes it synchronous as CUDA does (from pageable
+   * memory: the stream's earlier work is waited for first; into it: returns
+   * once the copy is done), so it must not be used on a stream held by a
+   * wait the caller itself would release. */
   moecclResult_t (*copy_async)(void* dst, const void* src, size_t bytes, void* stream);
   moecclResult_t (*wait_value)(void* stream, volatile uint64_t* addr, uint64_t value);
   /* Host memory for flags that streams of every device wait on and the host
@@ -74,6 +95,21 @@ typedef struct moeccl_device_ops {
   moecclResult_t (*host_flags)(void** ptr, size_t bytes);
   void (*host_write)(volatile uint64_t* addr, uint64_t value);
   moecclResult_t (*write_value)(void* stream, volatile uint64_t* addr, uint64_t value);
+  /* n waits (wait 1: until *addr >= value) and writes, queued in array
+   * order as one batch where the driver has one (cuStreamBatchMemOp, up to
+   * MOECCL_DEV_MEMOPS_MAX per batch); addr in device memory or registered
+   * host memory. */
+  moecclResult_t (*mem_ops)(void* stream, const struct moeccl_dev_memop* ops, int n);
+  /* Pinned host memory, mapped for every device (host_free releases it),
+   * and pinning of existing host memory (page-aligned, e.g. a shared
+   * mapping other processes also register): streams copy to and from it
+   * asynchronously and wait on and write flags in it; host_register
+   * gives the address streams use for ptr (*dev; with unified addressing
+   * ptr itself). */
+  moecclResult_t (*host_alloc)(void** ptr, size_t bytes);
+  void (*host_free)(void* ptr);
+  moecclResult_t (*host_register)(void* ptr, size_t bytes, void** dev);
+  void (*host_unregister)(void* ptr);
   moecclResult_t (*host_fn)(void* stream, void (*fn)(void*), void* arg);
   /* moecclSuccess when all queued work is done, moecclInProgress while some
    * is not, else the error that stopped the stream.  synchronize(NULL)
@@ -81,9 +117,22 @@ typedef struct moeccl_device_ops {
    * none, so it returns at once). */
   moecclResult_t (*query)(void* stream);
   moecclResult_t (*synchronize)(void* stream);
+  /* Waits for the work of every stream of this process's current device
+   * (cuCtxSynchronize), as cudaFree does before it frees. */
+  moecclResult_t (*sync_all)(void);
 } moeccl_device_ops_t;
 
 extern const moeccl_device_ops_t moeccl_device_emu_ops;
+/* The emulation's stand-in for a CUDA driver torn down before the
+ * process's atexit handlers run: every emulated call after it aborts the
+ * process with a message, as a call into an unloaded driver may crash
+ * (tests/test_device calls it from an atexit handler of its own). */
+void moeccl_device_emu_teardown(void);
+/* What the emulation was asked to do in this process (tests count it). */
+typedef struct {
+  uint64_t copies, memops, host_fns, syncs; /* syncs: synchronize and sync_all calls */
+} moeccl_device_emu_counts_t;
+void moeccl_device_emu_counts(moeccl_device_emu_counts_t* out);
 #ifdef MOECCL_HAVE_CUDA
 extern const moeccl_device_ops_t moeccl_device_cuda_ops;
 /* Why the CUDA backend is not available (NULL when it is): no libcuda.so.1,

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "device/device.h"
 #include "param.h"
 
@@ -210,9 +211,96 @@ static moecclResult_t emu_ipc_close(void* ptr) {
 
 static int emu_current(void) { return 0; }
 
+/* ---- what CUDA does that a plain host program would not ------------------ */
+
+static moeccl_device_emu_counts_t counts;
+
+void moeccl_device_emu_counts(moeccl_device_emu_counts_t* out) {
+  out->copies = __atomic_load_n(&counts.copies, __ATOMIC_RELAXED);
+  out->memops = __atomic_load_n(&counts.memops, __ATOMIC_RELAXED);
+  out->host_fns = __atomic_load_n(&counts.host_fns, __ATOMIC_RELAXED);
+  out->syncs = __atomic_load_n(&counts.syncs, __ATOMIC_RELAXED);
+}
+#define COUNT(what, n) __atomic_fetch_add(&counts.what, (n), __ATOMIC_RELAXED)
+
+/* Set by moeccl_device_emu_teardown: the "driver" is gone. */
+static volatile int torn_down;
+
+void moeccl_device_emu_teardown(void) { torn_down = 1; }
+
+/* Every stream call starts here: after the teardown it crashes the way a
+ * call into an unloaded driver may, loudly. */
+static void alive(const char* call) {
+  if (!torn_down) return;
+  fprintf(stderr, "moeccl emu: %s called after the device driver was torn down (exit)\n", call);
+  abort();
+}
+
+/* Pinned host memory (host_alloc, host_register): copies to and from it
+ * are asynchronous; other host memory is pageable (see emu_copy_async). */
+#define EMU_MAX_PINNED 256
+static struct {
+  char* base;
+  size_t bytes;
+  int own; /* host_alloc's */
+} pinned[EMU_MAX_PINNED];
+static int npinned;
+
+static int is_pinned(const void* p) {
+  const char* c = p;
+  int hit = 0;
+  pthread_mutex_lock(&regions_lock);
+  for (int i = 0; i < npinned && !hit; i++)
+    hit = c >= pinned[i].base && c < pinned[i].base + pinned[i].bytes;
+  pthread_mutex_unlock(&regions_lock);
+  return hit;
+}
+
+static moecclResult_t add_pinned(void* p, size_t bytes, int own) {
+  pthread_mutex_lock(&regions_lock);
+  int ok = npinned < EMU_MAX_PINNED;
+  if (ok) pinned[npinned].base = p, pinned[npinned].bytes = bytes, pinned[npinned++].own = own;
+  pthread_mutex_unlock(&regions_lock);
+  return ok ? moecclSuccess : moecclSystemError;
+}
+
+static int drop_pinned(void* p, int own) {
+  pthread_mutex_lock(&regions_lock);
+  int found = 0;
+  for (int i = 0; i < npinned && !found; i++)
+    if (pinned[i].base == p && pinned[i].own == own) pinned[i] = pinned[--npinned], found = 1;
+  pthread_mutex_unlock(&regions_lock);
+  return found;
+}
+
+static moecclResult_t emu_host_alloc(void** ptr, size_t bytes) {
+  alive("host_alloc");
+  void* p = calloc(1, bytes ? bytes : 1);
+  if (!p) return moecclSystemError;
+  if (add_pinned(p, bytes, 1) != moecclSuccess) return free(p), moecclSystemError;
+  *ptr = p;
+  return moecclSuccess;
+}
+
+static void emu_host_free(void* ptr) {
+  alive("host_free");
+  if (ptr && drop_pinned(ptr, 1)) free(ptr);
+}
+
+static moecclResult_t emu_host_register(void* ptr, size_t bytes, void** dev) {
+  alive("host_register");
+  *dev = ptr;
+  return add_pinned(ptr, bytes, 0);
+}
+
+static void emu_host_unregister(void* ptr) {
+  alive("host_unregister");
+  drop_pinned(ptr, 0);
+}
+
 /* ---- streams ------------------------------------------------------------ */
 
-typedef enum { EMU_COPY, EMU_WAIT, EMU_WRITE, EMU_FN } emu_kind_t;
+typedef enum { EMU_COPY, EMU_WAIT, EMU_WRITE, EMU_FN, EMU_FREE } emu_kind_t;
 
 typedef struct emu_op {
   emu_kind_t kind;
@@ -232,15 +320,24 @@ typedef struct emu_stream {
   pthread_cond_t cond; /* work queued, or the queue drained */
   emu_op_t *head, *tail;
   int busy, stop;
+  int blocking; /* ordered with the legacy default stream (CUDA's default flags) */
+  uint64_t issued;              /* operations queued (under lock) */
+  volatile uint64_t completed;  /* operations run: other streams wait on it */
   moecclResult_t err;
   unsigned seed;
   struct emu_stream* next_live;
 } emu_stream_t;
 
 /* The live streams, so that a pointer that is none (a freed one, a host
- * stream) is refused rather than used. */
+ * stream) is refused rather than used; a destroyed stream's memory is kept
+ * on the dead list, since another stream may still wait on its count. */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static emu_stream_t* live;
+static emu_stream_t* dead;
+/* The legacy default stream (NULL), made on first use.  As on CUDA, its
+ * work starts after the earlier work of every blocking stream, and a
+ * blocking stream's work after the earlier work of the legacy stream. */
+static emu_stream_t* legacy;
 
 static int emu_stream_valid(const void* stream) {
   pthread_mutex_lock(&live_lock);
@@ -279,16 +376,19 @@ static void emu_wait(emu_stream_t* s, volatile uint64_t* addr, uint64_t value) {
   }
 }
 
+static void flag_store(volatile uint64_t* addr, uint64_t value) {
+  __atomic_store_n(addr, value, __ATOMIC_RELEASE);
+  futex(low_word(addr), FUTEX_WAKE, INT_MAX, NULL);
+}
+
 static void run_op(emu_stream_t* s, emu_op_t* op) {
-  emu_delay(s);
+  if (op->kind != EMU_FREE) emu_delay(s);
   switch (op->kind) {
     case EMU_COPY: memmove(op->dst, op->src, op->bytes); break;
     case EMU_WAIT: emu_wait(s, op->addr, op->value); break;
-    case EMU_WRITE:
-      __atomic_store_n(op->addr, op->value, __ATOMIC_RELEASE);
-      futex(low_word(op->addr), FUTEX_WAKE, INT_MAX, NULL);
-      break;
+    case EMU_WRITE: flag_store(op->addr, op->value); break;
     case EMU_FN: op->fn(op->arg); break;
+    case EMU_FREE: free(op->arg); break; /* a pageable copy's staging */
   }
 }
 
@@ -303,26 +403,36 @@ static void* stream_main(void* arg) {
     if (!s->head) s->tail = NULL;
     s->busy = 1;
     pthread_mutex_unlock(&s->lock);
-    if (s->err == moecclSuccess) run_op(s, op); /* after an error the rest is dropped */
+    if (s->err == moecclSuccess || op->kind == EMU_FREE) run_op(s, op); /* after an error the rest is dropped */
     free(op);
     pthread_mutex_lock(&s->lock);
     s->busy = 0;
+    flag_store(&s->completed, s->completed + 1);
     pthread_cond_broadcast(&s->cond);
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
 }
 
-static moecclResult_t emu_stream_create(void** stream) {
+static moecclResult_t stream_new(emu_stream_t** out, int blocking) {
   emu_stream_t* s = calloc(1, sizeof(*s));
   if (!s) return moecclSystemError;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);
+  s->blocking = blocking;
   s->seed = (unsigned)(uintptr_t)s ^ (unsigned)getpid();
   if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
     pthread_mutex_destroy(&s->lock), pthread_cond_destroy(&s->cond), free(s);
     return moecclSystemError;
   }
+  *out = s;
+  return moecclSuccess;
+}
+
+static moecclResult_t stream_create_kind(void** stream, int blocking) {
+  alive("stream_create");
+  emu_stream_t* s;
+  MOECCL_CHECK(stream_new(&s, blocking));
   pthread_mutex_lock(&live_lock);
   s->next_live = live, live = s;
   pthread_mutex_unlock(&live_lock);
@@ -330,28 +440,42 @@ static moecclResult_t emu_stream_create(void** stream) {
   return moecclSuccess;
 }
 
+static moecclResult_t emu_stream_create(void** stream) { return stream_create_kind(stream, 0); }
+static moecclResult_t emu_stream_create_blocking(void** stream) {
+  return stream_create_kind(stream, 1);
+}
+
+/* The stream a handle names: NULL is the legacy default stream. */
+static emu_stream_t* stream_of(void* stream) {
+  if (stream) return stream;
+  pthread_mutex_lock(&live_lock);
+  if (!legacy && stream_new(&legacy, 1) != moecclSuccess) legacy = NULL;
+  emu_stream_t* s = legacy;
+  pthread_mutex_unlock(&live_lock);
+  return s;
+}
+
 /* Runs what is queued, as cuStreamDestroy lets it; a wait whose flag is
  * never written gives up. */
 static moecclResult_t emu_stream_destroy(void* stream) {
+  alive("stream_destroy");
   emu_stream_t* s = stream;
+  if (!s) return moecclInvalidArgument;
   pthread_mutex_lock(&live_lock);
   emu_stream_t** p = &live;
   while (*p && *p != s) p = &(*p)->next_live;
   if (*p) *p = s->next_live;
+  s->next_live = dead, dead = s;
   pthread_mutex_unlock(&live_lock);
   pthread_mutex_lock(&s->lock);
   __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->thread, NULL);
-  pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->cond);
-  free(s);
   return moecclSuccess;
 }
 
-static moecclResult_t enqueue(void* stream, emu_op_t o) {
-  emu_stream_t* s = stream;
+static moecclResult_t push(emu_stream_t* s, emu_op_t o) {
   emu_op_t* op = malloc(sizeof(*op));
   if (!op) return moecclSystemError;
   *op = o;
@@ -360,59 +484,144 @@ static moecclResult_t enqueue(void* stream, emu_op_t o) {
   if (s->tail) s->tail->next = op;
   else s->head = op;
   s->tail = op;
+  s->issued++;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   return moecclSuccess;
 }
 
+static uint64_t issued_of(emu_stream_t* s) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t n = s->issued;
+  pthread_mutex_unlock(&s->lock);
+  return n;
+}
+
+/* The legacy stream's implicit order (caller holds nothing): work queued
+ * on it waits for the earlier work of every blocking stream; work queued
+ * on a blocking stream waits for the legacy stream's earlier work. */
+static moecclResult_t implicit_order(emu_stream_t* s) {
+  if (s == legacy) {
+    pthread_mutex_lock(&live_lock);
+    moecclResult_t rc = moecclSuccess;
+    for (emu_stream_t* b = live; b && rc == moecclSuccess; b = b->next_live) {
+      uint64_t n = b->blocking ? issued_of(b) : 0;
+      if (n > __atomic_load_n(&b->completed, __ATOMIC_ACQUIRE))
+        rc = push(s, (emu_op_t){.kind = EMU_WAIT, .addr = &b->completed, .value = n});
+    }
+    pthread_mutex_unlock(&live_lock);
+    return rc;
+  }
+  if (!s->blocking || !legacy) return moecclSuccess;
+  uint64_t n = issued_of(legacy);
+  if (n <= __atomic_load_n(&legacy->completed, __ATOMIC_ACQUIRE)) return moecclSuccess;
+  return push(s, (emu_op_t){.kind = EMU_WAIT, .addr = &legacy->completed, .value = n});
+}
+
+static moecclResult_t enqueue(void* stream, emu_op_t o) {
+  emu_stream_t* s = stream_of(stream);
+  if (!s) return moecclSystemError;
+  MOECCL_CHECK(implicit_order(s));
+  return push(s, o);
+}
+
+static moecclResult_t emu_synchronize(void* stream);
+
 /* Device addresses become shadow ones when queued: the memory must stay
- * allocated until the operation ran, as on a GPU. */
+ * allocated until the operation ran, as on a GPU.  Pageable host memory
+ * behaves as CUDA documents it: a copy from it waits for the stream's
+ * earlier work, then takes the bytes (a staging copy) before returning; a
+ * copy into it returns once done; host to host is synchronous. */
 static moecclResult_t emu_copy_async(void* dst, const void* src, size_t bytes, void* stream) {
-  return enqueue(stream, (emu_op_t){
-                             .kind = EMU_COPY, .dst = shadow_of(dst), .src = shadow_of(src), .bytes = bytes});
+  alive("copy_async");
+  COUNT(copies, 1);
+  int dev_dst = 0, dev_src = 0, d;
+  dev_dst = emu_pointer(dst, &d), dev_src = emu_pointer(src, &d);
+  int pageable_src = !dev_src && !is_pinned(src), pageable_dst = !dev_dst && !is_pinned(dst);
+  emu_op_t op = {.kind = EMU_COPY, .dst = shadow_of(dst), .src = shadow_of(src), .bytes = bytes};
+  if (pageable_src && bytes) {
+    MOECCL_CHECK(emu_synchronize(stream));
+    void* stage = malloc(bytes);
+    if (!stage) return moecclSystemError;
+    memcpy(stage, src, bytes);
+    op.src = stage;
+    MOECCL_CHECK(enqueue(stream, op));
+    return enqueue(stream, (emu_op_t){.kind = EMU_FREE, .arg = stage});
+  }
+  MOECCL_CHECK(enqueue(stream, op));
+  return pageable_dst ? emu_synchronize(stream) : moecclSuccess;
 }
 
 static moecclResult_t emu_wait_value(void* stream, volatile uint64_t* addr, uint64_t value) {
+  alive("wait_value");
   return enqueue(stream, (emu_op_t){.kind = EMU_WAIT, .addr = shadow_of((void*)addr), .value = value});
 }
 
 static moecclResult_t emu_write_value(void* stream, volatile uint64_t* addr, uint64_t value) {
+  alive("write_value");
   return enqueue(stream, (emu_op_t){.kind = EMU_WRITE, .addr = shadow_of((void*)addr), .value = value});
 }
 
-static moecclResult_t emu_host_flags(void** ptr, size_t bytes) {
-  void* p = calloc(1, bytes);
-  if (!p) return moecclSystemError;
-  *ptr = p;
+static moecclResult_t emu_mem_ops(void* stream, const moeccl_dev_memop_t* ops, int n) {
+  alive("mem_ops");
+  if (n < 0 || n > MOECCL_DEV_MEMOPS_MAX) return moecclInvalidArgument;
+  COUNT(memops, (uint64_t)n);
+  for (int i = 0; i < n; i++)
+    MOECCL_CHECK(enqueue(stream, (emu_op_t){.kind = ops[i].wait ? EMU_WAIT : EMU_WRITE,
+                                            .addr = shadow_of((void*)ops[i].addr),
+                                            .value = ops[i].value}));
   return moecclSuccess;
 }
 
-static void emu_host_write(volatile uint64_t* addr, uint64_t value) {
-  __atomic_store_n(addr, value, __ATOMIC_RELEASE);
-  futex(low_word(addr), FUTEX_WAKE, INT_MAX, NULL);
-}
+static moecclResult_t emu_host_flags(void** ptr, size_t bytes) { return emu_host_alloc(ptr, bytes); }
+
+static void emu_host_write(volatile uint64_t* addr, uint64_t value) { flag_store(addr, value); }
 
 static moecclResult_t emu_host_fn(void* stream, void (*fn)(void*), void* arg) {
+  alive("host_fn");
+  COUNT(host_fns, 1);
   return enqueue(stream, (emu_op_t){.kind = EMU_FN, .fn = fn, .arg = arg});
 }
 
 static moecclResult_t emu_query(void* stream) {
-  emu_stream_t* s = stream;
-  if (!s) return moecclSuccess; /* no default stream here */
+  alive("query");
+  emu_stream_t* s = stream ? stream : legacy;
+  if (!s) return moecclSuccess; /* the legacy stream was never used */
   pthread_mutex_lock(&s->lock);
   moecclResult_t r = s->head || s->busy ? moecclInProgress : s->err;
   pthread_mutex_unlock(&s->lock);
   return r;
 }
 
+/* The legacy stream: everything queued before on it and (its implicit
+ * order) on the blocking streams. */
 static moecclResult_t emu_synchronize(void* stream) {
+  alive("synchronize");
+  COUNT(syncs, 1);
   emu_stream_t* s = stream;
-  if (!s) return moecclSuccess; /* no default stream here */
+  if (!s) {
+    s = stream_of(NULL);
+    if (!s) return moecclSystemError;
+    MOECCL_CHECK(implicit_order(s));
+  }
   pthread_mutex_lock(&s->lock);
   while (s->head || s->busy) pthread_cond_wait(&s->cond, &s->lock);
   moecclResult_t r = s->err;
   pthread_mutex_unlock(&s->lock);
   return r;
+}
+
+static moecclResult_t emu_sync_all(void) {
+  alive("sync_all");
+  MOECCL_CHECK(emu_synchronize(NULL));
+  for (;;) { /* a stream with work, then again from the start: the list may change */
+    pthread_mutex_lock(&live_lock);
+    emu_stream_t* s = live;
+    while (s && emu_query(s) != moecclInProgress) s = s->next_live;
+    pthread_mutex_unlock(&live_lock);
+    if (!s) return moecclSuccess;
+    MOECCL_CHECK(emu_synchronize(s));
+  }
 }
 
 const moeccl_device_ops_t moeccl_device_emu_ops = {
@@ -430,14 +639,21 @@ const moeccl_device_ops_t moeccl_device_emu_ops = {
     .ipc_close = emu_ipc_close,
     .current = emu_current,
     .stream_create = emu_stream_create,
+    .stream_create_blocking = emu_stream_create_blocking,
     .stream_valid = emu_stream_valid,
     .stream_destroy = emu_stream_destroy,
     .copy_async = emu_copy_async,
     .wait_value = emu_wait_value,
     .write_value = emu_write_value,
+    .mem_ops = emu_mem_ops,
+    .host_alloc = emu_host_alloc,
+    .host_free = emu_host_free,
+    .host_register = emu_host_register,
+    .host_unregister = emu_host_unregister,
     .host_fn = emu_host_fn,
     .host_flags = emu_host_flags,
     .host_write = emu_host_write,
     .query = emu_query,
     .synchronize = emu_synchronize,
+    .sync_all = emu_sync_all,
 };

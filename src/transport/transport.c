@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "bootstrap.h"
+#include "device/device.h"
 #include "param.h"
 
 /* On equal scores the earlier one wins: ucx, whose tcp path measured about
@@ -189,6 +190,54 @@ static moecclResult_t kinds_init(moeccl_comm_t* comm) {
   return moecclSuccess;
 }
 
+/* Stream transports (MOECCL_TRANSPORT_CAP_STREAM), tried in this order for
+ * the (peer, device memory) pairs they reach, where every rank of the
+ * communicator has a device backend (an agreed fact: their inits are
+ * collective).  MOECCL_DEVICE_STREAM_DISABLE=1 leaves device memory to the
+ * host transports, whose requests the host progresses. */
+static const moeccl_transport_ops_t* const stream_transports[] = {&moeccl_ipc_ops, NULL};
+
+static moecclResult_t init_stream(moeccl_comm_t* comm) {
+  int n = comm->nranks, needed = 0, all_ok = 0;
+  comm->peer_stream_transport = malloc((size_t)n);
+  uint8_t* use = calloc((size_t)n, 1);
+  if (!comm->peer_stream_transport || !use) return free(use), moecclSystemError;
+  memset(comm->peer_stream_transport, 0xff, (size_t)n);
+  if (moeccl_param_bool("MOECCL_DEVICE_STREAM_DISABLE") || !shm_needed(comm)) return free(use), moecclSuccess;
+  if (agree(comm, moeccl_device() != NULL, &all_ok) < 0) return free(use), lost_contact(comm);
+  for (int i = 0; all_ok && stream_transports[i]; i++) {
+    const moeccl_transport_ops_t* ops = stream_transports[i];
+    needed = 0;
+    for (int p = 0; p < n; p++) {
+      use[p] = p != comm->rank && comm->peer_stream_transport[p] == 0xff && ops->can_reach(comm, p);
+      needed |= use[p];
+    }
+    void* state = NULL;
+    moecclResult_t rc = ops->init(comm, use, 1, &state);
+    int ok = 0;
+    if (agree(comm, rc == moecclSuccess, &ok) < 0) {
+      if (state) ops->fini(state);
+      return free(use), lost_contact(comm);
+    }
+    if (!ok) {
+      if (state) ops->fini(state);
+      if (comm->rank == 0) WARN(INIT, "transport %s failed to start on some rank", ops->name);
+      continue;
+    }
+    if (!state) continue;
+    int t = comm->ntransports++;
+    comm->transport_ops[t] = ops;
+    comm->transport_state[t] = state;
+    int count = 0;
+    for (int p = 0; p < n; p++)
+      if (use[p]) comm->peer_stream_transport[p] = (uint8_t)t, count++;
+    INFO(INIT, "rank %d: transport %s lowers device calls with %d peer(s)", comm->rank, ops->name,
+         count);
+  }
+  free(use);
+  return moecclSuccess;
+}
+
 moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   int n = comm->nranks;
   comm->peer_transport[MOECCL_MEM_HOST] = malloc((size_t)n);
@@ -211,6 +260,7 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   free(use);
   if (rc == moecclSuccess && kinds_init(comm) != moecclSuccess)
     rc = moeccl_error(comm, moecclSystemError, "out of memory");
+  if (rc == moecclSuccess) rc = init_stream(comm);
   return rc;
 }
 

@@ -99,7 +99,13 @@ enum {
    * shared memory, in order of score), its peers are probed through their
    * liveness sockets while a rank waits on them, and its link costs price
    * the links between nodes. */
-  MOECCL_TRANSPORT_CAP_NETWORK = 4
+  MOECCL_TRANSPORT_CAP_NETWORK = 4,
+  /* A stream transport: it moves device memory by lowering a schedule onto
+   * a device stream (lower_begin, lower_step) rather than by requests the
+   * host progresses; selection gives it the (peer, device memory) pairs it
+   * reaches in comm->peer_stream_transport, and calls whose schedules it
+   * can lower go through it (moeccl_executor_lower). */
+  MOECCL_TRANSPORT_CAP_STREAM = 8
 };
 
 /* Memory a transport moves (ops->mem_types): bits of the kinds (mem.h). */
@@ -112,6 +118,12 @@ enum {
 static inline int moeccl_peer_transport(const moeccl_comm_t* c, int peer, moeccl_mem_t m) {
   int t = m.kind < MOECCL_MEM_NKINDS && c->peer_transport[m.kind] ? c->peer_transport[m.kind][peer]
                                                                   : 0xff;
+  return t == 0xff ? -1 : t;
+}
+
+/* The stream transport that lowers device schedules with peer, or -1. */
+static inline int moeccl_peer_stream_transport(const moeccl_comm_t* c, int peer) {
+  int t = c->peer_stream_transport ? c->peer_stream_transport[peer] : 0xff;
   return t == 0xff ? -1 : t;
 }
 
@@ -189,11 +201,54 @@ typedef struct moeccl_transport_ops {
   /* Drops every queued request (after a failure); the buffers are the
    * caller's again once it returns. */
   void (*cancel_all)(void* state);
-  /* Local: frees the state.  Never waits on peers. */
+  /* Local: frees the state.  Never waits on peers (a stream transport may
+   * wait, up to the communicator's timeout, for its own streams' queued
+   * work with them to have passed, before it unmaps what that work uses). */
   void (*fini)(void* state);
+  /* Stream transports only (MOECCL_TRANSPORT_CAP_STREAM; NULL elsewhere).
+   * A schedule whose buffers are all device memory is lowered onto a device
+   * stream in two calls:
+   *   lower_begin: on the host, before anything is queued: hands this
+   *     rank's SEND ops of the whole schedule to their peers and matches its
+   *     RECV ops with the peers' sends (in posting order per pair), mapping
+   *     the memory they name (once per allocation, cached).  It may wait,
+   *     up to the communicator's timeout and watching the peers' processes,
+   *     for peers to have made their side of the call (their hosts), never
+   *     for a device.  On failure nothing was queued.
+   *   lower_step: queues step `step`'s messages on stream (NULL: the legacy
+   *     default stream), phase 0 before the step's local ops (its sends
+   *     marked ready, waits for its senders, the copies), phase 1 after them
+   *     (its receives marked read, waits for the readers of its sends): once
+   *     the stream passes phase 1 every receive of the step holds its
+   *     message and every buffer the step sent from may be written.
+   * Never blocks on the device; the stream does the waiting. */
+  moecclResult_t (*lower_begin)(void* state, const moeccl_sched_t* s);
+  moecclResult_t (*lower_step)(void* state, const moeccl_sched_t* s, int step, int phase,
+                               void* stream);
 } moeccl_transport_ops_t;
 
 extern const moeccl_transport_ops_t moeccl_shm_ops;
+/* Device memory between the ranks of one node, stream-ordered (ipc.c). */
+extern const moeccl_transport_ops_t moeccl_ipc_ops;
+/* What the ipc transport did on this rank since the communicator was made:
+ * the structure of its calls, counted (docs/ARCHITECTURE.md). */
+typedef struct {
+  uint64_t calls;         /* schedules lowered */
+  uint64_t fds_sent;      /* allocations handed over as file descriptors */
+  uint64_t handles_sent;  /* allocations handed over as legacy IPC handles */
+  uint64_t imports;       /* peers' allocations mapped here */
+  uint64_t unmaps;        /* of them, unmapped when their owner freed them */
+  uint64_t host_waits;    /* calls whose host waited for a peer's side of the call */
+  uint64_t range_queries; /* allocation look-ups of send buffers (a driver query each) */
+  uint64_t batches;       /* batches of stream memory operations queued */
+  uint64_t memops;        /* stream memory operations (flag waits and writes) in them */
+  uint64_t copies;        /* copies queued */
+  uint64_t syscalls;      /* sendmsg / recvmsg on its socket after init */
+} moeccl_ipc_stats_t;
+void moeccl_ipc_stats(const moeccl_comm_t* comm, moeccl_ipc_stats_t* out);
+/* moecclMemFree of device allocation id (device.h range): the peers of this
+ * process's communicators unmap it at their next call. */
+void moeccl_ipc_forget(uint64_t id);
 /* The network transports built in, in selection order on equal scores:
  * the i-th, or NULL past the last; and the index of ops among them, or -1. */
 const moeccl_transport_ops_t* moeccl_net_transport(int i);
