@@ -746,11 +746,12 @@ static int count_calls(moecclComm_t comm, int rank, int n, void* st, const char*
   uint64_t fns = b.emu.host_fns - a.emu.host_fns, syncs = b.emu.syncs - a.emu.syncs;
   if (rank == 0)
     printf("counts: %s, %s stream, rank 0 of %d, per repeated moecclAlltoAll (%zu B per peer): "
-           "%.1f copies, %.1f stream memory operations in %.1f batches, %.1f host functions, "
+           "%.1f copies (%.1f batched calls), %.1f stream memory operations in %.1f batches, %.1f host functions, "
            "%.1f host waits for a stream, %.1f send-buffer look-ups, %.1f descriptors, %.1f "
            "mappings, %.1f socket system calls; the host waited for a peer's call in %.0f%% of "
            "calls\n",
-           path, st ? "a device" : "the NULL", n, count * 4, copies / k, memops / k,
+           path, st ? "a device" : "the NULL", n, count * 4, copies / k,
+           (double)(b.ipc.copy_calls - a.ipc.copy_calls) / k, memops / k,
            (double)(b.ipc.batches - a.ipc.batches) / k, fns / k, syncs / k,
            (double)(b.ipc.range_queries - a.ipc.range_queries) / k,
            (double)(b.ipc.fds_sent - a.ipc.fds_sent) / k, (double)(b.ipc.imports - a.ipc.imports) / k,
@@ -775,6 +776,8 @@ static int count_calls(moecclComm_t comm, int rank, int n, void* st, const char*
     MP_CHECK(memops == (uint64_t)CALLS * (4 * (uint64_t)(n - 1) + 1),
              "%llu stream memory operations", (unsigned long long)memops);
     MP_CHECK(b.ipc.range_queries - a.ipc.range_queries == CALLS, "send-buffer look-ups");
+    MP_CHECK(b.ipc.copy_calls - a.ipc.copy_calls == CALLS, "%llu batched copy calls",
+             (unsigned long long)(b.ipc.copy_calls - a.ipc.copy_calls));
   }
 done:
   MP_OK_COMM(comm, moecclMemFree(s));

@@ -56,6 +56,7 @@ CU_FN(cuMemHostRegister);
 CU_FN(cuMemHostUnregister);
 CU_FN(cuMemHostGetDevicePointer);
 CU_FN(cuStreamBatchMemOp);
+CU_FN(cuMemcpyBatchAsync);
 
 #define MAX_DEVICES 64
 #define CU_TRY(call)                                                                               \
@@ -121,6 +122,8 @@ static void load(void) {
   LOAD(lib, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
   /* optional: without it, mem_ops queues one operation per call */
   p_cuStreamBatchMemOp = (__typeof__(p_cuStreamBatchMemOp))dlsym(lib, "cuStreamBatchMemOp_v2");
+  /* optional (CUDA 13's form): without it, copy_batch makes one call per copy */
+  p_cuMemcpyBatchAsync = (__typeof__(p_cuMemcpyBatchAsync))dlsym(lib, "cuMemcpyBatchAsync_v2");
   if (load_error[0]) return;
   CUresult rc = p_cuInit(0);
   if (rc == CUDA_SUCCESS) rc = p_cuDeviceGetCount(&ndevices);
@@ -392,6 +395,32 @@ static moecclResult_t cu_write_value(void* stream, volatile uint64_t* addr, uint
                                     CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
+/* The batch call where the driver has it and took it once; after a refusal
+ * (a driver or platform without it) one cuMemcpyAsync per copy. */
+static int batch_refused;
+
+static moecclResult_t cu_copy_batch(void* const* dst, const void* const* src, const size_t* bytes,
+                                    int n, void* stream) {
+  CU_TRY(use_device(-1));
+  if (n > 0 && p_cuMemcpyBatchAsync && !__atomic_load_n(&batch_refused, __ATOMIC_RELAXED)) {
+    CUmemcpyAttributes attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    attr.srcLocHint.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    attr.dstLocHint.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    size_t idx = 0;
+    CUresult rc = p_cuMemcpyBatchAsync((CUdeviceptr*)dst, (CUdeviceptr*)src, (size_t*)bytes,
+                                       (size_t)n, &attr, &idx, 1, (CUstream)stream);
+    if (rc == CUDA_SUCCESS) return moecclSuccess;
+    __atomic_store_n(&batch_refused, 1, __ATOMIC_RELAXED);
+  }
+  for (int i = 0; i < n; i++)
+    if (p_cuMemcpyAsync((CUdeviceptr)dst[i], (CUdeviceptr)src[i], bytes[i], (CUstream)stream) !=
+        CUDA_SUCCESS)
+      return moecclUnhandledCudaError;
+  return moecclSuccess;
+}
+
 /* One batch of stream memory operations per MOECCL_DEV_MEMOPS_MAX, in
  * order; one call per operation where the driver has no batch. */
 static moecclResult_t cu_mem_ops(void* stream, const moeccl_dev_memop_t* ops, int n) {
@@ -519,6 +548,7 @@ const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .stream_valid = cu_stream_valid,
     .stream_destroy = cu_stream_destroy,
     .copy_async = cu_copy_async,
+    .copy_batch = cu_copy_batch,
     .wait_value = cu_wait_value,
     .write_value = cu_write_value,
     .mem_ops = cu_mem_ops,

@@ -86,6 +86,12 @@ typedef struct moeccl_device_ops {
    * once the copy is done), so it must not be used on a stream held by a
    * wait the caller itself would release. */
   moecclResult_t (*copy_async)(void* dst, const void* src, size_t bytes, void* stream);
+  /* n copies between device memory (or pinned host memory), queued in one
+   * call where the driver has it (cuMemcpyBatchAsync), in stream order:
+   * none starts before the stream's earlier work, all end before its later
+   * work; they may run concurrently with each other. */
+  moecclResult_t (*copy_batch)(void* const* dst, const void* const* src, const size_t* bytes, int n,
+                               void* stream);
   moecclResult_t (*wait_value)(void* stream, volatile uint64_t* addr, uint64_t value);
   /* Host memory for flags that streams of every device wait on and the host
    * writes (CUDA: pinned, mapped, portable); host_write stores a flag from

@@ -552,6 +552,12 @@ static moecclResult_t emu_copy_async(void* dst, const void* src, size_t bytes, v
   return pageable_dst ? emu_synchronize(stream) : moecclSuccess;
 }
 
+static moecclResult_t emu_copy_batch(void* const* dst, const void* const* src, const size_t* bytes,
+                                     int n, void* stream) {
+  for (int i = 0; i < n; i++) MOECCL_CHECK(emu_copy_async(dst[i], src[i], bytes[i], stream));
+  return moecclSuccess;
+}
+
 static moecclResult_t emu_wait_value(void* stream, volatile uint64_t* addr, uint64_t value) {
   alive("wait_value");
   return enqueue(stream, (emu_op_t){.kind = EMU_WAIT, .addr = shadow_of((void*)addr), .value = value});
@@ -643,6 +649,7 @@ const moeccl_device_ops_t moeccl_device_emu_ops = {
     .stream_valid = emu_stream_valid,
     .stream_destroy = emu_stream_destroy,
     .copy_async = emu_copy_async,
+    .copy_batch = emu_copy_batch,
     .wait_value = emu_wait_value,
     .write_value = emu_write_value,
     .mem_ops = emu_mem_ops,

@@ -171,6 +171,11 @@ typedef struct {
   } streams[STREAM_SLOTS];
   int nstreams;
   uint64_t freed_seen; /* entries of the process's freed log handled */
+  /* lower_step's copies of a step, queued in one batch */
+  void** copy_dst;
+  const void** copy_src;
+  size_t* copy_bytes;
+  int copies_cap;
   moeccl_ipc_stats_t stats;
 } ipc_state_t;
 
@@ -361,6 +366,7 @@ static void state_free(ipc_state_t* s) {
   if (s->sock >= 0) close(s->sock);
   if (s->seg_fd >= 0) close(s->seg_fd);
   free(s->peers), free(s->match), free(s->agg), free(s->memops);
+  free(s->copy_dst), free(s->copy_src), free(s->copy_bytes);
   free(s);
 }
 
@@ -897,13 +903,28 @@ static moecclResult_t ipc_lower_step(void* state, const moeccl_sched_t* sc, int 
   }
   s->stats.memops += (uint64_t)k;
   if (phase != 0) return moecclSuccess;
+  int c = 0;
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &sc->ops[i];
     if (!is_peer_op(op, rank) || op->type != MOECCL_OP_RECV || !s->match[i].bytes) continue;
-    MOECCL_CHECK(s->d->copy_async(buf_at(sc, op->dst_buf, op->dst_off), s->match[i].src,
-                                  s->match[i].bytes, stream));
-    s->stats.copies++;
+    if (c == s->copies_cap) {
+      int cap = s->copies_cap ? 2 * s->copies_cap : 16;
+      void** d = realloc(s->copy_dst, sizeof(*d) * (size_t)cap);
+      if (d) s->copy_dst = d;
+      const void** sr = realloc(s->copy_src, sizeof(*sr) * (size_t)cap);
+      if (sr) s->copy_src = sr;
+      size_t* b = realloc(s->copy_bytes, sizeof(*b) * (size_t)cap);
+      if (b) s->copy_bytes = b;
+      if (!d || !sr || !b) return moeccl_error(s->comm, moecclSystemError, "out of memory");
+      s->copies_cap = cap;
+    }
+    s->copy_dst[c] = buf_at(sc, op->dst_buf, op->dst_off);
+    s->copy_src[c] = s->match[i].src;
+    s->copy_bytes[c++] = s->match[i].bytes;
   }
+  if (c) MOECCL_CHECK(s->d->copy_batch(s->copy_dst, s->copy_src, s->copy_bytes, c, stream));
+  s->stats.copies += (uint64_t)c;
+  s->stats.copy_calls += c > 0;
   return moecclSuccess;
 }
 

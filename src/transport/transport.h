@@ -243,6 +243,7 @@ typedef struct {
   uint64_t batches;       /* batches of stream memory operations queued */
   uint64_t memops;        /* stream memory operations (flag waits and writes) in them */
   uint64_t copies;        /* copies queued */
+  uint64_t copy_calls;    /* batches of them (one driver call each where it batches) */
   uint64_t syscalls;      /* sendmsg / recvmsg on its socket after init */
 } moeccl_ipc_stats_t;
 void moeccl_ipc_stats(const moeccl_comm_t* comm, moeccl_ipc_stats_t* out);
