@@ -49,6 +49,10 @@
  *             descriptor passed, no allocation mapped, no system call, no
  *             host function (thread hop) and no host wait for a stream;
  *             the counts are printed (docs/ARCHITECTURE.md quotes them)
+ *   killed    (a run of its own, 3 ranks) rank 1 dies (SIGKILL) between
+ *             device all-to-alls on a device stream: the survivors' calls
+ *             fail naming rank 1 within the timeout, their streams are let
+ *             go (synchronize returns), and destroy returns
  *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
  *             buffers is refused on every rank with a text naming a peer on
  *             the other node, and the communicator goes on; send/recv of
@@ -62,6 +66,7 @@
  * communicator's scratch buffer (device memory for device calls), and
  * the reductions under the ring and tree algorithms.
  */
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -828,6 +833,31 @@ static int counts(moecclComm_t comm, int rank, int n) {
   return rc;
 }
 
+static int killed_body(moecclComm_t comm, int rank, int n, void* arg) {
+  (void)arg;
+  D = moeccl_device();
+  MP_CHECK(D, "no device backend");
+  size_t count = 2048, bytes = count * 4 * (size_t)n;
+  void* s = dev_alloc(comm, bytes);
+  void* r = dev_alloc(comm, bytes);
+  void* st = NULL;
+  MP_CHECK(s && r && D->stream_create(&st) == moecclSuccess, "setup");
+  moecclResult_t rc = moecclSuccess;
+  for (int i = 0; i < 200 && rc == moecclSuccess; i++) {
+    if (rank == 1 && i == 5) raise(SIGKILL); /* after its descriptors of call 5 may be out */
+    rc = moecclAlltoAll(s, r, count, moecclFloat32, comm, st);
+  }
+  MP_CHECK(rc == moecclRemoteError || rc == moecclTimeout, "the survivor's calls gave %d", (int)rc);
+  MP_CHECK(strstr(mp_last_error_text(comm), "rank 1") != NULL, "the error names: %s",
+           mp_last_error_text(comm));
+  /* both must return (the run's deadline says so); their results are the
+   * broken communicator's and the released stream's, not checked */
+  (void)moecclCommDestroy(comm);
+  (void)D->synchronize(st);
+  D->stream_destroy(st);
+  _exit(MP_EXIT_PASS); /* the communicator is gone: skip the harness's destroy */
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   D = moeccl_device();
@@ -881,5 +911,14 @@ int main(int argc, char** argv) {
       setenv("MOECCL_PLUGIN_PATH", exe, 0);
     }
   }
-  return mp_main(argc, argv, ranks, body, NULL, 120, variants);
+  int rc = mp_main(argc, argv, ranks, body, NULL, 120, variants);
+  if (argc == 1 && !getenv("MP_VARIANT") && mp_want("killed")) {
+    mp_opts opts = MP_OPTS_DEFAULT;
+    opts.deadline_s = 90;
+    opts.expect_killed_rank = 1;
+    opts.expect_killed_signal = SIGKILL;
+    printf("killed (3 ranks):\n");
+    rc = mp_fold(rc, mp_run_opts(3, killed_body, NULL, &opts));
+  }
+  return rc;
 }
