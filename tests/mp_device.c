@@ -350,7 +350,8 @@ static int coll(moecclComm_t comm, int rank, int n) {
     /* Gather into the root, then Scatter back from it. */
     MP_CHECK(dev_fill(s, 4, count, sd, rank, root) == 0, "fill");
     if (rank == root) MP_CHECK(dev_sentinel(r, all + GUARD) == 0, "sentinel");
-    MP_OK_COMM(comm, moecclGather(s, r, count, moecclFloat32, root, comm, NULL));
+    /* off the root the receive buffer is unused, and NULL (as NCCL allows) */
+    MP_OK_COMM(comm, moecclGather(s, rank == root ? r : NULL, count, moecclFloat32, root, comm, NULL));
     if (rank == root) {
       h = dev_read(r, all + GUARD);
       MP_CHECK(h, "reading device memory back failed");
@@ -362,7 +363,7 @@ static int coll(moecclComm_t comm, int rank, int n) {
       for (int i = 0; i < n; i++) MP_CHECK(dev_fill(r + i * bytes, 4, count, sd + 1, root, i) == 0, "fill");
     }
     MP_CHECK(dev_sentinel(s, bytes) == 0, "sentinel");
-    MP_OK_COMM(comm, moecclScatter(r, s, count, moecclFloat32, root, comm, NULL));
+    MP_OK_COMM(comm, moecclScatter(rank == root ? r : NULL, s, count, moecclFloat32, root, comm, NULL));
     h = dev_read(s, bytes);
     MP_CHECK(h, "reading device memory back failed");
     snprintf(what, sizeof(what), "device Scatter from root %d", root);

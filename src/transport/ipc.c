@@ -394,34 +394,46 @@ static moecclResult_t setup_local(ipc_state_t* s) {
   return moecclSuccess;
 }
 
-/* Sends this rank's segment to every peer in use and maps theirs. */
+/* Maps a peer's segment, received on the socket. */
+static moecclResult_t take_segment(ipc_state_t* s, const msg_t* got, int fd, int from) {
+  moecclResult_t rc = got->kind == 0 && s->peers[from].in_use && !s->peers[from].seg
+                          ? map_seg(s, from, fd)
+                          : moecclInternalError;
+  close(fd);
+  if (rc != moecclSuccess) return rc;
+  const seg_hdr_t* h = (const seg_hdr_t*)s->peers[from].seg;
+  return h->magic == SEG_MAGIC && h->nlocal == s->nlocal ? moecclSuccess : moecclInternalError;
+}
+
+/* Sends this rank's segment to every peer in use and maps theirs, receiving
+ * while sending: a socket queues only a few datagrams
+ * (net.unix.max_dgram_qlen), fewer than a node may have ranks. */
 static moecclResult_t swap_segments(ipc_state_t* s, double deadline) {
   msg_t m = {.magic = MSG_MAGIC, .from = s->me, .kind = 0};
-  int want = 0;
-  for (int l = 0; l < s->nlocal; l++) {
-    if (!s->peers[l].in_use) continue;
-    want++;
-    int r;
-    while ((r = send_msg(s, l, &m, s->seg_fd)) == 0 && moeccl_now() < deadline) sched_yield();
-    if (r <= 0) return moecclSystemError;
-  }
-  while (want > 0) {
-    msg_t got;
-    int fd, from, r = recv_msg(s, &got, &fd, &from);
-    if (r < 0) return moecclSystemError;
-    if (r == 0) {
-      if (moeccl_now() > deadline) return moecclTimeout;
-      usleep(200);
-      continue;
+  int want = 0, next = 0;
+  for (int l = 0; l < s->nlocal; l++) want += s->peers[l].in_use;
+  while (want > 0 || next < s->nlocal) {
+    int moved = 0;
+    while (next < s->nlocal) {
+      if (!s->peers[next].in_use) {
+        next++;
+        continue;
+      }
+      int r = send_msg(s, next, &m, s->seg_fd);
+      if (r < 0) return moecclSystemError;
+      if (r == 0) break; /* its queue is full: receive meanwhile */
+      next++, moved = 1;
     }
-    moecclResult_t rc = got.kind == 0 && s->peers[from].in_use && !s->peers[from].seg
-                            ? map_seg(s, from, fd)
-                            : moecclInternalError;
-    close(fd);
-    if (rc != moecclSuccess) return rc;
-    const seg_hdr_t* h = (const seg_hdr_t*)s->peers[from].seg;
-    if (h->magic != SEG_MAGIC || h->nlocal != s->nlocal) return moecclInternalError;
-    want--;
+    msg_t got;
+    int fd, from, r;
+    while (want > 0 && (r = recv_msg(s, &got, &fd, &from)) != 0) {
+      if (r < 0) return moecclSystemError;
+      MOECCL_CHECK(take_segment(s, &got, fd, from));
+      want--, moved = 1;
+    }
+    if (moved) continue;
+    if (moeccl_now() > deadline) return moecclTimeout;
+    usleep(200);
   }
   return moecclSuccess;
 }
