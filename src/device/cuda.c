@@ -395,14 +395,17 @@ static moecclResult_t cu_write_value(void* stream, volatile uint64_t* addr, uint
                                     CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
-/* The batch call where the driver has it and took it once; after a refusal
- * (a driver or platform without it) one cuMemcpyAsync per copy. */
+/* The batch call where the driver has it, for a stream other than the
+ * legacy one; after a refusal (a driver or platform without it) one
+ * cuMemcpyAsync per copy. */
 static int batch_refused;
 
 static moecclResult_t cu_copy_batch(void* const* dst, const void* const* src, const size_t* bytes,
                                     int n, void* stream) {
   CU_TRY(use_device(-1));
-  if (n > 0 && p_cuMemcpyBatchAsync && !__atomic_load_n(&batch_refused, __ATOMIC_RELAXED)) {
+  /* the batch call refuses the legacy default stream (NULL) */
+  int legacy = !stream || (CUstream)stream == CU_STREAM_LEGACY;
+  if (n > 1 && !legacy && p_cuMemcpyBatchAsync && !__atomic_load_n(&batch_refused, __ATOMIC_RELAXED)) {
     CUmemcpyAttributes attr;
     memset(&attr, 0, sizeof(attr));
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
