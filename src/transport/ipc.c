@@ -145,7 +145,7 @@ typedef struct {
 #define FREED_RING 256  /* allocations freed lately, in a rank's segment */
 #define FREED_LOG 1024  /* ... and in the process, for its communicators */
 
-typedef struct {
+typedef struct ipc_state {
   moeccl_comm_t* comm;
   const moeccl_device_ops_t* d;
   int me, nlocal, sock;
@@ -171,6 +171,10 @@ typedef struct {
   } streams[STREAM_SLOTS];
   int nstreams;
   uint64_t freed_seen; /* entries of the process's freed log handled */
+  /* the watchdog's: 1 + the comm rank of a peer that died with work queued
+   * (its waits were released); the next call fails naming it */
+  _Atomic int lost;
+  struct ipc_state* next_watched;
   /* lower_step's copies of a step, queued in one batch */
   void** copy_dst;
   const void** copy_src;
@@ -197,6 +201,10 @@ static size_t seg_size(int nlocal) {
 }
 
 static flag_t* ready_of(char* seg, int l) { return (flag_t*)(seg + off_ready()) + l; }
+/* Flags are written by streams (and, on a failure, by hosts) of several
+ * processes: read and written whole, atomically. */
+static uint64_t flag_get(const flag_t* f) { return __atomic_load_n(&f->v, __ATOMIC_ACQUIRE); }
+static void flag_set(flag_t* f, uint64_t v) { __atomic_store_n(&f->v, v, __ATOMIC_RELEASE); }
 static flag_t* done_of(char* seg, int nlocal, int l) { return (flag_t*)(seg + off_done(nlocal)) + l; }
 static flag_t* passed_of(char* seg, int nlocal, int k) {
   return (flag_t*)(seg + off_passed(nlocal)) + k;
@@ -322,8 +330,59 @@ static void announce_freed(ipc_state_t* s) {
   pthread_mutex_unlock(&freed_lock);
 }
 
+/* Legacy IPC handles opened by this process, shared by its communicators:
+ * CUDA maps a handle once per process (and refuses to open it again), so
+ * two communicators with the same peer share the mapping, counted.  Keyed
+ * by the owner and its allocation id (a handle's bytes may come back for a
+ * later allocation once one is freed). */
+typedef struct {
+  pid_t pid;
+  uint64_t id;
+  void* base;
+  int refs;
+} ipc_open_t;
+static pthread_mutex_t opens_lock = PTHREAD_MUTEX_INITIALIZER;
+static ipc_open_t* opens;
+static int nopens, opens_cap;
+
+static moecclResult_t ipc_open(const moeccl_device_ops_t* d, pid_t pid, uint64_t id,
+                               const unsigned char* handle, void** base) {
+  pthread_mutex_lock(&opens_lock);
+  moecclResult_t rc = moecclSuccess;
+  int i = 0;
+  while (i < nopens && !(opens[i].pid == pid && opens[i].id == id)) i++;
+  if (i < nopens) {
+    opens[i].refs++, *base = opens[i].base;
+  } else {
+    if (nopens == opens_cap) {
+      int cap = opens_cap ? 2 * opens_cap : 16;
+      ipc_open_t* a = realloc(opens, sizeof(*a) * (size_t)cap);
+      if (a) opens = a, opens_cap = cap;
+      else rc = moecclSystemError;
+    }
+    if (rc == moecclSuccess && (rc = d->ipc_import(handle, base)) == moecclSuccess) {
+      opens[nopens++] = (ipc_open_t){pid, id, *base, 1};
+    }
+  }
+  pthread_mutex_unlock(&opens_lock);
+  return rc;
+}
+
+static void ipc_unref(const moeccl_device_ops_t* d, void* base) {
+  pthread_mutex_lock(&opens_lock);
+  for (int i = 0; i < nopens; i++)
+    if (opens[i].base == base) {
+      if (--opens[i].refs == 0) {
+        d->ipc_close(base);
+        opens[i] = opens[--nopens];
+      }
+      break;
+    }
+  pthread_mutex_unlock(&opens_lock);
+}
+
 static void unmap_import(ipc_state_t* s, const import_t* im) {
-  if (im->ipc) s->d->ipc_close(im->base);
+  if (im->ipc) ipc_unref(s->d, im->base);
   else s->d->unimport(im->base, im->bytes);
 }
 
@@ -479,6 +538,8 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, const uint8_t* use, ipc_s
   return moecclSuccess;
 }
 
+static void watch(ipc_state_t* s);
+
 /* Collective: every rank makes the same two allgathers, contributing a
  * failure mark where its own part failed. */
 static moecclResult_t ipc_init(moeccl_comm_t* comm, const uint8_t* use, int needed, void** state) {
@@ -515,6 +576,7 @@ static moecclResult_t ipc_init(moeccl_comm_t* comm, const uint8_t* use, int need
     pthread_mutex_unlock(&freed_lock);
     INFO(INIT, "ipc: rank %d maps %d local peer segment(s) of %zu bytes", comm->rank,
          s->nlocal - 1, s->seg_bytes);
+    watch(s);
   }
   *state = s;
   return moecclSuccess;
@@ -526,8 +588,10 @@ static void release_waits(ipc_state_t* s);
  * segments: its sends read, its receives marked read). */
 static int passed_with(ipc_state_t* s, int l) {
   ipeer_t* p = &s->peers[l];
-  return done_of(s->peers[s->me].seg, s->nlocal, l)->v >= p->sent &&
-         done_of(p->seg, s->nlocal, s->me)->v >= p->recvd;
+  /* the watchdog asks too: the counts are read and written atomically */
+  return flag_get(done_of(s->peers[s->me].seg, s->nlocal, l)) >=
+             __atomic_load_n(&p->sent, __ATOMIC_RELAXED) &&
+         flag_get(done_of(p->seg, s->nlocal, s->me)) >= __atomic_load_n(&p->recvd, __ATOMIC_RELAXED);
 }
 
 /* Waits up to the communicator's timeout for this rank's streams to have
@@ -539,7 +603,7 @@ static void drain(ipc_state_t* s) {
   char* own = s->peers[s->me].seg;
   for (;;) {
     int left = 0;
-    for (int k = 0; k < s->nstreams; k++) left |= passed_of(own, s->nlocal, k)->v < s->streams[k].lowered;
+    for (int k = 0; k < s->nstreams; k++) left |= flag_get(passed_of(own, s->nlocal, k)) < s->streams[k].lowered;
     for (int l = 0; l < s->nlocal; l++)
       if (l != s->me && s->peers[l].seg && !passed_with(s, l)) {
         left = 1;
@@ -558,9 +622,71 @@ static void drain(ipc_state_t* s) {
             "destroyed (%.0f s)", s->comm->rank, s->comm->timeout);
 }
 
+/* ---- the watchdog ----------------------------------------------------------- */
+
+/* A stream waits for flags its peers' streams write: if a peer dies with
+ * work queued, nothing the host does would ever end that wait (a user's
+ * synchronize would hang).  One thread per process looks, every 100 ms, at
+ * the communicators whose queued work has not passed, and releases the
+ * waits of one whose peer died; the next call fails naming it.  It makes
+ * no driver call and is on no call's path. */
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static ipc_state_t* watched;
+static int watch_started;
+
+static void watch_one(ipc_state_t* s) {
+  if (atomic_load(&s->lost)) return;
+  for (int l = 0; l < s->nlocal; l++) {
+    ipeer_t* p = &s->peers[l];
+    if (l == s->me || !p->seg || passed_with(s, l) ||
+        moeccl_process_alive(p->pid, p->pid_start))
+      continue;
+    WARN(SHM, "ipc: rank %d: rank %d (pid %d) died with work queued on this rank's streams: "
+              "their waits on it are released",
+         s->comm->rank, p->comm_rank, (int)p->pid);
+    release_waits(s);
+    atomic_store(&s->lost, 1 + p->comm_rank);
+    return;
+  }
+}
+
+static void* watchdog(void* arg) {
+  (void)arg;
+  for (;;) {
+    usleep(100 * 1000);
+    pthread_mutex_lock(&watch_lock);
+    for (ipc_state_t* s = watched; s; s = s->next_watched) watch_one(s);
+    pthread_mutex_unlock(&watch_lock);
+  }
+  return NULL;
+}
+
+static void watch(ipc_state_t* s) {
+  pthread_mutex_lock(&watch_lock);
+  s->next_watched = watched, watched = s;
+  if (!watch_started) {
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    watch_started = pthread_create(&t, &a, watchdog, NULL) == 0;
+    pthread_attr_destroy(&a);
+  }
+  pthread_mutex_unlock(&watch_lock);
+}
+
+static void unwatch(ipc_state_t* s) {
+  pthread_mutex_lock(&watch_lock);
+  ipc_state_t** p = &watched;
+  while (*p && *p != s) p = &(*p)->next_watched;
+  if (*p) *p = s->next_watched;
+  pthread_mutex_unlock(&watch_lock);
+}
+
 static void ipc_fini(void* state) {
   ipc_state_t* s = state;
   if (!s) return;
+  unwatch(s);
   drain(s);
   INFO(SHM, "ipc: rank %d: %llu calls lowered, %llu descriptors passed, %llu handles, %llu "
             "imports, %llu host waits",
@@ -719,7 +845,7 @@ static int resolve(ipc_state_t* s, int l, const desc_t* e, const char** src, moe
       r = s->d->import_fd(st.fd, st.bytes, device, &base);
       close(st.fd);
     } else {
-      r = s->d->ipc_import(e->ipc, &base);
+      r = ipc_open(s->d, p->pid, e->id, e->ipc, &base);
     }
     if (r != moecclSuccess) {
       *rc = moeccl_comm_fail(s->comm, r, "ipc: mapping rank %d's device allocation (%llu bytes) failed",
@@ -730,7 +856,7 @@ static int resolve(ipc_state_t* s, int l, const desc_t* e, const char** src, moe
       int cap = p->imports_cap ? 2 * p->imports_cap : 8;
       import_t* a = realloc(p->imports, sizeof(*a) * (size_t)cap);
       if (!a) {
-        if (e->how == HOW_IPC) s->d->ipc_close(base);
+        if (e->how == HOW_IPC) ipc_unref(s->d, base);
         else s->d->unimport(base, e->alloc_bytes);
         *rc = moeccl_comm_fail(s->comm, moecclSystemError, "ipc: out of memory");
         return -1;
@@ -771,7 +897,7 @@ static int publish(ipc_state_t* s, const moeccl_sched_t* sc, int i, moecclResult
   if (r <= 0) return r;
   ring->ent[head % RING] = e;
   atomic_store_explicit(&ring->head, head + 1, memory_order_release);
-  s->match[i] = (match_t){NULL, op->bytes, ++p->sent};
+  s->match[i] = (match_t){NULL, op->bytes, __atomic_add_fetch(&p->sent, 1, __ATOMIC_RELAXED)};
   return 1;
 }
 
@@ -796,7 +922,7 @@ static int consume(ipc_state_t* s, const moeccl_sched_t* sc, int i, moecclResult
                            p->comm_rank, (unsigned long long)bytes, (unsigned long long)op->bytes);
     bytes = 0;
   }
-  s->match[i] = (match_t){src, bytes, ++p->recvd};
+  s->match[i] = (match_t){src, bytes, __atomic_add_fetch(&p->recvd, 1, __ATOMIC_RELAXED)};
   atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
   return 1;
 }
@@ -821,6 +947,11 @@ static moecclResult_t ipc_lower_begin(void* state, const moeccl_sched_t* sc) {
     if (!m) return moeccl_error(s->comm, moecclSystemError, "out of memory");
     s->match = m, s->match_cap = n;
   }
+  int lost = atomic_load(&s->lost);
+  if (lost)
+    return moeccl_comm_peer_lost(s->comm, lost - 1,
+                                 "rank %d (pid %d) died with device work queued with this rank",
+                                 lost - 1, (int)s->comm->peers[lost - 1].pid);
   s->stats.calls++;
   s->range.buf = -1;
   announce_freed(s);
@@ -982,8 +1113,8 @@ static moecclResult_t ipc_check_peers(void* state) {
 static void release_waits(ipc_state_t* s) {
   char* mine = s->peers[s->me].seg;
   for (int l = 0; l < s->nlocal; l++) {
-    ready_of(mine, l)->v = UINT64_MAX;
-    done_of(mine, s->nlocal, l)->v = UINT64_MAX;
+    flag_set(ready_of(mine, l), UINT64_MAX);
+    flag_set(done_of(mine, s->nlocal, l), UINT64_MAX);
   }
   atomic_thread_fence(memory_order_seq_cst);
 }
@@ -1002,8 +1133,8 @@ static void ipc_cancel_all(void* state) {
   release_waits(s);
   for (int l = 0; l < s->nlocal; l++) {
     if (l == s->me || !s->peers[l].seg) continue;
-    ready_of(s->peers[l].seg, s->me)->v = UINT64_MAX;
-    done_of(s->peers[l].seg, s->nlocal, s->me)->v = UINT64_MAX;
+    flag_set(ready_of(s->peers[l].seg, s->me), UINT64_MAX);
+    flag_set(done_of(s->peers[l].seg, s->nlocal, s->me), UINT64_MAX);
   }
   atomic_thread_fence(memory_order_seq_cst);
 }
