@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* CMA probe target: peers read this word from our address space at init. */
@@ -26,10 +27,17 @@ MOECCL_EXPORT moecclResult_t moecclGetVersion(int* version) {
 
 /* The environment checked against the table (param.c): a bad value of a
  * variable that fails creation stops it here, naming the variable. */
+/* The environment's values, and a device backend asked for by name that
+ * cannot run here: an error naming why, as configure's --with-X. */
 static moecclResult_t check_env(const char* fn) {
   char why[320];
-  if (moeccl_param_validate(why, sizeof(why)) == 0) return moecclSuccess;
-  return moeccl_error(NULL, moecclInvalidArgument, "%s: %s", fn, why);
+  if (moeccl_param_validate(why, sizeof(why)) != 0)
+    return moeccl_error(NULL, moecclInvalidArgument, "%s: %s", fn, why);
+  const char* dev = moeccl_param_str("MOECCL_DEVICE");
+  const char* refused = dev && strcasecmp(dev, "cuda") == 0 ? moeccl_device_refusal() : NULL;
+  if (refused)
+    return moeccl_error(NULL, moecclSystemError, "%s: MOECCL_DEVICE=%s, but %s", fn, dev, refused);
+  return moecclSuccess;
 }
 
 MOECCL_EXPORT moecclResult_t moecclGetUniqueId(moecclUniqueId* uniqueId) {

@@ -191,6 +191,10 @@ void moeccl_comm_retire(moeccl_comm_t* comm, int n);
 /* Waits until every issued operation of comm has retired. */
 void moeccl_comm_drain(moeccl_comm_t* comm);
 
+/* Why the device backend MOECCL_DEVICE names explicitly (cuda) cannot run
+ * here, or NULL (device/device.c; asking picks the backend). */
+const char* moeccl_device_refusal(void);
+
 /* Node identity. */
 uint64_t moeccl_host_hash(char* hostname, size_t len);
 uint64_t moeccl_machine_hash(void);

@@ -17,6 +17,7 @@
 int moeccl_log_level = -1;
 uint32_t moeccl_log_mask = MOECCL_SUBSYS_ALL;
 static FILE* log_file;
+static const char* log_pattern; /* MOECCL_DEBUG_FILE, for the text of a failed write */
 static char log_host[64];
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -96,7 +97,7 @@ static void debug_init_once(void) {
   const char* sub = moeccl_param_str("MOECCL_DEBUG_SUBSYS");
   if (sub && *sub) moeccl_log_mask = parse_subsys(sub);
   const char* file = getenv("MOECCL_DEBUG_FILE"); /* not the checked read: it would log */
-  if (file && *file) open_log_file(file);
+  if (file && *file) open_log_file(file), log_pattern = file;
   if (!log_file) log_file = stderr;
   __atomic_store_n(&moeccl_log_level, level, __ATOMIC_RELEASE);
   if (level == MOECCL_LOG_VERSION || level >= MOECCL_LOG_INFO)
@@ -135,6 +136,18 @@ void moeccl_log(moeccl_log_level_t level, uint32_t subsys, const char* file, int
   if (o < (int)sizeof(msg)) vsnprintf(msg + o, sizeof(msg) - o, fmt, ap);
   va_end(ap);
   pthread_mutex_lock(&log_lock);
-  fprintf(log_file ? log_file : stderr, "%s\n", msg);
+  FILE* f = log_file ? log_file : stderr;
+  if ((fprintf(f, "%s\n", msg) < 0 || fflush(f) != 0) && f != stderr) {
+    /* A log file that takes no more lines (a full disk, /dev/full): say so
+     * once, and log the rest of the process's lines to stderr. */
+    int err = errno;
+    fprintf(stderr,
+            "%s:%d:%ld moeccl WARN writing to MOECCL_DEBUG_FILE=%s failed (%s): logging to "
+            "stderr\n%s\n",
+            log_host, (int)getpid(), (long)syscall(SYS_gettid), log_pattern ? log_pattern : "?",
+            strerror(err), msg);
+    fclose(f);
+    log_file = stderr;
+  }
   pthread_mutex_unlock(&log_lock);
 }

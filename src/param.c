@@ -17,6 +17,10 @@ static int check_subsys(const char* v, char* why, size_t n);
 static int check_log_file(const char* v, char* why, size_t n);
 static int check_comm_id(const char* v, char* why, size_t n);
 static int check_plugin_path(const char* v, char* why, size_t n);
+static int check_ifname(const char* v, char* why, size_t n);
+static int check_hostid(const char* v, char* why, size_t n);
+static int check_cost_file(const char* v, char* why, size_t n);
+static int check_cacheline_multiple(const char* v, char* why, size_t n);
 
 const moeccl_param_t moeccl_params[] = {
     {"MOECCL_DEBUG", MOECCL_PARAM_STR, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE", 0,
@@ -33,9 +37,9 @@ const moeccl_param_t moeccl_params[] = {
      check_comm_id, MOECCL_PARAM_FAIL},
     {"MOECCL_SOCKET_IFNAME", MOECCL_PARAM_STR, "",
      "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only", 0, 0, NULL,
-     NULL, MOECCL_PARAM_FAIL},
+     check_ifname, MOECCL_PARAM_FAIL},
     {"MOECCL_HOSTID", MOECCL_PARAM_STR, "",
-     "node identity; ranks with different ids act as separate nodes", 0, 0, NULL, NULL,
+     "node identity; ranks with different ids act as separate nodes", 0, 0, NULL, check_hostid,
      MOECCL_PARAM_FAIL},
     {"MOECCL_ALGO", MOECCL_PARAM_STR, "",
      "force the all-to-all algorithm: direct, pairwise, bruck, hier2, hier3 or rail", 0, 0,
@@ -69,7 +73,7 @@ const moeccl_param_t moeccl_params[] = {
     {"MOECCL_TOPO_DUMP_FILE", MOECCL_PARAM_STR, "",
      "rank 0 writes the topology it found to this file", 0, 0, NULL, NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_TOPO_GROUP_SIZE", MOECCL_PARAM_INT, "0",
-     "nodes per group (switch or dragonfly group); 0: one group", 0, 1048576LL, NULL, NULL,
+     "nodes per group (switch or dragonfly group); 0: one group", 0, 65536LL, NULL, NULL,
      MOECCL_PARAM_FAIL},
     {"MOECCL_TOPO_RAILS", MOECCL_PARAM_INT, "0", "NICs (rails) per node; 0: as hwloc finds", 0,
      64LL, NULL, NULL, MOECCL_PARAM_FAIL},
@@ -77,8 +81,8 @@ const moeccl_param_t moeccl_params[] = {
      "per-peer bytes at which the tuner prices alltoallv calls", 1LL, 1099511627776LL, NULL, NULL,
      MOECCL_PARAM_FAIL},
     {"MOECCL_TUNE_FILE", MOECCL_PARAM_STR, "",
-     "link and copy costs for the tuner's cost model, over the defaults", 0, 0, NULL, NULL,
-     MOECCL_PARAM_FAIL},
+     "link and copy costs for the tuner's cost model, over the defaults", 0, 0, NULL,
+     check_cost_file, MOECCL_PARAM_FAIL},
     {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto", 0,
      0, "auto|ofi|ucx", NULL, MOECCL_PARAM_FAIL},
     {"MOECCL_PLUGIN_PATH", MOECCL_PARAM_STR, "",
@@ -116,8 +120,9 @@ const moeccl_param_t moeccl_params[] = {
      "shared-memory slots per ordered pair of local ranks", 2LL, 1024LL, NULL, NULL,
      MOECCL_PARAM_FAIL},
     {"MOECCL_SHM_CHUNK_SIZE", MOECCL_PARAM_SIZE, "1048576",
-     "bytes a single-copy transfer moves before the executor looks at other work", 4096LL,
-     1073741824LL, NULL, NULL, MOECCL_PARAM_FAIL},
+     "bytes a single-copy transfer moves before the executor looks at other work (a multiple "
+     "of 64)",
+     4096LL, 1073741824LL, NULL, check_cacheline_multiple, MOECCL_PARAM_FAIL},
     {"MOECCL_CMA_DISABLE", MOECCL_PARAM_BOOL, "0",
      "1: no cross-memory attach; large messages are pipelined through the slots", 0, 0, NULL, NULL,
      MOECCL_PARAM_FAIL},
@@ -253,19 +258,29 @@ chosen:
   return p->check ? p->check(s, why, n) : 0;
 }
 
+/* A number of p's type in its range that passes its check (if any). */
+static int number_ok(const moeccl_param_t* p, const char* s, int64_t* out, char* why, size_t n) {
+  if (number_of(p, s, out, why, n) != 0) return -1;
+  return p->check ? p->check(s, why, n) : 0;
+}
+
 /* 0 when the environment's value of p (set and non-empty) is valid. */
 static int value_ok(const moeccl_param_t* p, const char* s, char* why, size_t n) {
   int64_t v;
-  return p->type == MOECCL_PARAM_STR ? string_ok(p, s, why, n) : number_of(p, s, &v, why, n);
+  return p->type == MOECCL_PARAM_STR ? string_ok(p, s, why, n) : number_ok(p, s, &v, why, n);
 }
+
+/* How much of a bad value a text shows (a 5,000-character one would push
+ * the reason out of it). */
+#define SHOWN 64
 
 /* A WARN variable's bad value, logged once per process. */
 static void warn_once(const moeccl_param_t* p, const char* s, const char* why) {
   static _Atomic unsigned char warned[256];
   int i = (int)(p - moeccl_params);
   if (i >= 0 && i < 256 && warned[i]++) return;
-  WARN(ENV, "ignoring %s=%s: %s; using the default%s%s", p->name, s, why,
-       p->default_value[0] ? " " : "", p->default_value);
+  WARN(ENV, "ignoring %s=%.*s%s: %s; using the default%s%s", p->name, SHOWN, s,
+       strlen(s) > SHOWN ? "..." : "", why, p->default_value[0] ? " " : "", p->default_value);
 }
 
 int moeccl_param_check(const char* name, char* why, size_t n) {
@@ -273,7 +288,7 @@ int moeccl_param_check(const char* name, char* why, size_t n) {
   const char* s = getenv(name);
   char w[200];
   if (!p || !s || !*s || value_ok(p, s, w, sizeof(w)) == 0) return 0;
-  snprintf(why, n, "%s=%s is %s", name, s, w);
+  snprintf(why, n, "%s=%.*s%s is %s", name, SHOWN, s, strlen(s) > SHOWN ? "..." : "", w);
   return -1;
 }
 
@@ -287,7 +302,8 @@ int moeccl_param_validate(char* why, size_t n) {
       warn_once(p, s, w);
       continue;
     }
-    snprintf(why, n, "%s=%s is %s (moeccl-env(7))", p->name, s, w);
+    snprintf(why, n, "%s=%.*s%s is %s (moeccl-env(7))", p->name, SHOWN, s,
+             strlen(s) > SHOWN ? "..." : "", w);
     return -1;
   }
   return 0;
@@ -301,7 +317,7 @@ static int64_t param_number(const char* name) {
   int64_t v = 0;
   char why[200];
   if (env && *env) {
-    if (number_of(p, env, &v, why, sizeof(why)) == 0) return v;
+    if (number_ok(p, env, &v, why, sizeof(why)) == 0) return v;
     if (p->on_bad == MOECCL_PARAM_WARN) warn_once(p, env, why);
   }
   return number_of(p, p->default_value, &v, why, sizeof(why)) == 0 ? v : 0;
@@ -354,17 +370,69 @@ static int check_comm_id(const char* v, char* why, size_t n) {
 }
 
 /* Absolute directories only: a relative one would depend on the working
- * directory at the moment the module is first needed. */
+ * directory at the moment the module is first needed.  A list none of whose
+ * directories exists is a typo or a missing mount, not a choice. */
 static int check_plugin_path(const char* v, char* why, size_t n) {
+  int exists = 0;
   for (const char* p = v; *p;) {
     size_t len = strcspn(p, ":");
     if (len && *p != '/') {
       snprintf(why, n, "not a colon list of absolute directories");
       return -1;
     }
+    char dir[4096];
+    struct stat st;
+    if (len && len < sizeof(dir)) {
+      snprintf(dir, sizeof(dir), "%.*s", (int)len, p);
+      exists |= stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+    }
     p += len + (p[len] == ':');
   }
+  if (exists) return 0;
+  snprintf(why, n, "naming no directory that exists");
+  return -1;
+}
+
+/* "eth,ib", "^docker,lo", "=eth0": some name must follow the ^ and =, and
+ * the whole fits the matcher's buffer (socket.c). */
+static int check_ifname(const char* v, char* why, size_t n) {
+  const char* names = v + (v[0] == '^');
+  names += names[0] == '=';
+  if (strlen(v) > 255) {
+    snprintf(why, n, "longer than 255 characters");
+    return -1;
+  }
+  if (strspn(names, ",") == strlen(names)) {
+    snprintf(why, n, "an empty list (name interfaces after ^ or =)");
+    return -1;
+  }
   return 0;
+}
+
+/* A node id is a name, as a hostname is: at most 255 characters. */
+static int check_hostid(const char* v, char* why, size_t n) {
+  if (strlen(v) <= 255) return 0;
+  snprintf(why, n, "%zu characters long (at most 255)", strlen(v));
+  return -1;
+}
+
+/* A cost file the loader can read: a regular file with something in it
+ * (/dev/null or an empty file would quietly mean "no costs"). */
+static int check_cost_file(const char* v, char* why, size_t n) {
+  struct stat st;
+  if (stat(v, &st) != 0) snprintf(why, n, "not readable (%s)", strerror(errno));
+  else if (!S_ISREG(st.st_mode)) snprintf(why, n, "not a regular file");
+  else if (st.st_size == 0) snprintf(why, n, "an empty file");
+  else return 0;
+  return -1;
+}
+
+/* Reducing receives consume whole elements of up to 64 bytes a chunk. */
+static int check_cacheline_multiple(const char* v, char* why, size_t n) {
+  size_t sz = 0;
+  if (moeccl_parse_size(v, &sz) == 0 && sz % 64 == 0) return 0;
+  snprintf(why, n, "not a multiple of 64");
+  return -1;
 }
 
 void moeccl_param_log_all(void) {

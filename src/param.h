@@ -23,8 +23,9 @@ typedef struct {
   const char* help;
   /* Validation, where the variable is declared: INT and SIZE values must
    * lie in [min, max] (both 0: any); STR values must be one of choices
-   * ('|'-separated, case-insensitive; NULL: any) and pass check (NULL: no
-   * check; it writes why into a buffer of n bytes and returns -1). */
+   * ('|'-separated, case-insensitive; NULL: any); every value must pass
+   * check (NULL: no check; it gets the text, writes why into a buffer of n
+   * bytes and returns -1). */
   int64_t min, max;
   const char* choices;
   int (*check)(const char* value, char* why, size_t n);

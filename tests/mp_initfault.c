@@ -17,9 +17,22 @@
  * MOECCL_TIMEOUT; so the delay counts from the victim's own log line saying
  * it joined (MOECCL_DEBUG=INFO, MOECCL_DEBUG_SUBSYS=BOOT into a pipe).
  *
- * Variants: simulated nodes (the network transport's setup), shared memory
- * only.
+ * The culprit must be the first rank a survivor's text names: a survivor
+ * that only names another survivor (one that gave up first and closed its
+ * connections) has the cause wrong.
+ *
+ * Segment rounds kill the victim instead the moment it holds a named
+ * shared-memory file that is not yet unlinked (moeccl's node segment,
+ * which local rank 0 creates, or UCX's posix segments): a failed init must
+ * leave nothing in /dev/shm.  After every round no moeccl-* or
+ * ucx_shm_posix_* file may be left there that was not there before.
+ *
+ * Variants: simulated nodes (the network transport's setup: ucx, where the
+ * build has it, and ofi), shared memory only.
  */
+#include "config.h"
+
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -34,12 +47,45 @@
 typedef struct {
   int victim;
   long delay_us;
+  int at_segment; /* kill when it holds a named segment, not after delay_us */
 } round_t;
+
+/* The files the library or UCX names in /dev/shm. */
+static int ours(const char* name) {
+  return strncmp(name, "moeccl-", 7) == 0 || strncmp(name, "ucx_shm_posix_", 14) == 0;
+}
+
+/* Whether this process holds (open or mapped) one of those files while it
+ * still has its name, that is, before it is unlinked. */
+static int holds_named_segment(void) {
+  char path[300], target[512];
+  DIR* d = opendir("/proc/self/fd");
+  int found = 0;
+  for (struct dirent* e; d && !found && (e = readdir(d)) != NULL;) {
+    snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n <= 9) continue;
+    target[n] = 0;
+    found =
+        strncmp(target, "/dev/shm/", 9) == 0 && ours(target + 9) && !strstr(target, "(deleted)");
+  }
+  if (d) closedir(d);
+  FILE* f = found ? NULL : fopen("/proc/self/maps", "r");
+  char line[1024];
+  while (f && !found && fgets(line, sizeof(line), f)) {
+    char* at = strstr(line, "/dev/shm/");
+    found = at && ours(at + 9) && !strstr(at, "(deleted)");
+  }
+  if (f) fclose(f);
+  return found;
+}
 
 /* The victim's killer thread: waits for the library's log line saying the
  * victim joined the rendezvous (its hello reached the root), then for the
- * round's delay, then kills the process. */
+ * round's delay (or, in a segment round, until the process holds a named
+ * segment, for at most 3 s), then kills the process. */
 static long kill_delay_us;
+static int kill_at_segment;
 static int log_fd = -1;
 static void* killer(void* arg) {
   (void)arg;
@@ -59,8 +105,16 @@ static void* killer(void* arg) {
     }
     if (got == sizeof(buf) - 1) got = 0;
   }
-  struct timespec ts = {kill_delay_us / 1000000, (kill_delay_us % 1000000) * 1000};
-  while (nanosleep(&ts, &ts) != 0) {
+  if (kill_at_segment) {
+    double until = mp_now() + 3.0;
+    while (!holds_named_segment() && mp_now() < until) {
+    }
+    printf("rank %d: killed %s\n", mp_rank,
+           mp_now() < until ? "holding a named segment" : "after 3 s without a named segment");
+  } else {
+    struct timespec ts = {kill_delay_us / 1000000, (kill_delay_us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
   }
   fflush(stdout);
   raise(SIGKILL);
@@ -85,6 +139,10 @@ static int check_failure(const char* what, moecclResult_t res, const char* text,
            moecclGetErrorString(res), text);
   MP_CHECK(strstr(text, name) != NULL, "%s: the error does not name the dead %s: \"%s\"", what,
            name, text);
+  const char* first = strstr(text, "rank ");
+  MP_CHECK(first && atoi(first + 5) == victim,
+           "%s: the error names rank %d before the dead %s: \"%s\"", what,
+           first ? atoi(first + 5) : -1, name, text);
   return 0;
 }
 
@@ -101,6 +159,7 @@ static int body(moecclComm_t unused, int rank, int n, void* arg) {
     setenv("MOECCL_DEBUG_FILE", path, 1);
     log_fd = fds[0];
     kill_delay_us = r->delay_us;
+    kill_at_segment = r->at_segment;
     pthread_t t;
     MP_CHECK(pthread_create(&t, NULL, killer, NULL) == 0, "pthread_create failed");
   }
@@ -133,6 +192,39 @@ static int body(moecclComm_t unused, int rank, int n, void* arg) {
 static const long delays_us[] = {0, 300, 1000, 3000, 8000, 20000, 50000, 150000};
 #define NDELAYS (int)(sizeof(delays_us) / sizeof(delays_us[0]))
 
+/* The moeccl-* and ucx_shm_posix_* names in /dev/shm, in names (up to
+ * max); returns how many. */
+#define MAX_SHM_NAMES 256
+static int shm_names(char (*names)[256], int max) {
+  DIR* d = opendir("/dev/shm");
+  int n = 0;
+  for (struct dirent* e; d && n < max && (e = readdir(d)) != NULL;)
+    if (ours(e->d_name)) snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
+  if (d) closedir(d);
+  return n;
+}
+
+/* Fails when /dev/shm holds a moeccl or UCX file it did not hold before
+ * the round (a file another job is still using goes within a second: it is
+ * looked at again before it counts). */
+static int check_shm_left(char (*before)[256], int nbefore) {
+  static char after[MAX_SHM_NAMES][256];
+  for (int tries = 0;; tries++) {
+    int n = shm_names(after, MAX_SHM_NAMES), left = -1;
+    for (int i = 0; i < n && left < 0; i++) {
+      int old = 0;
+      for (int j = 0; j < nbefore && !old; j++) old = strcmp(after[i], before[j]) == 0;
+      if (!old) left = i;
+    }
+    if (left < 0) return MP_EXIT_PASS;
+    if (tries == 10) {
+      printf("FAIL: the round left /dev/shm/%s behind\n", after[left]);
+      return MP_EXIT_FAIL;
+    }
+    mp_sleep_ms(100);
+  }
+}
+
 /* One round on the first rank count given (the library's log settings are
  * read once per process: a second mp_run here would not get the victim's
  * log), the victim rotating with the round. */
@@ -144,15 +236,23 @@ static int run_round(int argc, char** argv, int d) {
   for (int i = 0; i < nr && i < 1; i++) {
     int n = ranks[i];
     if (n < 2) continue;
-    round_t r = {1 + d % (n - 1), delays_us[d]};
+    const char* seg = getenv("MP_INITFAULT_SEGMENT"); /* the victim, in a segment round */
+    round_t r = {d % n, delays_us[d], 0};
+    if (seg) r = (round_t){atoi(seg) % n, 0, 1};
     mp_opts opts = MP_OPTS_DEFAULT;
     opts.deadline_s = 30;
     opts.no_init = 1;
     opts.expect_killed_rank = r.victim;
     opts.expect_killed_signal = SIGKILL;
-    printf("nranks %d: rank %d killed %ld us after it joined the rendezvous\n", n, r.victim,
-           r.delay_us);
+    if (seg)
+      printf("nranks %d: rank %d killed when it holds a named shared-memory file\n", n, r.victim);
+    else
+      printf("nranks %d: rank %d killed %ld us after it joined the rendezvous\n", n, r.victim,
+             r.delay_us);
+    static char before[MAX_SHM_NAMES][256];
+    int nbefore = shm_names(before, MAX_SHM_NAMES);
     overall = mp_fold(overall, mp_run_opts(n, body, &r, &opts));
+    overall = mp_fold(overall, check_shm_left(before, nbefore));
   }
   return overall;
 }
@@ -160,18 +260,36 @@ static int run_round(int argc, char** argv, int d) {
 /* The library reads MOECCL_DEBUG once per process, and the victim needs its
  * log: every round runs in a freshly executed process (a variant), on
  * shared memory, on simulated nodes (ucx by default) and over ofi. */
-static const char* const configs[][3] = {
-    {"shm3", "MP_RANKS_PER_NODE=0", "3"},      {"shm4", "MP_RANKS_PER_NODE=0", "4"},
-    {"nodes3", "MP_RANKS_PER_NODE=1", "3"},    {"nodes4", "MP_RANKS_PER_NODE=1", "4"},
-    {"nodes-ofi", "MP_RANKS_PER_NODE=2", "4"},
+static const char* const configs[][4] = {
+    {"shm3", "MP_RANKS_PER_NODE=0", "3", ""},
+    {"shm4", "MP_RANKS_PER_NODE=0", "4", ""},
+    {"nodes3", "MP_RANKS_PER_NODE=1", "3", ""},
+    {"nodes4", "MP_RANKS_PER_NODE=1", "4", ""},
+#ifdef MOECCL_HAVE_UCX
+    {"nodes-ucx", "MP_RANKS_PER_NODE=2", "4", "MOECCL_NET=ucx"},
+#endif
+    {"nodes-ofi", "MP_RANKS_PER_NODE=2", "4", "MOECCL_NET=ofi"},
 };
 #define NCONFIGS (int)(sizeof(configs) / sizeof(configs[0]))
+
+/* Segment rounds: the victim is local rank 0 of a node of two or more
+ * (the creator of the node's segment), or any rank over ucx (UCX's posix
+ * segments). */
+static const char* const segment_configs[][4] = {
+    {"seg-shm4-rank0", "MP_RANKS_PER_NODE=0", "4", "MP_INITFAULT_SEGMENT=0"},
+    {"seg-ppn2-rank2", "MP_RANKS_PER_NODE=2", "4", "MP_INITFAULT_SEGMENT=2"},
+#ifdef MOECCL_HAVE_UCX
+    {"seg-ucx-rank1", "MP_RANKS_PER_NODE=1", "4", "MP_INITFAULT_SEGMENT=1"},
+    {"seg-ucx-rank3", "MP_RANKS_PER_NODE=1", "4", "MP_INITFAULT_SEGMENT=3"},
+#endif
+};
+#define NSEGMENT (int)(sizeof(segment_configs) / sizeof(segment_configs[0]))
 
 int main(int argc, char** argv) {
   setenv("MOECCL_TIMEOUT", "600", 1);
   const char* round = getenv("MP_INITFAULT_ROUND");
   if (round) return run_round(argc, argv, atoi(round) % NDELAYS);
-  static mp_variant variants[NCONFIGS * NDELAYS + 1];
+  static mp_variant variants[NCONFIGS * NDELAYS + NSEGMENT + 1];
   static char names[NCONFIGS * NDELAYS][48], envs[NCONFIGS * NDELAYS][40];
   int k = 0;
   for (int c = 0; c < NCONFIGS; c++)
@@ -179,11 +297,14 @@ int main(int argc, char** argv) {
       snprintf(names[k], sizeof(names[k]), "%s-%ldus", configs[c][0], delays_us[d]);
       snprintf(envs[k], sizeof(envs[k]), "MP_INITFAULT_ROUND=%d", d);
       variants[k] = (mp_variant){names[k], {configs[c][1], envs[k], NULL}, configs[c][2]};
-      if (c == NCONFIGS - 1) {
-        variants[k].env[2] = "MOECCL_NET=ofi";
-        variants[k].env[3] = "MOECCL_OFI_PROVIDER=tcp";
-      }
+      if (configs[c][3][0]) variants[k].env[2] = configs[c][3];
+      if (!strcmp(configs[c][3], "MOECCL_NET=ofi")) variants[k].env[3] = "MOECCL_OFI_PROVIDER=tcp";
     }
+  for (int c = 0; c < NSEGMENT; c++, k++)
+    variants[k] =
+        (mp_variant){segment_configs[c][0],
+                     {segment_configs[c][1], segment_configs[c][3], "MP_INITFAULT_ROUND=0", NULL},
+                     segment_configs[c][2]};
   variants[k] = (mp_variant){NULL, {NULL}, NULL};
   return mp_run_variants(argc, argv, variants, 60);
 }

@@ -4,10 +4,14 @@
  * documents exactly the variables declared in src/param.c (line starts
  * "**MOECCL_NAME**=").
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "moeccl.h"
 #include "param.h"
 #include "unit_check.h"
 
@@ -60,8 +64,10 @@ static void expect_bad(const moeccl_param_t* p, const char* bad) {
   int rc = moeccl_param_validate(why, sizeof(why));
   if (p->on_bad == MOECCL_PARAM_FAIL) {
     CHECK(rc == -1, "%s=%s passed validation", p->name, bad);
-    CHECK(strstr(why, p->name) && strstr(why, bad), "%s=%s: the text does not name it: %s", p->name,
-          bad, why);
+    char start[33]; /* a long value is named by its start */
+    snprintf(start, sizeof(start), "%s", bad);
+    CHECK(strstr(why, p->name) && strstr(why, start), "%s=%.40s: the text does not name it: %.400s",
+          p->name, bad, why);
   } else {
     CHECK(rc == 0, "%s=%s (warn and use the default) failed validation: %s", p->name, bad, why);
   }
@@ -83,6 +89,8 @@ static void expect_bad(const moeccl_param_t* p, const char* bad) {
  * and a good value accepted. */
 static void test_bad_values(void) {
   char why[400];
+  static char long_hostid[5001];
+  memset(long_hostid, 'h', sizeof(long_hostid) - 1);
   CHECK(moeccl_param_validate(why, sizeof(why)) == 0, "the clean environment fails: %s", why);
   for (int i = 0; i < moeccl_nparams; i++) {
     const moeccl_param_t* p = &moeccl_params[i];
@@ -124,7 +132,17 @@ static void test_bad_values(void) {
                 {"MOECCL_COMM_ID", "host:0"},
                 {"MOECCL_DEBUG_SUBSYS", "INIT,FOO"},
                 {"MOECCL_DEBUG_SUBSYS", "^"},
-                {"MOECCL_DEBUG_FILE", "/nonexistent/dir/x"}};
+                {"MOECCL_DEBUG_FILE", "/nonexistent/dir/x"},
+                /* issue 25: values that were taken silently */
+                {"MOECCL_SOCKET_IFNAME", "^"},
+                {"MOECCL_SOCKET_IFNAME", "="},
+                {"MOECCL_SOCKET_IFNAME", "^=,"},
+                {"MOECCL_HOSTID", long_hostid},
+                {"MOECCL_TUNE_FILE", "/dev/null"},
+                {"MOECCL_TUNE_FILE", "/nonexistent/tune.txt"},
+                {"MOECCL_TOPO_GROUP_SIZE", "1000000"},
+                {"MOECCL_SHM_CHUNK_SIZE", "4097"},
+                {"MOECCL_PLUGIN_PATH", "/nonexistent/a:/nonexistent/b"}};
   for (size_t k = 0; k < sizeof(custom) / sizeof(custom[0]); k++)
     for (int i = 0; i < moeccl_nparams; i++)
       if (strcmp(moeccl_params[i].name, custom[k].name) == 0)
@@ -136,7 +154,13 @@ static void test_bad_values(void) {
               {"MOECCL_DEBUG", "info"},
               {"MOECCL_TIMEOUT", "1"},
               {"MOECCL_NET_EAGER_SIZE", "16M"},
-              {"MOECCL_DEBUG_FILE", "/tmp/x.%p.log"}};
+              {"MOECCL_DEBUG_FILE", "/tmp/x.%p.log"},
+              {"MOECCL_SOCKET_IFNAME", "^docker,lo"},
+              {"MOECCL_SOCKET_IFNAME", "=eth0"},
+              {"MOECCL_HOSTID", "node7"},
+              {"MOECCL_SHM_CHUNK_SIZE", "64K"},
+              {"MOECCL_SHM_CHUNK_SIZE", "4160"},
+              {"MOECCL_PLUGIN_PATH", "/nonexistent:/tmp"}};
   for (size_t k = 0; k < sizeof(fine) / sizeof(fine[0]); k++) {
     setenv(fine[k].name, fine[k].good, 1);
     CHECK(moeccl_param_validate(why, sizeof(why)) == 0, "%s=%s fails: %s", fine[k].name,
@@ -173,11 +197,98 @@ static void test_man_page(void) {
   free(seen);
 }
 
-int main(void) {
+/* Runs this program again as "test_param MODE" (a fresh process: the
+ * library reads its log settings once) with stderr into a pipe; returns
+ * what it wrote there (at most n - 1 bytes) and its exit code in *code. */
+static void in_child(const char* mode, char* out, size_t n, int* code) {
+  int fds[2];
+  out[0] = '\0', *code = -1;
+  if (pipe(fds) != 0) return;
+  fflush(stdout), fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]), close(fds[1]);
+    execl("/proc/self/exe", "test_param", mode, (char*)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  for (ssize_t r; got + 1 < n && (r = read(fds[0], out + got, n - 1 - got)) > 0;) got += (size_t)r;
+  out[got] = '\0';
+  close(fds[0]);
+  int st = 0;
+  if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st)) *code = WEXITSTATUS(st);
+}
+
+static void log_to_dev_full(void) {
+  setenv("MOECCL_DEBUG", "INFO", 1);
+  setenv("MOECCL_DEBUG_FILE", "/dev/full", 1);
+  moecclUniqueId id;
+  _exit(moecclGetUniqueId(&id) == moecclSuccess ? 0 : 3);
+}
+
+/* A log file that takes nothing (writes fail, as on a full disk): said once
+ * on stderr, and the lines go there instead of nowhere. */
+static void test_log_write_fails(void) {
+  char out[1 << 16];
+  int code;
+  in_child("dev-full", out, sizeof(out), &code);
+  CHECK(code == 0, "moecclGetUniqueId with MOECCL_DEBUG_FILE=/dev/full exited %d: %s", code, out);
+  const char* first = strstr(out, "MOECCL_DEBUG_FILE=/dev/full failed");
+  CHECK(first != NULL,
+        "MOECCL_DEBUG_FILE=/dev/full: nothing on stderr says the writes fail: \"%s\"", out);
+  CHECK(!first || !strstr(first + 1, "MOECCL_DEBUG_FILE=/dev/full failed"),
+        "MOECCL_DEBUG_FILE=/dev/full: the failure is said more than once: \"%s\"", out);
+  CHECK(strstr(out, "moeccl version") != NULL,
+        "MOECCL_DEBUG_FILE=/dev/full: the log lines were lost instead of going to stderr: \"%s\"",
+        out);
+}
+
+static void init_with_cuda(void) {
+  setenv("MOECCL_DEVICE", "cuda", 1);
+  moecclUniqueId id;
+  moecclResult_t rc = moecclGetUniqueId(&id);
+  fprintf(stderr, "result %d: %s\n", (int)rc, moecclGetLastError(NULL));
+  _exit(rc == moecclSuccess ? 0 : 4);
+}
+
+static void device_auto(void) {
+  setenv("MOECCL_DEVICE", "auto", 1);
+  moecclUniqueId id;
+  _exit(moecclGetUniqueId(&id) == moecclSuccess ? 0 : 4);
+}
+
+/* MOECCL_DEVICE=cuda asked for by name on a machine without CUDA (no
+ * driver, or a build without it) fails with the reason; auto does not. */
+static void test_device_cuda_refused(void) {
+  char out[1 << 14];
+  int code;
+  in_child("device-auto", out, sizeof(out), &code);
+  CHECK(code == 0, "MOECCL_DEVICE=auto failed: %s", out);
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver) {
+    dlclose(driver);
+    printf("test_param: a CUDA driver loads here: MOECCL_DEVICE=cuda's refusal not checked\n");
+    return;
+  }
+  in_child("device-cuda", out, sizeof(out), &code);
+  CHECK(code == 4, "MOECCL_DEVICE=cuda without a CUDA driver: moecclGetUniqueId succeeded: %s",
+        out);
+  CHECK(strstr(out, "MOECCL_DEVICE=cuda, but ") != NULL,
+        "MOECCL_DEVICE=cuda without a CUDA driver: the error does not say why: %s", out);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && !strcmp(argv[1], "dev-full")) log_to_dev_full();
+  if (argc > 1 && !strcmp(argv[1], "device-auto")) device_auto();
+  if (argc > 1 && !strcmp(argv[1], "device-cuda")) init_with_cuda();
   test_parse_size();
   test_env_values();
   test_man_page();
   test_bad_values();
+  test_log_write_fails();
+  test_device_cuda_refused();
   printf("test_param: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }

@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "debug.h"
@@ -11,22 +12,29 @@
 
 static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
 static const moeccl_device_ops_t* picked;
+static const char* refused; /* why MOECCL_DEVICE=cuda, asked for by name, is not there */
 
 static void pick(void) {
   const char* want = moeccl_param_str("MOECCL_DEVICE");
   if (!want || !*want) want = "auto";
-  if (strcmp(want, "emu") == 0) {
+  if (strcasecmp(want, "emu") == 0) {
     picked = &moeccl_device_emu_ops;
-  } else if (strcmp(want, "cuda") == 0 || strcmp(want, "auto") == 0) {
+  } else if (strcasecmp(want, "cuda") == 0 || strcasecmp(want, "auto") == 0) {
 #ifdef MOECCL_HAVE_CUDA
     const char* why = moeccl_device_cuda_unavailable();
     if (!why) picked = &moeccl_device_cuda_ops;
-    else INFO(INIT, "device: no CUDA backend: %s", why);
 #else
-    INFO(INIT, "device: this build has no CUDA backend");
+    const char* why = "this build has no CUDA backend (configure found no cuda.h)";
 #endif
+    if (why && strcasecmp(want, "cuda") == 0) refused = why;
+    if (why) INFO(INIT, "device: no CUDA backend: %s", why);
   }
   if (picked) INFO(INIT, "device: %s backend, %d device(s)", picked->name, picked->count());
+}
+
+const char* moeccl_device_refusal(void) {
+  moeccl_device();
+  return refused;
 }
 
 /* Every call asks (moeccl_mem_of per buffer): after the pick, one acquire

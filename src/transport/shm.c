@@ -402,8 +402,9 @@ static void shm_fini(void* state);
 static void shm_notify_abort(void* state, int culprit);
 
 /* Collective: the first local rank creates the segment, the others map it
- * after a barrier, and it is unlinked once all have it, so nothing is left
- * in /dev/shm even if a rank dies later. */
+ * after a barrier, and it is unlinked once all have it (or by every rank
+ * when a barrier fails), so nothing is left in /dev/shm even if a rank
+ * dies, the creator included. */
 static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int needed_anywhere,
                                void** state) {
   *state = NULL;
@@ -418,7 +419,9 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   moecclResult_t rc = moeccl_bootstrap_barrier(comm->boot);
   if (rc == moecclSuccess && needed && s->me != 0 && ok) ok = map_segment(s, 0) == 0;
   if (rc == moecclSuccess) rc = moeccl_bootstrap_barrier(comm->boot);
-  if (needed && s->me == 0) shm_unlink(s->name);
+  /* Every rank knows the name: when setup fails (the creator may be the
+   * rank that died, after creating it), the survivors unlink it too. */
+  if (needed && (s->me == 0 || rc != moecclSuccess)) shm_unlink(s->name);
   int32_t* flags = calloc((size_t)comm->nranks * 2, sizeof(int32_t));
   if (!flags) rc = moecclSystemError;
   if (rc == moecclSuccess) {

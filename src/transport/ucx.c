@@ -161,6 +161,14 @@ static void set_defaults_once(void) {
    * rank 0.70-1.05x -> 1.12-1.53x, 512 KiB 0.70-0.89x -> 0.96-1.04x; 1-4
    * MiB, 4 ranks and moe_perf unchanged). */
   if (!have_rdma_device()) setenv("UCX_RNDV_THRESH", "512k", 0);
+  /* UCX's posix shared memory creates a named file in /dev/shm and
+   * unlinks it only after writing it whole: a rank killed meanwhile (say
+   * during init) leaves it there for good, and nobody else knows its name.
+   * moeccl reaches the ranks of a node through its own shm transport, so
+   * UCX needs none of its own; without posix, UCX takes sysv segments,
+   * removed as soon as they are attached, for ranks it still finds on one
+   * machine (MOECCL_HOSTID, MOECCL_SHM_DISABLE). */
+  setenv("UCX_TLS", "^posix", 0);
 }
 
 /* Once per process: setenv must not race with another thread's getenv. */
