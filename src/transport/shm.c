@@ -419,9 +419,10 @@ static moecclResult_t shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   moecclResult_t rc = moeccl_bootstrap_barrier(comm->boot);
   if (rc == moecclSuccess && needed && s->me != 0 && ok) ok = map_segment(s, 0) == 0;
   if (rc == moecclSuccess) rc = moeccl_bootstrap_barrier(comm->boot);
-  /* Every rank knows the name: when setup fails (the creator may be the
-   * rank that died, after creating it), the survivors unlink it too. */
-  if (needed && (s->me == 0 || rc != moecclSuccess)) shm_unlink(s->name);
+  /* Every rank knows the name and unlinks it (the others' unlinks find it
+   * gone): the creator may die after the last barrier and before its own
+   * unlink, or a setup fail with the creator dead. */
+  if (needed) shm_unlink(s->name);
   int32_t* flags = calloc((size_t)comm->nranks * 2, sizeof(int32_t));
   if (!flags) rc = moecclSystemError;
   if (rc == moecclSuccess) {
