@@ -252,18 +252,18 @@ static int stream_reach(const moeccl_comm_t* comm, int peer) {
 }
 
 /* Whether a call goes to the stream path (docs/ARCHITECTURE.md): its
- * buffers are all device memory (the caller found one that is), its stream is NULL (the legacy default
- * stream) or a device stream, it moves bytes without reducing (all-to-all,
- * send/recv, AllGather, Broadcast, Gather, Scatter), and a stream
- * transport reaches its peers.  Every rank decides alike for a call whose
- * ranks all pass device buffers, as NCCL requires. */
+ * buffers are all device memory (the caller found one that is), its stream is NULL (the legacy
+ * default stream) or a device stream, it moves bytes without reducing (all-to-all, send/recv,
+ * AllGather, Broadcast, Gather, Scatter), and a stream transport reaches its peers.  Every rank
+ * decides alike for a call whose ranks all pass device buffers, as NCCL requires. */
 static int lowerable(const moeccl_comm_t* comm, const moeccl_call_t* call, moecclStream_t stream) {
   if (stream && moeccl_host_stream_valid(stream)) return 0;
   if (!moeccl_device()) return 0;
   switch (call->kind) {
     case MOECCL_CALL_A2A:
       return on_device(call->sendbuf) && on_device(call->recvbuf) && stream_reach(comm, -1);
-    case MOECCL_CALL_COLL: /* a Gather's recvbuff or a Scatter's sendbuff may be NULL off the root */
+    case MOECCL_CALL_COLL: /* a Gather's recvbuff or a Scatter's sendbuff may be NULL off the root
+                            */
       return !call->coll.reduce && on_device(call->sendbuf) && on_device(call->recvbuf) &&
              stream_reach(comm, -1);
     case MOECCL_CALL_P2P:

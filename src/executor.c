@@ -345,7 +345,8 @@ static moecclResult_t start_step(moeccl_job_t* j) {
     if (!(ops->caps & PASS_CAPS)) mask |= 1u << t;
   }
   for (int t = 0; moved; t++, moved >>= 1)
-    if ((moved & 1) && c->transport_ops[t]->flush) c->transport_ops[t]->flush(c->transport_state[t]);
+    if ((moved & 1) && c->transport_ops[t]->flush)
+      c->transport_ops[t]->flush(c->transport_state[t]);
   for (int i = begin; i < end; i++)
     if (is_local(&s->ops[i])) MOECCL_CHECK(local_op(j, mask, &s->ops[i]));
   if (s->self_ops) MOECCL_CHECK(run_self_ops(j, begin, end, mask));
@@ -790,8 +791,8 @@ static int lower_transport(const moeccl_comm_t* c, const moeccl_sched_t* s) {
       return -2;
   for (int i = 0; i < s->nops; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
-    if (op->flags || (op->type != MOECCL_OP_SEND && op->type != MOECCL_OP_RECV &&
-                      op->type != MOECCL_OP_COPY))
+    if (op->flags ||
+        (op->type != MOECCL_OP_SEND && op->type != MOECCL_OP_RECV && op->type != MOECCL_OP_COPY))
       return -2;
     if (op->type == MOECCL_OP_COPY || op->peer == c->rank) continue;
     int pt = moeccl_peer_stream_transport(c, op->peer);
@@ -879,8 +880,10 @@ moecclResult_t moeccl_executor_lower(moeccl_comm_t* c, moeccl_sched_t* s, void* 
   /* The peers go on with the call: a rank that could not queue its part
    * leaves them waiting on its stream's flags. */
   if (rc != moecclSuccess && c->async_error == moecclSuccess)
-    moeccl_comm_fail(c, rc, "queueing a device call on its stream failed (%s); abort the "
-                            "communicator", moecclGetErrorString(rc));
+    moeccl_comm_fail(c, rc,
+                     "queueing a device call on its stream failed (%s); abort the "
+                     "communicator",
+                     moecclGetErrorString(rc));
   if (rc != moecclSuccess && ops) ops->cancel_all(st);
   return rc;
 }

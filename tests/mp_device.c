@@ -73,8 +73,8 @@
 
 #include "device/device.h"
 #include "moeccl_moe.h"
-#include "transport/transport.h"
 #include "mp_harness.h"
+#include "transport/transport.h"
 
 #define GUARD 256
 
@@ -220,12 +220,14 @@ static int inplace(moecclComm_t comm, int rank, int n) {
     size_t count = counts[k], block = count * 4, total = block * (size_t)n;
     unsigned char* b = dev_alloc(comm, total + GUARD);
     MP_CHECK(b, "no device memory");
-    for (int j = 0; j < n; j++) MP_CHECK(dev_fill(b + j * block, 4, count, seed, rank, j) == 0, "fill");
+    for (int j = 0; j < n; j++)
+      MP_CHECK(dev_fill(b + j * block, 4, count, seed, rank, j) == 0, "fill");
     MP_CHECK(dev_sentinel(b + total, GUARD) == 0, "sentinel");
     MP_OK_COMM(comm, moecclAlltoAll(b, b, count, moecclFloat32, comm, NULL));
     unsigned char* h = dev_read(b, total + GUARD);
     MP_CHECK(h, "read");
-    for (int i = 0; i < n; i++) MP_CHECK_BLOCK("device in-place alltoall", h + i * block, 4, count, seed, i, rank, 0);
+    for (int i = 0; i < n; i++)
+      MP_CHECK_BLOCK("device in-place alltoall", h + i * block, 4, count, seed, i, rank, 0);
     MP_CHECK_SENTINEL("device in-place alltoall guard", h + total, GUARD);
     free(h);
     MP_OK_COMM(comm, moecclMemFree(b));
@@ -249,7 +251,8 @@ static int inplace(moecclComm_t comm, int rank, int n) {
       MP_CHECK_BLOCK("device in-place alltoallv", h + rd[p] * 4, 4, rc[p], seed, p, rank, 0);
       memcpy(h + rd[p] * 4, host + rd[p] * 4, rc[p] * 4);
     }
-    MP_CHECK(memcmp(h, host, bytes) == 0, "device in-place alltoallv: bytes outside the receive blocks changed");
+    MP_CHECK(memcmp(h, host, bytes) == 0,
+             "device in-place alltoallv: bytes outside the receive blocks changed");
     free(h), free(host);
     MP_OK_COMM(comm, moecclMemFree(b));
   }
@@ -352,7 +355,8 @@ static int coll(moecclComm_t comm, int rank, int n) {
     MP_CHECK(dev_fill(s, 4, count, sd, rank, root) == 0, "fill");
     if (rank == root) MP_CHECK(dev_sentinel(r, all + GUARD) == 0, "sentinel");
     /* off the root the receive buffer is unused, and NULL (as NCCL allows) */
-    MP_OK_COMM(comm, moecclGather(s, rank == root ? r : NULL, count, moecclFloat32, root, comm, NULL));
+    MP_OK_COMM(comm,
+               moecclGather(s, rank == root ? r : NULL, count, moecclFloat32, root, comm, NULL));
     if (rank == root) {
       h = dev_read(r, all + GUARD);
       MP_CHECK(h, "reading device memory back failed");
@@ -364,7 +368,8 @@ static int coll(moecclComm_t comm, int rank, int n) {
       for (int i = 0; i < n; i++) MP_CHECK(dev_fill(r + i * bytes, 4, count, sd + 1, root, i) == 0, "fill");
     }
     MP_CHECK(dev_sentinel(s, bytes) == 0, "sentinel");
-    MP_OK_COMM(comm, moecclScatter(rank == root ? r : NULL, s, count, moecclFloat32, root, comm, NULL));
+    MP_OK_COMM(comm,
+               moecclScatter(rank == root ? r : NULL, s, count, moecclFloat32, root, comm, NULL));
     h = dev_read(s, bytes);
     MP_CHECK(h, "reading device memory back failed");
     snprintf(what, sizeof(what), "device Scatter from root %d", root);
@@ -739,7 +744,8 @@ static int count_calls(moecclComm_t comm, int rank, int n, void* st, const char*
   MP_CHECK(D->synchronize(st) == moecclSuccess, "sync");
   snap_t a, b;
   snap(comm, &a);
-  for (int i = 0; i < CALLS; i++) MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, st));
+  for (int i = 0; i < CALLS; i++)
+    MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, st));
   int lowered = strcmp(path, "stream path") == 0;
   if (lowered) snap(comm, &b); /* what the calls queued, before any wait */
   MP_CHECK(D->synchronize(st) == moecclSuccess, "sync");
@@ -753,7 +759,8 @@ static int count_calls(moecclComm_t comm, int rank, int n, void* st, const char*
   uint64_t fns = b.emu.host_fns - a.emu.host_fns, syncs = b.emu.syncs - a.emu.syncs;
   if (rank == 0)
     printf("counts: %s, %s stream, rank 0 of %d, per repeated moecclAlltoAll (%zu B per peer): "
-           "%.1f copies (%.1f batched calls), %.1f stream memory operations in %.1f batches, %.1f host functions, "
+           "%.1f copies (%.1f batched calls), %.1f stream memory operations in %.1f batches, %.1f "
+           "host functions, "
            "%.1f host waits for a stream, %.1f send-buffer look-ups, %.1f descriptors, %.1f "
            "mappings, %.1f socket system calls; the host waited for a peer's call in %.0f%% of "
            "calls\n",
@@ -761,7 +768,8 @@ static int count_calls(moecclComm_t comm, int rank, int n, void* st, const char*
            (double)(b.ipc.copy_calls - a.ipc.copy_calls) / k, memops / k,
            (double)(b.ipc.batches - a.ipc.batches) / k, fns / k, syncs / k,
            (double)(b.ipc.range_queries - a.ipc.range_queries) / k,
-           (double)(b.ipc.fds_sent - a.ipc.fds_sent) / k, (double)(b.ipc.imports - a.ipc.imports) / k,
+           (double)(b.ipc.fds_sent - a.ipc.fds_sent) / k,
+           (double)(b.ipc.imports - a.ipc.imports) / k,
            (double)(b.ipc.syscalls - a.ipc.syscalls) / k,
            100.0 * (double)(b.ipc.host_waits - a.ipc.host_waits) / k);
   if (lowered) {
@@ -809,25 +817,29 @@ static int churn(moecclComm_t comm, int rank, int n) {
     MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, NULL));
     unsigned char* h = dev_read(r, bytes);
     MP_CHECK(h, "read");
-    for (int p = 0; p < n; p++) MP_CHECK_BLOCK("fresh buffers", h + p * count * 4, 4, count, seed, p, rank, 0);
+    for (int p = 0; p < n; p++)
+      MP_CHECK_BLOCK("fresh buffers", h + p * count * 4, 4, count, seed, p, rank, 0);
     free(h);
     MP_OK_COMM(comm, moecclMemFree(s));
     MP_OK_COMM(comm, moecclMemFree(r));
   }
   moeccl_ipc_stats(comm, &b);
-  int64_t mapped = (int64_t)(b.imports - a.imports) - (int64_t)(b.unmaps - a.unmaps); /* may be < 0 */
+  int64_t mapped =
+      (int64_t)(b.imports - a.imports) - (int64_t)(b.unmaps - a.unmaps); /* may be < 0 */
   const char* algo = getenv("MOECCL_ALGO"); /* bruck sends from scratch: nothing new to map */
-  MP_CHECK((algo && *algo) || b.imports - a.imports >= (uint64_t)ROUNDS * (uint64_t)(n - 1) - (uint64_t)(n - 1),
+  MP_CHECK((algo && *algo) ||
+               b.imports - a.imports >= (uint64_t)ROUNDS * (uint64_t)(n - 1) - (uint64_t)(n - 1),
            "%llu imports for %d rounds", (unsigned long long)(b.imports - a.imports), ROUNDS);
-  MP_CHECK(mapped <= 2 * (int64_t)(n - 1), "%lld more of the peers' allocations mapped after %d rounds",
-           (long long)mapped, ROUNDS);
+  MP_CHECK(mapped <= 2 * (int64_t)(n - 1),
+           "%lld more of the peers' allocations mapped after %d rounds", (long long)mapped, ROUNDS);
   return 0;
 }
 
 static int counts(moecclComm_t comm, int rank, int n) {
   if (D != &moeccl_device_emu_ops) return 0; /* counted on the emulation */
   if (moeccl_peer_stream_transport(comm, (rank + 1) % n) >= 0 && churn(comm, rank, n)) return 1;
-  const char* path = moeccl_peer_stream_transport(comm, (rank + 1) % n) >= 0 ? "stream path" : "host path";
+  const char* path =
+      moeccl_peer_stream_transport(comm, (rank + 1) % n) >= 0 ? "stream path" : "host path";
   void* st = NULL;
   MP_CHECK(D->stream_create(&st) == moecclSuccess, "no device stream");
   int rc = count_calls(comm, rank, n, NULL, path) || count_calls(comm, rank, n, st, path);
@@ -846,7 +858,8 @@ static int killed_body(moecclComm_t comm, int rank, int n, void* arg) {
   void* st = NULL;
   MP_CHECK(s && r && gate && D->stream_create(&st) == moecclSuccess, "setup");
   MP_CHECK(to_dev(gate, &(uint64_t){0}, 8) == 0, "gate");
-  for (int i = 0; i < 3; i++) MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, st));
+  for (int i = 0; i < 3; i++)
+    MP_OK_COMM(comm, moecclAlltoAll(s, r, count, moecclFloat32, comm, st));
   MP_CHECK(D->synchronize(st) == moecclSuccess, "synchronize");
   if (rank == 1) {
     /* its part of the next call is handed over, but its stream never gets
@@ -859,7 +872,8 @@ static int killed_body(moecclComm_t comm, int rank, int n, void* arg) {
   double t0 = mp_now();
   MP_CHECK(D->synchronize(st) == moecclSuccess, "the survivor's stream failed");
   double waited = mp_now() - t0;
-  MP_CHECK(waited < 5.0 * (getenv("MP_DEADLINE_SCALE") ? atof(getenv("MP_DEADLINE_SCALE")) : 1.0), "the survivor's stream was let go after %.1f s", waited);
+  MP_CHECK(waited < 5.0 * (getenv("MP_DEADLINE_SCALE") ? atof(getenv("MP_DEADLINE_SCALE")) : 1.0),
+           "the survivor's stream was let go after %.1f s", waited);
   moecclResult_t rc = moecclAlltoAll(s, r, count, moecclFloat32, comm, st);
   MP_CHECK(rc == moecclRemoteError, "the call after the death gave %d", (int)rc);
   MP_CHECK(strstr(mp_last_error_text(comm), "rank 1") != NULL, "the error names: %s",
@@ -895,9 +909,15 @@ static const mp_variant variants[] = {
     {"two-slots", {"MOECCL_SHM_SLOTS=2", "MOECCL_SHM_EAGER_SIZE=256"}, "2,4"},
     {"legacy-ipc", {"MOECCL_DEVICE_EMU_LEGACY=1"}, "3"},
     {"bruck", {"MOECCL_ALGO=bruck"}, "3,4"}, /* a device scratch buffer */
-    {"reduce-ring", {"MOECCL_ALLREDUCE_ALGO=ring", "MOECCL_REDUCESCATTER_ALGO=ring", "MP_SUBTESTS=reduce"}, "3,4"},
-    {"reduce-tree", {"MOECCL_ALLREDUCE_ALGO=tree", "MOECCL_REDUCE_ALGO=tree", "MP_SUBTESTS=reduce"}, "3"},
-    {"reduce-direct", {"MOECCL_ALLREDUCE_ALGO=direct", "MOECCL_REDUCESCATTER_ALGO=direct", "MP_SUBTESTS=reduce"}, "3,4"},
+    {"reduce-ring",
+     {"MOECCL_ALLREDUCE_ALGO=ring", "MOECCL_REDUCESCATTER_ALGO=ring", "MP_SUBTESTS=reduce"},
+     "3,4"},
+    {"reduce-tree",
+     {"MOECCL_ALLREDUCE_ALGO=tree", "MOECCL_REDUCE_ALGO=tree", "MP_SUBTESTS=reduce"},
+     "3"},
+    {"reduce-direct",
+     {"MOECCL_ALLREDUCE_ALGO=direct", "MOECCL_REDUCESCATTER_ALGO=direct", "MP_SUBTESTS=reduce"},
+     "3,4"},
     {"two-nodes", {"MP_RANKS_PER_NODE=2", "MP_SUBTESTS=nodes"}, "4"},
     /* the host-driven path the stream path replaced, still used for what it
      * cannot lower (reductions, MoE) and on request */

@@ -405,7 +405,8 @@ static moecclResult_t cu_copy_batch(void* const* dst, const void* const* src, co
   CU_TRY(use_device(-1));
   /* the batch call refuses the legacy default stream (NULL) */
   int legacy = !stream || (CUstream)stream == CU_STREAM_LEGACY;
-  if (n > 1 && !legacy && p_cuMemcpyBatchAsync && !__atomic_load_n(&batch_refused, __ATOMIC_RELAXED)) {
+  if (n > 1 && !legacy && p_cuMemcpyBatchAsync &&
+      !__atomic_load_n(&batch_refused, __ATOMIC_RELAXED)) {
     CUmemcpyAttributes attr;
     memset(&attr, 0, sizeof(attr));
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
@@ -434,10 +435,11 @@ static moecclResult_t cu_mem_ops(void* stream, const moeccl_dev_memop_t* ops, in
     for (; i < n && k < 64; i++, k++) {
       memset(&p[k], 0, sizeof(p[k]));
       if (!p_cuStreamBatchMemOp) {
-        CUresult rc = ops[i].wait ? p_cuStreamWaitValue64((CUstream)stream, (CUdeviceptr)ops[i].addr,
-                                                          ops[i].value, CU_STREAM_WAIT_VALUE_GEQ)
-                                  : p_cuStreamWriteValue64((CUstream)stream, (CUdeviceptr)ops[i].addr,
-                                                           ops[i].value, CU_STREAM_WRITE_VALUE_DEFAULT);
+        CUresult rc = ops[i].wait
+                          ? p_cuStreamWaitValue64((CUstream)stream, (CUdeviceptr)ops[i].addr,
+                                                  ops[i].value, CU_STREAM_WAIT_VALUE_GEQ)
+                          : p_cuStreamWriteValue64((CUstream)stream, (CUdeviceptr)ops[i].addr,
+                                                   ops[i].value, CU_STREAM_WRITE_VALUE_DEFAULT);
         if (rc != CUDA_SUCCESS) return moecclUnhandledCudaError;
         continue;
       }
@@ -463,8 +465,8 @@ static moecclResult_t cu_mem_ops(void* stream, const moeccl_dev_memop_t* ops, in
 static moecclResult_t cu_host_alloc(void** ptr, size_t bytes) {
   CU_TRY(use_device(-1));
   void* p = NULL;
-  if (p_cuMemHostAlloc(&p, bytes ? bytes : 1, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
-      CUDA_SUCCESS)
+  if (p_cuMemHostAlloc(&p, bytes ? bytes : 1,
+                       CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) != CUDA_SUCCESS)
     return moecclSystemError;
   *ptr = p;
   return moecclSuccess;

@@ -320,9 +320,9 @@ typedef struct emu_stream {
   pthread_cond_t cond; /* work queued, or the queue drained */
   emu_op_t *head, *tail;
   int busy, stop;
-  int blocking; /* ordered with the legacy default stream (CUDA's default flags) */
-  uint64_t issued;              /* operations queued (under lock) */
-  volatile uint64_t completed;  /* operations run: other streams wait on it */
+  int blocking;                /* ordered with the legacy default stream (CUDA's default flags) */
+  uint64_t issued;             /* operations queued (under lock) */
+  volatile uint64_t completed; /* operations run: other streams wait on it */
   moecclResult_t err;
   unsigned seed;
   struct emu_stream* next_live;
@@ -390,8 +390,7 @@ static void run_op(emu_stream_t* s, emu_op_t* op) {
          * waiters woken, as a GPU's copy engine writes a word another
          * stream polls */
         flag_store(op->dst, __atomic_load_n((const uint64_t*)op->src, __ATOMIC_ACQUIRE));
-      else
-        memmove(op->dst, op->src, op->bytes);
+      else memmove(op->dst, op->src, op->bytes);
       break;
     case EMU_WAIT: emu_wait(s, op->addr, op->value); break;
     case EMU_WRITE: flag_store(op->addr, op->value); break;
@@ -411,7 +410,8 @@ static void* stream_main(void* arg) {
     if (!s->head) s->tail = NULL;
     s->busy = 1;
     pthread_mutex_unlock(&s->lock);
-    if (s->err == moecclSuccess || op->kind == EMU_FREE) run_op(s, op); /* after an error the rest is dropped */
+    if (s->err == moecclSuccess || op->kind == EMU_FREE)
+      run_op(s, op); /* after an error the rest is dropped */
     free(op);
     pthread_mutex_lock(&s->lock);
     s->busy = 0;
@@ -587,7 +587,9 @@ static moecclResult_t emu_mem_ops(void* stream, const moeccl_dev_memop_t* ops, i
   return moecclSuccess;
 }
 
-static moecclResult_t emu_host_flags(void** ptr, size_t bytes) { return emu_host_alloc(ptr, bytes); }
+static moecclResult_t emu_host_flags(void** ptr, size_t bytes) {
+  return emu_host_alloc(ptr, bytes);
+}
 
 static void emu_host_write(volatile uint64_t* addr, uint64_t value) { flag_store(addr, value); }
 

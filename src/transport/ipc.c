@@ -29,8 +29,8 @@
  * and an abort releases this rank's waits.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -119,10 +119,10 @@ typedef struct {
   int comm_rank, in_use;
   pid_t pid;
   uint64_t pid_start;
-  char* seg;      /* its segment, mapped here (this rank's own for l == me) */
-  char* seg_dev;  /* the same, as the device sees it (host_register) */
-  uint64_t sent;  /* messages this rank lowered towards it */
-  uint64_t recvd; /* messages of it this rank lowered */
+  char* seg;          /* its segment, mapped here (this rank's own for l == me) */
+  char* seg_dev;      /* the same, as the device sees it (host_register) */
+  uint64_t sent;      /* messages this rank lowered towards it */
+  uint64_t recvd;     /* messages of it this rank lowered */
   uint64_t* exported; /* ids of allocations whose descriptor it has */
   int nexported, exported_cap;
   import_t* imports; /* its allocations mapped here */
@@ -205,12 +205,18 @@ static flag_t* ready_of(char* seg, int l) { return (flag_t*)(seg + off_ready()) 
  * processes: read and written whole, atomically. */
 static uint64_t flag_get(const flag_t* f) { return __atomic_load_n(&f->v, __ATOMIC_ACQUIRE); }
 static void flag_set(flag_t* f, uint64_t v) { __atomic_store_n(&f->v, v, __ATOMIC_RELEASE); }
-static flag_t* done_of(char* seg, int nlocal, int l) { return (flag_t*)(seg + off_done(nlocal)) + l; }
+static flag_t* done_of(char* seg, int nlocal, int l) {
+  return (flag_t*)(seg + off_done(nlocal)) + l;
+}
 static flag_t* passed_of(char* seg, int nlocal, int k) {
   return (flag_t*)(seg + off_passed(nlocal)) + k;
 }
-static ring_t* ring_of(char* seg, int nlocal, int l) { return (ring_t*)(seg + off_ring(nlocal)) + l; }
-static freed_ring_t* freed_of(char* seg, int nlocal) { return (freed_ring_t*)(seg + off_freed(nlocal)); }
+static ring_t* ring_of(char* seg, int nlocal, int l) {
+  return (ring_t*)(seg + off_ring(nlocal)) + l;
+}
+static freed_ring_t* freed_of(char* seg, int nlocal) {
+  return (freed_ring_t*)(seg + off_freed(nlocal));
+}
 
 /* A flag of peer l's segment as the device addresses it. */
 static volatile uint64_t* dev_addr(const ipc_state_t* s, int l, const flag_t* f) {
@@ -231,7 +237,8 @@ static void sock_name(const uint8_t* digest, int l, ipeer_t* p) {
   a->sun_family = AF_UNIX;
   size_t cap = sizeof(a->sun_path) - 1;
   int o = snprintf(a->sun_path + 1, cap, "moeccl-ipc-");
-  for (int i = 0; i < 16; i++) o += snprintf(a->sun_path + 1 + o, cap - (size_t)o, "%02x", digest[i]);
+  for (int i = 0; i < 16; i++)
+    o += snprintf(a->sun_path + 1 + o, cap - (size_t)o, "%02x", digest[i]);
   o += snprintf(a->sun_path + 1 + o, cap - (size_t)o, "-%d", l);
   p->addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)o);
 }
@@ -574,8 +581,8 @@ static moecclResult_t ipc_init(moeccl_comm_t* comm, const uint8_t* use, int need
     pthread_mutex_lock(&freed_lock);
     s->freed_seen = freed_count; /* frees before it named nothing it handed over */
     pthread_mutex_unlock(&freed_lock);
-    INFO(INIT, "ipc: rank %d maps %d local peer segment(s) of %zu bytes", comm->rank,
-         s->nlocal - 1, s->seg_bytes);
+    INFO(INIT, "ipc: rank %d maps %d local peer segment(s) of %zu bytes", comm->rank, s->nlocal - 1,
+         s->seg_bytes);
     watch(s);
   }
   *state = s;
@@ -591,7 +598,8 @@ static int passed_with(ipc_state_t* s, int l) {
   /* the watchdog asks too: the counts are read and written atomically */
   return flag_get(done_of(s->peers[s->me].seg, s->nlocal, l)) >=
              __atomic_load_n(&p->sent, __ATOMIC_RELAXED) &&
-         flag_get(done_of(p->seg, s->nlocal, s->me)) >= __atomic_load_n(&p->recvd, __ATOMIC_RELAXED);
+         flag_get(done_of(p->seg, s->nlocal, s->me)) >=
+             __atomic_load_n(&p->recvd, __ATOMIC_RELAXED);
 }
 
 /* Waits up to the communicator's timeout for this rank's streams to have
@@ -603,7 +611,8 @@ static void drain(ipc_state_t* s) {
   char* own = s->peers[s->me].seg;
   for (;;) {
     int left = 0;
-    for (int k = 0; k < s->nstreams; k++) left |= flag_get(passed_of(own, s->nlocal, k)) < s->streams[k].lowered;
+    for (int k = 0; k < s->nstreams; k++)
+      left |= flag_get(passed_of(own, s->nlocal, k)) < s->streams[k].lowered;
     for (int l = 0; l < s->nlocal; l++)
       if (l != s->me && s->peers[l].seg && !passed_with(s, l)) {
         left = 1;
@@ -618,8 +627,10 @@ static void drain(ipc_state_t* s) {
     if (moeccl_now() > check) check = moeccl_now() + 0.1;
     usleep(100);
   }
-  WARN(SHM, "ipc: rank %d: work queued on its streams had not passed when the communicator was "
-            "destroyed (%.0f s)", s->comm->rank, s->comm->timeout);
+  WARN(SHM,
+       "ipc: rank %d: work queued on its streams had not passed when the communicator was "
+       "destroyed (%.0f s)",
+       s->comm->rank, s->comm->timeout);
 }
 
 /* ---- the watchdog ----------------------------------------------------------- */
@@ -638,11 +649,11 @@ static void watch_one(ipc_state_t* s) {
   if (atomic_load(&s->lost)) return;
   for (int l = 0; l < s->nlocal; l++) {
     ipeer_t* p = &s->peers[l];
-    if (l == s->me || !p->seg || passed_with(s, l) ||
-        moeccl_process_alive(p->pid, p->pid_start))
+    if (l == s->me || !p->seg || passed_with(s, l) || moeccl_process_alive(p->pid, p->pid_start))
       continue;
-    WARN(SHM, "ipc: rank %d: rank %d (pid %d) died with work queued on this rank's streams: "
-              "their waits on it are released",
+    WARN(SHM,
+         "ipc: rank %d: rank %d (pid %d) died with work queued on this rank's streams: "
+         "their waits on it are released",
          s->comm->rank, p->comm_rank, (int)p->pid);
     release_waits(s);
     atomic_store(&s->lost, 1 + p->comm_rank);
@@ -688,8 +699,9 @@ static void ipc_fini(void* state) {
   if (!s) return;
   unwatch(s);
   drain(s);
-  INFO(SHM, "ipc: rank %d: %llu calls lowered, %llu descriptors passed, %llu handles, %llu "
-            "imports, %llu host waits",
+  INFO(SHM,
+       "ipc: rank %d: %llu calls lowered, %llu descriptors passed, %llu handles, %llu "
+       "imports, %llu host waits",
        s->comm->rank, (unsigned long long)s->stats.calls, (unsigned long long)s->stats.fds_sent,
        (unsigned long long)s->stats.handles_sent, (unsigned long long)s->stats.imports,
        (unsigned long long)s->stats.host_waits);
@@ -743,14 +755,18 @@ static int describe(ipc_state_t* s, int l, int buf, const char* ptr, uint64_t by
   size_t size = s->range.size;
   uint64_t id = s->range.id;
   int device = s->range.device;
-  *out = (desc_t){.id = id, .off = (uint64_t)(ptr - (char*)base), .bytes = bytes,
-                  .alloc_bytes = size, .device = device, .how = HOW_KNOWN};
+  *out = (desc_t){.id = id,
+                  .off = (uint64_t)(ptr - (char*)base),
+                  .bytes = bytes,
+                  .alloc_bytes = size,
+                  .device = device,
+                  .how = HOW_KNOWN};
   if (was_exported(p, id)) return 1;
   int fd = -1;
   size_t xbytes = 0;
   if (s->d->export_fd(base, &fd, &xbytes) == moecclSuccess) {
-    msg_t m = {.magic = MSG_MAGIC, .from = s->me, .kind = 1, .id = id, .bytes = xbytes,
-               .device = device};
+    msg_t m = {
+        .magic = MSG_MAGIC, .from = s->me, .kind = 1, .id = id, .bytes = xbytes, .device = device};
     int r = send_msg(s, l, &m, fd);
     close(fd);
     if (r == 0) return 0;
@@ -826,9 +842,10 @@ static int resolve(ipc_state_t* s, int l, const desc_t* e, const char** src, moe
     if (take_stashed(s, l, e->id, &st) > 0) close(st.fd);
   }
   if (!im && e->how == HOW_KNOWN) { /* we dropped it? the sender thinks we have it */
-    *rc = moeccl_comm_fail(s->comm, moecclInternalError,
-                           "ipc: rank %d's message names allocation %llu, which it never handed over",
-                           p->comm_rank, (unsigned long long)e->id);
+    *rc =
+        moeccl_comm_fail(s->comm, moecclInternalError,
+                         "ipc: rank %d's message names allocation %llu, which it never handed over",
+                         p->comm_rank, (unsigned long long)e->id);
     return -1;
   }
   if (!im) {
@@ -839,7 +856,8 @@ static int resolve(ipc_state_t* s, int l, const desc_t* e, const char** src, moe
       stash_t st;
       int got = take_stashed(s, l, e->id, &st);
       if (got <= 0) {
-        if (got < 0) *rc = moeccl_comm_fail(s->comm, moecclSystemError, "ipc: socket: %s", strerror(errno));
+        if (got < 0)
+          *rc = moeccl_comm_fail(s->comm, moecclSystemError, "ipc: socket: %s", strerror(errno));
         return got;
       }
       r = s->d->import_fd(st.fd, st.bytes, device, &base);
@@ -848,7 +866,8 @@ static int resolve(ipc_state_t* s, int l, const desc_t* e, const char** src, moe
       r = ipc_open(s->d, p->pid, e->id, e->ipc, &base);
     }
     if (r != moecclSuccess) {
-      *rc = moeccl_comm_fail(s->comm, r, "ipc: mapping rank %d's device allocation (%llu bytes) failed",
+      *rc = moeccl_comm_fail(s->comm, r,
+                             "ipc: mapping rank %d's device allocation (%llu bytes) failed",
                              p->comm_rank, (unsigned long long)e->alloc_bytes);
       return -1;
     }
@@ -981,7 +1000,8 @@ static moecclResult_t ipc_lower_begin(void* state, const moeccl_sched_t* sc) {
     if (moved) continue;
     /* A peer has not made its side of the call yet (its host): wait. */
     double now = moeccl_now();
-    if (!waited) waited = 1, deadline = now + s->comm->timeout, check = now + 0.1, s->stats.host_waits++;
+    if (!waited)
+      waited = 1, deadline = now + s->comm->timeout, check = now + 0.1, s->stats.host_waits++;
     const moeccl_sched_op_t* op = &sc->ops[ri < n ? ri : si];
     int l = local_of(s, op->peer);
     if (now > check) {
@@ -1087,7 +1107,8 @@ static moecclResult_t ipc_lower_step(void* state, const moeccl_sched_t* sc, int 
 static moecclResult_t ipc_post(void* state, moeccl_req_t* req) {
   ipc_state_t* s = state;
   (void)req;
-  return moeccl_error(s->comm, moecclInternalError, "ipc: a request was posted to a stream transport");
+  return moeccl_error(s->comm, moecclInternalError,
+                      "ipc: a request was posted to a stream transport");
 }
 
 static moecclResult_t ipc_progress(void* state, int* progressed) {

@@ -203,7 +203,8 @@ static moecclResult_t init_stream(moeccl_comm_t* comm) {
   uint8_t* use = calloc((size_t)n, 1);
   if (!comm->peer_stream_transport || !use) return free(use), moecclSystemError;
   memset(comm->peer_stream_transport, 0xff, (size_t)n);
-  if (moeccl_param_bool("MOECCL_DEVICE_STREAM_DISABLE") || !shm_needed(comm)) return free(use), moecclSuccess;
+  if (moeccl_param_bool("MOECCL_DEVICE_STREAM_DISABLE") || !shm_needed(comm))
+    return free(use), moecclSuccess;
   if (agree(comm, moeccl_device() != NULL, &all_ok) < 0) return free(use), lost_contact(comm);
   for (int i = 0; all_ok && stream_transports[i]; i++) {
     const moeccl_transport_ops_t* ops = stream_transports[i];
