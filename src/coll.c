@@ -1,6 +1,7 @@
 /* moecclAlltoAll and moecclAlltoAllv: argument checks, then one call for
  * enqueue.c to run or capture. */
 #include "enqueue.h"
+#include "span.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,16 +25,6 @@ static size_t extent_bytes(const size_t* counts, const size_t* displs, int n, si
   return top;
 }
 
-/* The end of the user address space: the power of two above the stack
- * (which sits at its top: 2^47 with 4-level page tables), so a block that
- * reaches past it cannot be memory of this process. */
-static uintptr_t user_top(void) {
-  volatile char here = 0;
-  uintptr_t t = 1, a = (uintptr_t)&here;
-  while (t && t <= a) t <<= 1;
-  return t ? t : UINTPTR_MAX;
-}
-
 /* In place is sendbuff == recvbuff exactly, as in NCCL (plan.c stages the
  * send extent); any other overlap of the two extents is refused. */
 static moecclResult_t check_overlap(moeccl_comm_t* c, const void* s, size_t sbytes, const void* r,
@@ -55,6 +46,23 @@ static moecclResult_t check_common(moeccl_comm_t* comm, moecclDataType_t type,
   return moeccl_stream_check(comm, stream);
 }
 
+/* The nranks blocks of block bytes from buf (moecclAlltoAll) fit in a
+ * buffer the caller can have given (span.h); else the first block that
+ * does not is named. */
+static moecclResult_t check_blocks(moeccl_comm_t* c, const void* buf, const char* bufname,
+                                   size_t count, size_t size, const char* fn) {
+  size_t n = (size_t)c->nranks, block = count * size;
+  moeccl_span_t why = moeccl_span_check(buf, block * n, NULL);
+  if (why == MOECCL_SPAN_OK) return moecclSuccess;
+  size_t j = 0;
+  while (j + 1 < n && moeccl_span_check(buf, (j + 1) * block, NULL) == MOECCL_SPAN_OK) j++;
+  return moeccl_error(c, moecclInvalidArgument,
+                      "%s on rank %d: count %zu of %zu-byte elements puts the block for rank "
+                      "%zu at bytes [%zu, %zu) of %s %p, which would %s",
+                      fn, c->rank, count, size, j, j * block, (j + 1) * block, bufname, buf,
+                      moeccl_span_text(why));
+}
+
 static moecclResult_t check_alltoall(moeccl_comm_t* c, const void* sendbuff, void* recvbuff,
                                      size_t count, moecclDataType_t type, moecclStream_t stream) {
   const char* fn = "moecclAlltoAll";
@@ -69,7 +77,30 @@ static moecclResult_t check_alltoall(moeccl_comm_t* c, const void* sendbuff, voi
   if (count && !recvbuff)
     return moeccl_error(c, moecclInvalidArgument, "%s: recvbuff is NULL with count %zu", fn, count);
   size_t bytes = count * size * (size_t)c->nranks;
+  MOECCL_CHECK(check_blocks(c, sendbuff, "sendbuff", count, size, fn));
+  MOECCL_CHECK(check_blocks(c, recvbuff, "recvbuff", count, size, fn));
   return check_overlap(c, sendbuff, bytes, recvbuff, bytes, fn);
+}
+
+/* The first block (in rank order) of a v-call side whose span leaves any
+ * buffer the caller can have given, named with the rank it is for; only
+ * after the side's whole extent failed, so O(nranks) checks on this path. */
+static moecclResult_t span_culprit(moeccl_comm_t* c, const void* buf, const char* bufname,
+                                   const size_t* counts, const char* cname, const size_t* displs,
+                                   const char* dname, size_t size) {
+  moeccl_span_t why = MOECCL_SPAN_OK;
+  int i = 0;
+  for (; i < c->nranks; i++) {
+    if (!counts[i]) continue;
+    why = moeccl_span_check(buf, (displs[i] + counts[i]) * size, NULL);
+    if (why != MOECCL_SPAN_OK) break;
+  }
+  if (i == c->nranks) return moecclSuccess; /* unmapped meanwhile and mapped again: let it be */
+  return moeccl_error(c, moecclInvalidArgument,
+                      "moecclAlltoAllv on rank %d: %s[%d] = %zu + %s[%d] = %zu elements of %zu "
+                      "bytes (the block for rank %d) from %s %p %s",
+                      c->rank, dname, i, displs[i], cname, i, counts[i], size, i, bufname, buf,
+                      moeccl_span_text(why));
 }
 
 static moecclResult_t check_side(moeccl_comm_t* c, const void* buf, const char* bufname,
@@ -87,15 +118,8 @@ static moecclResult_t check_side(moeccl_comm_t* c, const void* buf, const char* 
   if (*extent && !buf)
     return moeccl_error(c, moecclInvalidArgument, "%s: %s is NULL but %s has non-zero counts", fn,
                         bufname, cname);
-  if (*extent > user_top() - (uintptr_t)buf) { /* name the block that reaches furthest */
-    int far = 0;
-    for (int i = 1; i < c->nranks; i++)
-      if (counts[i] && displs[i] + counts[i] > displs[far] + counts[far]) far = i;
-    return moeccl_error(c, moecclInvalidArgument,
-                        "%s: %s[%d] + %s[%d] = %zu elements from %s %p reach past the end of "
-                        "the address space",
-                        fn, dname, far, cname, far, displs[far] + counts[far], bufname, buf);
-  }
+  if (moeccl_span_check(buf, *extent, NULL) != MOECCL_SPAN_OK)
+    return span_culprit(c, buf, bufname, counts, cname, displs, dname, size);
   return moecclSuccess;
 }
 

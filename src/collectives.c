@@ -3,6 +3,7 @@
  * run or capture.  Nothing is sent before every check passed, so bad input
  * leaves the communicator usable. */
 #include "enqueue.h"
+#include "span.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,17 @@ static int in_place(const moeccl_comm_t* c, const coll_args_t* a, size_t size) {
   }
 }
 
+/* elems elements from buf fit in a buffer the caller can have given (span.h). */
+static moecclResult_t check_span(moeccl_comm_t* c, const coll_args_t* a, const void* buf,
+                                 const char* name, size_t elems, size_t size) {
+  moeccl_span_t why = moeccl_span_check(buf, elems * size, NULL);
+  if (why == MOECCL_SPAN_OK) return moecclSuccess;
+  return moeccl_error(c, moecclInvalidArgument,
+                      "%s on rank %d: count %zu makes %s %p span %zu elements of %zu bytes, "
+                      "which would %s",
+                      a->fn, c->rank, a->count, name, buf, elems, size, moeccl_span_text(why));
+}
+
 static moecclResult_t check_buffers(moeccl_comm_t* c, const coll_args_t* a, size_t size,
                                     int* inplace) {
   size_t send, recv;
@@ -115,6 +127,8 @@ static moecclResult_t check_buffers(moeccl_comm_t* c, const coll_args_t* a, size
   if (recv && !a->recvbuf)
     return moeccl_error(c, moecclInvalidArgument, "%s: recvbuff is NULL with count %zu", a->fn,
                         a->count);
+  MOECCL_CHECK(check_span(c, a, a->sendbuf, "sendbuff", send, size));
+  MOECCL_CHECK(check_span(c, a, a->recvbuf, "recvbuff", recv, size));
   *inplace = send && recv && in_place(c, a, size);
   uintptr_t s = (uintptr_t)a->sendbuf, r = (uintptr_t)a->recvbuf;
   if (!*inplace && send && recv && s < r + recv * size && r < s + send * size)

@@ -179,6 +179,8 @@ typedef struct {
 } moeccl_mem_handle_t;
 /* 1 and *out filled when [ptr, ptr+bytes) lies in one moecclMemAlloc region. */
 int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out);
+/* 1 with the base and size of the moecclMemAlloc region ptr lies in. */
+int moeccl_mem_extent(const void* ptr, void** base, size_t* size);
 
 /* Issue order (enqueue.c).  issue takes n consecutive tickets and returns
  * the first; wait_turn blocks until ticket is next; retire ends n. */

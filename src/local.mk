@@ -14,7 +14,7 @@ libmoeccl_core_la_SOURCES = \
   src/enqueue.c src/enqueue.h src/error.c \
   src/executor.c src/executor.h src/mem.c src/mem.h src/secret.c src/sha256.c src/sha256.h \
   src/device/device.c src/device/device.h src/device/emu.c \
-  src/hoststream.c src/devstream.c src/stream.h src/memalloc.c \
+  src/hoststream.c src/devstream.c src/stream.h src/memalloc.c src/span.c src/span.h \
   src/param.c src/param.h \
   src/schedule.c src/schedule.h \
   src/socket.c src/socket.h \

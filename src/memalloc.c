@@ -9,6 +9,7 @@
 #include "core.h"
 
 #include "device/device.h"
+#include "span.h"
 #include "transport/transport.h"
 
 #include <stdlib.h>
@@ -42,6 +43,18 @@ int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out) {
     *out = (moeccl_mem_handle_t){.id = r->id, .fd = r->fd, .offset = p - b, .size = r->size};
     found = 1;
   }
+  pthread_mutex_unlock(&regions_lock);
+  return found;
+}
+
+int moeccl_mem_extent(const void* ptr, void** base, size_t* size) {
+  uintptr_t p = (uintptr_t)ptr;
+  int found = 0;
+  if (!__atomic_load_n(&regions, __ATOMIC_ACQUIRE)) return 0;
+  pthread_mutex_lock(&regions_lock);
+  for (mem_region_t* r = regions; r && !found; r = r->next)
+    if (p >= (uintptr_t)r->base && p - (uintptr_t)r->base < r->size)
+      *base = r->base, *size = r->size, found = 1;
   pthread_mutex_unlock(&regions_lock);
   return found;
 }
@@ -110,6 +123,7 @@ MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
     uint64_t id;
     int found = d->range(ptr, &base, &bytes, &id) == moecclSuccess && base == ptr;
     rc = d->free(ptr);
+    moeccl_span_forget(); /* a span checked against it may no longer fit */
     if (rc == moecclSuccess && found) moeccl_ipc_forget(id); /* the peers may unmap it */
     if (rc == moecclInvalidArgument)
       return moeccl_error(NULL, rc,
@@ -131,6 +145,7 @@ MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
     return moeccl_error(NULL, moecclInvalidArgument,
                         "moecclMemFree: ptr %p was not returned by moecclMemAlloc", ptr);
   munmap(r->base, r->size);
+  moeccl_span_forget();
   close(r->fd);
   free(r);
   return moecclSuccess;

@@ -18,6 +18,7 @@
 #include "moe.h"
 #include "enqueue.h"
 #include "rows.h"
+#include "span.h"
 #include "topo/topo.h"
 #include "tune/tuner.h"
 
@@ -830,11 +831,19 @@ static int overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) 
   return abytes && bbytes && x < y + bbytes && y < x + abytes;
 }
 
+/* buf holds rows rows of row_bytes (checked not to overflow): not NULL
+ * when rows > 0, and a span a buffer of the caller can have (span.h). */
 static moecclResult_t check_rows(moeccl_comm_t* c, const moe_args_t* a, const void* buf,
-                                 const char* name, size_t rows) {
+                                 const char* name, size_t rows, size_t row_bytes) {
   if (rows && !buf)
     return moeccl_error(c, moecclInvalidArgument, "%s: %s is NULL with %zu rows", a->fn, name,
                         rows);
+  moeccl_span_t why = moeccl_span_check(buf, rows * row_bytes, NULL);
+  if (why != MOECCL_SPAN_OK)
+    return moeccl_error(c, moecclInvalidArgument,
+                        "%s on rank %d: %s %p of %zu rows of %zu bytes (hidden %zu) would %s",
+                        a->fn, c->rank, name, buf, rows, row_bytes, a->hidden,
+                        moeccl_span_text(why));
   return moecclSuccess;
 }
 
@@ -869,18 +878,18 @@ static moecclResult_t check_data(moecclMoePlan_t p, const moe_args_t* a) {
     return moeccl_error(c, moecclInvalidArgument,
                         "%s: the expert-row buffer holds %zu rows, this rank receives %zu", a->fn,
                         a->rows_cap, l->R);
-  MOECCL_CHECK(check_rows(c, a, a->in, a->in_name, a->in_rows));
-  MOECCL_CHECK(check_rows(c, a, a->out, a->out_name, a->out_rows));
+  size_t rb = a->hidden * es;
+  MOECCL_CHECK(check_rows(c, a, a->in, a->in_name, a->in_rows, rb));
+  MOECCL_CHECK(check_rows(c, a, a->out, a->out_name, a->out_rows, rb));
   size_t slots = l->T * (size_t)l->K;
-  if (a->weighted) MOECCL_CHECK(check_rows(c, a, a->weights, "weights", slots));
+  if (a->weighted) MOECCL_CHECK(check_rows(c, a, a->weights, "weights", slots, sizeof(float)));
   if (a->gate_grad) {
-    MOECCL_CHECK(check_rows(c, a, a->expert_out, "expertRows", l->R));
-    MOECCL_CHECK(check_rows(c, a, a->grad_weights, "gradWeights", slots));
+    MOECCL_CHECK(check_rows(c, a, a->expert_out, "expertRows", l->R, rb));
+    MOECCL_CHECK(check_rows(c, a, a->grad_weights, "gradWeights", slots, sizeof(float)));
     if (overlaps(a->grad_weights, slots * sizeof(float), a->out, a->out_rows * a->hidden * es))
       return moeccl_error(c, moecclInvalidArgument, "%s: gradWeights overlaps gradExpertRows",
                           a->fn);
   }
-  size_t rb = a->hidden * es;
   if (overlaps(a->in, a->in_rows * rb, a->out, a->out_rows * rb))
     return moeccl_error(c, moecclInvalidArgument, "%s: %s and %s overlap", a->fn, a->in_name,
                         a->out_name);

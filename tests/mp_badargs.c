@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "mp_harness.h"
 
@@ -126,6 +128,90 @@ static int bad_alltoallv(moecclComm_t comm, int n, void* s, void* r, moecclStrea
   free(ones);
   free(displs);
   free(huge);
+  return 0;
+}
+
+/* The last error also names rank r (the peer whose block is at fault). */
+static void names_rank(moecclComm_t comm, const char* what, int r) {
+  char needle[32];
+  snprintf(needle, sizeof(needle), "rank %d", r);
+  const char* text = moecclGetLastError(comm);
+  if (!text || !strstr(text, needle)) {
+    mp_failf(__FILE__, __LINE__, "%s: \"%s\" does not name %s", what, text ? text : "(NULL)",
+             needle);
+    n_failed++;
+  }
+}
+
+/* One v-call whose only block is the one for rank `to`: count 4 at
+ * displacement disp on the side `bad` (0 send, 1 receive), 0 elsewhere. */
+static moecclResult_t one_block(moecclComm_t comm, int n, int rank, int to, int bad, size_t disp,
+                                const void* s, void* r, moecclStream_t st) {
+  size_t sc[8] = {0}, sd[8] = {0}, rc[8] = {0}, rd[8] = {0};
+  (void)n;
+  if (bad == 0) sc[to] = 4, sd[to] = disp;
+  else rc[to] = 4, rd[to] = disp;
+  if (to == rank) sc[to] = rc[to] = 4; /* the block to self: both sides */
+  return moecclAlltoAllv(s, sc, sd, r, rc, rd, moecclFloat32, comm, st);
+}
+
+/* Issue 25, item 1: a displacement or count whose span leaves any buffer the
+ * caller can have given (2^40 floats past a small heap buffer, one page into
+ * an unmapped hole, past a moecclMemAlloc allocation) is refused naming the
+ * argument and the rank, whichever buffer lies above, for the block to self
+ * and to a peer, direct, in a group and on a host stream; it crashed in
+ * host_copy (SIGSEGV) or was called an overlap. */
+static int bad_spans(moecclComm_t comm, int rank, int n) {
+  char* heap = mp_xmalloc(8192);
+  char *lo = heap, *hi = heap + 4096;
+  size_t far = (size_t)1 << 40;
+  int peer = (rank + 1) % n;
+  char needle[32];
+  for (int to = rank;; to = peer) {
+    snprintf(needle, sizeof(needle), "sdispls[%d]", to);
+    BAD(comm, needle, one_block(comm, n, rank, to, 0, far, hi, lo, NULL)); /* recv below */
+    names_rank(comm, "sdispls 2^40, recvbuff below", to);
+    BAD(comm, needle, one_block(comm, n, rank, to, 0, far, lo, hi, NULL)); /* recv above */
+    names_rank(comm, "sdispls 2^40, recvbuff above", to);
+    snprintf(needle, sizeof(needle), "rdispls[%d]", to);
+    BAD(comm, needle, one_block(comm, n, rank, to, 1, far, hi, lo, NULL));
+    names_rank(comm, "rdispls 2^40, recvbuff below", to);
+    BAD(comm, needle, one_block(comm, n, rank, to, 1, far, lo, hi, NULL));
+    names_rank(comm, "rdispls 2^40, recvbuff above", to);
+    if (to == peer) break;
+  }
+  /* Captured calls are checked at issue too. */
+  moecclStream_t st = NULL;
+  MP_OK(moecclHostStreamCreate(&st));
+  snprintf(needle, sizeof(needle), "sdispls[%d]", rank);
+  BAD(comm, needle, one_block(comm, n, rank, rank, 0, far, hi, lo, st));
+  MP_OK(moecclHostStreamSynchronize(st));
+  MP_OK(moecclHostStreamDestroy(st));
+  MP_OK(moecclGroupStart());
+  BAD(comm, needle, one_block(comm, n, rank, rank, 0, far, hi, lo, NULL));
+  MP_OK(moecclGroupEnd());
+  /* One page into a hole of the address space. */
+  long page = sysconf(_SC_PAGESIZE);
+  char* map =
+      mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  MP_CHECK(map != MAP_FAILED, "mmap");
+  munmap(map + page, (size_t)page);
+  BAD(comm, needle, one_block(comm, n, rank, rank, 0, (size_t)page / 4, map, lo, NULL));
+  names_rank(comm, "one page into a hole", rank);
+  munmap(map, (size_t)page);
+  /* Past a moecclMemAlloc allocation (its size is known). */
+  void* m = NULL;
+  MP_OK(moecclMemAlloc(&m, 4096));
+  BAD(comm, needle, one_block(comm, n, rank, rank, 0, 1024, m, lo, NULL));
+  names_rank(comm, "past a moecclMemAlloc allocation", rank);
+  MP_OK(moecclMemFree(m));
+  /* The uniform forms: a count 2^38 floats per rank from a small buffer. */
+  size_t count = (size_t)1 << 38;
+  BAD(comm, "count", moecclAlltoAll(hi, lo, count, moecclFloat32, comm, NULL));
+  BAD(comm, "count", moecclAlltoAll(lo, hi, count, moecclFloat32, comm, NULL));
+  BAD(comm, "count", moecclAllGather(lo, hi, count, moecclFloat32, comm, NULL));
+  BAD(comm, "count", moecclAllReduce(hi, lo, count, moecclFloat32, moecclSum, comm, NULL));
+  free(heap);
   return 0;
 }
 
@@ -308,6 +394,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (error_strings_and_version()) return 1;
   if (bad_alltoall(comm, n, s, r, bogus)) return 1;
   if (bad_alltoallv(comm, n, s, r, bogus)) return 1;
+  if (n <= 8 && bad_spans(comm, rank, n)) return 1;
   if (bad_p2p(comm, n, s, r, bogus)) return 1;
   if (bad_comm_calls(comm, rank, n)) return 1;
   if (bad_misc()) return 1;

@@ -570,6 +570,20 @@ static int badargs(moecclComm_t comm, int rank, int n) {
   EXPECT_BAD(moecclMoeDispatchBackward(plan, x, R, NULL, H, moecclFloat32, NULL));
   EXPECT_BAD(moecclMoeCombineBackward(plan, in, w, NULL, x, R, gw, H, moecclFloat32, NULL));
   EXPECT_BAD(moecclMoeCombineBackward(plan, in, w, x, x, R, NULL, H, moecclFloat32, NULL));
+  /* Issue 25, item 1: a hidden whose rows reach memory no buffer of the
+   * caller's can cover (2^36 floats a row from small heap buffers) is
+   * refused naming the buffer, not copied from until it faults. */
+  size_t huge = (size_t)1 << 36;
+  static const char* const first[] = {"tokens", "expertRows", "gradExpertRows"};
+  for (int i = 0; i < 3; i++) {
+    if (i == 0) EXPECT_BAD(moecclMoeDispatch(plan, in, x, R, huge, moecclFloat32, NULL));
+    if (i == 1) EXPECT_BAD(moecclMoeCombine(plan, x, R, w, out, huge, moecclFloat32, NULL));
+    if (i == 2) EXPECT_BAD(moecclMoeDispatchBackward(plan, x, R, out, huge, moecclFloat32, NULL));
+    const char* text = mp_last_error_text(comm);
+    MP_CHECK(strstr(text, first[i]) &&
+                 (strstr(text, "not mapped") || strstr(text, "address space")),
+             "hidden 2^36: the text does not name %s and why: %s", first[i], text);
+  }
   /* nothing was sent: a good round trip still works (in one group) */
   MP_OK_COMM(comm, moecclGroupStart());
   MP_OK_COMM(comm, moecclMoeDispatch(plan, in, x, R, H, moecclFloat32, NULL));

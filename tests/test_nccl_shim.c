@@ -36,6 +36,7 @@ ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t ncclMemAlloc(void**, size_t);
 ncclResult_t ncclMemFree(void*);
+const char* ncclGetLastError(ncclComm_t);
 ncclResult_t ncclDevCommCreate(ncclComm_t, const void*, void*);
 ncclResult_t ncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int);
 ncclResult_t ncclCommInitAll(ncclComm_t*, int, const int*);
@@ -125,6 +126,22 @@ static int rank_body(int rank, ncclUniqueId id) {
   for (size_t p = 0; p < 2; p++) /* block p came from rank p's block `rank` */
     CHECK(d[p * n + 5] == (float)(p + 1) * (float)((rank * n + 5) % 97),
           "rank %d: AlltoAll block %zu is wrong", rank, p);
+  /* Issue 25, item 1: counts that reach past the ncclMemAlloc buffers, or
+   * into memory nothing mapped, are refused; the communicator goes on. */
+  size_t far = (size_t)1 << 38; /* in place, so no overlap of two buffers is the reason */
+  CHECK(ncclAlltoAll(d, d, n + 4096, (ncclDataType_t)7, comm, NULL) == moecclInvalidArgument &&
+            strstr(ncclGetLastError(comm), "allocation"),
+        "rank %d: AlltoAll past the ncclMemAlloc buffer: %s", rank, ncclGetLastError(comm));
+  CHECK(ncclAllReduce(d, d, 2 * n + 4096, (ncclDataType_t)7, (ncclRedOp_t)0, comm, NULL) ==
+                moecclInvalidArgument &&
+            strstr(ncclGetLastError(comm), "allocation"),
+        "rank %d: AllReduce past the ncclMemAlloc buffer: %s", rank, ncclGetLastError(comm));
+  float* heap = malloc(64);
+  CHECK(heap &&
+            ncclAlltoAll(heap, heap, far, (ncclDataType_t)7, comm, NULL) == moecclInvalidArgument &&
+            strstr(ncclGetLastError(comm), "not mapped"),
+        "rank %d: AlltoAll of 2^38 floats from a malloc buffer: %s", rank, ncclGetLastError(comm));
+  free(heap);
   OK(ncclBroadcast(s, d, n, (ncclDataType_t)7, 1, comm, NULL));
   CHECK(d[10] == 2.0f * 10.0f, "rank %d: Broadcast from rank 1 gave %g", rank, (double)d[10]);
   OK(ncclGroupStart());

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "topo/topo.h"
@@ -697,6 +699,80 @@ static void test_dump_errors(void) {
 
 /* "test_topo --hw": only this host's hardware, summary then details (for
  * tests/test_topo_hw.sh, which points hwloc at a made-up node). */
+/* ---- files that declare huge communicators (issue 25, item 3) -------------------- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static long peak_kib(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+/* A file declaring 100 million ranks (100,000 nodes x 1,000) cost every
+ * rank 1.5 GB and 3.6 s under MOECCL_TOPO_FILE, which loaded it without
+ * the communicator's size and only then compared.  It is refused before
+ * anything of its size is allocated, with or without a size, and a file
+ * of another (allowed) size is not built for a communicator it does not
+ * describe.  Runs first, so the peak resident size says what it cost. */
+static void test_huge_files(void) {
+  char path[600], big[600], err[512];
+  path_of(path, sizeof(path), "huge.topo");
+  path_of(big, sizeof(big), "max.topo");
+  write_file(path, "moeccl-topo 1\nnodes 100000\nranks_per_node 1000\n");
+  write_file(big, "moeccl-topo 1\nnodes 1024\nranks_per_node 1024\n"); /* the most allowed */
+  moeccl_topo_t t;
+  long kib0 = peak_kib();
+  double t0 = now_s();
+  moecclResult_t res = moeccl_topo_load(&t, path, 0, err, sizeof(err));
+  CHECK(res == moecclInvalidArgument && strstr(err, "100000000 ranks") && strstr(err, "1048576") &&
+            strstr(err, ":3: "),
+        "100M ranks, no size: %d '%s'", (int)res, err);
+  res = moeccl_topo_load(&t, path, 8, err, sizeof(err));
+  CHECK(res == moecclInvalidArgument && strstr(err, "100000000 ranks"), "100M ranks for 8: %d '%s'",
+        (int)res, err);
+  unset_topo_env();
+  setenv("MOECCL_TOPO_FILE", path, 1);
+  uint64_t ids[8] = {1, 1, 2, 2, 3, 3, 4, 4};
+  res = moeccl_topo_configure(&t, 8, ids, err, sizeof(err));
+  CHECK(res == moecclInvalidArgument && strstr(err, "MOECCL_TOPO_FILE") &&
+            strstr(err, "100000000 ranks"),
+        "MOECCL_TOPO_FILE of 100M ranks: %d '%s'", (int)res, err);
+  /* 2^20 ranks: allowed, but not for 8 ranks: discovered, nothing built */
+  setenv("MOECCL_TOPO_FILE", big, 1);
+  res = moeccl_topo_configure(&t, 8, ids, err, sizeof(err));
+  CHECK(res == moecclSuccess && t.nranks == 8 && t.nnodes == 4 && !strcmp(t.source, "discovered"),
+        "MOECCL_TOPO_FILE of 2^20 ranks for 8: %d '%s' (%s)", (int)res, err, t.source);
+  if (res == moecclSuccess) moeccl_topo_free(&t);
+  unset_topo_env();
+  double secs = now_s() - t0;
+  long grew = peak_kib() - kib0;
+  CHECK(secs < 0.5, "refusing and skipping took %.3f s", secs);
+  CHECK(grew < 8 * 1024, "refusing and skipping raised the peak resident size by %ld KiB", grew);
+  printf("test_topo: 100M-rank file refused, 2^20-rank file skipped for 8 ranks: %.4f s, peak "
+         "+%ld KiB\n",
+         secs, grew);
+  /* the cap itself loads, and one past it in either statement is refused */
+  res = moeccl_topo_load(&t, big, 0, err, sizeof(err));
+  CHECK(res == moecclSuccess && t.nranks == MOECCL_TOPO_MAX_RANKS, "2^20 ranks: %d '%s'", (int)res,
+        err);
+  if (res == moecclSuccess) moeccl_topo_free(&t);
+  write_file(path, "moeccl-topo 1\nnodes 1048577\nranks_per_node 1\n");
+  CHECK(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, ":2: ") && strstr(err, "1048576"),
+        "nodes 2^20+1: '%s'", err);
+  write_file(path, "moeccl-topo 1\nnodes 2\nranks_per_node 524289\n");
+  CHECK(moeccl_topo_load(&t, path, 0, err, sizeof(err)) == moecclInvalidArgument &&
+            strstr(err, "1048578 ranks"),
+        "2 x (2^19+1): '%s'", err);
+  unlink(path);
+  unlink(big);
+}
+
 static int print_hw(void) {
   moeccl_topo_t t = {0};
   int rails = moeccl_topo_discover_hw(&t);
@@ -713,6 +789,7 @@ int main(int argc, char** argv) {
     perror("mkdtemp");
     return 1;
   }
+  test_huge_files();
   test_from_nodes_interleaved();
   test_from_nodes_irregular();
   test_groups();

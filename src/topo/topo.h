@@ -106,6 +106,21 @@ void moeccl_topo_default_costs(moeccl_topo_t* t);
  * zeroed (safe to free). */
 moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, char* err,
                                 size_t errlen);
+/* The most ranks a topology file may describe (docs/TOPOLOGY.md): far
+ * above any machine the library or perf/a2a_sim plans for (a2a_sim's
+ * presets reach 4,096 ranks; its larger shapes are built, not read), low
+ * enough that a file costs at most some 20 MiB to load.  A file that
+ * declares more is refused before anything of its size is allocated. */
+#define MOECCL_TOPO_MAX_RANKS (1 << 20)
+/* moeccl_topo_load for a communicator of nranks (> 0) that may be of
+ * another size than the file's: a file that declares another number of
+ * ranks ('nodes' x 'ranks_per_node', or its number of 'rank' lines) is
+ * read but not built, *other is set to that number and t is left zeroed;
+ * else *other is 0 and the result is moeccl_topo_load's (a file past
+ * MOECCL_TOPO_MAX_RANKS is an error either way).  Nothing of the declared size is
+ * allocated in the first case (MOECCL_TOPO_FILE on every rank). */
+moecclResult_t moeccl_topo_load_for(moeccl_topo_t* t, const char* path, int nranks, int* other,
+                                    char* err, size_t errlen);
 /* Reads link/copy statements (MOECCL_TUNE_FILE) over t's link costs; the
  * header is optional and placement statements are checked but ignored, so a
  * dumped topology works as a tune file.  On error t is unchanged. */

@@ -51,14 +51,14 @@ static moecclResult_t from_file(moeccl_topo_t* t, const char* path, int nranks,
                                 const uint64_t* node_of, char* err, size_t errlen) {
   if (nranks <= 0)
     return fail(moecclInvalidArgument, err, errlen, "MOECCL_TOPO_FILE: %d ranks", nranks);
-  moecclResult_t res = moeccl_topo_load(t, path, 0, err, errlen);
+  int other = 0; /* the size, checked before the file's tables are built */
+  moecclResult_t res = moeccl_topo_load_for(t, path, nranks, &other, err, errlen);
   if (res != moecclSuccess) return blame(res, "MOECCL_TOPO_FILE", err, errlen);
-  if (t->nranks != nranks) {
+  if (other) {
     INFO(INIT,
          "MOECCL_TOPO_FILE %s describes %d ranks, this communicator has %d: discovering its "
          "topology instead",
-         path, t->nranks, nranks);
-    moeccl_topo_free(t);
+         path, other, nranks);
     return from_env(t, nranks, node_of, err, errlen);
   }
   if (moeccl_param_int("MOECCL_TOPO_GROUP_SIZE") || moeccl_param_int("MOECCL_TOPO_RAILS"))

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_RANKS (1 << 30) /* as moeccl_topo_regular_shape */
+#define MAX_RANKS MOECCL_TOPO_MAX_RANKS /* what a file may declare (topo.h) */
 #define MAX_RAILS 64        /* as MOECCL_TOPO_RAILS (param.c) */
 #define MAX_WORDS 8         /* "link CLASS" and three keys, with room to spare */
 #define BLANKS " \t\r\n\v\f"
@@ -35,6 +35,7 @@ typedef struct {
   int nrails, nrails_line;
   placed_t* placed;
   int nplaced, placed_cap;
+  int* other; /* load_for: the size a file of another size declares */
   moeccl_link_t link[MOECCL_LINK_NCLASSES];
   double copy_overhead_us, copy_GBps;
   char hw[sizeof(((moeccl_topo_t*)0)->hw)];
@@ -352,15 +353,21 @@ static moecclResult_t placement(parse_t* p, int nranks, int** rank_node, int* n)
     return fail_at(p, p->line, "no placement: give 'ranks_per_node L' or 'rank R node N' lines");
   if (p->ranks_per_node_line) {
     int line = p->ranks_per_node_line;
-    if (p->nnodes > MAX_RANKS / p->ranks_per_node)
-      return fail_at(p, line, "nodes %d x ranks_per_node %d is too many ranks", p->nnodes,
-                     p->ranks_per_node);
-    *n = p->nnodes * p->ranks_per_node;
-    if (nranks > 0 && *n != nranks)
+    long long declared = (long long)p->nnodes * p->ranks_per_node;
+    if (declared > MAX_RANKS) /* checked before anything of that size is allocated */
       return fail_at(p, line,
-                     "the file describes %d ranks (%d nodes x %d), the communicator has %d", *n,
-                     p->nnodes, p->ranks_per_node, nranks);
+                     "nodes %d x ranks_per_node %d is %lld ranks, more than the %d a topology "
+                     "file may describe",
+                     p->nnodes, p->ranks_per_node, declared, MAX_RANKS);
+    if (p->other && declared != nranks) /* another communicator's file: nothing to build */
+      return *p->other = (int)declared, moecclSuccess;
+    if (nranks > 0 && declared != nranks)
+      return fail_at(p, line,
+                     "the file describes %lld ranks (%d nodes x %d), the communicator has %d",
+                     declared, p->nnodes, p->ranks_per_node, nranks);
+    *n = (int)declared;
   } else {
+    if (p->other && p->nplaced != nranks) return *p->other = p->nplaced, moecclSuccess;
     *n = nranks > 0 ? nranks : p->nplaced;
   }
   *rank_node = malloc((size_t)*n * sizeof(int));
@@ -390,10 +397,12 @@ static void parse_init(parse_t* p, const char* path, char* err, size_t errlen) {
 }
 
 static moecclResult_t load(moeccl_topo_t* t, const char* path, const char* text, size_t len,
-                           int nranks, char* err, size_t errlen) {
+                           int nranks, int* other, char* err, size_t errlen) {
   memset(t, 0, sizeof(*t));
   parse_t p;
   parse_init(&p, path, err, errlen);
+  if (other) *other = 0;
+  p.other = other;
   moeccl_topo_t defaults;
   moeccl_topo_default_costs(&defaults);
   memcpy(p.link, defaults.link, sizeof(p.link));
@@ -403,6 +412,7 @@ static moecclResult_t load(moeccl_topo_t* t, const char* path, const char* text,
   int n = 0;
   moecclResult_t res = parse_source(&p, text, len);
   if (res == moecclSuccess) res = placement(&p, nranks, &rank_node, &n);
+  if (res == moecclSuccess && other && *other) goto out;
   if (res == moecclSuccess) {
     res = moeccl_topo_from_placement(t, n, p.nnodes, rank_node, p.nodes_per_group, p.nrails);
     if (res != moecclSuccess) set_err(err, errlen, "%s: cannot build the topology", path);
@@ -414,6 +424,7 @@ static moecclResult_t load(moeccl_topo_t* t, const char* path, const char* text,
     memcpy(t->hw, p.hw, sizeof(t->hw));
     snprintf(t->source, sizeof(t->source), "file %s", path);
   }
+out:
   free(rank_node);
   free(p.placed);
   return res;
@@ -422,13 +433,19 @@ static moecclResult_t load(moeccl_topo_t* t, const char* path, const char* text,
 moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, char* err,
                                 size_t errlen) {
   if (!t || !path) return moecclInvalidArgument;
-  return load(t, path, NULL, 0, nranks, err, errlen);
+  return load(t, path, NULL, 0, nranks, NULL, err, errlen);
+}
+
+moecclResult_t moeccl_topo_load_for(moeccl_topo_t* t, const char* path, int nranks, int* other,
+                                    char* err, size_t errlen) {
+  if (!t || !path || nranks <= 0 || !other) return moecclInvalidArgument;
+  return load(t, path, NULL, 0, nranks, other, err, errlen);
 }
 
 moecclResult_t moeccl_topo_parse(moeccl_topo_t* t, const char* name, const char* text, size_t len,
                                  int nranks, char* err, size_t errlen) {
   if (!t || !name || !text) return moecclInvalidArgument;
-  return load(t, name, text, len, nranks, err, errlen);
+  return load(t, name, text, len, nranks, NULL, err, errlen);
 }
 
 static moecclResult_t load_costs(moeccl_topo_t* t, const char* path, const char* text, size_t len,

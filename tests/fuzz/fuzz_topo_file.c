@@ -60,15 +60,47 @@ static void check_round_trip(const moeccl_topo_t* t) {
   moeccl_topo_free(&u);
 }
 
+/* The harness's own reading of the size rule (docs/TOPOLOGY.md): the first
+ * 'nodes N' and 'ranks_per_node L' statements (first words of a line, before
+ * any '#') declare N x L ranks.  -1 when either is absent or not plain
+ * decimal digits (then the rule says nothing here). */
+static long long declared_ranks(const char* text, size_t len) {
+  long long nodes = -1, per = -1;
+  for (size_t i = 0; i < len;) {
+    size_t end = i;
+    while (end < len && text[end] != '\n') end++;
+    char line[128];
+    size_t n = end - i < sizeof(line) - 1 ? end - i : sizeof(line) - 1;
+    memcpy(line, text + i, n);
+    line[n] = '\0';
+    char* hash = strchr(line, '#');
+    if (hash) *hash = '\0';
+    char *save = NULL, *w0 = strtok_r(line, " \t\r\v\f", &save);
+    char* w1 = w0 ? strtok_r(NULL, " \t\r\v\f", &save) : NULL;
+    char* w2 = w1 ? strtok_r(NULL, " \t\r\v\f", &save) : NULL;
+    long long* slot = !w0                             ? NULL
+                      : !strcmp(w0, "nodes")          ? &nodes
+                      : !strcmp(w0, "ranks_per_node") ? &per
+                                                      : NULL;
+    if (slot && *slot == -1) {
+      int digits = w1 && !w2 && end - i < sizeof(line) - 1 && strlen(w1) <= 9 &&
+                   strspn(w1, "0123456789") == strlen(w1);
+      *slot = digits ? atoll(w1) : -2;
+    }
+    i = end + 1;
+  }
+  return nodes >= 0 && per >= 0 ? nodes * per : -1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   int nranks = data[0] < 64 ? 0 : data[0] - 63;
   const char* text = (const char*)data + 1;
   size_t len = size - 1;
-  /* With no size asked, "ranks_per_node" may describe up to 2^30 ranks and
-   * the loader builds them all (20 bytes a rank): valid, but past the
-   * fuzzer's memory limit.  Such files are parsed for a given size. */
-  if (nranks == 0 && memmem(text, len, "ranks_per_node", 14)) nranks = 1 + data[0];
+  /* With no size asked a file may describe up to MOECCL_TOPO_MAX_RANKS
+   * (2^20) ranks, some 20 MiB to build: within the fuzzer's memory limit,
+   * so such files are parsed as MOECCL_TOPO_FILE once did, without one. */
+  long long declared = declared_ranks(text, len);
   char err[200];
   moeccl_topo_t t;
   memset(&t, 0x5a, sizeof(t));
@@ -83,8 +115,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_ASSERT(!strstr(err, "cannot build the topology"), "%s", err);
     return 0;
   }
+  /* the size rules: never more than the cap, and 'nodes' x 'ranks_per_node' */
+  FUZZ_ASSERT(declared <= MOECCL_TOPO_MAX_RANKS, "a file declaring %lld ranks was accepted",
+              declared);
   fuzz_check_topo(&t);
   FUZZ_ASSERT(nranks == 0 || t.nranks == nranks, "asked %d ranks, got %d", nranks, t.nranks);
+  FUZZ_ASSERT(declared <= 0 || t.nranks == declared, "declares %lld ranks, got %d", declared,
+              t.nranks);
   FUZZ_ASSERT(strcmp(t.source, "file fuzz") == 0, "source '%s'", t.source);
   check_round_trip(&t);
   moeccl_topo_free(&t);

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#define FUZZ_MAX_RANKS (1 << 30) /* as topo_file.c */
+#define FUZZ_MAX_RANKS MOECCL_TOPO_MAX_RANKS /* what a file may declare (topo.h) */
 #define FUZZ_MAX_RAILS 64
 
 /* What the parser promises of every cost it accepts: finite, bandwidths
