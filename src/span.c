@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -62,6 +63,13 @@ static moeccl_span_t span_slow(uintptr_t p, size_t bytes, size_t* room) {
    * here the memory is the host's: mapped from the pointer to the end? */
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = p & ~(page - 1);
   if (msync((void*)a, p + bytes - a, MS_ASYNC) != 0 && errno == ENOMEM) return MOECCL_SPAN_UNMAPPED;
+  /* Mapped is not enough: reserved address space (PROT_NONE: guard pages,
+   * a sanitizer's shadow and allocator regions) is mapped too.  The last
+   * byte must be readable; a probe the kernel does not allow says nothing. */
+  char probe;
+  struct iovec mine = {&probe, 1}, theirs = {(void*)(p + bytes - 1), 1};
+  if (process_vm_readv(getpid(), &mine, 1, &theirs, 1, 0) < 0 && errno == EFAULT)
+    return MOECCL_SPAN_UNMAPPED;
   return MOECCL_SPAN_OK;
 }
 
@@ -90,7 +98,9 @@ const char* moeccl_span_text(moeccl_span_t why) {
     case MOECCL_SPAN_PAST_TOP: return "reach past the end of the address space";
     case MOECCL_SPAN_PAST_ALLOC:
       return "reach past the end of its allocation (moecclMemAlloc or moecclMemAllocDevice)";
-    default: return "reach memory this process has not mapped (no buffer can be that long)";
+    default:
+      return "reach memory this process has not mapped or cannot read (no buffer can be that "
+             "long)";
   }
 }
 

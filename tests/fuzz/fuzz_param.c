@@ -117,7 +117,12 @@ static int ref_choice(const moeccl_param_t* p, const char* s) {
 /* Whether value s of p is valid; -1: not known here. */
 static int ref_valid(const moeccl_param_t* p, const char* s) {
   int64_t v;
-  if (p->type != MOECCL_PARAM_STR) return ref_number(p, s, &v) == 0;
+  if (p->type != MOECCL_PARAM_STR) {
+    if (ref_number(p, s, &v) != 0) return 0;
+    /* moeccl-env(7): a chunk size is a multiple of 64 (whole cache lines) */
+    if (!strcmp(p->name, "MOECCL_SHM_CHUNK_SIZE")) return v % 64 == 0;
+    return p->check ? -1 : 1; /* a check not modelled here is not judged */
+  }
   if (p->choices && !ref_choice(p, s)) return 0;
   if (!strcmp(p->name, "MOECCL_DEBUG_SUBSYS")) {
     static const char* const names[] = {"INIT", "BOOT", "SHM", "COLL", "P2P",
