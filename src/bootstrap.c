@@ -17,7 +17,13 @@
 #include <unistd.h>
 
 #define ID_MAGIC 0x4d4f4549u /* "MOEI" */
+/* The ring hello's magic; also the rendezvous hello's before it carried
+ * the rank's wait (a root that reads it names the other version). */
 #define HELLO_MAGIC 0x4d4f4548u
+/* The rendezvous hello's magic since it carries the rank's wait: a new
+ * magic, so that ranks and roots of the two versions refuse each other
+ * by name instead of misreading the field. */
+#define JOIN_MAGIC 0x4d4f454au /* "MOEJ" */
 
 typedef struct {
   uint32_t magic;
@@ -40,14 +46,23 @@ _Static_assert(sizeof(id_layout_t) <= MOECCL_UNIQUE_ID_BYTES, "unique id layout 
 #define CHALLENGE_BYTES MOECCL_BOOT_CHALLENGE_BYTES
 
 typedef struct {
-  uint32_t magic;
+  uint32_t magic; /* JOIN_MAGIC */
   int32_t rank;
   int32_t nranks;
-  uint32_t pad;
+  /* How long the rank still waits for the root's answer, in ms: relative,
+   * since the hosts' clocks differ.  The root answers before the first
+   * joined rank stops waiting (answer_by), so a rank missing from the
+   * rendezvous is named to every one that came, whichever gives up first.
+   * Under the MAC: no stranger can make the root answer early. */
+  uint32_t wait_ms;
   uint64_t nonce;                     /* the communicator's public tag */
   uint8_t challenge[CHALLENGE_BYTES]; /* the root's answer must prove the secret over it */
   uint8_t mac[32];
 } hello_t;
+
+/* Seconds a joining rank waits for the root's answer past its own
+ * deadline: the root answers before it (answer_margin), unless slowed. */
+#define VERDICT_GRACE 2.0
 
 typedef struct {
   int listen_fd;
@@ -99,18 +114,28 @@ static ssize_t write_nosig(int fd, const void* p, size_t n) {
 
 moecclResult_t moeccl_bootstrap_check_hello(const void* msg, size_t len, uint64_t nonce,
                                             const uint8_t key[32], const uint8_t* challenge,
-                                            int* rank, int* nranks) {
+                                            int* rank, int* nranks, double* wait) {
   hello_t h;
   if (len < sizeof(h)) return moecclInProgress;
   memcpy(&h, msg, sizeof(h));
-  if (h.magic != HELLO_MAGIC || h.nonce != nonce || h.nranks <= 0 || h.rank < 0 ||
+  if (h.magic == HELLO_MAGIC) return moecclInvalidUsage; /* an older moeccl's hello */
+  if (h.magic != JOIN_MAGIC || h.nonce != nonce || h.nranks <= 0 || h.rank < 0 ||
       h.rank >= h.nranks)
     return moecclInvalidArgument;
   uint8_t mac[32];
   hello_mac(key, challenge, &h, offsetof(hello_t, mac), mac);
   if (!same_mac(mac, h.mac)) return moecclInvalidArgument;
-  *rank = h.rank, *nranks = h.nranks;
+  *rank = h.rank, *nranks = h.nranks, *wait = h.wait_ms / 1000.0;
   return moecclSuccess;
+}
+
+/* How long before a rank stops waiting the root answers it: a tenth of
+ * the wait, at least 0.2 s (the answer's way and the scheduler), at most
+ * 1 s (a rendezvous that could still complete is not given up long before
+ * it must be).  A rank waits VERDICT_GRACE past its deadline besides. */
+static double answer_margin(double wait) {
+  double m = wait / 10;
+  return m < 0.2 ? 0.2 : m > 1.0 ? 1.0 : m;
 }
 
 /* A connection the root has accepted and not yet placed: it must send its
@@ -213,9 +238,16 @@ static int next_hello(const root_args_t* a, pending_t* p, int* np, double deadli
       }
       p[i].got += (size_t)r;
       int rank, nranks;
-      if (p[i].got >= sizeof(p[i].msg.h) &&
-          moeccl_bootstrap_check_hello(&p[i].msg, p[i].got, a->nonce, a->key, p[i].challenge, &rank,
-                                       &nranks) != moecclSuccess) {
+      double wait;
+      moecclResult_t rc = p[i].got < sizeof(p[i].msg.h)
+                              ? moecclInProgress
+                              : moeccl_bootstrap_check_hello(&p[i].msg, p[i].got, a->nonce, a->key,
+                                                             p[i].challenge, &rank, &nranks, &wait);
+      if (rc == moecclInvalidUsage) {
+        drop(&p[i], "a hello of an older moeccl (every rank must run the same version)");
+        continue;
+      }
+      if (rc != moecclSuccess && rc != moecclInProgress) {
         drop(&p[i], "not an authentic hello of this rendezvous");
         continue;
       }
@@ -227,17 +259,22 @@ static int next_hello(const root_args_t* a, pending_t* p, int* np, double deadli
 static void* root_thread(void* arg) {
   root_args_t a = *(root_args_t*)arg;
   free(arg);
-  double deadline = moeccl_now() + a.timeout;
-  int n = -1, joined = 0, ok = 1, np = 0;
+  /* answer_by: the root's own deadline, or earlier the time a joined rank
+   * stops waiting (less answer_margin), whichever comes first: past it,
+   * the rendezvous cannot complete, and the ranks that came learn which
+   * one did not before any of them gives up. */
+  double deadline = moeccl_now() + a.timeout, answer_by = deadline;
+  int n = -1, joined = 0, ok = 1, np = 0, first_out = -1;
   int* fds = NULL;
   moeccl_peer_info_t* infos = NULL;
   uint8_t(*challenges)[CHALLENGE_BYTES] = NULL;
   pending_t* pend = malloc(sizeof(pending_t) * MAX_PENDING);
   while (pend && (n < 0 || joined < n)) {
-    int i = next_hello(&a, pend, &np, deadline);
+    int i = next_hello(&a, pend, &np, answer_by);
     if (i < 0) break;
     int fd = pend[i].fd;
     hello_t h = pend[i].msg.h;
+    double wait = h.wait_ms / 1000.0, leaves = moeccl_now() + wait - answer_margin(wait);
     moeccl_peer_info_t info = pend[i].msg.info;
     pend[i] = pend[--np];
     if (n < 0) {
@@ -259,6 +296,7 @@ static void* root_thread(void* arg) {
     infos[h.rank] = info;
     memcpy(challenges[h.rank], h.challenge, CHALLENGE_BYTES);
     joined++;
+    if (leaves < answer_by) answer_by = leaves, first_out = h.rank;
   }
   if (n > 0 && fds && infos && challenges && joined == n) {
     root_reply(&a, fds, challenges, n, infos, ok ? n : -1, deadline);
@@ -266,8 +304,11 @@ static void* root_thread(void* arg) {
     /* Tell the ranks that came which one did not, so their error names it. */
     int missing = 0;
     while (missing < n && fds[missing] >= 0) missing++;
-    WARN(BOOT, "rendezvous: %d of %d ranks joined before the deadline; rank %d is missing", joined,
-         n, missing);
+    char when[96] = "the root's deadline (MOECCL_TIMEOUT)";
+    if (first_out >= 0)
+      snprintf(when, sizeof(when), "rank %d stops waiting (its MOECCL_TIMEOUT)", first_out);
+    WARN(BOOT, "rendezvous: %d of %d ranks joined before %s; rank %d is missing", joined, n, when,
+         missing);
     root_reply(&a, fds, challenges, n, infos, -2 - missing, moeccl_now() + 1.0);
   }
   for (int i = 0; fds && i < n; i++)
@@ -388,22 +429,26 @@ static moecclResult_t join_root(const id_layout_t* l, int rank, int nranks, doub
   }
   self->listen_addr = local;
   moeccl_bootstrap_alive_socket(&local, &self->alive_addr);
-  hello_t h = {HELLO_MAGIC, rank, nranks, 0, moeccl_secret_tag(l->secret), {0}, {0}};
+  hello_t h = {JOIN_MAGIC, rank, nranks, 0, moeccl_secret_tag(l->secret), {0}, {0}};
   uint8_t challenge[CHALLENGE_BYTES], key[32], mac[32], want[32];
   if (rc == moecclSuccess && random_bytes(h.challenge, CHALLENGE_BYTES) != 0)
     rc = moecclSystemError;
   if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, challenge, sizeof(challenge), deadline);
   moeccl_bootstrap_auth_key(l->secret, key);
+  double left = deadline - moeccl_now(); /* as late as can be: the root counts from its arrival */
+  h.wait_ms = left <= 0 ? 0 : left < 4e6 ? (uint32_t)(left * 1000.0) : UINT32_MAX;
   hello_mac(key, challenge, &h, offsetof(hello_t, mac), h.mac);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, &h, sizeof(h), deadline);
   if (rc == moecclSuccess) rc = moeccl_socket_send(fd, self, sizeof(*self), deadline);
   int32_t status = 0;
-  /* The root answers even when the rendezvous fails, a little after its own
-   * deadline: wait that long to learn which rank was missing. */
-  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, &status, sizeof(status), deadline + 2.0);
+  /* The root answers before our deadline (hello_t.wait_ms), even when the
+   * rendezvous fails; a root slowed down may be late: wait VERDICT_GRACE
+   * more to learn which rank was missing. */
+  double answer = deadline + VERDICT_GRACE;
+  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, &status, sizeof(status), answer);
   size_t table = status == nranks ? sizeof(*peers) * (size_t)nranks : 0;
-  if (rc == moecclSuccess && table) rc = moeccl_socket_recv(fd, peers, table, deadline + 2.0);
-  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, mac, sizeof(mac), deadline + 2.0);
+  if (rc == moecclSuccess && table) rc = moeccl_socket_recv(fd, peers, table, answer);
+  if (rc == moecclSuccess) rc = moeccl_socket_recv(fd, mac, sizeof(mac), answer);
   /* Nothing the answer says counts before its MAC is checked. */
   if (rc == moecclSuccess) {
     moeccl_bootstrap_reply_mac(key, h.challenge, status, peers, table, want);

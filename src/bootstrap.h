@@ -75,12 +75,15 @@ void moeccl_bootstrap_close(moeccl_bootstrap_t* b);
 #define MOECCL_BOOT_CHALLENGE_BYTES 16
 void moeccl_bootstrap_auth_key(const uint8_t secret[MOECCL_SECRET_BYTES], uint8_t key[32]);
 /* The root's check of a joining rank's hello (the peer info after it is
- * not looked at): moecclSuccess and the rank and nranks it claims when it
- * is of this rendezvous (nonce), answers challenge with key and claims a
- * rank in [0, nranks); moecclInvalidArgument otherwise. */
+ * not looked at): moecclSuccess and the rank and nranks it claims and the
+ * seconds it says it still waits for the root's answer (wait) when it is
+ * of this rendezvous (nonce), answers challenge with key and claims a rank
+ * in [0, nranks); moecclInvalidUsage, writing nothing, for the hello of an
+ * older moeccl (its magic; nothing else checked: for the log's text only);
+ * moecclInvalidArgument otherwise. */
 moecclResult_t moeccl_bootstrap_check_hello(const void* msg, size_t len, uint64_t nonce,
                                             const uint8_t key[32], const uint8_t* challenge,
-                                            int* rank, int* nranks);
+                                            int* rank, int* nranks, double* wait);
 /* A rank's check of the hello on its ring socket: moecclSuccess when it is
  * of this communicator, answers challenge and comes from rank prev. */
 moecclResult_t moeccl_bootstrap_check_ring_hello(const void* msg, size_t len, uint64_t nonce,

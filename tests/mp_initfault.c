@@ -27,6 +27,15 @@
  * leave nothing in /dev/shm.  After every round no moeccl-* or
  * ucx_shm_posix_* file may be left there that was not there before.
  *
+ * Late-root rounds: the victim dies before its hello (before it calls
+ * moecclCommInitRank), the ranks run with MOECCL_TIMEOUT=3 while the
+ * rendezvous root (made by the launcher, as an id made by another process
+ * with another MOECCL_TIMEOUT, or earlier than the ranks' clocks say)
+ * would wait 600 s, and rank 0 starts 1.5 s after the others.  The root
+ * must give its verdict before the first joined rank's own deadline (each
+ * hello says how long its rank still waits), so that every survivor names
+ * the victim instead of saying it could not join within 3 s.
+ *
  * Variants: simulated nodes (the network transport's setup: ucx, where the
  * build has it, and ofi), shared memory only.
  */
@@ -48,6 +57,7 @@ typedef struct {
   int victim;
   long delay_us;
   int at_segment; /* kill when it holds a named segment, not after delay_us */
+  int late_root;  /* the victim dies before its hello; rank 0 starts late (above) */
 } round_t;
 
 /* The files the library or UCX names in /dev/shm. */
@@ -149,7 +159,11 @@ static int check_failure(const char* what, moecclResult_t res, const char* text,
 static int body(moecclComm_t unused, int rank, int n, void* arg) {
   (void)unused;
   const round_t* r = arg;
-  if (rank == r->victim) {
+  if (r->late_root) {
+    setenv("MOECCL_TIMEOUT", "3", 1);      /* the launcher's root keeps its 600 s */
+    if (rank == r->victim) raise(SIGKILL); /* before its hello */
+    if (rank == 0) mp_sleep_ms(1500);
+  } else if (rank == r->victim) {
     int fds[2];
     MP_CHECK(pipe(fds) == 0, "pipe failed");
     char path[64];
@@ -164,10 +178,12 @@ static int body(moecclComm_t unused, int rank, int n, void* arg) {
     MP_CHECK(pthread_create(&t, NULL, killer, NULL) == 0, "pthread_create failed");
   }
   moecclComm_t comm = NULL;
+  double start = mp_now();
   moecclResult_t res = moecclCommInitRank(&comm, n, mp_unique_id, rank);
   char text[1024];
   if (res != moecclSuccess) {
     snprintf(text, sizeof(text), "%s", mp_last_error_text(NULL));
+    if (r->late_root) printf("rank %d: init failed after %.2f s\n", rank, mp_now() - start);
     if (rank == r->victim) raise(SIGKILL); /* it failed before its killer came */
     return check_failure("moecclCommInitRank", res, text, r->victim, n);
   }
@@ -236,15 +252,21 @@ static int run_round(int argc, char** argv, int d) {
   for (int i = 0; i < nr && i < 1; i++) {
     int n = ranks[i];
     if (n < 2) continue;
-    const char* seg = getenv("MP_INITFAULT_SEGMENT"); /* the victim, in a segment round */
-    round_t r = {d % n, delays_us[d], 0};
-    if (seg) r = (round_t){atoi(seg) % n, 0, 1};
+    const char* seg = getenv("MP_INITFAULT_SEGMENT");    /* the victim, in a segment round */
+    const char* late = getenv("MP_INITFAULT_LATE_ROOT"); /* the victim, in a late-root round */
+    round_t r = {d % n, delays_us[d], 0, 0};
+    if (seg) r = (round_t){atoi(seg) % n, 0, 1, 0};
+    if (late) r = (round_t){atoi(late) % n, 0, 0, 1};
     mp_opts opts = MP_OPTS_DEFAULT;
     opts.deadline_s = 30;
     opts.no_init = 1;
     opts.expect_killed_rank = r.victim;
     opts.expect_killed_signal = SIGKILL;
-    if (seg)
+    if (late)
+      printf("nranks %d: rank %d killed before its hello, rank 0 1.5 s late, MOECCL_TIMEOUT=3 on "
+             "the ranks, 600 s at the root\n",
+             n, r.victim);
+    else if (seg)
       printf("nranks %d: rank %d killed when it holds a named shared-memory file\n", n, r.victim);
     else
       printf("nranks %d: rank %d killed %ld us after it joined the rendezvous\n", n, r.victim,
@@ -285,11 +307,24 @@ static const char* const segment_configs[][4] = {
 };
 #define NSEGMENT (int)(sizeof(segment_configs) / sizeof(segment_configs[0]))
 
+/* Late-root rounds (the victim named by MP_INITFAULT_LATE_ROOT; the
+ * transport matters not, since the rendezvous fails before any starts,
+ * but the probes that found this ran over ucx). */
+static const char* const late_configs[][5] = {
+    {"late-root-rank2", "MP_RANKS_PER_NODE=0", "4", "MP_INITFAULT_LATE_ROOT=2", NULL},
+    {"late-root-rank1-nodes", "MP_RANKS_PER_NODE=1", "4", "MP_INITFAULT_LATE_ROOT=1", NULL},
+#ifdef MOECCL_HAVE_UCX
+    {"late-root-rank3-ucx", "MP_RANKS_PER_NODE=2", "4", "MP_INITFAULT_LATE_ROOT=3",
+     "MOECCL_NET=ucx"},
+#endif
+};
+#define NLATE (int)(sizeof(late_configs) / sizeof(late_configs[0]))
+
 int main(int argc, char** argv) {
   setenv("MOECCL_TIMEOUT", "600", 1);
   const char* round = getenv("MP_INITFAULT_ROUND");
   if (round) return run_round(argc, argv, atoi(round) % NDELAYS);
-  static mp_variant variants[NCONFIGS * NDELAYS + NSEGMENT + 1];
+  static mp_variant variants[NCONFIGS * NDELAYS + NSEGMENT + NLATE + 1];
   static char names[NCONFIGS * NDELAYS][48], envs[NCONFIGS * NDELAYS][40];
   int k = 0;
   for (int c = 0; c < NCONFIGS; c++)
@@ -305,6 +340,11 @@ int main(int argc, char** argv) {
         (mp_variant){segment_configs[c][0],
                      {segment_configs[c][1], segment_configs[c][3], "MP_INITFAULT_ROUND=0", NULL},
                      segment_configs[c][2]};
+  for (int c = 0; c < NLATE; c++, k++)
+    variants[k] = (mp_variant){
+        late_configs[c][0],
+        {late_configs[c][1], late_configs[c][3], "MP_INITFAULT_ROUND=0", late_configs[c][4], NULL},
+        late_configs[c][2]};
   variants[k] = (mp_variant){NULL, {NULL}, NULL};
   return mp_run_variants(argc, argv, variants, 60);
 }

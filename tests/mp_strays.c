@@ -84,14 +84,17 @@ static unsigned long long logged_tag(void) {
   return tag;
 }
 
-/* A hello as the old, unauthenticated protocol had it: magic, rank,
- * nranks, pad, tag; then zeros where the MAC and the peer info go. */
+/* A hello in today's format (bootstrap.c's hello_t: magic "MOEJ", rank,
+ * nranks, the rank's wait in ms, tag) as the old, unauthenticated protocol
+ * would have taken it; then zeros where the challenge, the MAC and the
+ * peer info go.  Its wait of 0 would end the rendezvous at once if the
+ * root believed it. */
 static int forged(int port, unsigned long long tag) {
   unsigned char msg[4096] = {0};
-  uint32_t magic = 0x4d4f4548u, pad = 0;
+  uint32_t magic = 0x4d4f454au, wait_ms = 0;
   int32_t rank = RANKS - 1, nranks = RANKS;
   memcpy(msg, &magic, 4), memcpy(msg + 4, &rank, 4), memcpy(msg + 8, &nranks, 4);
-  memcpy(msg + 12, &pad, 4), memcpy(msg + 16, &tag, 8);
+  memcpy(msg + 12, &wait_ms, 4), memcpy(msg + 16, &tag, 8);
   return stray(port, msg, sizeof(msg));
 }
 

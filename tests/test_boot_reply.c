@@ -15,6 +15,13 @@
  * (so the refusals are the MAC's, not the format's), and so is the real
  * root (moeccl_bootstrap_unique_id).
  *
+ * The hello says how long its rank still waits for the answer (its wait,
+ * under the MAC, which the fake checks with the id's key), and the root
+ * answers before then: a rank of 2 that waits 2 s at a real root that
+ * would wait 20 (MOECCL_TIMEOUT) learns within those 2 s that rank 1
+ * never joined, not only that it could not join.  A hello of the older
+ * format (its magic, no wait) is told apart from a forged one.
+ *
  * Also the liveness probes the waits use (moeccl_bootstrap_probe_many):
  * several sockets probed at once, each state in its own slot: a listening
  * socket is alive (1), a port nobody listens on refuses (0), in any mix
@@ -30,10 +37,12 @@
 #include "core.h"
 #include "unit_check.h"
 
-/* The hello's wire format (bootstrap.c): magic, rank, nranks, pad, tag (8),
- * the rank's challenge (16), MAC (32); then the peer info. */
+/* The hello's wire format (bootstrap.c): magic, rank, nranks, the rank's
+ * wait in ms, tag (8), the rank's challenge (16), MAC (32); then the peer
+ * info. */
 #define HELLO_BYTES 72
 #define HELLO_CHALLENGE 24
+#define OLD_HELLO_MAGIC 0x4d4f4548u /* before the wait */
 #define CH MOECCL_BOOT_CHALLENGE_BYTES
 
 enum sign { WRONG_KEY, REPLAY, RIGHT };
@@ -43,7 +52,10 @@ typedef struct {
   int32_t status; /* what the fake answers; 1 (= nranks): the table follows */
   enum sign sign;
   uint8_t key[32]; /* the id's key (REPLAY, RIGHT) */
-  int served;      /* 1 once the fake read a whole hello and answered */
+  uint8_t secret[MOECCL_SECRET_BYTES];
+  int served;              /* 1 once the fake read a whole hello and answered */
+  moecclResult_t hello_rc; /* the hello checked with the id's key */
+  double wait;             /* the wait it says */
 } fake_t;
 
 static void* fake_root(void* arg) {
@@ -56,6 +68,9 @@ static void* fake_root(void* arg) {
   if (moeccl_socket_send(fd, challenge, CH, deadline) == moecclSuccess &&
       moeccl_socket_recv(fd, hello, sizeof(hello), deadline) == moecclSuccess &&
       moeccl_socket_recv(fd, &info, sizeof(info), deadline) == moecclSuccess) {
+    int rank, nranks;
+    f->hello_rc = moeccl_bootstrap_check_hello(hello, sizeof(hello), moeccl_secret_tag(f->secret),
+                                               f->key, challenge, &rank, &nranks, &f->wait);
     uint8_t key[32], other[CH];
     const uint8_t* theirs = hello + HELLO_CHALLENGE;
     memcpy(key, f->key, sizeof(key));
@@ -83,13 +98,14 @@ static void* fake_root(void* arg) {
 /* Joins as rank 0 of 1 through a fake root answering status signed so;
  * returns init's result and, in text, the last error. */
 static moecclResult_t join_fake(int32_t status, enum sign sign, char* text, size_t len) {
-  fake_t f = {.status = status, .sign = sign};
+  fake_t f = {.status = status, .sign = sign, .hello_rc = moecclInternalError};
   moeccl_sockaddr_t addr;
   CHECK(moeccl_sockaddr_parse("127.0.0.1:0", &addr) == moecclSuccess, "parse");
   CHECK(moeccl_socket_listen(&addr, &f.listen_fd) == moecclSuccess, "listen");
   uint8_t secret[MOECCL_SECRET_BYTES];
   for (int i = 0; i < MOECCL_SECRET_BYTES; i++) secret[i] = (uint8_t)(rand() & 0xff);
   moeccl_bootstrap_auth_key(secret, f.key);
+  memcpy(f.secret, secret, sizeof(secret));
   moecclUniqueId id;
   moeccl_bootstrap_id_encode(secret, &addr, &id);
   pthread_t t;
@@ -103,6 +119,8 @@ static moecclResult_t join_fake(int32_t status, enum sign sign, char* text, size
   pthread_join(t, NULL);
   close(f.listen_fd);
   CHECK(f.served, "status %d: the fake root did not get to answer", (int)status);
+  CHECK(f.hello_rc == moecclSuccess, "the rank's hello did not pass the check: %d", f.hello_rc);
+  CHECK(f.wait > 19.0 && f.wait <= 20.0, "the hello says the rank waits %.3f s of its 20", f.wait);
   if (rc == moecclSuccess) {
     CHECK(b != NULL, "no bootstrap handle");
     CHECK(peers[0].listen_addr.sin.sin_port == self.listen_addr.sin.sin_port,
@@ -150,6 +168,23 @@ static void probes(void) {
   for (int i = 0; i < 2; i++) close(fds[i]);
 }
 
+/* The hello of a moeccl before the wait: its own result, whatever follows
+ * (a root logs the other version instead of a forgery). */
+static void old_hello(void) {
+  uint8_t secret[MOECCL_SECRET_BYTES] = {1}, key[32], ch[CH] = {2}, hello[HELLO_BYTES] = {0};
+  moeccl_bootstrap_auth_key(secret, key);
+  uint32_t magic = OLD_HELLO_MAGIC;
+  int32_t one = 1;
+  uint64_t tag = moeccl_secret_tag(secret);
+  memcpy(hello, &magic, 4), memcpy(hello + 8, &one, 4), memcpy(hello + 16, &tag, 8);
+  int rank = -7, nranks = -7;
+  double wait = -7;
+  moecclResult_t rc =
+      moeccl_bootstrap_check_hello(hello, sizeof(hello), tag, key, ch, &rank, &nranks, &wait);
+  CHECK(rc == moecclInvalidUsage, "an older moeccl's hello: %d, want moecclInvalidUsage", rc);
+  CHECK(rank == -7 && nranks == -7 && wait == -7, "an older moeccl's hello wrote its fields");
+}
+
 int main(void) {
   setenv("MOECCL_TIMEOUT", "20", 1);
   srand((unsigned)getpid());
@@ -176,6 +211,20 @@ int main(void) {
         moecclGetLastError(NULL));
   if (b) moeccl_bootstrap_close(b);
 
+  /* A real root that would wait 20 s answers a rank that waits 2 s
+   * before it gives up, naming the rank that never came. */
+  CHECK(moeccl_bootstrap_unique_id(&id) == moecclSuccess, "unique id");
+  moeccl_peer_info_t peers2[2];
+  memset(&self, 0, sizeof(self));
+  double t0 = moeccl_now();
+  rc = moeccl_bootstrap_init(&id, 0, 2, 2.0, &self, peers2, &b);
+  double took = moeccl_now() - t0;
+  snprintf(text, sizeof(text), "%s", moecclGetLastError(NULL));
+  CHECK(rc == moecclTimeout && strstr(text, "rank 1 never joined") != NULL,
+        "rank 0 of 2 alone, waiting 2 s at a root of 20 s: %d (%s)", rc, text);
+  CHECK(took < 2.0, "the root answered after %.2f s, past the rank's 2 s", took);
+
+  old_hello();
   probes();
 
   if (failures) fprintf(stderr, "test_boot_reply: %d failures\n", failures);

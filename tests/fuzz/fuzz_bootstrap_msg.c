@@ -25,8 +25,9 @@
 #include <string.h>
 
 /* The wire format, as join_root and moeccl_bootstrap_ring write it. */
-#define HELLO_MAGIC 0x4d4f4548u
-#define HELLO_BYTES 72 /* magic, rank, nranks, pad, nonce (8), challenge (16), mac (32) */
+#define HELLO_MAGIC 0x4d4f4548u /* the ring hello; the rendezvous hello of older versions */
+#define JOIN_MAGIC 0x4d4f454au  /* the rendezvous hello with the rank's wait */
+#define HELLO_BYTES 72 /* magic, rank, nranks, wait (ms), nonce (8), challenge (16), mac (32) */
 #define HELLO_SIGNED 40
 #define RING_BYTES 48 /* magic, rank, nonce (8), mac (32) */
 #define RING_SIGNED 16
@@ -55,20 +56,26 @@ static void check_hello(uint8_t* m, size_t len, int flags, const uint8_t* ch) {
   if ((flags & 1) && len >= 24) fuzz_put_le(m + 16, nonce, 8);
   if ((flags & 2) && len >= HELLO_BYTES) mac_of(ch, m, HELLO_SIGNED, m + HELLO_SIGNED);
   int rank = -7, nranks = -7;
-  moecclResult_t got = moeccl_bootstrap_check_hello(m, len, nonce, key, ch, &rank, &nranks);
+  double wait = -7;
+  moecclResult_t got = moeccl_bootstrap_check_hello(m, len, nonce, key, ch, &rank, &nranks, &wait);
   if (len < HELLO_BYTES) {
     FUZZ_ASSERT(got == moecclInProgress, "%zu bytes: result %d", len, got);
     return;
   }
   int32_t r = (int32_t)fuzz_le(m + 4, 4), n = (int32_t)fuzz_le(m + 8, 4);
+  uint32_t w = (uint32_t)fuzz_le(m + 12, 4);
   uint8_t mac[32];
   mac_of(ch, m, HELLO_SIGNED, mac);
-  int ok = fuzz_le(m, 4) == HELLO_MAGIC && fuzz_le(m + 16, 8) == nonce && n > 0 && r >= 0 &&
-           r < n && memcmp(mac, m + HELLO_SIGNED, 32) == 0;
-  FUZZ_ASSERT(got == (ok ? moecclSuccess : moecclInvalidArgument),
-              "hello rank %d nranks %d: result %d, expected %s", r, n, got, ok ? "ok" : "refused");
-  if (ok) FUZZ_ASSERT(rank == r && nranks == n, "claims %d/%d, read %d/%d", r, n, rank, nranks);
-  else FUZZ_ASSERT(rank == -7 && nranks == -7, "a refused hello wrote its rank");
+  /* an older version's hello is told apart by its magic alone */
+  int older = fuzz_le(m, 4) == HELLO_MAGIC;
+  int ok = fuzz_le(m, 4) == JOIN_MAGIC && fuzz_le(m + 16, 8) == nonce && n > 0 && r >= 0 && r < n &&
+           memcmp(mac, m + HELLO_SIGNED, 32) == 0;
+  moecclResult_t want = older ? moecclInvalidUsage : ok ? moecclSuccess : moecclInvalidArgument;
+  FUZZ_ASSERT(got == want, "hello rank %d nranks %d: result %d, expected %d", r, n, got, want);
+  if (ok)
+    FUZZ_ASSERT(rank == r && nranks == n && wait == w / 1000.0 && wait >= 0,
+                "claims %d/%d waiting %u ms, read %d/%d waiting %g s", r, n, w, rank, nranks, wait);
+  else FUZZ_ASSERT(rank == -7 && nranks == -7 && wait == -7, "a refused hello wrote its fields");
 }
 
 static void check_ring(uint8_t* m, size_t len, int flags, int prev, const uint8_t* ch) {
