@@ -802,10 +802,6 @@ static int lower_transport(const moeccl_comm_t* c, const moeccl_sched_t* s) {
   return t;
 }
 
-int moeccl_executor_lowerable(const moeccl_comm_t* c, const moeccl_sched_t* s) {
-  return lower_transport(c, s) > -2;
-}
-
 /* Device scratch for a lowered schedule: grown, never freed while the
  * communicator lives (work queued on some stream may still use the old one;
  * comm.c frees them all after the transports drained). */

@@ -30,7 +30,5 @@ moecclResult_t moeccl_executor_run(moeccl_job_t* jobs, int njobs);
  * device work.  When it returns, the call is queued; the stream completes
  * it.  The caller holds comm->lock and has the call's turn. */
 moecclResult_t moeccl_executor_lower(moeccl_comm_t* comm, moeccl_sched_t* sched, void* stream);
-/* Whether moeccl_executor_lower can take sched. */
-int moeccl_executor_lowerable(const moeccl_comm_t* comm, const moeccl_sched_t* sched);
 
 #endif
