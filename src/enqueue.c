@@ -234,6 +234,27 @@ moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list) {
   return rc;
 }
 
+/* A prepared call's count exchange (host memory: the host transports),
+ * then its schedule in comm->sched.  Every rank passed the argument
+ * checks, so the peers go on to the call: a rank that cannot plan it (no
+ * memory) must not stay usable. */
+static moecclResult_t plan_call(moeccl_comm_t* c, moeccl_call_t* call,
+                                const moeccl_choice_t* choice) {
+  moecclResult_t rc = moecclSuccess;
+  if (choice->need_meta) {
+    moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
+    rc = moeccl_executor_run(&job, 1);
+  }
+  if (rc == moecclSuccess) {
+    rc = moeccl_plan_build(c, call, choice, &c->sched);
+    if (rc != moecclSuccess)
+      moeccl_comm_fail(c, rc,
+                       "planning failed after the call was issued on every rank; abort "
+                       "the communicator");
+  }
+  return rc;
+}
+
 /* ---- device calls lowered onto their stream -------------------------------- */
 
 /* Whether buf is device memory (NULL counts as such: a buffer a rank does
@@ -298,17 +319,7 @@ static moecclResult_t lower_prepare(moeccl_comm_t* c, const moeccl_call_t* call,
 static moecclResult_t lower_one(moeccl_comm_t* c, moeccl_call_t* call, moecclStream_t stream) {
   moeccl_choice_t choice;
   moecclResult_t rc = lower_prepare(c, call, &choice);
-  if (rc == moecclSuccess && choice.need_meta) { /* host memory: the host transports */
-    moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
-    rc = moeccl_executor_run(&job, 1);
-  }
-  if (rc == moecclSuccess) {
-    rc = moeccl_plan_build(c, call, &choice, &c->sched);
-    if (rc != moecclSuccess)
-      moeccl_comm_fail(c, rc,
-                       "planning failed after the call was issued on every rank; abort "
-                       "the communicator");
-  }
+  if (rc == moecclSuccess) rc = plan_call(c, call, &choice);
   if (rc == moecclSuccess) rc = moeccl_executor_lower(c, &c->sched, stream);
   return rc;
 }
@@ -518,19 +529,7 @@ static moecclResult_t call_run_now(moeccl_comm_t* c, moeccl_call_t* call) {
   moeccl_comm_issue_wait(c);
   pthread_mutex_lock(&c->lock);
   moecclResult_t rc = moeccl_plan_prepare(c, call, &choice);
-  if (rc == moecclSuccess && choice.need_meta) {
-    moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
-    rc = moeccl_executor_run(&job, 1);
-  }
-  if (rc == moecclSuccess) {
-    rc = moeccl_plan_build(c, call, &choice, &c->sched);
-    /* Every rank passed the argument checks, so the peers go on to the
-     * call: a rank that cannot plan it (no memory) must not stay usable. */
-    if (rc != moecclSuccess)
-      moeccl_comm_fail(c, rc,
-                       "planning failed after the call was issued on every rank; abort "
-                       "the communicator");
-  }
+  if (rc == moecclSuccess) rc = plan_call(c, call, &choice);
   if (rc == moecclSuccess) {
     moeccl_job_t job = {.comm = c, .sched = &c->sched};
     rc = moeccl_executor_run(&job, 1);

@@ -698,26 +698,38 @@ static moecclResult_t check_kinds(moeccl_job_t* j) {
   return moecclSuccess;
 }
 
+/* The communicator's device scratch, for host-run and lowered schedules
+ * alike: grown, never freed while the communicator lives (work a lowered
+ * call queued on some stream may still use the old one; comm.c frees them
+ * all after the transports drained). */
+static moecclResult_t dev_scratch(moeccl_comm_t* c, moeccl_sched_t* s) {
+  size_t need = s->scratch_bytes;
+  if (need > c->dev_scratch_bytes) {
+    if (c->dev_scratch) {
+      void** old = realloc(c->dev_scratch_old, sizeof(void*) * (size_t)(c->ndev_scratch_old + 1));
+      if (!old) return moeccl_error(c, moecclSystemError, "out of memory");
+      c->dev_scratch_old = old;
+      old[c->ndev_scratch_old++] = c->dev_scratch;
+    }
+    c->dev_scratch = NULL, c->dev_scratch_bytes = 0;
+    moeccl_mem_t m = buf_mem(s, (uint32_t)s->scratch_buf);
+    moecclResult_t rc = moeccl_device()->alloc(&c->dev_scratch, need, m.device);
+    if (rc != moecclSuccess)
+      return moeccl_error(c, rc, "no device memory for %zu bytes of scratch on device %d", need,
+                          m.device);
+    c->dev_scratch_bytes = need;
+  }
+  s->bufs[s->scratch_buf] = c->dev_scratch;
+  return moecclSuccess;
+}
+
 /* The schedule's scratch buffer, of its kind (the receive buffer's): the
  * communicator's host scratch, or its device scratch for calls on device
  * buffers (which peers import like any device buffer).  Both only grow. */
 static moecclResult_t provide_scratch(moeccl_comm_t* c, moeccl_sched_t* s) {
   moeccl_mem_t m = buf_mem(s, (uint32_t)s->scratch_buf);
   size_t need = s->scratch_bytes;
-  if (m.kind == MOECCL_MEM_DEVICE) {
-    if (need > c->dev_scratch_bytes) {
-      const moeccl_device_ops_t* d = moeccl_device();
-      if (c->dev_scratch) d->free(c->dev_scratch);
-      c->dev_scratch = NULL, c->dev_scratch_bytes = 0;
-      moecclResult_t rc = d->alloc(&c->dev_scratch, need, m.device);
-      if (rc != moecclSuccess)
-        return moeccl_error(c, rc, "no device memory for %zu bytes of scratch on device %d", need,
-                            m.device);
-      c->dev_scratch_bytes = need;
-    }
-    s->bufs[s->scratch_buf] = c->dev_scratch;
-    return moecclSuccess;
-  }
+  if (m.kind == MOECCL_MEM_DEVICE) return dev_scratch(c, s);
   if (need > c->scratch_bytes) {
     void* p = realloc(c->scratch, need);
     if (!p) return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of scratch", need);
@@ -802,30 +814,6 @@ static int lower_transport(const moeccl_comm_t* c, const moeccl_sched_t* s) {
   return t;
 }
 
-/* Device scratch for a lowered schedule: grown, never freed while the
- * communicator lives (work queued on some stream may still use the old one;
- * comm.c frees them all after the transports drained). */
-static moecclResult_t lower_scratch(moeccl_comm_t* c, moeccl_sched_t* s) {
-  size_t need = s->scratch_bytes;
-  if (need > c->dev_scratch_bytes) {
-    if (c->dev_scratch) {
-      void** old = realloc(c->dev_scratch_old, sizeof(void*) * (size_t)(c->ndev_scratch_old + 1));
-      if (!old) return moeccl_error(c, moecclSystemError, "out of memory");
-      c->dev_scratch_old = old;
-      old[c->ndev_scratch_old++] = c->dev_scratch;
-    }
-    c->dev_scratch = NULL, c->dev_scratch_bytes = 0;
-    moeccl_mem_t m = buf_mem(s, (uint32_t)s->scratch_buf);
-    moecclResult_t rc = moeccl_device()->alloc(&c->dev_scratch, need, m.device);
-    if (rc != moecclSuccess)
-      return moeccl_error(c, rc, "no device memory for %zu bytes of scratch on device %d", need,
-                          m.device);
-    c->dev_scratch_bytes = need;
-  }
-  s->bufs[s->scratch_buf] = c->dev_scratch;
-  return moecclSuccess;
-}
-
 /* The step's local ops on the stream: COPY ops, and sends to this rank
  * paired in order with receives from it (a group's self messages). */
 static moecclResult_t lower_local(const moeccl_sched_t* s, int begin, int end, int self,
@@ -863,7 +851,7 @@ moecclResult_t moeccl_executor_lower(moeccl_comm_t* c, moeccl_sched_t* s, void* 
     return moeccl_comm_fail(c, moecclInternalError,
                             "a device call could not be lowered onto its stream on rank %d",
                             c->rank);
-  if (s->scratch_buf >= 0 && s->scratch_bytes) MOECCL_CHECK(lower_scratch(c, s));
+  if (s->scratch_buf >= 0 && s->scratch_bytes) MOECCL_CHECK(dev_scratch(c, s));
   const moeccl_transport_ops_t* ops = t >= 0 ? c->transport_ops[t] : NULL;
   void* st = t >= 0 ? c->transport_state[t] : NULL;
   moecclResult_t rc = ops ? ops->lower_begin(st, s) : moecclSuccess;
