@@ -20,13 +20,13 @@ cc=${FUZZ_CC:-clang}
 # Each harness and the library sources it is built from (they are compiled
 # into it directly, instrumented), besides tests/fuzz/fuzz_stubs.c, which
 # stands for the rest of the library.
-boot="src/bootstrap.c src/secret.c src/sha256.c src/socket.c src/topo/node.c src/param.c src/debug.c"
+boot="src/comm/bootstrap.c src/comm/secret.c src/base/sha256.c src/base/socket.c src/topo/node.c src/base/param.c src/base/debug.c"
 declare -A sources=(
   [bootstrap_msg]=$boot
   [unique_id]=$boot
   [topo_file]="src/topo/topo.c src/topo/topo_file.c"
   [tune_file]="src/topo/topo.c src/topo/topo_file.c"
-  [param]="src/param.c src/debug.c"
+  [param]="src/base/param.c src/base/debug.c"
 )
 names=(bootstrap_msg unique_id topo_file tune_file param)
 [ -z "${FUZZ_HARNESSES:-}" ] || read -r -a names <<<"$FUZZ_HARNESSES"

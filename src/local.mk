@@ -2,28 +2,31 @@
 # from it, and unit tests link the convenience library to reach internals.
 noinst_LTLIBRARIES += libmoeccl_core.la
 lib_LTLIBRARIES += libmoeccl.la
+# By layer, from the bottom up (docs/ARCHITECTURE.md): base services, the
+# device seam, local kernels, topology, the communicator, transports, the
+# schedule data, algorithms, tuning, planning, execution, entry points.
 libmoeccl_core_la_SOURCES = \
+  src/base/debug.c src/base/debug.h src/base/param.c src/base/param.h \
+  src/base/socket.c src/base/socket.h src/base/sha256.c src/base/sha256.h \
+  src/device/device.c src/device/device.h src/device/emu.c \
+  src/kernels/copy.c src/kernels/copy.h src/kernels/mem.c src/kernels/mem.h \
+  src/kernels/rows.c src/kernels/rows.h \
+  src/topo/node.c src/topo/topo.c src/topo/topo.h \
+  src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
+  src/comm/comm.h src/comm/error.c src/comm/secret.c src/comm/span.c src/comm/span.h \
+  src/comm/bootstrap.c src/comm/bootstrap.h \
+  src/transport/transport.c src/transport/transport.h src/transport/shm.c src/transport/ipc.c \
+  src/sched/schedule.c src/sched/schedule.h \
   src/algos/algos.c src/algos/algos.h src/algos/meta.c \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \
   src/algos/alltoall_hier2.c src/algos/alltoall_hier3.c src/algos/alltoall_rail.c \
-  src/algos/relay.c src/algos/relay.h \
-  src/bootstrap.c src/bootstrap.h \
-  src/coll.c src/collectives.c src/comm.c src/copy.c src/copy.h src/core.h \
-  src/plan.c src/plan.h src/reduce.h \
-  src/debug.c src/debug.h \
-  src/enqueue.c src/enqueue.h src/error.c \
-  src/executor.c src/executor.h src/mem.c src/mem.h src/secret.c src/sha256.c src/sha256.h \
-  src/device/device.c src/device/device.h src/device/emu.c \
-  src/hoststream.c src/devstream.c src/stream.h src/memalloc.c src/span.c src/span.h \
-  src/param.c src/param.h \
-  src/schedule.c src/schedule.h \
-  src/socket.c src/socket.h \
-  src/topo/node.c src/topo/topo.c src/topo/topo.h \
-  src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
+  src/algos/relay.c src/algos/relay.h src/algos/moe_algos.h src/algos/moe_dispatch.c \
   src/tune/model.c src/tune/model.h src/tune/tuner.c src/tune/tuner.h \
-  src/transport/transport.c src/transport/transport.h src/transport/shm.c src/transport/ipc.c
-libmoeccl_core_la_SOURCES += src/moe.c src/moe.h src/rows.c src/rows.h \
-  src/algos/moe_algos.h src/algos/moe_dispatch.c
+  src/plan/plan.c src/plan/plan.h \
+  src/exec/executor.c src/exec/executor.h src/exec/enqueue.c src/exec/enqueue.h \
+  src/exec/stream.h src/exec/hoststream.c src/exec/devstream.c \
+  src/api/communicator.c src/api/alltoall.c src/api/collectives.c src/api/memalloc.c \
+  src/api/moe.c src/api/moe.h
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
 libmoeccl_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 libmoeccl_la_SOURCES = include/moeccl.h
@@ -50,5 +53,5 @@ libmoeccl_core_la_LIBADD += -ldl
 include src/transport/ofi.mk
 include src/transport/ucx.mk
 # Reduction kernels and the collectives' generators.
-include src/reduce.mk
+include src/kernels/reduce.mk
 include src/algos/coll.mk

@@ -33,8 +33,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
-#include "core.h"
+#include "comm/bootstrap.h"
+#include "comm/comm.h"
 #include "unit_check.h"
 
 /* The hello's wire format (bootstrap.c): magic, rank, nranks, the rank's

@@ -1,6 +1,6 @@
 /*
  * test_moe_sched.c - the MoE generators (src/algos/moe_dispatch.c) and row
- * kernels (src/rows.c) without processes.
+ * kernels (src/kernels/rows.c) without processes.
  *
  *   schedule  a hand-made layout of rank 1 of 3: the dispatch packs with
  *             one COPY per run of consecutive tokens, sends one message per
@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "algos/moe_algos.h"
-#include "reduce.h"
-#include "rows.h"
+#include "kernels/reduce.h"
+#include "kernels/rows.h"
 #include "unit_check.h"
 
 #define N MOECCL_ROW_NONE
@@ -146,7 +146,7 @@ static void test_schedule(void) {
  * its own 1, 1 from rank 2, 2 from rank 3.  Local experts 0 and 1, slots
  * (q: j0 j1): q0: 0 -, q1: - 1, q2 (self, token 1): 0 1, q3: 1 -, q4: 0 -,
  * q5: - 1; expert 0's rows x0-x2 = q0 q2 q4, expert 1's x3-x6 = q1 q2 q3
- * q5.  The token-side tables are as src/moe.c derives them (own: Q + p for
+ * q5.  The token-side tables are as src/api/moe.c derives them (own: Q + p for
  * pair p's returned row, 2 for the self pair). */
 static const size_t m_send_first[] = {0, 2, 3, 5, 6}, m_recv_first[] = {0, 2, 3, 4, 6};
 static const uint32_t m_pair_token[] = {0, 2, 1, 0, 3, 2};

@@ -1,7 +1,7 @@
 /*
  * Unit test of the configuration table: size parsing, typed reads from the
  * environment with fallback to defaults, and that man/moeccl-env.7.md
- * documents exactly the variables declared in src/param.c (line starts
+ * documents exactly the variables declared in src/base/param.c (line starts
  * "**MOECCL_NAME**=").
  */
 #include <dlfcn.h>
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "moeccl.h"
-#include "param.h"
+#include "base/param.h"
 #include "unit_check.h"
 
 static void test_parse_size(void) {
@@ -188,7 +188,7 @@ static void test_man_page(void) {
     int found = 0;
     for (int i = 0; i < moeccl_nparams; i++)
       if (strcmp(moeccl_params[i].name, name) == 0) seen[i]++, found = 1;
-    CHECK(found, "%s documents %s, which src/param.c does not declare", path, name);
+    CHECK(found, "%s documents %s, which src/base/param.c does not declare", path, name);
   }
   fclose(f);
   for (int i = 0; i < moeccl_nparams; i++)

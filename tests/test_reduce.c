@@ -1,5 +1,5 @@
 /*
- * Unit test of the host reduction kernels (src/reduce.c).
+ * Unit test of the host reduction kernels (src/kernels/reduce.c).
  *
  * The reference is written independently of reduce.c: the 16- and 8-bit
  * float formats are decoded from their field definitions with ldexp, and a
@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "reduce.h"
+#include "kernels/reduce.h"
 #include "unit_check.h"
 
 /* Test hook in reduce.c: later moeccl_red_init calls take the portable

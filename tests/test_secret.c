@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bootstrap.h"
-#include "core.h"
-#include "sha256.h"
+#include "comm/bootstrap.h"
+#include "comm/comm.h"
+#include "base/sha256.h"
 #include "unit_check.h"
 
 

@@ -8,7 +8,7 @@
 #ifndef MOECCL_ALGOS_H_
 #define MOECCL_ALGOS_H_
 
-#include "schedule.h"
+#include "sched/schedule.h"
 
 typedef moecclResult_t (*moeccl_a2a_schedule_fn)(const moeccl_a2a_desc_t* desc,
                                                  moeccl_sched_t* out);

@@ -35,7 +35,7 @@
 #ifndef MOECCL_COLL_ALGOS_H_
 #define MOECCL_COLL_ALGOS_H_
 
-#include "schedule.h"
+#include "sched/schedule.h"
 
 typedef enum {
   MOECCL_COLL_ALLREDUCE = 0,

@@ -1,6 +1,6 @@
 /*
  * Generators of the MoE dispatch and combine (src/algos/moe_dispatch.c).
- * Like every generator they are pure: given a layout (src/moe.c computes it
+ * Like every generator they are pure: given a layout (src/api/moe.c computes it
  * from the router's top-k ids and the expert placement, once per step) and
  * a call's buffers, they append this rank's ops and never touch memory.
  *
@@ -21,8 +21,8 @@
 #ifndef MOECCL_MOE_ALGOS_H_
 #define MOECCL_MOE_ALGOS_H_
 
-#include "rows.h"
-#include "schedule.h"
+#include "kernels/rows.h"
+#include "sched/schedule.h"
 
 /* What the tuner prices a path by (moeccl_tuner_pick_moe): rows and
  * messages one rank moves in a dispatch (combine is its mirror), the larger

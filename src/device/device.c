@@ -6,9 +6,9 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "debug.h"
+#include "base/debug.h"
 #include "device/device.h"
-#include "param.h"
+#include "base/param.h"
 
 static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
 static const moeccl_device_ops_t* picked;

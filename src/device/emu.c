@@ -26,9 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "comm/comm.h"
 #include "device/device.h"
-#include "param.h"
+#include "base/param.h"
 
 #define EMU_MAX_REGIONS 1024
 #define EMU_DEVICES 8

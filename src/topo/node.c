@@ -1,6 +1,6 @@
 /* Node identity and process liveness, read from /proc. */
-#include "core.h"
-#include "param.h"
+#include "comm/comm.h"
+#include "base/param.h"
 
 #include <ctype.h>
 #include <sched.h>

@@ -2,8 +2,8 @@
  * (MOECCL_TOPO_FILE, MOECCL_TOPO_GROUP_SIZE, MOECCL_TOPO_RAILS,
  * MOECCL_TUNE_FILE).  No communication here: the caller gathers the ranks'
  * node ids, and every rank, reading the same files, builds the same tables. */
-#include "debug.h"
-#include "param.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "topo/topo.h"
 
 #include <stdarg.h>

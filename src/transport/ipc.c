@@ -43,10 +43,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
+#include "comm/bootstrap.h"
 #include "device/device.h"
-#include "param.h"
-#include "sha256.h"
+#include "base/param.h"
+#include "base/sha256.h"
 #include "transport/transport.h"
 
 #define RING 256 /* descriptors in flight per ordered pair */

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "param.h"
+#include "base/param.h"
 #include "transport/net_module.h"
 
 #ifndef MOECCL_PKGLIBDIR

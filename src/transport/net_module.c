@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "param.h"
-#include "socket.h"
+#include "base/param.h"
+#include "base/socket.h"
 
 /* Texts are formatted here and passed as "%s": a va_list cannot be handed on
  * to a variadic function.  moeccl keeps at most 512 bytes of an error text

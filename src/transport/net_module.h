@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "bootstrap.h"
+#include "comm/bootstrap.h"
 #include "transport/transport.h"
 
 /* Bumped when this table or the meaning of an entry changes. */

@@ -69,7 +69,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
-#include "param.h"
+#include "base/param.h"
 
 #define OFI_API FI_VERSION(1, 10)
 #define MAX_CH 8

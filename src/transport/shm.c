@@ -27,12 +27,12 @@
  * Waiting: a rank that finds nothing to do spins, then sleeps on a futex in
  * its own doorbell word; whoever publishes or frees a slot for it rings it.
  */
-#include "copy.h"
+#include "kernels/copy.h"
 #include "device/device.h"
-#include "param.h"
-#include "reduce.h"
-#include "rows.h"
-#include "sha256.h"
+#include "base/param.h"
+#include "kernels/reduce.h"
+#include "kernels/rows.h"
+#include "base/sha256.h"
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -54,7 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
+#include "comm/bootstrap.h"
 
 #define SHM_MAGIC 0x6d6f6573686d3031ULL
 #define CACHELINE 64

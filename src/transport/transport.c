@@ -14,9 +14,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "bootstrap.h"
+#include "comm/bootstrap.h"
 #include "device/device.h"
-#include "param.h"
+#include "base/param.h"
 
 /* On equal scores the earlier one wins: ucx, whose tcp path measured about
  * twice as fast as libfabric's tcp;ofi_rxm for small messages here; a fabric

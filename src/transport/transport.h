@@ -14,7 +14,7 @@
 #ifndef MOECCL_TRANSPORT_H_
 #define MOECCL_TRANSPORT_H_
 
-#include "core.h"
+#include "comm/comm.h"
 #include "topo/topo.h"
 
 typedef enum { MOECCL_REQ_SEND = 0, MOECCL_REQ_RECV = 1 } moeccl_req_type_t;

@@ -1,5 +1,5 @@
 /*
- * Cost model: prices a schedule (src/schedule.h) on a topology
+ * Cost model: prices a schedule (src/sched/schedule.h) on a topology
  * (src/topo/topo.h) without running it.  The tuner prices each candidate
  * algorithm's schedule for a call and runs the cheapest; perf/a2a_sim prices
  * them on modelled clusters of up to 16,384 ranks.
@@ -31,7 +31,7 @@
 #ifndef MOECCL_MODEL_H_
 #define MOECCL_MODEL_H_
 
-#include "schedule.h"
+#include "sched/schedule.h"
 #include "topo/topo.h"
 
 typedef struct {

@@ -17,8 +17,8 @@
  * block.  Choices are cached per block size.
  */
 #include "tune/tuner.h"
-#include "bootstrap.h"
-#include "param.h"
+#include "comm/bootstrap.h"
+#include "base/param.h"
 #include "topo/topo.h"
 #include "transport/transport.h"
 #include "tune/model.h"

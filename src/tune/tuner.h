@@ -5,7 +5,7 @@
 #include "algos/algos.h"
 #include "algos/coll_algos.h"
 #include "algos/moe_algos.h"
-#include "core.h"
+#include "comm/comm.h"
 
 /* Builds comm->topo (MOECCL_TOPO_FILE, else the ranks' nodes, groups and
  * rails), sets link costs from the transports in use unless a file gave

@@ -1,4 +1,4 @@
-/* The messages the bootstrap receives from the network (src/bootstrap.c):
+/* The messages the bootstrap receives from the network (src/comm/bootstrap.c):
  * the rendezvous hello the root reads from each joining rank, the hello a
  * rank reads on its ring socket, and the status word a joining rank reads
  * from the root.  Each is checked by the library's function and by this
@@ -18,9 +18,9 @@
  *   challenge  16 bytes
  *   message    len bytes, copied into a buffer of exactly len bytes
  */
-#include "bootstrap.h"
+#include "comm/bootstrap.h"
 #include "fuzz.h"
-#include "sha256.h"
+#include "base/sha256.h"
 
 #include <string.h>
 

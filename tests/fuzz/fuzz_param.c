@@ -1,4 +1,4 @@
-/* The environment table (src/param.c): values of the MOECCL_* variables
+/* The environment table (src/base/param.c): values of the MOECCL_* variables
  * set from the input, then moeccl_param_validate, moeccl_param_check and
  * every typed getter.  Their answers are compared with this file's own
  * reading of the rules (man/moeccl-env.7 and the table): decimal integers
@@ -14,9 +14,9 @@
  * modulo its length) and the value, up to a NUL byte or the end; the last
  * record's byte before its value also sizes the buffer the texts go into,
  * and the input's last byte picks one more variable to read. */
-#include "debug.h"
+#include "base/debug.h"
 #include "fuzz.h"
-#include "param.h"
+#include "base/param.h"
 
 #include <ctype.h>
 #include <inttypes.h>

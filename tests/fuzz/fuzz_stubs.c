@@ -2,14 +2,14 @@
  * built from (scripts/fuzz.sh), so that a harness need not link the whole
  * library (its transports, threads and hwloc).  Only stand-ins belong here:
  * a function the harnesses need as it is goes in a small source file of its
- * own that fuzz.sh compiles (as src/secret.c). */
-#include "core.h"
+ * own that fuzz.sh compiles (as src/comm/secret.c). */
+#include "comm/comm.h"
 #include "topo/topo.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 
-/* src/error.c records the text for moecclGetLastError; a parser's error
+/* src/comm/error.c records the text for moecclGetLastError; a parser's error
  * return is what the harnesses check, so the text is only formatted (which
  * still runs the format under the sanitizers). */
 moecclResult_t moeccl_error(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {

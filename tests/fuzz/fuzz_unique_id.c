@@ -1,4 +1,4 @@
-/* The unique id (src/bootstrap.c): moecclCommInitRank decodes whatever
+/* The unique id (src/comm/bootstrap.c): moecclCommInitRank decodes whatever
  * 128 bytes the application passes as commId.  Checks that decoding
  * accepts exactly the ids that carry the id's magic and this library's
  * version (another version's is moecclInvalidUsage), gives back the secret
@@ -8,9 +8,9 @@
  *
  * Input: the id's bytes (zero-filled to 128), then one byte: the length of
  * the buffer the root address is formatted into. */
-#include "bootstrap.h"
+#include "comm/bootstrap.h"
 #include "fuzz.h"
-#include "socket.h"
+#include "base/socket.h"
 
 #include <string.h>
 

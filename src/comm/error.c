@@ -1,0 +1,199 @@
+/* Result strings, last-error texts, argument helpers. */
+#include "comm/bootstrap.h"
+#include "comm/comm.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static __thread char thread_last_error[512];
+
+MOECCL_EXPORT const char* moecclGetErrorString(moecclResult_t result) {
+  switch (result) {
+    case moecclSuccess: return "no error";
+    case moecclUnhandledCudaError:
+      return "unhandled cuda error (run with MOECCL_DEBUG=INFO for details)";
+    case moecclSystemError:
+      return "unhandled system error (run with MOECCL_DEBUG=INFO for details)";
+    case moecclInternalError:
+      return "internal error - please report this issue to the moeccl developers";
+    case moecclInvalidArgument: return "invalid argument (see moecclGetLastError for details)";
+    case moecclInvalidUsage: return "invalid usage (see moecclGetLastError for details)";
+    case moecclRemoteError: return "remote process exited or there was a network error";
+    case moecclInProgress: return "operation in progress";
+    case moecclTimeout: return "operation timed out (see MOECCL_TIMEOUT)";
+    default: return "unknown result code";
+  }
+}
+
+/* The live communicators: a lock-free open-addressed set of pointers, so an
+ * entry point can tell a destroyed (freed) handle from a live one without
+ * reading its memory.  Past LIVE_SLOTS live at once the set overflows and
+ * the check falls back to the handle's magic number. */
+#define LIVE_SLOTS 4096
+#define TOMBSTONE ((moeccl_comm_t*)1)
+static moeccl_comm_t* _Atomic live[LIVE_SLOTS];
+static _Atomic int live_overflow;
+
+static size_t slot_of(const moeccl_comm_t* c) {
+  uint64_t h = (uint64_t)(uintptr_t)c * 0x9e3779b97f4a7c15ULL;
+  return (size_t)(h >> 52) & (LIVE_SLOTS - 1);
+}
+
+void moeccl_comm_register(moeccl_comm_t* c) {
+  for (size_t i = 0, s = slot_of(c); i < LIVE_SLOTS; i++, s = (s + 1) & (LIVE_SLOTS - 1)) {
+    moeccl_comm_t* cur = atomic_load(&live[s]);
+    if ((cur == NULL || cur == TOMBSTONE) && atomic_compare_exchange_strong(&live[s], &cur, c))
+      return;
+  }
+  atomic_store(&live_overflow, 1);
+}
+
+void moeccl_comm_unregister(moeccl_comm_t* c) {
+  for (size_t i = 0, s = slot_of(c); i < LIVE_SLOTS; i++, s = (s + 1) & (LIVE_SLOTS - 1)) {
+    moeccl_comm_t* cur = atomic_load(&live[s]);
+    if (cur == NULL) return;
+    if (cur == c) {
+      atomic_store(&live[s], TOMBSTONE);
+      return;
+    }
+  }
+}
+
+int moeccl_comm_live(const moeccl_comm_t* c) {
+  if (!c) return 0;
+  for (size_t i = 0, s = slot_of(c); i < LIVE_SLOTS; i++, s = (s + 1) & (LIVE_SLOTS - 1)) {
+    moeccl_comm_t* cur = atomic_load(&live[s]);
+    if (cur == c) return c->magic == MOECCL_COMM_MAGIC;
+    if (cur == NULL) break;
+  }
+  return atomic_load(&live_overflow) && c->magic == MOECCL_COMM_MAGIC;
+}
+
+MOECCL_EXPORT const char* moecclGetLastError(moecclComm_t comm) {
+  if (moeccl_comm_live(comm)) return comm->last_error;
+  return thread_last_error;
+}
+
+/* Argument errors are the caller's to report (they get the code and this
+ * text); everything else is logged as a warning where it is detected. */
+static void record(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, va_list ap) {
+  char* dst = moeccl_comm_live(comm) ? comm->last_error : thread_last_error;
+  size_t len = dst == thread_last_error ? sizeof(thread_last_error) : sizeof(comm->last_error);
+  vsnprintf(dst, len, fmt, ap);
+  if (dst != thread_last_error) snprintf(thread_last_error, sizeof(thread_last_error), "%s", dst);
+  if (err == moecclInvalidArgument) INFO(ALL, "%s", dst);
+  else WARN(ALL, "%s", dst);
+}
+
+moecclResult_t moeccl_error(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, err, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+#define LOST_PROBE_MS 100  /* one budget for a batch of liveness probes */
+#define LOST_SCAN_MAX 1024 /* ranks a lost peer's first cause is looked for among */
+
+moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const char* fmt, ...) {
+  if (comm->async_error != moecclSuccess) return comm->async_error; /* the first cause stays */
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, err, fmt, ap);
+  va_end(ap);
+  snprintf(comm->fail_text, sizeof(comm->fail_text), "%s", comm->last_error);
+  __atomic_store_n(&comm->async_error, err, __ATOMIC_RELEASE);
+  return err;
+}
+
+/* 1 when rank's process is known to run, 0 when known gone, -1 unknown:
+ * /proc on this machine, else its liveness socket (refused: gone). */
+static int peer_state(const moeccl_comm_t* comm, int rank) {
+  const moeccl_peer_info_t* p = &comm->peers[rank];
+  if (p->machine_hash == comm->peers[comm->rank].machine_hash && p->pid > 0)
+    return moeccl_process_alive(p->pid, p->pid_start);
+  if (p->alive_addr.sa.sa_family == 0) return -1;
+  return moeccl_bootstrap_probe(&p->alive_addr, LOST_PROBE_MS);
+}
+
+/* A dead rank other than suspect, or -1: this machine's in /proc, the
+ * others' liveness sockets probed MOECCL_PROBE_MAX at a time. */
+static int find_dead(const moeccl_comm_t* comm, int suspect) {
+  int n = comm->nranks, who[MOECCL_PROBE_MAX], m = 0;
+  const moeccl_sockaddr_t* addrs[MOECCL_PROBE_MAX];
+  int states[MOECCL_PROBE_MAX];
+  uint64_t machine = comm->peers[comm->rank].machine_hash;
+  for (int r = 0; r < n; r++) {
+    const moeccl_peer_info_t* p = &comm->peers[r];
+    if (r != comm->rank && r != suspect && p->machine_hash == machine && p->pid > 0 &&
+        !moeccl_process_alive(p->pid, p->pid_start))
+      return r;
+  }
+  for (int r = 0; r < n && r < LOST_SCAN_MAX; r++) {
+    const moeccl_peer_info_t* p = &comm->peers[r];
+    if (r != comm->rank && r != suspect && p->machine_hash != machine &&
+        p->alive_addr.sa.sa_family != 0)
+      who[m] = r, addrs[m++] = &p->alive_addr;
+    if (m == MOECCL_PROBE_MAX || (m > 0 && (r == n - 1 || r == LOST_SCAN_MAX - 1))) {
+      moeccl_bootstrap_probe_many(addrs, m, LOST_PROBE_MS, states);
+      for (int k = 0; k < m; k++)
+        if (states[k] == 0) return who[k];
+      m = 0;
+    }
+  }
+  return -1;
+}
+
+/* A rank that gave up closes its connections as a dead one does: when the
+ * rank a transport lost still runs, it failed because another rank died
+ * (and told whom it could), so the first cause, a dead rank, is named
+ * instead.  A failure path only: it probes at most LOST_SCAN_MAX ranks. */
+static int first_cause(const moeccl_comm_t* comm, int rank) {
+  if (!comm->peers || rank < 0 || rank >= comm->nranks || rank == comm->rank) return -1;
+  if (peer_state(comm, rank) != 1) return -1;
+  return find_dead(comm, rank);
+}
+
+moecclResult_t moeccl_comm_peer_lost(moeccl_comm_t* comm, int rank, const char* fmt, ...) {
+  if (comm->async_error != moecclSuccess) return comm->async_error;
+  int dead = first_cause(comm, rank);
+  if (dead >= 0) {
+    const moeccl_peer_info_t* p = &comm->peers[dead];
+    char lost[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(lost, sizeof(lost), fmt, ap);
+    va_end(ap);
+    return moeccl_comm_peer_lost(
+        comm, dead,
+        "rank %d (pid %d on %s) died; communicator aborted (rank %d, which "
+        "still runs, gave up on it: %s)",
+        dead, (int)p->pid, p->hostname, rank, lost);
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, moecclRemoteError, fmt, ap);
+  va_end(ap);
+  snprintf(comm->fail_text, sizeof(comm->fail_text), "%s", comm->last_error);
+  comm->failed_peer = rank;
+  __atomic_store_n(&comm->async_error, moecclRemoteError, __ATOMIC_RELEASE);
+  return moecclRemoteError;
+}
+
+moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname) {
+  if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "%s is NULL", argname);
+  if (!moeccl_comm_live(comm))
+    return moeccl_error(NULL, moecclInvalidArgument,
+                        "%s %p is not a live communicator (destroyed, aborted, or never made)",
+                        argname, (void*)comm);
+  return moecclSuccess;
+}
+
+size_t moeccl_type_size(moecclDataType_t type) {
+  static const size_t sizes[moecclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return ((int)type >= 0 && type < moecclNumTypes) ? sizes[type] : 0;
+}
