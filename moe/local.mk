@@ -16,7 +16,9 @@ moe_libmoe_la_CPPFLAGS = $(MOE_CPPFLAGS) $(OPENBLAS_CFLAGS)
 moe_libmoe_la_LIBADD = $(OPENBLAS_LIBS) -lm
 
 bin_PROGRAMS += moe/moe_train
-moe_moe_train_SOURCES = moe/moe_train.c
+moe_moe_train_SOURCES = moe/moe_train.c moe/train_options.c moe/train_options.h \
+	moe/train_loop.c moe/train_loop.h moe/train_layer.c moe/train_layer.h \
+	moe/train_dist.c moe/train_dist.h moe/train_io.c moe/train_io.h
 moe_moe_train_CPPFLAGS = $(MOE_CPPFLAGS)
 moe_moe_train_LDADD = moe/libmoe.la libmoeccl.la
 # With MPI, moe_train also runs under mpirun (MPI launches the ranks and

@@ -1,0 +1,219 @@
+/* moe_train's command line: usage, the flags' parsing, the shapes left open
+ * taken from --load's files, and R = P x D resolved from -n, --ep, --dp (or
+ * the MPI launch). */
+#define _GNU_SOURCE
+#include "train_options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "npy.h"
+
+static void usage(FILE* out) {
+  fprintf(out, "usage: moe_train [options]\n"
+               "  --layers L    layers (2)              --experts E   experts per layer (8)\n"
+               "  --topk K      experts per token (2)   --hidden H    model width (64)\n"
+               "  --ffn F       expert width (128)      --tokens N    tokens per step (256)\n"
+               "  --steps S     steps (200)             --lr LR       Adam learning rate (0.003)\n"
+               "  --aux A       load-balancing loss weight (0.01)\n"
+               "  --seed S      student seed; the teacher is S+1, the inputs S+2 (1)\n"
+               "  --fresh       synthetic task: new random inputs every step (default: one\n"
+               "                batch of N random inputs, reused every step as with --load)\n"
+               "  --threads T   BLAS threads (1, or OPENBLAS_NUM_THREADS)\n"
+               "  --load DIR    wg{l}.npy w1_{l}.npy w3_{l}.npy w2_{l}.npy x.npy target.npy;\n"
+               "                shapes not given as flags are taken from the files\n"
+               "  --dump DIR    first step's out.npy grad_x.npy grad_wg{l}.npy grad_w1_{l}.npy\n"
+               "                grad_w3_{l}.npy grad_w2_{l}.npy loss.txt\n"
+               "  --json FILE   per-step loss, tokens/s and time split as JSON\n"
+               "  -n R          fork R local ranks (default: P * D, or mpirun's -np)\n"
+               "  --ep P        expert-parallel ranks per group (default R / D)\n"
+               "  --dp D        data-parallel groups (default R / P); R = P * D, P divides E\n"
+               "  --chunks C    split each rank's tokens into C chunks per layer, each with\n"
+               "                its own plan; a chunk's experts run while the next chunk's\n"
+               "                dispatch and the last one's combine are queued on a host\n"
+               "                stream (1)\n"
+               "  under MPI:    mpirun -np R moe_train [--ep P --dp D] ...\n");
+}
+
+static int parse_int(const char* name, const char* text, int min, int* out) {
+  char* end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || *end || v < min || v > 1 << 30) {
+    fprintf(stderr, "moe_train: --%s %s: want an integer >= %d\n", name, text, min);
+    return -1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_float(const char* name, const char* text, float* out) {
+  char* end;
+  errno = 0;
+  float v = strtof(text, &end);
+  if (errno || *end || !(v >= 0.0f)) {
+    fprintf(stderr, "moe_train: --%s %s: want a number >= 0\n", name, text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* 0, 1 when help was asked, -1 on a bad argument. */
+int parse_options(int argc, char** argv, train_options_t* o) {
+  enum {
+    O_LAYERS = 256,
+    O_EXPERTS,
+    O_TOPK,
+    O_HIDDEN,
+    O_FFN,
+    O_TOKENS,
+    O_STEPS,
+    O_LR,
+    O_AUX,
+    O_SEED,
+    O_THREADS,
+    O_LOAD,
+    O_DUMP,
+    O_JSON,
+    O_EP,
+    O_DP,
+    O_CHUNKS,
+    O_FRESH
+  };
+  static const struct option longopts[] = {
+      {"layers", 1, 0, O_LAYERS},   {"experts", 1, 0, O_EXPERTS},
+      {"topk", 1, 0, O_TOPK},       {"hidden", 1, 0, O_HIDDEN},
+      {"ffn", 1, 0, O_FFN},         {"tokens", 1, 0, O_TOKENS},
+      {"steps", 1, 0, O_STEPS},     {"lr", 1, 0, O_LR},
+      {"aux", 1, 0, O_AUX},         {"seed", 1, 0, O_SEED},
+      {"threads", 1, 0, O_THREADS}, {"load", 1, 0, O_LOAD},
+      {"dump", 1, 0, O_DUMP},       {"json", 1, 0, O_JSON},
+      {"ep", 1, 0, O_EP},           {"dp", 1, 0, O_DP},
+      {"chunks", 1, 0, O_CHUNKS},   {"fresh", 0, 0, O_FRESH},
+      {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+  *o = (train_options_t){
+      .cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 200, .lr = 0.003f, .seed = 1,
+      .chunks = 1};
+  int c, seed = 0, rc = 0;
+  while (rc == 0 && (c = getopt_long(argc, argv, "hn:", longopts, NULL)) != -1) {
+    switch (c) {
+      case O_LAYERS:
+        rc = parse_int("layers", optarg, 1, &o->cfg.layers);
+        o->set_layers = 1;
+        break;
+      case O_EXPERTS:
+        rc = parse_int("experts", optarg, 1, &o->cfg.experts);
+        o->set_experts = 1;
+        break;
+      case O_TOPK: rc = parse_int("topk", optarg, 1, &o->cfg.topk); break;
+      case O_HIDDEN:
+        rc = parse_int("hidden", optarg, 1, &o->cfg.hidden);
+        o->set_hidden = 1;
+        break;
+      case O_FFN:
+        rc = parse_int("ffn", optarg, 1, &o->cfg.ffn);
+        o->set_ffn = 1;
+        break;
+      case O_TOKENS:
+        rc = parse_int("tokens", optarg, 1, &o->tokens);
+        o->set_tokens = 1;
+        break;
+      case O_STEPS: rc = parse_int("steps", optarg, 0, &o->steps); break;
+      case O_LR: rc = parse_float("lr", optarg, &o->lr); break;
+      case O_AUX: rc = parse_float("aux", optarg, &o->cfg.aux); break;
+      case O_SEED:
+        rc = parse_int("seed", optarg, 0, &seed);
+        o->seed = (unsigned long)seed;
+        break;
+      case O_THREADS: rc = parse_int("threads", optarg, 1, &o->threads); break;
+      case O_LOAD: o->load = optarg; break;
+      case O_DUMP: o->dump = optarg; break;
+      case O_JSON: o->json = optarg; break;
+      case O_FRESH: o->fresh = 1; break;
+      case O_EP: rc = parse_int("ep", optarg, 1, &o->ep); break;
+      case O_DP: rc = parse_int("dp", optarg, 1, &o->dp); break;
+      case 'n': rc = parse_int("n", optarg, 1, &o->ranks); break;
+      case O_CHUNKS:
+        rc = parse_int("chunks", optarg, 1, &o->chunks);
+        break;
+      case 'h': usage(stdout); return 1;
+      default: usage(stderr); return -1;
+    }
+  }
+  if (rc == 0 && optind < argc) {
+    fprintf(stderr, "moe_train: unexpected argument %s\n", argv[optind]);
+    rc = -1;
+  }
+  return rc;
+}
+
+/* The shapes the flags left open, from the files of --load. */
+int infer_shapes(train_options_t* o) {
+  char path[4096], err[512];
+  moe_npy_t a;
+  snprintf(path, sizeof(path), "%s/wg0.npy", o->load);
+  if (moe_npy_read(path, &a, err, sizeof(err))) {
+    fprintf(stderr, "moe_train: --load: %s\n", err);
+    return -1;
+  }
+  if (a.ndim != 2) {
+    fprintf(stderr, "moe_train: --load: %s: %d dimensions, expected 2 ([H, E])\n", path, a.ndim);
+    moe_npy_free(&a);
+    return -1;
+  }
+  if (!o->set_hidden) o->cfg.hidden = (int)a.shape[0];
+  if (!o->set_experts) o->cfg.experts = (int)a.shape[1];
+  moe_npy_free(&a);
+  snprintf(path, sizeof(path), "%s/w1_0.npy", o->load);
+  if (!o->set_ffn && moe_npy_read(path, &a, err, sizeof(err)) == 0) {
+    if (a.ndim == 3) o->cfg.ffn = (int)a.shape[2];
+    moe_npy_free(&a);
+  }
+  snprintf(path, sizeof(path), "%s/x.npy", o->load);
+  if (!o->set_tokens && moe_npy_read(path, &a, err, sizeof(err)) == 0) {
+    if (a.ndim == 2) o->tokens = (int)a.shape[0];
+    moe_npy_free(&a);
+  }
+  if (!o->set_layers) {
+    struct stat st;
+    int l = 0;
+    do snprintf(path, sizeof(path), "%s/wg%d.npy", o->load, ++l);
+    while (stat(path, &st) == 0);
+    o->cfg.layers = l;
+  }
+  return 0;
+}
+
+/* R, P and D from the flags (and the launcher's R); 0, or -1 with a message. */
+int resolve_layout(train_options_t* o, int launched) {
+  int R = launched ? launched : o->ranks;
+  if (launched && o->ranks && o->ranks != launched) {
+    fprintf(stderr, "moe_train: -n %d under an MPI launch of %d ranks: give one of them\n",
+            o->ranks, launched);
+    return -1;
+  }
+  if (!R) R = (o->ep ? o->ep : 1) * (o->dp ? o->dp : 1);
+  if (!o->ep && !o->dp) o->ep = R, o->dp = 1;
+  else if (!o->ep) o->ep = R % o->dp ? 0 : R / o->dp;
+  else if (!o->dp) o->dp = R % o->ep ? 0 : R / o->ep;
+  if (o->ep < 1 || o->dp < 1 || (long long)o->ep * o->dp != R) {
+    fprintf(stderr, "moe_train: %d ranks do not split as --ep %d x --dp %d (R = P * D)\n", R,
+            o->ep, o->dp);
+    return -1;
+  }
+  if (o->cfg.experts % o->ep) {
+    fprintf(stderr, "moe_train: --ep %d does not divide the %d experts\n", o->ep,
+            o->cfg.experts);
+    return -1;
+  }
+  if (R > 256) {
+    fprintf(stderr, "moe_train: %d ranks: at most 256\n", R);
+    return -1;
+  }
+  o->ranks = R;
+  return 0;
+}
