@@ -13,11 +13,11 @@ libmoeccl_core_la_SOURCES = \
   src/kernels/rows.c src/kernels/rows.h \
   src/topo/node.c src/topo/topo.c src/topo/topo.h \
   src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
-  src/comm/comm.h src/comm/error.c src/comm/secret.c src/comm/span.c src/comm/span.h \
+  src/comm/comm.h src/comm/error.c src/comm/peer_lost.c src/comm/secret.c src/comm/span.c src/comm/span.h \
   src/comm/bootstrap.c src/comm/bootstrap.h \
   src/transport/transport.c src/transport/transport.h src/transport/shm.c src/transport/ipc.c \
   src/sched/schedule.c src/sched/schedule.h \
-  src/algos/algos.c src/algos/algos.h src/algos/meta.c \
+  src/algos/algos.c src/algos/algos.h src/algos/alltoall_util.c src/algos/meta.c \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \
   src/algos/alltoall_hier2.c src/algos/alltoall_hier3.c src/algos/alltoall_rail.c \
   src/algos/relay.c src/algos/relay.h src/algos/moe_algos.h src/algos/moe_dispatch.c \

@@ -1,12 +1,5 @@
-/* The table of all-to-all algorithms. */
+/* The table of all-to-all algorithms (their shared helpers: alltoall_util.c). */
 #include "algos.h"
-#include "topo/topo.h"
-
-#define MOECCL_CHECK_SCHED(call)                                                                   \
-  do {                                                                                             \
-    moecclResult_t rc_ = (call);                                                                   \
-    if (rc_ != moecclSuccess) return rc_;                                                          \
-  } while (0)
 
 #include <string.h>
 #include <strings.h>
@@ -35,27 +28,4 @@ const moeccl_a2a_algo_t* moeccl_a2a_algo_by_name(const char* name) {
   for (int i = 0; i < MOECCL_A2A_NALGOS; i++)
     if (name && strcasecmp(name, moeccl_a2a_algos[i].name) == 0) return &moeccl_a2a_algos[i];
   return NULL;
-}
-
-moecclResult_t moeccl_a2a_add_self_copy(const moeccl_a2a_desc_t* d, moeccl_sched_t* out) {
-  size_t bytes = moeccl_a2a_send_bytes(d, d->rank);
-  size_t rbytes = moeccl_a2a_recv_bytes(d, d->rank);
-  if (rbytes < bytes) bytes = rbytes; /* callers reject this mismatch before planning */
-  return moeccl_sched_add(out, MOECCL_OP_COPY, -1, MOECCL_BUF_SEND, moeccl_a2a_send_off(d, d->rank),
-                          MOECCL_BUF_RECV, moeccl_a2a_recv_off(d, d->rank), bytes);
-}
-
-moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* d, moeccl_sched_t* out, int to,
-                                       int from) {
-  MOECCL_CHECK_SCHED(moeccl_sched_add(out, MOECCL_OP_SEND, to, MOECCL_BUF_SEND,
-                                      moeccl_a2a_send_off(d, to), 0, 0,
-                                      moeccl_a2a_send_bytes(d, to)));
-  return moeccl_sched_add(out, MOECCL_OP_RECV, from, 0, 0, MOECCL_BUF_RECV,
-                          moeccl_a2a_recv_off(d, from), moeccl_a2a_recv_bytes(d, from));
-}
-
-int moeccl_a2a_topo_fits(const moeccl_a2a_desc_t* d, int levels) {
-  const moeccl_topo_t* t = d->topo;
-  if (!t || t->nranks != d->nranks || !moeccl_topo_regular(t, levels)) return 0;
-  return levels < 3 ? t->nnodes >= 2 : t->ngroups >= 2;
 }

@@ -3,6 +3,7 @@
 #define MOECCL_CORE_H_
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -165,6 +166,8 @@ moecclResult_t moeccl_comm_fail(moeccl_comm_t* comm, moecclResult_t err, const c
  * peers of every transport once (moeccl_transports_notify_abort). */
 moecclResult_t moeccl_comm_peer_lost(moeccl_comm_t* comm, int rank, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The recording half of moeccl_comm_peer_lost (error.c): rank is the cause. */
+moecclResult_t moeccl_comm_vfail_peer(moeccl_comm_t* comm, int rank, const char* fmt, va_list ap);
 /* moecclSuccess, or an argument error with text, for a NULL/freed comm. */
 moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname);
 size_t moeccl_type_size(moecclDataType_t type);

@@ -1,5 +1,5 @@
 # Host reduction kernels (src/kernels/reduce.h) and their unit test.
-libmoeccl_core_la_SOURCES += src/kernels/reduce.c src/kernels/reduce.h
+libmoeccl_core_la_SOURCES += src/kernels/reduce.c src/kernels/reduce.h src/kernels/floatfmt.h
 
 check_PROGRAMS += tests/test_reduce
 TESTS += tests/test_reduce
