@@ -24,6 +24,10 @@ TESTS += tests/test_model
 tests_test_model_SOURCES = tests/test_model.c tests/unit_check.h
 tests_test_model_LDADD = libmoeccl_core.la -lm
 
+# The layering of src/ (scripts/layers.py, over the objects just built).
+TESTS += tests/test_layers.sh
+EXTRA_DIST += tests/test_layers.sh scripts/layers.py
+
 # perf/a2a_sim end to end (it is built always).
 TESTS += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
 EXTRA_DIST += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
