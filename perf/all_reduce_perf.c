@@ -1,7 +1,7 @@
 /*
  * all_reduce_perf - moecclAllReduce against MPI_Allreduce on the same
  * buffers, in the shape of nccl-tests' all_reduce_perf.  The harness
- * (perf_common.c) does everything but what is below.
+ * (perf_common.h) does everything but what is below.
  */
 #include "perf_common.h"
 

@@ -1,6 +1,6 @@
 /*
  * a2a_perf (alltoall_perf.c) - all-to-all benchmark in the style of
- * nccl-tests' alltoall_perf, on the shared harness of perf_common.c.
+ * nccl-tests' alltoall_perf, on the shared harness of perf_common.h.
  *
  * moeccl (every algorithm of -a) and the MPI baseline run on the same
  * processes and the same buffers in one run, interleaved rep by rep, so that
@@ -9,11 +9,10 @@
  * --net-roofline, a full mesh of plain TCP sockets between the ranks moves
  * the same blocks, also in the same run, as the network roofline.
  *
- * What is all-to-all's own lives here: the uneven splits (--dist), the
- * count layout, the data pattern and its check, the calls, -a, and the
+ * What is all-to-all's own lives here: the uneven splits (--dist, whose
+ * models a2a_sim shares through perf_split.c), the count layout, the data pattern and its check, the calls, -a, and the
  * tuner summary.  Launch under mpirun; see usage in main() for flags.
  */
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -22,19 +21,14 @@
 #include <string.h>
 
 #include "perf_common.h"
+#include "perf_split.h"
 
 #define MOE_TOKENS_MAX 4096     /* tokens routed per source rank and size */
-#define MOE_POPULARITY_S 1.2    /* zipf exponent of expert popularity */
-#define MOE_MAX_REDRAWS 32      /* then take the hottest expert not yet chosen */
 #define ALGO_ENV "MOECCL_ALGO"
-
-enum dist_kind { DIST_UNIFORM, DIST_ZIPF, DIST_MOE };
 
 /* The options of all-to-all's own. */
 struct a2a_opts {
-  enum dist_kind dist;
-  double zipf_s;
-  int moe_e, moe_k;
+  struct perf_dist dist;
   char dist_name[64];
   const char* algo; /* -a value; NULL lets the library choose */
   uint64_t seed;
@@ -43,14 +37,11 @@ struct a2a_opts {
 /* Per-source split model, fixed for the run; only the size varies. */
 struct model {
   int n;
-  enum dist_kind kind;
+  enum perf_dist_kind kind;
   uint64_t seed;
   double* zipf_w;     /* zipf: weight of popularity rank r (n) */
   int* rank_perm;     /* zipf: destination of popularity rank r, before rotation (n) */
-  int e, k;           /* moe: experts, experts per token */
-  double* expert_cdf; /* moe: cumulative popularity by popularity rank (e) */
-  int* expert_rank;   /* moe: rank holding the expert of popularity rank r (e) */
-  int* picked;        /* moe scratch: popularity ranks chosen for one token (k) */
+  struct perf_experts x; /* moe */
   double* w;          /* scratch: weight per destination (n) */
   size_t* row;        /* scratch: one source's counts (n) */
 };
@@ -76,70 +67,21 @@ struct bench {
   int nalgos;
 };
 
-static uint64_t rng_next(uint64_t* s)
-{
-  *s += 0x9e3779b97f4a7c15ULL;
-  return perf_mix64(*s);
-}
-
-static double rng_unit(uint64_t* s)
-{
-  return (double)(rng_next(s) >> 11) * 0x1.0p-53;
-}
-
-/* Seeded Fisher-Yates: every rank draws the same permutation. */
-static void shuffle(int* p, int n, uint64_t seed)
-{
-  uint64_t s = seed;
-  for (int i = 0; i < n; i++)
-    p[i] = i;
-  for (int i = n - 1; i > 0; i--) {
-    int j = (int)(rng_next(&s) % (uint64_t)(i + 1));
-    int t = p[i];
-    p[i] = p[j];
-    p[j] = t;
-  }
-}
-
 /* ---- options ------------------------------------------------------------ */
 
-static int parse_moe(const char* s, struct a2a_opts* o)
-{
-  char* end;
-  long e = strtol(s, &end, 10);
-  if (end == s || *end != ',')
-    return -1;
-  const char* ks = end + 1;
-  long k = strtol(ks, &end, 10);
-  if (end == ks || *end || e < 1 || e > (1L << 20) || k < 1 || k > e)
-    return -1;
-  o->moe_e = (int)e;
-  o->moe_k = (int)k;
-  snprintf(o->dist_name, sizeof o->dist_name, "moe:%d,%d", o->moe_e, o->moe_k);
-  return 0;
-}
-
+/* --dist; the header and --json show it normalised (zipf:%g, moe:E,K). */
 static int parse_dist(const char* s, struct a2a_opts* o)
 {
-  char* end;
-  if (strcmp(s, "uniform") == 0) {
-    o->dist = DIST_UNIFORM;
+  const struct perf_dist* d = &o->dist;
+  if (perf_parse_dist(s, INT_MAX, &o->dist))
+    return -1;
+  if (d->kind == PERF_DIST_ZIPF)
+    snprintf(o->dist_name, sizeof o->dist_name, "zipf:%g", d->zipf_s);
+  else if (d->kind == PERF_DIST_MOE)
+    snprintf(o->dist_name, sizeof o->dist_name, "moe:%d,%d", d->moe_e, d->moe_k);
+  else
     snprintf(o->dist_name, sizeof o->dist_name, "uniform");
-    return 0;
-  }
-  if (strncmp(s, "zipf:", 5) == 0) {
-    o->zipf_s = strtod(s + 5, &end);
-    if (end == s + 5 || *end || !(o->zipf_s >= 0.0 && o->zipf_s <= 100.0))
-      return -1;
-    o->dist = DIST_ZIPF;
-    snprintf(o->dist_name, sizeof o->dist_name, "zipf:%g", o->zipf_s);
-    return 0;
-  }
-  if (strncmp(s, "moe:", 4) == 0) {
-    o->dist = DIST_MOE;
-    return parse_moe(s + 4, o);
-  }
-  return -1;
+  return 0;
 }
 
 enum { OPT_DIST = 256, OPT_SEED, OPT_NETROOF, OPT_SHMROOF };
@@ -161,12 +103,7 @@ static int a2a_apply(int c, const char* arg, struct perf_opts* po, void* state)
   case OPT_DIST: return parse_dist(arg, o);
   case OPT_NETROOF: return po->shm_roof ? -1 : perf_parse_net(arg, po);
   case OPT_SHMROOF: return po->net_roof ? -1 : (po->shm_roof = 1, 0);
-  case OPT_SEED: {
-    char* end;
-    errno = 0;
-    o->seed = strtoull(arg, &end, 0);
-    return errno || end == arg || *end ? -1 : 0;
-  }
+  case OPT_SEED: return perf_parse_u64(arg, &o->seed);
   default: return -1;
   }
 }
@@ -196,34 +133,24 @@ static void model_init(struct model* m, const struct a2a_opts* o, int n)
 {
   memset(m, 0, sizeof *m);
   m->n = n;
-  m->kind = o->dist;
+  m->kind = o->dist.kind;
   m->seed = o->seed;
   m->w = perf_xcalloc((size_t)n, sizeof *m->w);
   m->row = perf_xcalloc((size_t)n, sizeof *m->row);
-  if (o->dist == DIST_ZIPF) {
+  if (m->kind == PERF_DIST_ZIPF) {
     m->zipf_w = perf_xcalloc((size_t)n, sizeof *m->zipf_w);
     m->rank_perm = perf_xcalloc((size_t)n, sizeof *m->rank_perm);
     for (int r = 0; r < n; r++)
-      m->zipf_w[r] = pow(r + 1.0, -o->zipf_s);
-    shuffle(m->rank_perm, n, perf_mix64(o->seed ^ 0x7a697066ULL));
-  } else if (o->dist == DIST_MOE) {
-    int* order = perf_xcalloc((size_t)o->moe_e, sizeof *order);
-    m->e = o->moe_e;
-    m->k = o->moe_k;
-    m->expert_cdf = perf_xcalloc((size_t)m->e, sizeof *m->expert_cdf);
-    m->expert_rank = perf_xcalloc((size_t)m->e, sizeof *m->expert_rank);
-    m->picked = perf_xcalloc((size_t)m->k, sizeof *m->picked);
-    /* Hot experts are the same for every source (as in a real router), and
-     * a seeded shuffle decides which ranks host them.  Experts are placed in
-     * contiguous, even ranges of ranks. */
-    shuffle(order, m->e, perf_mix64(o->seed ^ 0x6d6f65ULL));
-    double cum = 0.0;
-    for (int r = 0; r < m->e; r++) {
-      cum += pow(r + 1.0, -MOE_POPULARITY_S);
-      m->expert_cdf[r] = cum;
-      m->expert_rank[r] = (int)((uint64_t)order[r] * (uint64_t)n / (uint64_t)m->e);
-    }
-    free(order);
+      m->zipf_w[r] = pow(r + 1.0, -o->dist.zipf_s);
+    perf_shuffle(m->rank_perm, n, perf_mix64(o->seed ^ 0x7a697066ULL));
+  } else if (m->kind == PERF_DIST_MOE) {
+    struct perf_experts* x = &m->x;
+    x->e = o->dist.moe_e;
+    x->k = o->dist.moe_k;
+    x->cdf = perf_xcalloc((size_t)x->e, sizeof *x->cdf);
+    x->rank = perf_xcalloc((size_t)x->e, sizeof *x->rank);
+    x->picked = perf_xcalloc((size_t)x->k, sizeof *x->picked);
+    perf_experts_place(x, n, o->seed);
   }
 }
 
@@ -233,79 +160,18 @@ static void model_free(struct model* m)
   free(m->row);
   free(m->zipf_w);
   free(m->rank_perm);
-  free(m->expert_cdf);
-  free(m->expert_rank);
-  free(m->picked);
+  free(m->x.cdf);
+  free(m->x.rank);
+  free(m->x.picked);
 }
 
-/* Cuts total into n blocks proportional to w by rounding the running sum, so
- * the blocks add up to exactly total and equal inputs give equal cuts on
- * every rank.  Zero weights give zero blocks. */
-static void apportion(const double* w, int n, size_t total, size_t* out)
-{
-  double sum = 0.0, cum = 0.0;
-  size_t prev = 0;
-  for (int j = 0; j < n; j++)
-    sum += w[j];
-  for (int j = 0; j < n; j++) {
-    cum += w[j];
-    size_t b = total;
-    if (j < n - 1)
-      b = sum > 0.0 ? (size_t)floor((double)total * (cum / sum)) : total * (size_t)(j + 1) / (size_t)n;
-    if (b > total)
-      b = total;
-    if (b < prev)
-      b = prev;
-    out[j] = b - prev;
-    prev = b;
-  }
-}
-
-static int moe_pick(struct model* m, uint64_t* rng, int got)
-{
-  for (int tries = 0; tries < MOE_MAX_REDRAWS; tries++) {
-    double u = rng_unit(rng) * m->expert_cdf[m->e - 1];
-    int lo = 0, hi = m->e - 1;
-    while (lo < hi) { /* first popularity rank whose cdf exceeds u */
-      int mid = (lo + hi) / 2;
-      if (m->expert_cdf[mid] > u)
-        hi = mid;
-      else
-        lo = mid + 1;
-    }
-    int dup = 0;
-    for (int i = 0; i < got; i++)
-      dup |= m->picked[i] == lo;
-    if (!dup)
-      return lo;
-  }
-  /* A very skewed tail can make redraws slow; the hottest free expert is
-   * the most likely outcome anyway. */
-  for (int r = 0;; r++) {
-    int dup = 0;
-    for (int i = 0; i < got; i++)
-      dup |= m->picked[i] == r;
-    if (!dup)
-      return r;
-  }
-}
-
-/* Routes min(total, MOE_TOKENS_MAX) tokens of source src to k distinct
- * experts each and counts (token, expert) pairs per destination rank: a
- * token bound for two experts of one rank is sent twice, as a plain
- * all-to-all dispatch does. */
+/* The weights of source src's routed tokens: min(total, MOE_TOKENS_MAX)
+ * of them, from a stream of (seed, src, size) alone. */
 static void moe_weights(struct model* m, int src, size_t total, size_t bytes)
 {
   uint64_t rng = perf_mix64(m->seed ^ perf_mix64((uint64_t)src + 1) ^ perf_mix64(bytes ^ 0x5a5aULL));
   size_t tokens = total < MOE_TOKENS_MAX ? total : MOE_TOKENS_MAX;
-  memset(m->w, 0, (size_t)m->n * sizeof *m->w);
-  for (size_t t = 0; t < tokens; t++) {
-    for (int got = 0; got < m->k; got++) {
-      int r = moe_pick(m, &rng, got);
-      m->picked[got] = r;
-      m->w[m->expert_rank[r]] += 1.0;
-    }
-  }
+  perf_experts_route(&m->x, tokens, rng, m->w, m->n);
 }
 
 /* Counts (elements) that source src sends to each rank for this size; the
@@ -313,17 +179,17 @@ static void moe_weights(struct model* m, int src, size_t total, size_t bytes)
 static void dist_row(struct model* m, int src, size_t total, size_t bytes)
 {
   int n = m->n;
-  if (m->kind == DIST_ZIPF) {
+  if (m->kind == PERF_DIST_ZIPF) {
     /* Rotating by src puts each source's hot destination on another rank. */
     for (int r = 0; r < n; r++)
       m->w[m->rank_perm[(r + src) % n]] = m->zipf_w[r];
-  } else if (m->kind == DIST_MOE) {
+  } else if (m->kind == PERF_DIST_MOE) {
     moe_weights(m, src, total, bytes);
   } else {
     for (int j = 0; j < n; j++)
       m->w[j] = 1.0;
   }
-  apportion(m->w, n, total, m->row);
+  perf_apportion(m->w, n, total, m->row);
 }
 
 static void layout_alloc(struct layout* L, int n)
@@ -348,7 +214,7 @@ static void layout_free(struct layout* L)
 static void fill_counts(struct layout* L, struct model* m, int me, size_t ts)
 {
   int n = m->n;
-  if (m->kind == DIST_UNIFORM) {
+  if (m->kind == PERF_DIST_UNIFORM) {
     L->per_peer = L->bytes / (ts * (size_t)n);
     L->count = L->per_peer * (size_t)n;
     for (int j = 0; j < n; j++)
@@ -445,7 +311,7 @@ static moecclResult_t moe_call(struct perf_ctx* c)
 {
   const struct bench* b = c->tool;
   const struct layout* L = &b->L;
-  int uniform = b->a->dist == DIST_UNIFORM;
+  int uniform = b->a->dist.kind == PERF_DIST_UNIFORM;
   moecclResult_t r;
   if (uniform)
     r = moecclAlltoAll(c->B.send, c->B.recv, L->per_peer, c->dt->type, c->comm, NULL);
@@ -460,7 +326,7 @@ static void mpi_call(struct perf_ctx* c)
   const struct bench* b = c->tool;
   const struct layout* L = &b->L;
   MPI_Datatype t = perf_mpi_move_type(c->dt->type);
-  if (b->a->dist == DIST_UNIFORM)
+  if (b->a->dist.kind == PERF_DIST_UNIFORM)
     MPI_Alltoall(c->B.send, (int)L->per_peer, t, c->B.recv, (int)L->per_peer, t, MPI_COMM_WORLD);
   else
     MPI_Alltoallv(c->B.send, L->isc, L->isd, t, c->B.recv, L->irc, L->ird, t, MPI_COMM_WORLD);
@@ -685,7 +551,7 @@ int main(int argc, char** argv)
   struct perf_tool tool = a2a_tool_base;
   memset(&a, 0, sizeof a);
   memset(&b, 0, sizeof b);
-  a.dist = DIST_UNIFORM;
+  a.dist.kind = PERF_DIST_UNIFORM;
   snprintf(a.dist_name, sizeof a.dist_name, "uniform");
   a.seed = PERF_SEED;
   tool.state = &a;

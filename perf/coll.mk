@@ -1,5 +1,5 @@
 # The nccl-tests-shaped tools of the collectives beyond all-to-all: each is
-# a page on the harness of perf/local.mk (perf/perf_common.c), built only
+# a page on the harness of perf/local.mk (perf/perf_common.h), built only
 # with MPI, which is their baseline.
 if HAVE_MPI
 bin_PROGRAMS += perf/all_reduce_perf perf/reduce_scatter_perf perf/all_gather_perf \

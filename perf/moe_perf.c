@@ -5,7 +5,7 @@
  * (token, expert)), MPI_Alltoall of the counts, MPI_Alltoallv of the rows,
  * MPI_Alltoallv back, unpermute with the weighted sum on the host.  Both run
  * on the same ranks, data and buffers, interleaved rep by rep (perf_time of
- * the shared harness, perf_common.c); the expert compute is the identity
+ * the shared harness, perf_common.h); the expert compute is the identity
  * (the expert rows are the expert outputs).
  *
  * Router output: per rank, top-K distinct experts per token drawn from a
@@ -61,13 +61,6 @@ static struct moe_state* S_of(struct perf_ctx* c) { return c->tool; }
 
 /* ---- data ----------------------------------------------------------------- */
 
-static uint64_t rng_next(uint64_t* s)
-{
-  *s += 0x9e3779b97f4a7c15ULL;
-  return perf_mix64(*s);
-}
-static double rng_unit(uint64_t* s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
-
 static uint16_t f2bf(float f)
 {
   uint32_t u;
@@ -113,14 +106,9 @@ static void make_router(struct moe_state* S, int me)
   int E = g->E, K = g->K;
   double* p = perf_xcalloc((size_t)E, sizeof *p);
   int* order = perf_xcalloc((size_t)E, sizeof *order);
-  uint64_t s = g->seed ^ 0x5a17ULL; /* the same expert order on every rank */
-  for (int e = 0; e < E; e++) order[e] = e;
-  for (int e = E - 1; e > 0; e--) {
-    int j = (int)(rng_next(&s) % (uint64_t)(e + 1)), x = order[e];
-    order[e] = order[j], order[j] = x;
-  }
+  perf_shuffle(order, E, g->seed ^ 0x5a17ULL); /* the same expert order on every rank */
   for (int i = 0; i < E; i++) p[order[i]] = 1.0 / pow(1.0 + i, g->skew);
-  s = g->seed + 0x1000193ULL * (uint64_t)(me + 1);
+  uint64_t s = g->seed + 0x1000193ULL * (uint64_t)(me + 1);
   int used[MAX_K];
   for (size_t t = 0; t < g->T; t++) {
     for (int j = 0; j < K; j++) {
@@ -130,7 +118,7 @@ static void make_router(struct moe_state* S, int me)
         for (int i = 0; i < j; i++) taken |= used[i] == e;
         if (!taken) tot += p[e];
       }
-      double u = rng_unit(&s) * tot;
+      double u = perf_rng_unit(&s) * tot;
       int pick = -1;
       for (int e = 0; e < E; e++) {
         int taken = 0;
@@ -157,31 +145,8 @@ static void make_tokens(struct moe_state* S, int me)
     }
 }
 
-static void* alloc_buf(size_t bytes, int lib)
-{
-  void* p = NULL;
-  if (bytes == 0)
-    bytes = 64;
-  if (lib) {
-    if (moecclMemAlloc(&p, bytes) != moecclSuccess) {
-      fprintf(stderr, "%s: moecclMemAlloc(%zu) failed: %s\n", perf_prog, bytes,
-              moecclGetLastError(NULL));
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-  } else if (!(p = malloc(bytes))) {
-    fprintf(stderr, "%s: malloc(%zu) failed\n", perf_prog, bytes);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  memset(p, 0, bytes); /* no first-touch faults inside a timing */
-  return p;
-}
-static void free_buf(void* p, int lib)
-{
-  if (lib)
-    moecclMemFree(p);
-  else
-    free(p);
-}
+/* The harness's buffers, never empty: a run without tokens still has one. */
+static char* alloc_buf(size_t bytes, int lib) { return perf_buf_alloc(bytes ? bytes : 64, lib); }
 
 /* ---- the two implementations ---------------------------------------------- */
 
@@ -386,12 +351,12 @@ static void state_close(struct moe_state* S)
 {
   if (S->plan)
     moecclMoePlanDestroy(S->plan);
-  free_buf(S->tokens, S->lib);
-  free_buf(S->out_moe, S->lib);
-  free_buf(S->out_mpi, S->lib);
-  free_buf(S->perm, S->lib);
+  perf_buf_free(S->tokens, S->lib);
+  perf_buf_free(S->out_moe, S->lib);
+  perf_buf_free(S->out_mpi, S->lib);
+  perf_buf_free(S->perm, S->lib);
   if (S->rows)
-    free_buf(S->rows, S->lib);
+    perf_buf_free(S->rows, S->lib);
   MPI_Type_free(&S->row_type);
   free(S->ids), free(S->weights), free(S->owner), free(S->ecnt), free(S->eoff), free(S->pos);
   free(S->scnt), free(S->sdsp), free(S->rcnt), free(S->rdsp), free(S->recv_counts);

@@ -15,6 +15,17 @@
  *  - perf_coll_main(), a whole tool for a collective described by a
  *    struct perf_coll: all_reduce_perf.c and the others are that struct
  *    and a few callbacks.
+ *
+ * One header, one library (perf/libperf_common.la), its parts in:
+ *   harness.c        types, helpers, communicators, buffers, series of -a
+ *   harness_args.c   options
+ *   harness_time.c   timing and checking a call
+ *   harness_check.c  the checks' values (patterns, reductions)
+ *   roofline.c       the copy roofline and the bare net / shm exchanges
+ *   report.c         header, table, summary and --json
+ *   coll_main.c      perf_coll_main
+ * and, shared with the tools without MPI, perf_parse.c (numbers on the
+ * command line) and perf_rand.c (seeded randomness).
  */
 #ifndef MOECCL_PERF_COMMON_H_
 #define MOECCL_PERF_COMMON_H_
@@ -27,6 +38,7 @@
 
 #include "moeccl.h"
 #include "perf_parse.h"
+#include "perf_rand.h"
 
 #define PERF_GUARD_BYTES 4096 /* sentinel area checked after the output */
 #define PERF_SENTINEL 0xA5    /* byte an output buffer holds before a check */
@@ -51,7 +63,6 @@ extern const char* const perf_op_names[moecclNumOps];
 extern const char* perf_prog;
 
 void* perf_xcalloc(size_t n, size_t size);
-uint64_t perf_mix64(uint64_t x);
 double perf_median(const double* v, int n);
 /* MPI type for moving elements of t: same-width unsigned integers stand in
  * for the floats MPI lacks (exact, as nothing is computed on them). */
@@ -171,10 +182,17 @@ int perf_comm_init(int me, int n, moecclComm_t* comm);
 void perf_bufs_alloc(struct perf_bufs* B, size_t send_max, size_t recv_max, size_t copy_max,
                      int lib);
 void perf_bufs_free(struct perf_bufs* B);
+/* One buffer of size bytes from moecclMemAlloc (lib) or malloc, every page
+ * touched; MPI_Abort when there is none. */
+char* perf_buf_alloc(size_t size, int lib);
+void perf_buf_free(char* p, int lib);
 
 /* Records the first moeccl failure of this rank and says so on stderr. */
 moecclResult_t perf_moe_result(struct perf_ctx* c, moecclResult_t r, const char* call,
                                size_t bytes);
+/* Before a checked call: ops->clear, or the sentinel over recv_bytes and
+ * the guard after them. */
+void perf_clear_recv(struct perf_ctx* c, const struct perf_ops* ops);
 /* One check: ops->fill, ops->clear, a barrier, one call, ops->verify.
  * Returns the wrong elements summed over ranks, or -1 when a moeccl call
  * failed on some rank. */

@@ -7,10 +7,13 @@
 #define MOECCL_PERF_PARSE_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A decimal integer in [lo, hi] into *out: 0, or -1 (out unchanged). */
 int perf_parse_int(const char* s, int lo, int hi, int* out);
 /* A byte count with an optional K, M or G (binary) and B: 0, or -1. */
 int perf_parse_size(const char* s, size_t* out);
+/* An unsigned 64-bit number (decimal, 0x hex or 0 octal), as --seed: 0, or -1. */
+int perf_parse_u64(const char* s, uint64_t* out);
 
 #endif

@@ -1,0 +1,20 @@
+/*
+ * perf_rand.h - the seeded randomness every perf/ tool draws from (the
+ * harness and its tools, a2a_sim without MPI): the same seed gives the same
+ * numbers on every rank, so the ranks agree on splits without talking.
+ */
+#ifndef MOECCL_PERF_RAND_H_
+#define MOECCL_PERF_RAND_H_
+
+#include <stdint.h>
+
+/* splitmix64's finaliser: a well-mixed 64-bit hash of x. */
+uint64_t perf_mix64(uint64_t x);
+/* splitmix64: the next number of the stream in *s. */
+uint64_t perf_rng_next(uint64_t* s);
+/* A double in [0, 1) from the top 53 bits of the next number. */
+double perf_rng_unit(uint64_t* s);
+/* p = a seeded Fisher-Yates permutation of 0..n-1. */
+void perf_shuffle(int* p, int n, uint64_t seed);
+
+#endif
