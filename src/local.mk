@@ -23,7 +23,8 @@ libmoeccl_core_la_SOURCES = \
   src/algos/relay.c src/algos/relay.h src/algos/moe_algos.h src/algos/moe_dispatch.c \
   src/tune/model.c src/tune/model.h src/tune/tuner.c src/tune/tuner.h \
   src/plan/plan.c src/plan/plan.h \
-  src/exec/executor.c src/exec/executor.h src/exec/enqueue.c src/exec/enqueue.h \
+  src/exec/executor.c src/exec/executor.h src/exec/executor_int.h src/exec/local.c \
+  src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/enqueue.c src/exec/enqueue.h \
   src/exec/stream.h src/exec/hoststream.c src/exec/devstream.c \
   src/api/communicator.c src/api/alltoall.c src/api/collectives.c src/api/memalloc.c \
   src/api/moe.c src/api/moe.h

@@ -128,7 +128,7 @@ struct moecclComm {
     void* recvbuf;
     size_t block, elem;
   } plan_last;
-  struct moeccl_req* reqs;
+  struct moeccl_xreq* reqs; /* the executor's requests (exec/executor_int.h) */
   int reqs_cap;
   void* scratch;
   size_t scratch_bytes;

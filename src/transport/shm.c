@@ -27,11 +27,8 @@
  * Waiting: a rank that finds nothing to do spins, then sleeps on a futex in
  * its own doorbell word; whoever publishes or frees a slot for it rings it.
  */
-#include "kernels/copy.h"
 #include "device/device.h"
 #include "base/param.h"
-#include "kernels/reduce.h"
-#include "kernels/rows.h"
 #include "base/sha256.h"
 #include "transport/transport.h"
 
@@ -169,8 +166,8 @@ typedef struct {
   int ndue;
   uint32_t armed;
   uint64_t map_clock; /* LRU clock of the peers' mapping caches */
-  /* Reducing receives by CMA: a chunk is read here, then reduced into the
-   * destination while it is still in cache. */
+  /* Receives consumed piece by piece, by CMA: a chunk is read here, then
+   * consumed (reduced into the destination) while it is still in cache. */
   char* bounce;
   size_t bounce_bytes;
   /* Device messages: this rank's descriptor socket (-1: no device path) and
@@ -343,7 +340,7 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   s->slot_stride = sizeof(slot_hdr_t) + s->slot_bytes;
   s->chunk = moeccl_param_size("MOECCL_SHM_CHUNK_SIZE");
   if (s->chunk < 4096) s->chunk = 4096;
-  s->chunk &= ~(size_t)(CACHELINE - 1); /* whole elements for reducing receives */
+  s->chunk &= ~(size_t)(CACHELINE - 1); /* whole units for receives consumed in pieces */
   s->peers = calloc((size_t)s->nlocal, sizeof(*s->peers));
   s->due = calloc((size_t)s->nlocal, sizeof(*s->due));
   if (!s->peers || !s->due) return free(s->peers), free(s->due), free(s), moecclSystemError;
@@ -850,9 +847,10 @@ static moecclResult_t cma_failed(shm_state_t* s, shm_peer_t* p, ssize_t got, siz
                           p->comm_rank, (int)p->pid, got < 0 ? strerror(errno) : "short read");
 }
 
-/* A reducing receive from memory that cannot be mapped: CMA reads a piece
- * into the bounce buffer, small enough to stay in cache, and it is reduced
- * from there; whole elements only (a short read leaves the rest). */
+/* A receive consumed piece by piece (a reduction) from memory that cannot
+ * be mapped: CMA reads a piece into the bounce buffer, small enough to stay
+ * in cache, and it is consumed from there; whole units only (a short read
+ * leaves the rest). */
 #define BOUNCE_BYTES (256 << 10)
 static moecclResult_t bounce_alloc(shm_state_t* s) {
   if (s->bounce) return moecclSuccess;
@@ -878,25 +876,26 @@ static moecclResult_t cma_to_bounce(shm_state_t* s, shm_peer_t* p, const slot_hd
   return moecclSuccess;
 }
 
-static moecclResult_t pull_reduce_cma(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
-                                      moeccl_req_t* r, size_t n) {
+static moecclResult_t pull_consume_cma(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
+                                       moeccl_req_t* r, size_t n) {
   size_t got = 0;
   MOECCL_CHECK(cma_to_bounce(s, p, h, r, n, &got));
   if (!got) return moecclSuccess; /* EINTR: next pass */
-  size_t elem = r->red->elem_size, whole = got / elem;
-  moeccl_reduce(r->red, (char*)r->buf + r->progress, (const char*)r->operand + r->progress,
-                s->bounce, whole, r->red_flags);
-  r->progress += whole * elem;
+  moeccl_consumer_t* c = r->consumer;
+  size_t whole = got / c->unit * c->unit;
+  MOECCL_CHECK(c->consume(c, s->bounce, r->progress, whole));
+  r->progress += whole;
   return moecclSuccess;
 }
 
-/* A gathered message: the receive's program picks its rows straight from
+/* A gathered message: the receive's consumer picks its rows straight from
  * the sender's mapped buffer, or, where it cannot be mapped, CMA reads
- * them by the map into buf (message order) and the executor runs the
- * program from there.  Whole message at once. */
+ * them by the map into buf (message order) and the executor consumes the
+ * message from there.  Whole message at once. */
 static moecclResult_t pull_gathered(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
                                     moeccl_req_t* r) {
-  if (!r->rows || !r->rows->terms_idx || !r->rows->map)
+  moeccl_consumer_t* c = r->consumer;
+  if (!c || c->unit || !c->consume_gathered || !c->map)
     return moeccl_comm_fail(s->comm, moecclInvalidUsage,
                             "shm: rank %d sent gathered rows to a receive that cannot pick them "
                             "(the ranks disagree on the call)",
@@ -905,17 +904,14 @@ static moecclResult_t pull_gathered(shm_state_t* s, shm_peer_t* p, const slot_hd
   TRACE(SHM, "gathered %llu bytes from rank %d's %llu (%s)", (unsigned long long)h->msg_bytes,
         p->comm_rank, (unsigned long long)h->frag_bytes, region ? "mapped" : "CMA");
   if (region) {
-    moeccl_rows_t prog = *r->rows;
-    prog.terms = prog.terms_idx;
-    moeccl_rows_run(&prog, r->rows_dst, region + h->region_off, r->rows_aux);
-    r->consumed = 1;
+    MOECCL_CHECK(c->consume_gathered(c, region + h->region_off));
     r->progress = h->msg_bytes;
     return moecclSuccess;
   }
-  size_t rb = moeccl_rows_row_bytes(r->rows), rows = rb ? h->msg_bytes / rb : 0;
+  size_t rb = c->row_bytes, rows = rb ? h->msg_bytes / rb : 0;
   /* up to 64 runs per call: rows consecutive in the sender's buffer merge
    * into one remote iovec (the local side is one contiguous range) */
-  const uint32_t* map = r->rows->map;
+  const uint32_t* map = c->map;
   struct iovec remote[64];
   for (size_t i = 0; i < rows;) {
     size_t end = i;
@@ -947,26 +943,24 @@ static moecclResult_t pull_rndv(shm_state_t* s, shm_peer_t* p, const slot_hdr_t*
   size_t n = h->msg_bytes - r->progress;
   if (n > s->chunk) n = s->chunk;
   const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
-  if (region && r->rows && r->progress == 0) { /* the whole message, consumed in place */
-    if (!moeccl_req_rows_turn(r)) {
+  moeccl_consumer_t* c = r->consumer;
+  if (region && c && !c->unit && r->progress == 0) { /* the whole message, consumed in place */
+    if (!moeccl_req_ready(r)) {
       *wait = 1;
       return moecclSuccess;
     }
-    moeccl_rows_run(r->rows, r->rows_dst, region + h->region_off, r->rows_aux);
-    r->consumed = 1;
+    MOECCL_CHECK(c->consume(c, region + h->region_off, 0, h->msg_bytes));
     r->progress = h->msg_bytes;
     return moecclSuccess;
   }
   if (region) {
     const char* from = region + h->region_off + r->progress;
-    if (r->red)
-      moeccl_reduce(r->red, (char*)r->buf + r->progress, (const char*)r->operand + r->progress,
-                    from, n / r->red->elem_size, r->red_flags);
-    else moeccl_copy((char*)r->buf + r->progress, from, n, r->stream_copy);
+    if (c && c->unit) MOECCL_CHECK(c->consume(c, from, r->progress, n));
+    else moeccl_host_mem_ops.copy((char*)r->buf + r->progress, from, n, r->stream_copy);
     r->progress += n;
     return moecclSuccess;
   }
-  if (r->red) return pull_reduce_cma(s, p, h, r, n);
+  if (c && c->unit) return pull_consume_cma(s, p, h, r, n);
   struct iovec local = {(char*)r->buf + r->progress, n};
   struct iovec remote = {(void*)(uintptr_t)(h->addr + r->progress), n};
   ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
@@ -1075,23 +1069,23 @@ static const char* import_peer_device(shm_state_t* s, shm_peer_t* p, const slot_
   return ptr;
 }
 
-/* A reducing receive into host memory (the executor reduces in place
- * only there) of a message in a peer's device memory: the copy engine
- * brings it to the bounce buffer a piece at a time, the host kernel
- * reduces each piece; the whole message in this pass (its descriptor was
- * taken for this slot). */
-static moecclResult_t reduce_device_message(shm_state_t* s, shm_peer_t* p, moeccl_req_t* r,
-                                            const char* src, size_t n) {
+/* A receive consumed piece by piece (a reduction into host memory: the
+ * executor consumes in place only there) of a message in a peer's device
+ * memory: the copy engine brings it to the bounce buffer a piece at a
+ * time, the consumer takes each piece; the whole message in this pass (its
+ * descriptor was taken for this slot). */
+static moecclResult_t consume_device_message(shm_state_t* s, shm_peer_t* p, moeccl_req_t* r,
+                                             const char* src, size_t n) {
   MOECCL_CHECK(bounce_alloc(s));
-  size_t es = r->red->elem_size, piece = s->bounce_bytes / es * es;
+  moeccl_consumer_t* c = r->consumer;
+  size_t piece = s->bounce_bytes / c->unit * c->unit;
   for (size_t off = 0; off < n; off += piece) {
     size_t k = n - off < piece ? n - off : piece;
     moecclResult_t rc = moeccl_device_copy(s->bounce, src + off, k);
     if (rc != moecclSuccess)
       return moeccl_comm_fail(s->comm, rc, "shm: copying %zu bytes from rank %d failed", k,
                               p->comm_rank);
-    moeccl_reduce(r->red, (char*)r->buf + off, (const char*)r->operand + off, s->bounce, k / es,
-                  r->red_flags);
+    MOECCL_CHECK(c->consume(c, s->bounce, off, k));
   }
   r->progress = n;
   return moecclSuccess;
@@ -1101,17 +1095,18 @@ static moecclResult_t reduce_device_message(shm_state_t* s, shm_peer_t* p, moecc
  * into r's buffer, from the sender's imported device allocation, from the
  * slot (eager), or from its mapped moecclMemAlloc memory; from other host
  * memory a chunk is read by CMA into the bounce buffer first.  No kernel
- * runs on device memory here: a consuming receive lands the message and
- * the executor runs its program (the executor stages reducing ones). */
+ * consumes device memory here: a receive consumed whole lands the message
+ * and the executor consumes it (the executor stages reducing ones). */
 static moecclResult_t pull_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h,
                                   moeccl_req_t* r, int* wait) {
   int dev_src = h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE);
-  if ((r->red && !dev_src) || (h->kind == SLOT_RNDV && (h->flags & HDR_GATHERED)))
+  int pieces = r->consumer && r->consumer->unit; /* consumed piece by piece */
+  if ((pieces && !dev_src) || (h->kind == SLOT_RNDV && (h->flags & HDR_GATHERED)))
     return moeccl_comm_fail(s->comm, moecclInvalidUsage,
                             "shm: rank %d's message %s, which this build cannot do with device "
                             "memory on either side",
                             p->comm_rank,
-                            r->red ? "is to be reduced in place" : "is a whole gathered buffer");
+                            pieces ? "is to be reduced in place" : "is a whole gathered buffer");
   char* dst = (char*)r->buf + r->progress;
   const char* src;
   size_t n;
@@ -1122,7 +1117,7 @@ static moecclResult_t pull_device(shm_state_t* s, shm_peer_t* p, const slot_hdr_
     const char* base = import_peer_device(s, p, h, device, wait);
     if (!base) return *wait ? moecclSuccess : s->dev_error;
     src = base + h->region_off, n = h->msg_bytes;
-    if (r->red) return reduce_device_message(s, p, r, src, n); /* host result, device message */
+    if (pieces) return consume_device_message(s, p, r, src, n); /* host result, device message */
   } else {
     const char* region = h->region_fd >= 0 ? map_peer_region(s, p, h) : NULL;
     n = h->msg_bytes - r->progress;
@@ -1150,11 +1145,11 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
     slot_hdr_t* h = slot_at(s, ch, p->recv_seq);
     if (atomic_load_explicit(&h->seq, memory_order_acquire) != p->recv_seq + 1)
       return moecclSuccess;
-    if (h->msg_bytes > r->bytes || ((r->red || r->rows) && h->msg_bytes != r->bytes))
+    if (h->msg_bytes > r->bytes || (r->consumer && h->msg_bytes != r->bytes))
       return truncated(s, p, h->msg_bytes, r->bytes);
+    moeccl_consumer_t* c = r->consumer;
     int slot_done;
-    if (r->mem.kind == MOECCL_MEM_DEVICE || r->rows_device ||
-        (h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE))) {
+    if (r->mem.kind == MOECCL_MEM_DEVICE || (h->kind == SLOT_RNDV && (h->flags & HDR_DEVICE))) {
       int wait = 0;
       MOECCL_CHECK(pull_device(s, p, h, r, &wait));
       if (wait) return moecclSuccess;
@@ -1165,9 +1160,7 @@ static moecclResult_t progress_recvs(shm_state_t* s, int l, shm_peer_t* p, int* 
       if (wait) return moecclSuccess;
       slot_done = r->progress == h->msg_bytes;
     } else {
-      if (r->red)
-        moeccl_reduce(r->red, (char*)r->buf + r->progress, (const char*)r->operand + r->progress,
-                      h + 1, h->frag_bytes / r->red->elem_size, r->red_flags);
+      if (c && c->unit) MOECCL_CHECK(c->consume(c, h + 1, r->progress, h->frag_bytes));
       else memcpy((char*)r->buf + r->progress, (const char*)(h + 1), h->frag_bytes);
       r->progress += h->frag_bytes;
       slot_done = 1;
@@ -1224,7 +1217,7 @@ static int shm_ready(shm_state_t* s) {
     shm_peer_t* p = &s->peers[l];
     /* (an adding receive whose turn has not come waits for another
      * channel's message, which rings) */
-    if (p->recv_head && moeccl_req_rows_turn(p->recv_head) &&
+    if (p->recv_head && moeccl_req_ready(p->recv_head) &&
         atomic_load_explicit(&slot_at(s, chan(s, l, s->me), p->recv_seq)->seq,
                              memory_order_acquire) == p->recv_seq + 1)
       return 1;

@@ -8,8 +8,8 @@
  * Matching: messages between one sender and one receiver on a communicator
  * match in the order they were posted on each side.  A message shorter than
  * the receive completes it; a longer one is an error (truncation).  A
- * reducing receive (req->red) must get exactly its length: anything else is
- * an error, since the bytes past a short message would stay unreduced.
+ * consumed receive (req->consumer) must get exactly its length: anything
+ * else is an error, since what the consumer does needs the whole message.
  */
 #ifndef MOECCL_TRANSPORT_H_
 #define MOECCL_TRANSPORT_H_
@@ -19,11 +19,43 @@
 
 typedef enum { MOECCL_REQ_SEND = 0, MOECCL_REQ_RECV = 1 } moeccl_req_type_t;
 
-struct moeccl_red;
+/* What a receive does with its message in place of writing buf, filled by
+ * the executor (a reduction as the bytes arrive, or a MoE row program): the
+ * transport hands it the bytes where they lie -- a slot, the peer's mapped
+ * memory, a bounce buffer -- and never learns what it computes.  Only a
+ * transport with the capability (MOECCL_TRANSPORT_CAP_REDUCE for unit > 0,
+ * MOECCL_TRANSPORT_CAP_ROWS for unit 0) sees a consumer; msg is always host
+ * memory. */
+typedef struct moeccl_consumer {
+  /* > 0: every byte of the message goes through consume, in pieces of
+   *   whole units of this many bytes (a reduction's elements), and buf is
+   *   never written.
+   * 0: the transport may consume the whole message at once (off 0) once
+   *   ready() says so, or else land it in buf as a plain receive; the
+   *   executor then consumes it from there. */
+  size_t unit;
+  /* Consumes bytes [off, off + n) of the message, which msg holds.  A
+   * failure has already failed the communicator; pass it on. */
+  moecclResult_t (*consume)(struct moeccl_consumer* c, const void* msg, size_t off, size_t n);
+  /* A gathered message (the sender's req->gather_span): span is the
+   * sender's whole buffer; the consumer picks its rows from it.  NULL where
+   * the receive cannot pick rows from a whole buffer (the ranks disagree
+   * on the call). */
+  moecclResult_t (*consume_gathered)(struct moeccl_consumer* c, const void* span);
+  /* Whether consume may run now (NULL: always): consumers whose sums must
+   * come out the same run to run take their turn in op order.  Until then
+   * the transport waits, or lands the message in buf (unit 0). */
+  int (*ready)(const struct moeccl_consumer* c);
+  /* A gathered message, for a transport that cannot hand over the span
+   * (it reads the rows into buf instead, in message order): message row i
+   * is row map[i] of the sender's buffer, rows of row_bytes bytes. */
+  const uint32_t* map;
+  size_t row_bytes;
+} moeccl_consumer_t;
 
-/* One posted send or receive.  Owned by the executor; the transport links it
- * into its queues between post() and completion and must not touch it after
- * setting done. */
+/* One posted send or receive.  Owned by the executor (inside a request of
+ * its own); the transport links it into its queues between post() and
+ * completion and must not touch it after setting done. */
 typedef struct moeccl_req {
   int type; /* moeccl_req_type_t */
   int peer; /* comm rank */
@@ -32,68 +64,41 @@ typedef struct moeccl_req {
   size_t bytes;
   volatile int done;
   int stream_copy; /* copy into buf with streaming stores (executor's choice) */
-  /* A receive that reduces (MOECCL_OP_RECV_REDUCE), posted only to a
-   * transport with MOECCL_TRANSPORT_CAP_REDUCE: buf = operand (+) message,
-   * with moeccl_reduce(red, ..., red_flags) over whole elements (operand
-   * may equal buf).  red is NULL for a plain receive. */
-  const struct moeccl_red* red;
-  const void* operand;
-  unsigned red_flags;
-  /* executor's: a reducing receive staged for a transport without the
-   * capability, or of device memory (buf is staging memory, red is NULL;
-   * reduce by stage_red into stage_dst when done; the message must be
-   * stage_bytes long) */
-  void* stage_dst;
-  size_t stage_bytes;
-  const struct moeccl_red* stage_red;
-  /* A receive consumed by a row program (MOECCL_OPF_ROWS): the message
-   * must be exactly bytes long.  A transport with MOECCL_TRANSPORT_CAP_ROWS
-   * may run moeccl_rows_run(rows, rows_dst, <the message>, rows_aux)
-   * instead of writing buf, and then sets consumed; otherwise the executor
-   * runs it from buf once the receive is done. */
-  const struct moeccl_rows* rows;
-  void* rows_dst;
-  const void* rows_aux;
-  int consumed;
-  /* the program writes or reads device memory: no transport runs it (host
-   * code); the message lands in buf and the executor runs it */
-  int rows_device;
-  /* An adding program (MOECCL_ROWS_ADD) runs after the one of the step's
-   * previous adding receive, rows_after (NULL for the first), so that sums
-   * come out the same run to run: a transport consumes such a receive in
-   * place only once moeccl_req_rows_turn() says so, and otherwise waits or
-   * writes buf (the executor then runs the programs in op order). */
-  const struct moeccl_req* rows_after;
-  /* A gathered send (MOECCL_OPF_ROWS, can_gather said yes): buf is the
-   * sender's whole buffer of gather_span bytes; bytes is the message the
-   * receiver's program reads, gathered by rows->map there. */
-  size_t gather_span;
   /* A receive whose message is exactly bytes long when the ranks' calls
    * agree (every collective's schedule; not moecclRecv, which takes a
    * shorter message): a transport may act on the size before the message
    * arrives, and may fail a call whose ranks disagree. */
   int exact;
-  struct moeccl_req* next; /* transport's queue link */
-  size_t progress;         /* transport's: bytes moved so far */
-  uint64_t seq;            /* transport's: message sequence number */
-  uint64_t aux;            /* transport's */
+  /* A receive consumed in place (above), or NULL: a plain receive. */
+  moeccl_consumer_t* consumer;
+  /* A gathered send (can_gather said yes): buf is the sender's whole
+   * buffer of gather_span bytes; bytes is the message the receiver's
+   * consumer reads, picking its rows (consume_gathered, map); 0 else. */
+  size_t gather_span;
+  /* the transport's own */
+  struct moeccl_req* next; /* queue link */
+  size_t progress;         /* bytes moved so far */
+  uint64_t seq;            /* message sequence number */
+  uint64_t aux;
 } moeccl_req_t;
 
-/* Whether r's program may run now: the previous adding receive of its step
- * has run its program (consumed in place, or by the executor). */
-static inline int moeccl_req_rows_turn(const moeccl_req_t* r) {
-  const moeccl_req_t* a = r->rows_after;
-  return !a || !a->rows || a->consumed;
+/* Whether r's consumer may consume now (r a receive). */
+static inline int moeccl_req_ready(const moeccl_req_t* r) {
+  const moeccl_consumer_t* c = r->consumer;
+  return !c || !c->ready || c->ready(c);
 }
 
 /* Capabilities a transport reports (ops->caps). */
 enum {
-  /* Receives can reduce as the bytes arrive (req->red), straight out of the
-   * peer's memory or a slot, with no staging copy.  Without it the executor
-   * receives into staging memory and reduces when the receive completes. */
+  /* Receives can consume in place piece by piece (a consumer of unit > 0:
+   * reducing as the bytes arrive), straight out of the peer's memory or a
+   * slot, with no staging copy.  Without it the executor receives into
+   * staging memory and reduces when the receive completes. */
   MOECCL_TRANSPORT_CAP_REDUCE = 1,
-  /* Receives with a row program (req->rows) can run it straight out of the
-   * peer's memory (shm: a mapped moecclMemAlloc region). */
+  /* Receives can consume a whole message in place (a consumer of unit 0:
+   * a row program), straight out of the peer's memory (shm: a mapped
+   * moecclMemAlloc region), and take gathered messages.  Without it the
+   * message lands in buf and the executor consumes it from there. */
   MOECCL_TRANSPORT_CAP_ROWS = 2,
   /* A network transport: it reaches other nodes (selection tries it after
    * shared memory, in order of score), its peers are probed through their
