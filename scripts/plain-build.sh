@@ -43,9 +43,9 @@ core_flags="$CFLAGS -Iinclude -Isrc -include $out/config.h -fvisibility=hidden $
 # every library source but the network modules (libfabric, UCX) and, without
 # cuda.h, the CUDA backend
 srcs=()
-for f in src/*.c src/*/*.c; do
+for f in src/*.c src/*/*.c src/*/*/*.c; do
   case $f in
-    src/transport/ofi*.c | src/transport/ucx*.c | src/transport/net_*.c) continue ;;
+    src/transport/ofi/* | src/transport/ucx/* | src/transport/net_*.c) continue ;;
     src/device/cuda.c) [ -n "$cuda_flags" ] || continue ;;
   esac
   srcs+=("$f")

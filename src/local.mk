@@ -15,7 +15,9 @@ libmoeccl_core_la_SOURCES = \
   src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
   src/comm/comm.h src/comm/error.c src/comm/peer_lost.c src/comm/secret.c src/comm/span.c src/comm/span.h \
   src/comm/bootstrap.c src/comm/bootstrap.h \
-  src/transport/transport.c src/transport/transport.h src/transport/shm.c src/transport/ipc.c \
+  src/transport/transport.c src/transport/transport.h src/transport/shm/shm.h \
+  src/transport/shm/setup.c src/transport/shm/shm.c src/transport/shm/large.c \
+  src/transport/shm/device.c src/transport/ipc.c \
   src/sched/schedule.c src/sched/schedule.h \
   src/algos/algos.c src/algos/algos.h src/algos/alltoall_util.c src/algos/meta.c \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \
@@ -51,8 +53,8 @@ libmoeccl_core_la_CPPFLAGS += $(cuda_CPPFLAGS)
 endif
 libmoeccl_core_la_LIBADD += -ldl
 # Network transports, each behind its own conditional (see its .mk).
-include src/transport/ofi.mk
-include src/transport/ucx.mk
+include src/transport/ofi/ofi.mk
+include src/transport/ucx/ucx.mk
 # Reduction kernels and the collectives' generators.
 include src/kernels/reduce.mk
 include src/algos/coll.mk

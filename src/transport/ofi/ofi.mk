@@ -22,11 +22,12 @@ netmod_LTLIBRARIES =
 # no libfabric: on Debian 12 libfabric pulls in libinfinipath.so.4, whose
 # constructor installs a SIGSEGV handler.
 if HAVE_LIBFABRIC
-libmoeccl_core_la_SOURCES += src/transport/ofi_load.c
+libmoeccl_core_la_SOURCES += src/transport/ofi/ofi_load.c
 libmoeccl_core_la_CPPFLAGS += -DMOECCL_TRANSPORT_OFI
 netmod_LTLIBRARIES += moeccl_net_ofi.la
-moeccl_net_ofi_la_SOURCES = src/transport/ofi.c src/transport/net_module.c \
-  src/transport/net_module.h
+moeccl_net_ofi_la_SOURCES = src/transport/ofi/ofi.h src/transport/ofi/setup.c \
+  src/transport/ofi/mem.c src/transport/ofi/post.c src/transport/ofi/progress.c \
+  src/transport/net_module.c src/transport/net_module.h
 moeccl_net_ofi_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h \
   $(libfabric_CPPFLAGS)
 moeccl_net_ofi_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden

@@ -8,10 +8,10 @@
 # The loader they share, netmoddir and the first netmod_LTLIBRARIES
 # assignment are in ofi.mk, included before this file.
 if HAVE_UCX
-libmoeccl_core_la_SOURCES += src/transport/ucx_load.c
+libmoeccl_core_la_SOURCES += src/transport/ucx/ucx_load.c
 libmoeccl_core_la_CPPFLAGS += -DMOECCL_TRANSPORT_UCX
 netmod_LTLIBRARIES += moeccl_net_ucx.la
-moeccl_net_ucx_la_SOURCES = src/transport/ucx.c src/transport/net_module.c \
+moeccl_net_ucx_la_SOURCES = src/transport/ucx/ucx.c src/transport/net_module.c \
   src/transport/net_module.h
 moeccl_net_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h $(ucx_CPPFLAGS)
 moeccl_net_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
