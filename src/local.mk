@@ -17,7 +17,9 @@ libmoeccl_core_la_SOURCES = \
   src/comm/bootstrap.c src/comm/bootstrap.h \
   src/transport/transport.c src/transport/transport.h src/transport/shm/shm.h \
   src/transport/shm/setup.c src/transport/shm/shm.c src/transport/shm/large.c \
-  src/transport/shm/device.c src/transport/ipc.c \
+  src/transport/shm/device.c src/transport/ipc/ipc.h src/transport/ipc/ipc.c \
+  src/transport/ipc/setup.c src/transport/ipc/maps.c src/transport/ipc/watch.c \
+  src/transport/ipc/lower.c \
   src/sched/schedule.c src/sched/schedule.h \
   src/algos/algos.c src/algos/algos.h src/algos/alltoall_util.c src/algos/meta.c \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \

@@ -30,6 +30,8 @@ typedef struct moeccl_xreq {
   const void* operand;
   unsigned red_flags;
   void* stage_dst; /* NULL: nothing staged (or already reduced) */
+  /* the op's length, which a staged message, or one whose row program the
+   * executor runs, must have (the ranks agree on the call) */
   size_t stage_bytes;
   /* A receive consumed by a row program (MOECCL_OPF_ROWS): run on the
    * message, in place by the transport (consumed) or from buf once the

@@ -20,7 +20,7 @@
  * that the receiver maps) and for one past SHM_MAP_MIN bytes that fits a
  * slot, from mapped memory, unless MOECCL_SHM_MAP_SMALL_DISABLE.  Decided
  * once per send: a pass asks several times. */
-static int decide_rndv(const shm_state_t* s, const moeccl_req_t* r) {
+int moeccl_shm_decide_rndv(const shm_state_t* s, const moeccl_req_t* r) {
   if (r->gather_span) return 1;                   /* shm_can_gather checked the memory */
   if (r->mem.kind == MOECCL_MEM_DEVICE) return 1; /* never through the slots */
   if (!s->can_reach_memory) return 0;
@@ -31,11 +31,6 @@ static int decide_rndv(const shm_state_t* s, const moeccl_req_t* r) {
   }
   moeccl_mem_handle_t mh;
   return moeccl_mem_lookup(r->buf, r->bytes, &mh);
-}
-
-int moeccl_shm_is_rndv(const shm_state_t* s, moeccl_req_t* r) {
-  if (!(r->aux & AUX_DECIDED)) r->aux |= AUX_DECIDED | (decide_rndv(s, r) ? AUX_RNDV : 0);
-  return (r->aux & AUX_RNDV) != 0;
 }
 
 /* A gathered send needs memory the receiver can map: moecclMemAlloc's. */

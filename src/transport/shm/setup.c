@@ -35,17 +35,6 @@ void moeccl_shm_ring(shm_state_t* s, int local) {
   moeccl_shm_futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-/* The data path rings later, once per post or progress pass for every peer
- * it published or freed slots for (ring_due): the fence waits for this
- * rank's stores to reach the other cores, and paying it once per message
- * (six times a small call on 4 ranks) stalled the path that many times. */
-void moeccl_shm_ring_later(shm_state_t* s, int local) {
-  shm_peer_t* p = &s->peers[local];
-  if (p->ring_due) return;
-  p->ring_due = 1;
-  s->due[s->ndue++] = local;
-}
-
 void moeccl_shm_ring_due(shm_state_t* s) {
   if (!s->ndue) return;
   atomic_thread_fence(memory_order_seq_cst); /* as ring's, once for all */

@@ -200,6 +200,26 @@ enum {
   AUX_RNDV = 4,
 };
 
+/* The data path rings later, once per post or progress pass for every peer
+ * it published or freed slots for (ring_due): the fence waits for this
+ * rank's stores to reach the other cores, and paying it once per message
+ * (six times a small call on 4 ranks) stalled the path that many times. */
+static inline void moeccl_shm_ring_later(shm_state_t* s, int local) {
+  shm_peer_t* p = &s->peers[local];
+  if (p->ring_due) return;
+  p->ring_due = 1;
+  s->due[s->ndue++] = local;
+}
+
+/* Whether send r goes by single copy: decided once per send (a pass asks
+ * several times; large.c decides). */
+int moeccl_shm_decide_rndv(const shm_state_t* s, const moeccl_req_t* r);
+static inline int moeccl_shm_is_rndv(const shm_state_t* s, moeccl_req_t* r) {
+  if (!(r->aux & AUX_DECIDED))
+    r->aux |= AUX_DECIDED | (moeccl_shm_decide_rndv(s, r) ? AUX_RNDV : 0);
+  return (r->aux & AUX_RNDV) != 0;
+}
+
 /* setup.c: the segment, doorbells and the abort word */
 moecclResult_t moeccl_shm_init(moeccl_comm_t* comm, const uint8_t* use, int needed_anywhere,
                                void** state);
@@ -207,7 +227,6 @@ void moeccl_shm_fini(void* state);
 int moeccl_shm_can_reach(const moeccl_comm_t* comm, int peer);
 void moeccl_shm_notify_abort(void* state, int culprit);
 void moeccl_shm_ring(shm_state_t* s, int local);
-void moeccl_shm_ring_later(shm_state_t* s, int local);
 void moeccl_shm_ring_due(shm_state_t* s);
 moecclResult_t moeccl_shm_check_abort(shm_state_t* s);
 moecclResult_t moeccl_shm_peer_died(shm_state_t* s, const shm_peer_t* p);
@@ -215,7 +234,6 @@ moecclResult_t moeccl_shm_truncated(shm_state_t* s, shm_peer_t* p, uint64_t got,
 void moeccl_shm_dev_unmap(const peer_map_t* m);
 
 /* large.c: single-copy messages */
-int moeccl_shm_is_rndv(const shm_state_t* s, moeccl_req_t* r);
 int moeccl_shm_can_gather(void* state, int peer, const void* buf, size_t bytes);
 const char* moeccl_shm_map_region(shm_state_t* s, shm_peer_t* p, const slot_hdr_t* h);
 moecclResult_t moeccl_shm_bounce_alloc(shm_state_t* s);
