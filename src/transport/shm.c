@@ -27,6 +27,7 @@
  * Waiting: a rank that finds nothing to do spins, then sleeps on a futex in
  * its own doorbell word; whoever publishes or frees a slot for it rings it.
  */
+#include "base/futex.h"
 #include "kernels/copy.h"
 #include "device/device.h"
 #include "base/param.h"
@@ -39,7 +40,6 @@
 #include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -49,7 +49,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -180,10 +179,6 @@ typedef struct {
   moecclResult_t dev_error;
 } shm_state_t;
 
-static long futex(_Atomic uint32_t* addr, int op, uint32_t val, const struct timespec* ts) {
-  return syscall(SYS_futex, (uint32_t*)addr, op, val, ts, NULL, 0);
-}
-
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 static int chan(const shm_state_t* s, int from, int to) { return from * s->nlocal + to; }
@@ -207,7 +202,7 @@ static void ring(shm_state_t* s, int local) {
   atomic_thread_fence(memory_order_seq_cst);
   if (!atomic_load_explicit(&r->sleeping, memory_order_relaxed)) return;
   atomic_fetch_add(&r->doorbell, 1);
-  futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+  moeccl_futex_wake(&r->doorbell);
 }
 
 /* The data path rings later, once per post or progress pass for every peer
@@ -230,7 +225,7 @@ static void ring_due(shm_state_t* s) {
     s->peers[l].ring_due = 0;
     if (!atomic_load_explicit(&r->sleeping, memory_order_relaxed)) continue;
     atomic_fetch_add(&r->doorbell, 1);
-    futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+    moeccl_futex_wake(&r->doorbell);
   }
   s->ndue = 0;
 }
@@ -1247,7 +1242,7 @@ static void shm_wait(void* state, int64_t timeout_us) {
   atomic_store(&me->sleeping, 1); /* seq_cst: the fence ring pairs with */
   if (!shm_ready(s) && atomic_load(&me->doorbell) == s->armed) {
     struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
-    futex(&me->doorbell, FUTEX_WAIT, s->armed, &ts);
+    moeccl_futex_wait(&me->doorbell, s->armed, &ts);
   }
   atomic_store(&me->sleeping, 0);
 }
