@@ -331,8 +331,10 @@ static emu_stream_t* dead;
 /* The legacy default stream (NULL), made on first use and never in the
  * registry.  As on CUDA, its work starts after the earlier work of every
  * blocking stream, and a blocking stream's work after the earlier work of
- * the legacy stream. */
+ * the legacy stream.  Read without the lock (legacy_stream), once made. */
 static emu_stream_t* legacy;
+
+static emu_stream_t* legacy_stream(void) { return __atomic_load_n(&legacy, __ATOMIC_ACQUIRE); }
 
 static int emu_stream_valid(const void* stream) { return moeccl_queue_live(&live, stream); }
 
@@ -375,8 +377,7 @@ static moecclResult_t run_op(emu_stream_t* s, emu_op_t* op) {
 
 /* The queue's run of an operation: after an error the rest is dropped, as
  * on a GPU, but for what only frees memory. */
-static moecclResult_t run_item(moeccl_queue_t* q, moeccl_queue_item_t* item,
-                               moecclResult_t error) {
+static moecclResult_t run_item(moeccl_queue_t* q, moeccl_queue_item_t* item, moecclResult_t error) {
   emu_op_t* op = (emu_op_t*)item;
   moecclResult_t rc = moecclSuccess;
   if (error == moecclSuccess || op->kind == EMU_FREE) rc = run_op((emu_stream_t*)q, op);
@@ -412,8 +413,8 @@ static moecclResult_t emu_stream_create_blocking(void** stream) {
 static emu_stream_t* stream_of(void* stream) {
   if (stream) return stream;
   pthread_mutex_lock(&streams_lock);
-  if (!legacy && stream_new(&legacy, 1) != moecclSuccess) legacy = NULL;
   emu_stream_t* s = legacy;
+  if (!s && stream_new(&s, 1) == moecclSuccess) __atomic_store_n(&legacy, s, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&streams_lock);
   return s;
 }
@@ -457,9 +458,10 @@ static moecclResult_t legacy_waits_for(moeccl_queue_t* q, void* legacy_stream) {
  * on it waits for the earlier work of every blocking stream; work queued
  * on a blocking stream waits for the legacy stream's earlier work. */
 static moecclResult_t implicit_order(emu_stream_t* s) {
-  if (s == legacy) return moeccl_queue_each(&live, legacy_waits_for, s);
-  if (!s->blocking || !legacy) return moecclSuccess;
-  return wait_for(s, legacy);
+  emu_stream_t* l = legacy_stream();
+  if (s == l) return moeccl_queue_each(&live, legacy_waits_for, s);
+  if (!s->blocking || !l) return moecclSuccess;
+  return wait_for(s, l);
 }
 
 static moecclResult_t enqueue(void* stream, emu_op_t o) {
@@ -539,7 +541,7 @@ static moecclResult_t emu_host_fn(void* stream, void (*fn)(void*), void* arg) {
 
 static moecclResult_t emu_query(void* stream) {
   alive("query");
-  emu_stream_t* s = stream ? stream : legacy;
+  emu_stream_t* s = stream ? stream : legacy_stream();
   if (!s) return moecclSuccess; /* the legacy stream was never used */
   return moeccl_queue_query(&s->queue);
 }

@@ -705,8 +705,8 @@ static moecclResult_t check_kinds(moeccl_job_t* j) {
     if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS)
       continue;
     if (op->peer == c->rank) continue;
-    MOECCL_CHECK(moeccl_mem_check(c, buf_mem(s, net_buf(op)), op->peer,
-                                  "a message's buffer", s->bufs[net_buf(op)]));
+    MOECCL_CHECK(moeccl_mem_check(c, buf_mem(s, net_buf(op)), op->peer, "a message's buffer",
+                                  s->bufs[net_buf(op)]));
   }
   return moecclSuccess;
 }

@@ -23,13 +23,10 @@ typedef struct moeccl_stream_work {
 /* A host stream is a bare queue: the handle is its address. */
 static moeccl_queue_registry_t registry = MOECCL_QUEUE_REGISTRY_INIT;
 
-int moeccl_host_stream_valid(moecclStream_t stream) {
-  return moeccl_queue_live(&registry, stream);
-}
+int moeccl_host_stream_valid(moecclStream_t stream) { return moeccl_queue_live(&registry, stream); }
 
 /* On the stream's thread; error (an earlier job's) does not hold it up. */
-static moecclResult_t run_work(moeccl_queue_t* q, moeccl_queue_item_t* item,
-                               moecclResult_t error) {
+static moecclResult_t run_work(moeccl_queue_t* q, moeccl_queue_item_t* item, moecclResult_t error) {
   (void)q, (void)error;
   work_t* w = (work_t*)item;
   moecclResult_t rc = w->job.run(w->job.arg);

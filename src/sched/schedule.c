@@ -45,7 +45,8 @@ moecclResult_t moeccl_sched_add_flags(moeccl_sched_t* s, moeccl_op_type_t type, 
                                       uint64_t dst_off, uint64_t bytes, unsigned flags) {
   s->prepared = 0;
   if (bytes == 0) return moecclSuccess;
-  if (moeccl_grow(&s->ops, &s->ops_cap, (size_t)(s->nops + 1), sizeof(*s->ops))) return moecclSystemError;
+  if (moeccl_grow(&s->ops, &s->ops_cap, (size_t)(s->nops + 1), sizeof(*s->ops)))
+    return moecclSystemError;
   moeccl_sched_op_t* op = &s->ops[s->nops++];
   memset(op, 0, sizeof(*op));
   op->type = (uint8_t)type;
