@@ -9,8 +9,8 @@
  *     holds up another stream's);
  *   - a wait until the device stream's flag reaches the call's number.
  * The library thread runs the job (the call's tasks: the executor, its
- * copies on the library's copy stream), then writes the flag from the host, which
- * releases the user's stream.  So the call runs after the stream's
+ * copies on the library's copy stream), then writes the flag from the
+ * host, which releases the user's stream.  So the call runs after the stream's
  * earlier work and before its later work, no kernel spins, nothing on the
  * device has to run for the stream to go on, and a failed call still
  * writes its flag (the error is the communicator's, and the stream kind's
