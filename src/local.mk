@@ -8,7 +8,7 @@ lib_LTLIBRARIES += libmoeccl.la
 libmoeccl_core_la_SOURCES = \
   src/base/debug.c src/base/debug.h src/base/param.c src/base/param.h \
   src/base/socket.c src/base/socket.h src/base/sha256.c src/base/sha256.h \
-  src/base/futex.h src/base/grow.h src/base/queue.c src/base/queue.h \
+  src/base/check.h src/base/futex.h src/base/grow.h src/base/queue.c src/base/queue.h \
   src/device/device.c src/device/device.h src/device/emu.c \
   src/kernels/copy.c src/kernels/copy.h src/kernels/mem.c src/kernels/mem.h \
   src/kernels/rows.c src/kernels/rows.h \

@@ -23,11 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/comm.h"
-#include "device/device.h"
+#include "base/check.h"
 #include "base/futex.h"
 #include "base/param.h"
 #include "base/queue.h"
+#include "device/device.h"
 
 #define EMU_MAX_REGIONS 1024
 #define EMU_DEVICES 8
