@@ -8,6 +8,7 @@ lib_LTLIBRARIES += libmoeccl.la
 libmoeccl_core_la_SOURCES = \
   src/base/debug.c src/base/debug.h src/base/param.c src/base/param.h \
   src/base/socket.c src/base/socket.h src/base/sha256.c src/base/sha256.h \
+  src/base/check.h src/base/futex.h src/base/grow.h src/base/queue.c src/base/queue.h \
   src/device/device.c src/device/device.h src/device/emu.c \
   src/kernels/copy.c src/kernels/copy.h src/kernels/mem.c src/kernels/mem.h \
   src/kernels/rows.c src/kernels/rows.h \
@@ -29,7 +30,7 @@ libmoeccl_core_la_SOURCES = \
   src/plan/plan.c src/plan/plan.h \
   src/exec/executor.c src/exec/executor.h src/exec/executor_int.h src/exec/local.c \
   src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/enqueue.c src/exec/enqueue.h \
-  src/exec/stream.h src/exec/hoststream.c src/exec/devstream.c \
+  src/exec/stream.h src/exec/stream.c src/exec/hoststream.c src/exec/devstream.c \
   src/api/communicator.c src/api/alltoall.c src/api/collectives.c src/api/memalloc.c \
   src/api/moe.c src/api/moe.h
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h

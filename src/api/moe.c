@@ -16,6 +16,7 @@
  * exchanges are ordinary all-to-all calls on the communicator.
  */
 #include "api/moe.h"
+#include "base/grow.h"
 #include "exec/enqueue.h"
 #include "kernels/rows.h"
 #include "comm/span.h"
@@ -34,18 +35,9 @@ static moecclResult_t plan_check(moecclMoePlan_t plan, const char* fn) {
   return moeccl_comm_check(plan->comm, "comm");
 }
 
-/* Grows *arr to at least need elements of elem bytes (kept for later). */
-static int grow(void* arr, size_t* cap, size_t need, size_t elem) {
-  void** p = arr;
-  if (need <= *cap && *p) return 0;
-  size_t ncap = *cap > need ? *cap : need + need / 4 + 16;
-  void* q = realloc(*p, ncap * elem);
-  if (!q) return -1;
-  *p = q, *cap = ncap;
-  return 0;
-}
+/* Grows the plan's array name to at least need elements (base/grow.h). */
 #define GROW(plan, name, need)                                                                     \
-  grow(&(plan)->name, &(plan)->name##_cap, (need), sizeof(*(plan)->name))
+  moeccl_grow(&(plan)->name, &(plan)->name##_cap, (need), sizeof(*(plan)->name))
 
 /* ---- the plan ------------------------------------------------------------ */
 

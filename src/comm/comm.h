@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "algos/coll_algos.h"
+#include "base/check.h"
 #include "base/debug.h"
 #include "moeccl.h"
 #include "sched/schedule.h"
@@ -221,22 +222,5 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm);
 void moeccl_transports_fini(moeccl_comm_t* comm);
 /* Tells every transport's peers that comm rank culprit is lost (once). */
 void moeccl_transports_notify_abort(moeccl_comm_t* comm, int culprit);
-
-#define MOECCL_CHECK(call)                                                                         \
-  do {                                                                                             \
-    moecclResult_t rc_ = (call);                                                                   \
-    if (rc_ != moecclSuccess) {                                                                    \
-      TRACE(ALL, "%s failed: %d", #call, (int)rc_);                                                \
-      return rc_;                                                                                  \
-    }                                                                                              \
-  } while (0)
-#define MOECCL_CHECK_GOTO(call, res, label)                                                        \
-  do {                                                                                             \
-    (res) = (call);                                                                                \
-    if ((res) != moecclSuccess) {                                                                  \
-      TRACE(ALL, "%s failed: %d", #call, (int)(res));                                              \
-      goto label;                                                                                  \
-    }                                                                                              \
-  } while (0)
 
 #endif

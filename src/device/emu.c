@@ -2,8 +2,8 @@
  * The host emulation of the device seam (device.h), for the test suite on
  * machines without a GPU: "device memory" is shared memory (a memfd per
  * allocation, so it exports as a file descriptor like a CUDA VMM
- * allocation), a "stream" is a thread running its queue in order, flags
- * are waited on with futexes (cross-process: the flags live in shared
+ * allocation), a "stream" is a queue served by a thread (base/queue.h),
+ * flags are waited on with futexes (cross-process: the flags live in shared
  * mappings), and MOECCL_DEVICE_EMU_DELAY_US adds a random delay before
  * every queued operation so that tests see other interleavings.
  *
@@ -15,20 +15,19 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/comm.h"
-#include "device/device.h"
+#include "base/check.h"
+#include "base/futex.h"
 #include "base/param.h"
+#include "base/queue.h"
+#include "device/device.h"
 
 #define EMU_MAX_REGIONS 1024
 #define EMU_DEVICES 8
@@ -300,9 +299,11 @@ static void emu_host_unregister(void* ptr) {
 
 /* ---- streams ------------------------------------------------------------ */
 
+/* A stream is a queue (base/queue.h) of these operations. */
 typedef enum { EMU_COPY, EMU_WAIT, EMU_WRITE, EMU_FN, EMU_FREE } emu_kind_t;
 
-typedef struct emu_op {
+typedef struct {
+  moeccl_queue_item_t item; /* first: the queue's view of it */
   emu_kind_t kind;
   void* dst;
   const void* src;
@@ -311,77 +312,51 @@ typedef struct emu_op {
   uint64_t value;
   void (*fn)(void*);
   void* arg;
-  struct emu_op* next;
 } emu_op_t;
 
 typedef struct emu_stream {
-  pthread_t thread;
-  pthread_mutex_t lock;
-  pthread_cond_t cond; /* work queued, or the queue drained */
-  emu_op_t *head, *tail;
-  int busy, stop;
-  int blocking;                /* ordered with the legacy default stream (CUDA's default flags) */
-  uint64_t issued;             /* operations queued (under lock) */
-  volatile uint64_t completed; /* operations run: other streams wait on it */
-  moecclResult_t err;
-  unsigned seed;
-  struct emu_stream* next_live;
+  moeccl_queue_t queue; /* first: the handle is the queue */
+  int blocking;         /* ordered with the legacy default stream (CUDA's default flags) */
+  unsigned seed;        /* the random delays' (the stream's thread only) */
+  struct emu_stream* next_dead;
 } emu_stream_t;
 
 /* The live streams, so that a pointer that is none (a freed one, a host
- * stream) is refused rather than used; a destroyed stream's memory is kept
- * on the dead list, since another stream may still wait on its count. */
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static emu_stream_t* live;
+ * stream) is refused rather than used.  A destroyed stream's memory is
+ * kept on the dead list, since another stream may still wait on its
+ * count; streams_lock guards that list and the legacy stream's making. */
+static moeccl_queue_registry_t live = MOECCL_QUEUE_REGISTRY_INIT;
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static emu_stream_t* dead;
-/* The legacy default stream (NULL), made on first use.  As on CUDA, its
- * work starts after the earlier work of every blocking stream, and a
- * blocking stream's work after the earlier work of the legacy stream. */
+/* The legacy default stream (NULL), made on first use and never in the
+ * registry.  As on CUDA, its work starts after the earlier work of every
+ * blocking stream, and a blocking stream's work after the earlier work of
+ * the legacy stream.  Read without the lock (legacy_stream), once made. */
 static emu_stream_t* legacy;
 
-static int emu_stream_valid(const void* stream) {
-  pthread_mutex_lock(&live_lock);
-  const emu_stream_t* s = live;
-  while (s && (const void*)s != stream) s = s->next_live;
-  pthread_mutex_unlock(&live_lock);
-  return s != NULL;
-}
+static emu_stream_t* legacy_stream(void) { return __atomic_load_n(&legacy, __ATOMIC_ACQUIRE); }
 
-static long futex(volatile void* addr, int op, uint32_t val, const struct timespec* ts) {
-  return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
-}
-
-/* The low 32 bits of a 64-bit flag, which its futex waits on. */
-static volatile uint32_t* low_word(volatile uint64_t* addr) {
-  return (volatile uint32_t*)addr + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
-}
+static int emu_stream_valid(const void* stream) { return moeccl_queue_live(&live, stream); }
 
 static void emu_delay(emu_stream_t* s) {
   long max = moeccl_param_int("MOECCL_DEVICE_EMU_DELAY_US");
   if (max > 0) usleep((useconds_t)(rand_r(&s->seed) % (unsigned)(max + 1)));
 }
 
-/* The stream waits, without spinning, until *addr >= value (or the stream
- * is destroyed: then its error is set). */
-static void emu_wait(emu_stream_t* s, volatile uint64_t* addr, uint64_t value) {
+/* The stream waits, without spinning, until *addr >= value; when the
+ * stream is destroyed meanwhile it gives up, and fails the stream. */
+static moecclResult_t emu_wait(emu_stream_t* s, volatile uint64_t* addr, uint64_t value) {
   const struct timespec tick = {0, 10 * 1000 * 1000}; /* bounds a missed cross-process wake */
   for (;;) {
     uint64_t v = __atomic_load_n(addr, __ATOMIC_ACQUIRE);
-    if (v >= value) return;
-    if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
-      s->err = moecclInvalidUsage; /* destroyed while waiting on a flag never written */
-      return;
-    }
-    futex(low_word(addr), FUTEX_WAIT, (uint32_t)v, &tick);
+    if (v >= value) return moecclSuccess;
+    if (moeccl_queue_stopping(&s->queue))
+      return moecclInvalidUsage; /* destroyed while waiting on a flag never written */
+    moeccl_flag_sleep(addr, v, &tick);
   }
 }
 
-static void flag_store(volatile uint64_t* addr, uint64_t value) {
-  __atomic_store_n(addr, value, __ATOMIC_RELEASE);
-  futex(low_word(addr), FUTEX_WAKE, INT_MAX, NULL);
-}
-
-static void run_op(emu_stream_t* s, emu_op_t* op) {
+static moecclResult_t run_op(emu_stream_t* s, emu_op_t* op) {
   if (op->kind != EMU_FREE) emu_delay(s);
   switch (op->kind) {
     case EMU_COPY:
@@ -389,50 +364,33 @@ static void run_op(emu_stream_t* s, emu_op_t* op) {
         /* a flag written by a copy (a gate a test opens): whole, and its
          * waiters woken, as a GPU's copy engine writes a word another
          * stream polls */
-        flag_store(op->dst, __atomic_load_n((const uint64_t*)op->src, __ATOMIC_ACQUIRE));
+        moeccl_flag_store(op->dst, __atomic_load_n((const uint64_t*)op->src, __ATOMIC_ACQUIRE));
       else memmove(op->dst, op->src, op->bytes);
       break;
-    case EMU_WAIT: emu_wait(s, op->addr, op->value); break;
-    case EMU_WRITE: flag_store(op->addr, op->value); break;
+    case EMU_WAIT: return emu_wait(s, op->addr, op->value);
+    case EMU_WRITE: moeccl_flag_store(op->addr, op->value); break;
     case EMU_FN: op->fn(op->arg); break;
     case EMU_FREE: free(op->arg); break; /* a pageable copy's staging */
   }
+  return moecclSuccess;
 }
 
-static void* stream_main(void* arg) {
-  emu_stream_t* s = arg;
-  pthread_mutex_lock(&s->lock);
-  for (;;) {
-    while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
-    if (!s->head) break; /* stopped and drained */
-    emu_op_t* op = s->head;
-    s->head = op->next;
-    if (!s->head) s->tail = NULL;
-    s->busy = 1;
-    pthread_mutex_unlock(&s->lock);
-    if (s->err == moecclSuccess || op->kind == EMU_FREE)
-      run_op(s, op); /* after an error the rest is dropped */
-    free(op);
-    pthread_mutex_lock(&s->lock);
-    s->busy = 0;
-    flag_store(&s->completed, s->completed + 1);
-    pthread_cond_broadcast(&s->cond);
-  }
-  pthread_mutex_unlock(&s->lock);
-  return NULL;
+/* The queue's run of an operation: after an error the rest is dropped, as
+ * on a GPU, but for what only frees memory. */
+static moecclResult_t run_item(moeccl_queue_t* q, moeccl_queue_item_t* item, moecclResult_t error) {
+  emu_op_t* op = (emu_op_t*)item;
+  moecclResult_t rc = moecclSuccess;
+  if (error == moecclSuccess || op->kind == EMU_FREE) rc = run_op((emu_stream_t*)q, op);
+  free(op);
+  return rc;
 }
 
 static moecclResult_t stream_new(emu_stream_t** out, int blocking) {
-  emu_stream_t* s = calloc(1, sizeof(*s));
-  if (!s) return moecclSystemError;
-  pthread_mutex_init(&s->lock, NULL);
-  pthread_cond_init(&s->cond, NULL);
+  moeccl_queue_t* q;
+  if (moeccl_queue_new(sizeof(emu_stream_t), &q) != 0) return moecclSystemError;
+  emu_stream_t* s = (emu_stream_t*)q;
   s->blocking = blocking;
   s->seed = (unsigned)(uintptr_t)s ^ (unsigned)getpid();
-  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
-    pthread_mutex_destroy(&s->lock), pthread_cond_destroy(&s->cond), free(s);
-    return moecclSystemError;
-  }
   *out = s;
   return moecclSuccess;
 }
@@ -441,9 +399,7 @@ static moecclResult_t stream_create_kind(void** stream, int blocking) {
   alive("stream_create");
   emu_stream_t* s;
   MOECCL_CHECK(stream_new(&s, blocking));
-  pthread_mutex_lock(&live_lock);
-  s->next_live = live, live = s;
-  pthread_mutex_unlock(&live_lock);
+  moeccl_queue_register(&live, &s->queue);
   *stream = s;
   return moecclSuccess;
 }
@@ -456,10 +412,10 @@ static moecclResult_t emu_stream_create_blocking(void** stream) {
 /* The stream a handle names: NULL is the legacy default stream. */
 static emu_stream_t* stream_of(void* stream) {
   if (stream) return stream;
-  pthread_mutex_lock(&live_lock);
-  if (!legacy && stream_new(&legacy, 1) != moecclSuccess) legacy = NULL;
+  pthread_mutex_lock(&streams_lock);
   emu_stream_t* s = legacy;
-  pthread_mutex_unlock(&live_lock);
+  if (!s && stream_new(&s, 1) == moecclSuccess) __atomic_store_n(&legacy, s, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&streams_lock);
   return s;
 }
 
@@ -469,17 +425,10 @@ static moecclResult_t emu_stream_destroy(void* stream) {
   alive("stream_destroy");
   emu_stream_t* s = stream;
   if (!s) return moecclInvalidArgument;
-  pthread_mutex_lock(&live_lock);
-  emu_stream_t** p = &live;
-  while (*p && *p != s) p = &(*p)->next_live;
-  if (*p) *p = s->next_live;
-  s->next_live = dead, dead = s;
-  pthread_mutex_unlock(&live_lock);
-  pthread_mutex_lock(&s->lock);
-  __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
-  pthread_cond_broadcast(&s->cond);
-  pthread_mutex_unlock(&s->lock);
-  pthread_join(s->thread, NULL);
+  pthread_mutex_lock(&streams_lock);
+  s->next_dead = dead, dead = s;
+  pthread_mutex_unlock(&streams_lock);
+  moeccl_queue_stop(&live, &s->queue);
   return moecclSuccess;
 }
 
@@ -487,43 +436,32 @@ static moecclResult_t push(emu_stream_t* s, emu_op_t o) {
   emu_op_t* op = malloc(sizeof(*op));
   if (!op) return moecclSystemError;
   *op = o;
-  op->next = NULL;
-  pthread_mutex_lock(&s->lock);
-  if (s->tail) s->tail->next = op;
-  else s->head = op;
-  s->tail = op;
-  s->issued++;
-  pthread_cond_broadcast(&s->cond);
-  pthread_mutex_unlock(&s->lock);
+  op->item.run = run_item;
+  moeccl_queue_push(&s->queue, &op->item);
   return moecclSuccess;
 }
 
-static uint64_t issued_of(emu_stream_t* s) {
-  pthread_mutex_lock(&s->lock);
-  uint64_t n = s->issued;
-  pthread_mutex_unlock(&s->lock);
-  return n;
+/* Queues on s a wait for b's operations queued so far, unless they ran. */
+static moecclResult_t wait_for(emu_stream_t* s, emu_stream_t* b) {
+  uint64_t n = moeccl_queue_issued(&b->queue);
+  volatile uint64_t* done = moeccl_queue_completed(&b->queue);
+  if (n <= __atomic_load_n(done, __ATOMIC_ACQUIRE)) return moecclSuccess;
+  return push(s, (emu_op_t){.kind = EMU_WAIT, .addr = done, .value = n});
+}
+
+static moecclResult_t legacy_waits_for(moeccl_queue_t* q, void* legacy_stream) {
+  emu_stream_t* b = (emu_stream_t*)q;
+  return b->blocking ? wait_for(legacy_stream, b) : moecclSuccess;
 }
 
 /* The legacy stream's implicit order (caller holds nothing): work queued
  * on it waits for the earlier work of every blocking stream; work queued
  * on a blocking stream waits for the legacy stream's earlier work. */
 static moecclResult_t implicit_order(emu_stream_t* s) {
-  if (s == legacy) {
-    pthread_mutex_lock(&live_lock);
-    moecclResult_t rc = moecclSuccess;
-    for (emu_stream_t* b = live; b && rc == moecclSuccess; b = b->next_live) {
-      uint64_t n = b->blocking ? issued_of(b) : 0;
-      if (n > __atomic_load_n(&b->completed, __ATOMIC_ACQUIRE))
-        rc = push(s, (emu_op_t){.kind = EMU_WAIT, .addr = &b->completed, .value = n});
-    }
-    pthread_mutex_unlock(&live_lock);
-    return rc;
-  }
-  if (!s->blocking || !legacy) return moecclSuccess;
-  uint64_t n = issued_of(legacy);
-  if (n <= __atomic_load_n(&legacy->completed, __ATOMIC_ACQUIRE)) return moecclSuccess;
-  return push(s, (emu_op_t){.kind = EMU_WAIT, .addr = &legacy->completed, .value = n});
+  emu_stream_t* l = legacy_stream();
+  if (s == l) return moeccl_queue_each(&live, legacy_waits_for, s);
+  if (!s->blocking || !l) return moecclSuccess;
+  return wait_for(s, l);
 }
 
 static moecclResult_t enqueue(void* stream, emu_op_t o) {
@@ -591,7 +529,9 @@ static moecclResult_t emu_host_flags(void** ptr, size_t bytes) {
   return emu_host_alloc(ptr, bytes);
 }
 
-static void emu_host_write(volatile uint64_t* addr, uint64_t value) { flag_store(addr, value); }
+static void emu_host_write(volatile uint64_t* addr, uint64_t value) {
+  moeccl_flag_store(addr, value);
+}
 
 static moecclResult_t emu_host_fn(void* stream, void (*fn)(void*), void* arg) {
   alive("host_fn");
@@ -601,16 +541,14 @@ static moecclResult_t emu_host_fn(void* stream, void (*fn)(void*), void* arg) {
 
 static moecclResult_t emu_query(void* stream) {
   alive("query");
-  emu_stream_t* s = stream ? stream : legacy;
+  emu_stream_t* s = stream ? stream : legacy_stream();
   if (!s) return moecclSuccess; /* the legacy stream was never used */
-  pthread_mutex_lock(&s->lock);
-  moecclResult_t r = s->head || s->busy ? moecclInProgress : s->err;
-  pthread_mutex_unlock(&s->lock);
-  return r;
+  return moeccl_queue_query(&s->queue);
 }
 
 /* The legacy stream: everything queued before on it and (its implicit
- * order) on the blocking streams. */
+ * order) on the blocking streams.  A stream's error stays (CUDA's sticky
+ * errors). */
 static moecclResult_t emu_synchronize(void* stream) {
   alive("synchronize");
   COUNT(syncs, 1);
@@ -620,23 +558,23 @@ static moecclResult_t emu_synchronize(void* stream) {
     if (!s) return moecclSystemError;
     MOECCL_CHECK(implicit_order(s));
   }
-  pthread_mutex_lock(&s->lock);
-  while (s->head || s->busy) pthread_cond_wait(&s->cond, &s->lock);
-  moecclResult_t r = s->err;
-  pthread_mutex_unlock(&s->lock);
-  return r;
+  return moeccl_queue_sync(&s->queue, 0);
+}
+
+/* Stops the walk at a stream with work (*arg): moecclInProgress. */
+static moecclResult_t find_busy(moeccl_queue_t* q, void* arg) {
+  if (emu_query(q) != moecclInProgress) return moecclSuccess;
+  *(moeccl_queue_t**)arg = q;
+  return moecclInProgress;
 }
 
 static moecclResult_t emu_sync_all(void) {
   alive("sync_all");
   MOECCL_CHECK(emu_synchronize(NULL));
   for (;;) { /* a stream with work, then again from the start: the list may change */
-    pthread_mutex_lock(&live_lock);
-    emu_stream_t* s = live;
-    while (s && emu_query(s) != moecclInProgress) s = s->next_live;
-    pthread_mutex_unlock(&live_lock);
-    if (!s) return moecclSuccess;
-    MOECCL_CHECK(emu_synchronize(s));
+    moeccl_queue_t* busy = NULL;
+    if (moeccl_queue_each(&live, find_busy, &busy) == moecclSuccess) return moecclSuccess;
+    MOECCL_CHECK(emu_synchronize(busy));
   }
 }
 

@@ -3,14 +3,14 @@
  * cudaStream_t (or an emulated stream, device/emu.c) is queued on it and
  * the caller gets control back at once, as with NCCL.  On the stream go two
  * operations:
- *   - a host function that hands the call's tasks to a library thread (one
+ *   - a host function that hands the call's job to a library thread (one
  *     host stream per device stream, so the calls of one device stream run
  *     in its order and a call waiting for its communicator's turn never
  *     holds up another stream's);
  *   - a wait until the device stream's flag reaches the call's number.
- * The library thread runs the tasks (the executor, its copies on the
- * library's copy stream), then writes the flag from the host, which
- * releases the user's stream.  So the call runs after the stream's
+ * The library thread runs the job (the call's tasks: the executor, its
+ * copies on the library's copy stream), then writes the flag from the
+ * host, which releases the user's stream.  So the call runs after the stream's
  * earlier work and before its later work, no kernel spins, nothing on the
  * device has to run for the stream to go on, and a failed call still
  * writes its flag (the error is the communicator's, and the stream kind's
@@ -79,7 +79,7 @@ static dev_stream_t* find(moecclStream_t stream) {
   return e;
 }
 
-/* On the worker thread, after the call's tasks ran: release the stream. */
+/* On the worker thread, after the call's job ran: release the stream. */
 static void finished(void* arg, moecclResult_t rc) {
   dev_call_t* c = arg;
   dev_stream_t* e = c->e;
@@ -100,7 +100,7 @@ static void launch(void* arg) {
   moeccl_host_stream_push(c->e->worker, w);
 }
 
-static moecclResult_t device_stream_enqueue(moecclStream_t stream, moeccl_task_list_t* list) {
+static moecclResult_t device_stream_enqueue(moecclStream_t stream, const moeccl_stream_job_t* job) {
   const moeccl_device_ops_t* d = moeccl_device();
   dev_call_t* c = malloc(sizeof(*c));
   pthread_mutex_lock(&lock);
@@ -108,10 +108,10 @@ static moecclResult_t device_stream_enqueue(moecclStream_t stream, moeccl_task_l
   moecclResult_t rc = c ? entry_of(stream, &e) : moecclSystemError;
   if (rc == moecclSuccess) c->e = e, c->value = ++e->issued;
   pthread_mutex_unlock(&lock);
-  moeccl_stream_work_t* w = rc == moecclSuccess ? moeccl_stream_work_new(list, finished, c) : NULL;
+  moeccl_stream_work_t* w = rc == moecclSuccess ? moeccl_stream_work_new(job, finished, c) : NULL;
   if (!w) {
-    if (rc == moecclSuccess) rc = moecclSystemError; /* the work dropped the tasks */
-    else moeccl_tasks_abandon(list);
+    if (rc == moecclSuccess) rc = moecclSystemError; /* the work dropped the job */
+    else job->drop(job->arg);
     free(c);
     /* Its number is never written; the stream's later calls write theirs,
      * and each wait is for at least a call's own number. */

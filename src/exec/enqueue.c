@@ -373,7 +373,25 @@ static void list_append(moeccl_task_list_t* list, moeccl_task_t* t) {
   list->tail = t;
 }
 
-/* Queues issued tasks on a stream through its kind's ops table. */
+/* A stream job's task list (stream.h), from its first task. */
+static moeccl_task_list_t job_list(void* head) {
+  moeccl_task_list_t list = {head, head};
+  while (list.tail && list.tail->next) list.tail = list.tail->next;
+  return list;
+}
+
+static moecclResult_t job_run(void* head) {
+  moeccl_task_list_t list = job_list(head);
+  return moeccl_tasks_run(&list);
+}
+
+static void job_drop(void* head) {
+  moeccl_task_list_t list = job_list(head);
+  moeccl_tasks_abandon(&list);
+}
+
+/* Queues issued tasks on a stream through its kind's ops table, as a job
+ * that runs them (or abandons them where they cannot be queued). */
 static moecclResult_t enqueue_on(moecclStream_t stream, moeccl_task_list_t* list) {
   const moeccl_stream_ops_t* kind = moeccl_stream_kind(stream);
   if (!kind) { /* checked at the entry point; destroyed since? */
@@ -381,7 +399,9 @@ static moecclResult_t enqueue_on(moecclStream_t stream, moeccl_task_list_t* list
     return moeccl_error(NULL, moecclInvalidArgument, "stream %p is no longer a live stream",
                         stream);
   }
-  return kind->enqueue(stream, list);
+  moeccl_stream_job_t job = {job_run, job_drop, list->head};
+  list->head = list->tail = NULL;
+  return kind->enqueue(stream, &job);
 }
 
 moecclResult_t moeccl_task_submit(moeccl_task_t* t, moecclStream_t stream) {
@@ -563,32 +583,27 @@ static moecclResult_t call_defer(moeccl_comm_t* c, const moeccl_call_t* call,
   return moeccl_task_submit(t, stream);
 }
 
-/* A buffer of a memory kind this build cannot operate on is refused
- * before anything is issued (the communicator stays usable); host_only:
- * the library reads it on the host (the MoE calls' weights and ids). */
+/* A buffer of a memory kind this build cannot operate on, or that no
+ * transport moves to the peers, is refused before anything is issued (the
+ * communicator stays usable; the rule is the executor's, executor.h);
+ * host_only: the library reads it on the host (the MoE calls' weights and
+ * ids). */
 static moecclResult_t check_kind(moeccl_comm_t* comm, const void* buf, const char* what,
                                  int host_only, int all_peers, int* device) {
   if (!buf) return moecclSuccess;
   moeccl_mem_t m = moeccl_mem_of(buf);
-  if (m.kind == MOECCL_MEM_DEVICE) {
-    *device = 1;
-    /* A collective may send to every peer: each must be reachable with
-     * device memory (same node), or every rank refuses alike here rather
-     * than failing the communicator in the executor. */
-    for (int p = 0; all_peers && p < comm->nranks; p++)
-      if (p != comm->rank && moeccl_peer_transport(comm, p, m) < 0)
-        return moeccl_error(comm, moecclInvalidArgument,
-                            "%s %p is device memory, which no transport moves between rank %d "
-                            "and rank %d (%s): device buffers work between the ranks of one "
-                            "node in this build",
-                            what, buf, comm->rank, p, comm->peers[p].hostname);
-  }
-  if (moeccl_mem_ops(m) && (!host_only || m.kind == MOECCL_MEM_HOST)) return moecclSuccess;
-  return moeccl_error(comm, moecclInvalidArgument,
-                      "%s %p is %s memory (device %d), which %s", what, buf, moeccl_mem_name(m),
-                      m.device,
-                      host_only ? "this call reads on the host: pass host memory"
-                                : "this build cannot operate on yet");
+  if (m.kind == MOECCL_MEM_DEVICE) *device = 1;
+  if (host_only && m.kind != MOECCL_MEM_HOST)
+    return moeccl_error(comm, moecclInvalidArgument,
+                        "%s %p is %s memory (device %d), which this call reads on the host: pass "
+                        "host memory",
+                        what, buf, moeccl_mem_name(m), m.device);
+  /* A collective may send a device buffer to every peer: each must be
+   * reachable with it (same node), or every rank refuses alike here
+   * rather than failing the communicator in the executor.  Host memory
+   * every transport moves. */
+  int peer = all_peers && m.kind == MOECCL_MEM_DEVICE ? -1 : comm->rank;
+  return moeccl_mem_check(comm, m, peer, what, buf);
 }
 
 /* Whether any buffer of the call is device memory (*device). */

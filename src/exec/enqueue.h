@@ -4,6 +4,7 @@
 #define MOECCL_ENQUEUE_H_
 
 #include "comm/comm.h"
+#include "exec/stream.h" /* the entry points check their stream argument */
 #include "plan/plan.h"
 
 /* A captured call: the call's description (count arrays and p2p ops owned
@@ -46,10 +47,5 @@ int moeccl_group_active(void);
  * PreMulSum scalar into it), which saves a copy on every call. */
 moecclResult_t moeccl_call_issue(moeccl_comm_t* comm, moeccl_call_t* call,
                                  moecclStream_t stream);
-
-/* Checks a stream argument: NULL or a stream of a kind this build knows
- * (stream.h). */
-moecclResult_t moeccl_stream_check(moeccl_comm_t* comm, moecclStream_t stream);
-int moeccl_host_stream_valid(moecclStream_t stream);
 
 #endif

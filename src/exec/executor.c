@@ -324,21 +324,36 @@ static const char* missing_kernel(const moeccl_sched_t* s, const moeccl_sched_op
   return NULL;
 }
 
+moecclResult_t moeccl_mem_check(moeccl_comm_t* c, moeccl_mem_t m, int peer, const char* what,
+                                const void* buf) {
+  int first = peer < 0 ? 0 : peer, last = peer < 0 ? c->nranks - 1 : peer;
+  for (int p = first; p <= last; p++)
+    if (p != c->rank && moeccl_peer_transport(c, p, m) < 0)
+      return moeccl_error(c, moecclInvalidArgument,
+                          "%s %p is %s memory, which no transport moves between rank %d and rank "
+                          "%d (%s)%s",
+                          what, buf, moeccl_mem_name(m), c->rank, p, c->peers[p].hostname,
+                          m.kind == MOECCL_MEM_DEVICE ? ": device buffers work between the ranks "
+                                                        "of one node in this build"
+                                                      : "");
+  if (moeccl_mem_ops(m)) return moecclSuccess;
+  return moeccl_error(c, moecclInvalidArgument,
+                      "%s %p is %s memory (device %d), which this build cannot operate on yet",
+                      what, buf, moeccl_mem_name(m), m.device);
+}
+
 /* Every buffer's kind has a local-work table, every op has the kernels it
  * needs for its buffers' kind, and a transport moves each message's kind
- * to its peer: checked before anything is posted, so a call refused here
- * sends nothing. */
+ * to its peer (moeccl_mem_check, as at the entry points): checked before
+ * anything is posted, so a call refused here sends nothing. */
 static moecclResult_t check_kinds(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   const moeccl_sched_t* s = j->sched;
   int all_host = 1;
   for (int b = 0; b < s->nbufs; b++) {
     all_host &= moeccl_exec_mem(s, (uint32_t)b).kind == MOECCL_MEM_HOST;
-    if (!moeccl_mem_ops(moeccl_exec_mem(s, (uint32_t)b)))
-      return moeccl_error(c, moecclInvalidArgument,
-                          "a %s-memory buffer (device %d), which this build cannot operate on",
-                          moeccl_mem_name(moeccl_exec_mem(s, (uint32_t)b)),
-                          moeccl_exec_mem(s, (uint32_t)b).device);
+    MOECCL_CHECK(moeccl_mem_check(c, moeccl_exec_mem(s, (uint32_t)b), c->rank, "a buffer of the schedule",
+                                  s->bufs[b]));
   }
   /* host buffers only (every call today): host has its table and every
    * transport moves it, so the per-op pass is not on that path */
@@ -354,11 +369,8 @@ static moecclResult_t check_kinds(moeccl_job_t* j) {
     if (op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS)
       continue;
     if (op->peer == c->rank) continue;
-    moeccl_mem_t m = moeccl_exec_mem(s, net_buf(op));
-    if (moeccl_peer_transport(c, op->peer, m) < 0)
-      return moeccl_error(c, moecclInvalidArgument,
-                          "no transport moves %s memory between rank %d and rank %d",
-                          moeccl_mem_name(m), c->rank, op->peer);
+    MOECCL_CHECK(moeccl_mem_check(c, moeccl_exec_mem(s, net_buf(op)), op->peer, "a message's buffer",
+                                  s->bufs[net_buf(op)]));
   }
   return moecclSuccess;
 }

@@ -17,6 +17,15 @@ typedef struct {
   int passes;      /* progress passes the current step's long local ops made */
 } moeccl_job_t;
 
+/* Whether this build can work on memory of kind m (the kind has a
+ * local-work table) and move it to peer (-1: to every peer; this rank:
+ * to none); else an error that names the buffer (what, buf).  The one rule
+ * for both checks of buffer kinds: a call's buffers at the entry point
+ * (enqueue.c, before anything is issued, so every rank refuses alike) and
+ * a schedule's buffers and messages before the executor posts anything. */
+moecclResult_t moeccl_mem_check(moeccl_comm_t* comm, moeccl_mem_t m, int peer, const char* what,
+                                const void* buf);
+
 /* Runs every job to completion.  The caller holds each job's comm->lock.  On
  * failure the failing communicator is marked broken (its async error) and
  * every job's queued requests are dropped. */

@@ -1,19 +1,10 @@
 /* Schedule storage: growable arrays reused across calls. */
 #include "sched/schedule.h"
 
+#include "base/grow.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-static int grow(void** arr, int* cap, int need, size_t elem) {
-  if (need <= *cap) return 0;
-  int ncap = *cap ? *cap : 16;
-  while (ncap < need) ncap *= 2;
-  void* p = realloc(*arr, (size_t)ncap * elem);
-  if (!p) return -1;
-  *arr = p;
-  *cap = ncap;
-  return 0;
-}
 
 void moeccl_sched_reset(moeccl_sched_t* s) {
   s->nops = 0;
@@ -37,8 +28,8 @@ void moeccl_sched_free(moeccl_sched_t* s) {
 }
 
 moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps) {
-  if (grow((void**)&s->ops, &s->ops_cap, s->nops + nops, sizeof(*s->ops)) ||
-      grow((void**)&s->step_end, &s->steps_cap, s->nsteps + nsteps, sizeof(*s->step_end)))
+  if (moeccl_grow(&s->ops, &s->ops_cap, (size_t)(s->nops + nops), sizeof(*s->ops)) ||
+      moeccl_grow(&s->step_end, &s->steps_cap, (size_t)(s->nsteps + nsteps), sizeof(*s->step_end)))
     return moecclSystemError;
   return moecclSuccess;
 }
@@ -54,7 +45,8 @@ moecclResult_t moeccl_sched_add_flags(moeccl_sched_t* s, moeccl_op_type_t type, 
                                       uint64_t dst_off, uint64_t bytes, unsigned flags) {
   s->prepared = 0;
   if (bytes == 0) return moecclSuccess;
-  if (grow((void**)&s->ops, &s->ops_cap, s->nops + 1, sizeof(*s->ops))) return moecclSystemError;
+  if (moeccl_grow(&s->ops, &s->ops_cap, (size_t)(s->nops + 1), sizeof(*s->ops)))
+    return moecclSystemError;
   moeccl_sched_op_t* op = &s->ops[s->nops++];
   memset(op, 0, sizeof(*op));
   op->type = (uint8_t)type;
@@ -71,7 +63,7 @@ moecclResult_t moeccl_sched_add_flags(moeccl_sched_t* s, moeccl_op_type_t type, 
 moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s) {
   int begin = s->nsteps ? s->step_end[s->nsteps - 1] : 0;
   if (s->nops == begin) return moecclSuccess;
-  if (grow((void**)&s->step_end, &s->steps_cap, s->nsteps + 1, sizeof(*s->step_end)))
+  if (moeccl_grow(&s->step_end, &s->steps_cap, (size_t)(s->nsteps + 1), sizeof(*s->step_end)))
     return moecclSystemError;
   s->step_end[s->nsteps++] = s->nops;
   return moecclSuccess;
@@ -80,8 +72,8 @@ moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s) {
 moecclResult_t moeccl_sched_add_buf_mem(moeccl_sched_t* s, void* buf, moeccl_mem_t mem,
                                         uint32_t* index) {
   s->prepared = 0;
-  if (grow((void**)&s->bufs, &s->bufs_cap, s->nbufs + 1, sizeof(*s->bufs)) ||
-      grow((void**)&s->mems, &s->mems_cap, s->nbufs + 1, sizeof(*s->mems)))
+  if (moeccl_grow(&s->bufs, &s->bufs_cap, (size_t)(s->nbufs + 1), sizeof(*s->bufs)) ||
+      moeccl_grow(&s->mems, &s->mems_cap, (size_t)(s->nbufs + 1), sizeof(*s->mems)))
     return moecclSystemError;
   s->bufs[s->nbufs] = buf;
   s->mems[s->nbufs] = mem;

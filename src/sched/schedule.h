@@ -73,12 +73,15 @@ typedef struct {
 
 typedef struct {
   moeccl_sched_op_t* ops;
-  int nops, ops_cap;
+  int nops;
+  size_t ops_cap;
   int* step_end; /* step s holds ops [step_end[s-1], step_end[s]) */
-  int nsteps, steps_cap;
+  int nsteps;
+  size_t steps_cap;
   void** bufs;        /* buffer table; NULL entries are fine for schedule-only uses */
   moeccl_mem_t* mems; /* [nbufs]: where each buffer lives (mem.h) */
-  int nbufs, bufs_cap, mems_cap;
+  int nbufs;
+  size_t bufs_cap, mems_cap;
   size_t scratch_bytes; /* size of the scratch buffer the executor provides */
   int scratch_buf;      /* its index in bufs, or -1 when the schedule has none */
   void* work;           /* generators' planning memory (moeccl_sched_workspace) */

@@ -32,7 +32,7 @@ void moeccl_shm_ring(shm_state_t* s, int local) {
   atomic_thread_fence(memory_order_seq_cst);
   if (!atomic_load_explicit(&r->sleeping, memory_order_relaxed)) return;
   atomic_fetch_add(&r->doorbell, 1);
-  moeccl_shm_futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+  moeccl_futex_wake(&r->doorbell);
 }
 
 void moeccl_shm_ring_due(shm_state_t* s) {
@@ -44,7 +44,7 @@ void moeccl_shm_ring_due(shm_state_t* s) {
     s->peers[l].ring_due = 0;
     if (!atomic_load_explicit(&r->sleeping, memory_order_relaxed)) continue;
     atomic_fetch_add(&r->doorbell, 1);
-    moeccl_shm_futex(&r->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+    moeccl_futex_wake(&r->doorbell);
   }
   s->ndue = 0;
 }

@@ -286,7 +286,7 @@ static void shm_wait(void* state, int64_t timeout_us) {
   atomic_store(&me->sleeping, 1); /* seq_cst: the fence ring pairs with */
   if (!shm_ready(s) && atomic_load(&me->doorbell) == s->armed) {
     struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
-    moeccl_shm_futex(&me->doorbell, FUTEX_WAIT, s->armed, &ts);
+    moeccl_futex_wait(&me->doorbell, s->armed, &ts);
   }
   atomic_store(&me->sleeping, 0);
 }

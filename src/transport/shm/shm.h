@@ -39,17 +39,16 @@
 #ifndef MOECCL_SHM_H_
 #define MOECCL_SHM_H_
 
-#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/futex.h"
 #include "device/device.h"
 #include "transport/transport.h"
 
@@ -176,11 +175,6 @@ typedef struct {
   uint32_t dev_drained; /* descriptors read from the socket (rank_area_t.dev_sent) */
   moecclResult_t dev_error;
 } shm_state_t;
-
-static inline long moeccl_shm_futex(_Atomic uint32_t* addr, int op, uint32_t val,
-                                    const struct timespec* ts) {
-  return syscall(SYS_futex, (uint32_t*)addr, op, val, ts, NULL, 0);
-}
 
 static inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
