@@ -32,6 +32,10 @@ EXTRA_DIST += tests/test_layers.sh scripts/layers.py
 TESTS += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
 EXTRA_DIST += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
 
+# The tuner's link costs as the transports report them (tests/mp_alltoall).
+TESTS += tests/test_link_costs.sh
+EXTRA_DIST += tests/test_link_costs.sh
+
 # PyTorch's torch.distributed, unchanged: gloo on CPU tensors everywhere torch
 # is, the NCCL backend on the drop-in (shim/.libs/libnccl.so.2, preloaded)
 # where torch sees a GPU; skips without torch.

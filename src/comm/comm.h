@@ -45,6 +45,10 @@ typedef struct {
 struct moeccl_bootstrap;
 struct moeccl_transport_ops;
 struct moeccl_req;
+/* Transports one communicator may start: shared memory, one network
+ * transport, the stream transports (transport.c: stream_transports[]), with
+ * room to spare; below 0xff, which marks "none" in the peer tables. */
+#define MOECCL_MAX_TRANSPORTS 4
 
 #define MOECCL_SECRET_BYTES 16
 /* The public tag of a secret: the first 8 bytes of SHA-256("moeccl-comm", secret). */
@@ -76,10 +80,13 @@ struct moecclComm {
   double timeout; /* seconds; MOECCL_TIMEOUT */
   int split_count;
 
-  /* Transports: per memory kind (mem.h) and peer, which one moves that
-   * kind to it (index into ops/state), 0xff none (moeccl_peer_transport). */
-  const struct moeccl_transport_ops* transport_ops[4];
-  void* transport_state[4];
+  /* Transports: the ones started on this communicator (at most one per
+   * role: shared memory, one network, the stream transports; transport.c
+   * refuses more), and per memory kind (mem.h) and peer, which one moves
+   * that kind to it (index into ops/state), 0xff none
+   * (moeccl_peer_transport). */
+  const struct moeccl_transport_ops* transport_ops[MOECCL_MAX_TRANSPORTS];
+  void* transport_state[MOECCL_MAX_TRANSPORTS];
   int ntransports;
   uint8_t* peer_transport[MOECCL_MEM_NKINDS];
   /* Per peer, the stream transport (MOECCL_TRANSPORT_CAP_STREAM) that

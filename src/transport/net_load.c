@@ -121,7 +121,7 @@ const moeccl_transport_ops_t* moeccl_net_load(const moeccl_transport_ops_t* prox
   }
   const moeccl_transport_ops_t* m = init(&host, why, n);
   if (m && (strcmp(m->name, proxy->name) != 0 || m->caps != proxy->caps ||
-            m->mem_types != proxy->mem_types || m->can_gather)) {
+            m->mem_types != proxy->mem_types || m->can_gather || !m->query)) {
     snprintf(why, n, "its transport does not match this library's");
     m = NULL;
   }

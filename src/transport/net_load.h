@@ -85,13 +85,19 @@ moecclResult_t moeccl_net_proxy_init(const moeccl_net_proxy_t* p,
   static moecclResult_t p##_check_peers(void* s) { return p##_loaded->check_peers(s); }            \
   static void p##_notify_abort(void* s, int culprit) { p##_loaded->notify_abort(s, culprit); }     \
   static void p##_cancel_all(void* s) { p##_loaded->cancel_all(s); }                               \
-  static void p##_fini(void* s) { p##_loaded->fini(s); }
+  static void p##_fini(void* s) { p##_loaded->fini(s); }                                           \
+  /* without the module (never loaded: the transport did not start) no answer */                   \
+  static moecclResult_t p##_query(void* s, const moeccl_comm_t* comm,                              \
+                                  moeccl_transport_attr_t* out) {                                  \
+    return p##_loaded ? p##_loaded->query(s, comm, out) : moecclInternalError;                     \
+  }
 
 /* The entry points MOECCL_NET_PROXY_ENTRY_POINTS(p) defined, as members of
  * an ops table's initializer. */
 #define MOECCL_NET_PROXY_OPS(p)                                                                    \
   .score = p##_score, .can_reach = p##_can_reach, .init = p##_init, .post = p##_post,              \
   .progress = p##_progress, .arm = p##_arm, .wait = p##_wait, .check_peers = p##_check_peers,      \
-  .notify_abort = p##_notify_abort, .cancel_all = p##_cancel_all, .fini = p##_fini
+  .notify_abort = p##_notify_abort, .cancel_all = p##_cancel_all, .fini = p##_fini,                \
+  .query = p##_query
 
 #endif

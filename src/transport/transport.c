@@ -6,7 +6,10 @@
  * an allgather, so all ranks fall back the same way.  That choice is the
  * host-memory one; another memory kind (mem.h) goes to the same transport
  * where its ops->mem_types has the kind, else nowhere (a call with such a
- * buffer is refused before it sends anything).
+ * buffer is refused before it sends anything).  Device memory also goes,
+ * per peer, to a stream transport that reaches it (init_stream).  Once
+ * they are started, the tuner asks here which transport carries each class
+ * of link and what it reports (moeccl_transport_attr).
  */
 #include "transport/transport.h"
 
@@ -32,16 +35,6 @@ static const moeccl_transport_ops_t* const net_transports[] = {
 };
 #define NNET ((int)(sizeof(net_transports) / sizeof(net_transports[0])) - 1)
 
-const moeccl_transport_ops_t* moeccl_net_transport(int i) {
-  return i >= 0 && i < NNET ? net_transports[i] : NULL;
-}
-
-int moeccl_net_transport_index(const moeccl_transport_ops_t* ops) {
-  for (int i = 0; i < NNET; i++)
-    if (net_transports[i] == ops) return i;
-  return -1;
-}
-
 /* Every rank's value of `mine`; returns the sum, or -1 if the exchange failed.
  * *all_ok is set when every rank contributed a non-zero value. */
 static long agree(moeccl_comm_t* comm, int32_t mine, int* all_ok) {
@@ -58,22 +51,34 @@ static long agree(moeccl_comm_t* comm, int32_t mine, int* all_ok) {
   return sum;
 }
 
+/* The peer tables hold transport indices in a byte, 0xff for none. */
+_Static_assert(MOECCL_MAX_TRANSPORTS < 0xff, "transport indices must fit the peer tables");
+
+/* Adds a started transport and gives it the peers marked in use[] in
+ * table (the host-memory one, or the stream one). */
 static void add_transport(moeccl_comm_t* comm, const moeccl_transport_ops_t* ops, void* state,
-                          const uint8_t* use) {
+                          const uint8_t* use, uint8_t* table) {
   int t = comm->ntransports++;
   comm->transport_ops[t] = ops;
   comm->transport_state[t] = state;
   int count = 0;
   for (int p = 0; p < comm->nranks; p++)
-    if (use[p]) comm->peer_transport[MOECCL_MEM_HOST][p] = (uint8_t)t, count++;
-  if (count) INFO(INIT, "rank %d: transport %s reaches %d peer(s)", comm->rank, ops->name, count);
+    if (use[p]) table[p] = (uint8_t)t, count++;
+  if (ops->caps & MOECCL_TRANSPORT_CAP_STREAM)
+    INFO(INIT, "rank %d: transport %s lowers device calls with %d peer(s)", comm->rank, ops->name,
+         count);
+  else if (count)
+    INFO(INIT, "rank %d: transport %s reaches %d peer(s)", comm->rank, ops->name, count);
 }
 
 /* Runs one transport's collective init and agrees on the outcome.  Returns
- * 1 when every rank succeeded (the transport is added), 0 when some rank
- * failed (all ranks free their state), -1 when the ranks lost each other. */
+ * 1 when every rank succeeded (the transport is added, with the peers in
+ * use[] in table), 0 when some rank failed (all ranks free their state), -1
+ * when the ranks lost each other, -2 when the communicator has
+ * MOECCL_MAX_TRANSPORTS already (every rank alike: before init). */
 static int try_transport(moeccl_comm_t* comm, const moeccl_transport_ops_t* ops, const uint8_t* use,
-                         int needed) {
+                         int needed, uint8_t* table) {
+  if (comm->ntransports >= MOECCL_MAX_TRANSPORTS) return -2;
   void* state = NULL;
   moecclResult_t rc = ops->init(comm, use, needed, &state);
   int all_ok = 0;
@@ -86,8 +91,16 @@ static int try_transport(moeccl_comm_t* comm, const moeccl_transport_ops_t* ops,
     if (comm->rank == 0) WARN(INIT, "transport %s failed to start on some rank", ops->name);
     return 0;
   }
-  if (state) add_transport(comm, ops, state, use);
+  if (state) add_transport(comm, ops, state, use, table);
   return 1;
+}
+
+/* try_transport's -2 as the communicator's error. */
+static moecclResult_t too_many(moeccl_comm_t* comm, const moeccl_transport_ops_t* ops) {
+  return moeccl_error(comm, moecclInternalError,
+                      "transport %s: a communicator starts at most %d transports "
+                      "(MOECCL_MAX_TRANSPORTS, comm.h)",
+                      ops->name, MOECCL_MAX_TRANSPORTS);
 }
 
 /* Whether two ranks of one host exist: shared memory is needed somewhere. */
@@ -148,7 +161,8 @@ static moecclResult_t init_network(moeccl_comm_t* comm, uint8_t* use, int shm_di
   int ncands = needed ? net_candidates(comm, cands) : 0;
   if (ncands < 0) return lost_contact(comm);
   for (int i = 0; i < ncands; i++) {
-    int r = try_transport(comm, cands[i], use, 1);
+    int r = try_transport(comm, cands[i], use, 1, comm->peer_transport[MOECCL_MEM_HOST]);
+    if (r == -2) return too_many(comm, cands[i]);
     if (r < 0) return lost_contact(comm);
     if (r > 0) return moecclSuccess;
   }
@@ -198,7 +212,7 @@ static moecclResult_t kinds_init(moeccl_comm_t* comm) {
 static const moeccl_transport_ops_t* const stream_transports[] = {&moeccl_ipc_ops, NULL};
 
 static moecclResult_t init_stream(moeccl_comm_t* comm) {
-  int n = comm->nranks, needed = 0, all_ok = 0;
+  int n = comm->nranks, all_ok = 0;
   comm->peer_stream_transport = malloc((size_t)n);
   uint8_t* use = calloc((size_t)n, 1);
   if (!comm->peer_stream_transport || !use) return free(use), moecclSystemError;
@@ -208,32 +222,11 @@ static moecclResult_t init_stream(moeccl_comm_t* comm) {
   if (agree(comm, moeccl_device() != NULL, &all_ok) < 0) return free(use), lost_contact(comm);
   for (int i = 0; all_ok && stream_transports[i]; i++) {
     const moeccl_transport_ops_t* ops = stream_transports[i];
-    needed = 0;
-    for (int p = 0; p < n; p++) {
-      use[p] = p != comm->rank && comm->peer_stream_transport[p] == 0xff && ops->can_reach(comm, p);
-      needed |= use[p];
-    }
-    void* state = NULL;
-    moecclResult_t rc = ops->init(comm, use, 1, &state);
-    int ok = 0;
-    if (agree(comm, rc == moecclSuccess, &ok) < 0) {
-      if (state) ops->fini(state);
-      return free(use), lost_contact(comm);
-    }
-    if (!ok) {
-      if (state) ops->fini(state);
-      if (comm->rank == 0) WARN(INIT, "transport %s failed to start on some rank", ops->name);
-      continue;
-    }
-    if (!state) continue;
-    int t = comm->ntransports++;
-    comm->transport_ops[t] = ops;
-    comm->transport_state[t] = state;
-    int count = 0;
     for (int p = 0; p < n; p++)
-      if (use[p]) comm->peer_stream_transport[p] = (uint8_t)t, count++;
-    INFO(INIT, "rank %d: transport %s lowers device calls with %d peer(s)", comm->rank, ops->name,
-         count);
+      use[p] = p != comm->rank && comm->peer_stream_transport[p] == 0xff && ops->can_reach(comm, p);
+    int r = try_transport(comm, ops, use, 1, comm->peer_stream_transport);
+    if (r == -2) return free(use), too_many(comm, ops);
+    if (r < 0) return free(use), lost_contact(comm);
   }
   free(use);
   return moecclSuccess;
@@ -249,8 +242,10 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   for (int p = 0; p < n; p++)
     use[p] = !shm_disabled && p != comm->rank && moeccl_shm_ops.can_reach(comm, p);
   moecclResult_t rc = moecclSuccess;
-  int r = try_transport(comm, &moeccl_shm_ops, use, !shm_disabled && shm_needed(comm));
-  if (r < 0) rc = lost_contact(comm);
+  int r = try_transport(comm, &moeccl_shm_ops, use, !shm_disabled && shm_needed(comm),
+                        comm->peer_transport[MOECCL_MEM_HOST]);
+  if (r == -2) rc = too_many(comm, &moeccl_shm_ops);
+  else if (r < 0) rc = lost_contact(comm);
   else if (r == 0)
     rc = moeccl_error(comm, moecclSystemError, "shared-memory transport failed to start");
   if (rc == moecclSuccess) rc = init_network(comm, use, shm_disabled);
@@ -274,4 +269,34 @@ void moeccl_transports_fini(moeccl_comm_t* comm) {
 void moeccl_transports_notify_abort(moeccl_comm_t* comm, int culprit) {
   for (int t = 0; t < comm->ntransports; t++)
     comm->transport_ops[t]->notify_abort(comm->transport_state[t], culprit);
+}
+
+/* The index of the started transport ops, or of the network one when ops
+ * is NULL; -1 when it did not start here. */
+static int started(const moeccl_comm_t* comm, const moeccl_transport_ops_t* ops) {
+  for (int t = 0; t < comm->ntransports; t++) {
+    const moeccl_transport_ops_t* o = comm->transport_ops[t];
+    if (ops ? o == ops : (o->caps & MOECCL_TRANSPORT_CAP_NETWORK) != 0) return t;
+  }
+  return -1;
+}
+
+moecclResult_t moeccl_transport_attr_machine(const moeccl_comm_t* comm,
+                                             moeccl_transport_attr_t* out) {
+  int t = started(comm, &moeccl_shm_ops);
+  return moeccl_shm_ops.query(t >= 0 ? comm->transport_state[t] : NULL, comm, out);
+}
+
+moecclResult_t moeccl_transport_attr(const moeccl_comm_t* comm, moeccl_link_class_t cls,
+                                     moeccl_transport_attr_t* out) {
+  memset(out, 0, sizeof(*out));
+  if ((int)cls < 0 || cls >= MOECCL_LINK_NCLASSES) return moecclInvalidArgument;
+  if (cls == MOECCL_LINK_SELF) return moecclSuccess;
+  /* Selection's rule (moeccl_transports_init): shared memory within a node
+   * unless disabled, the network transport for the rest. */
+  if (cls == MOECCL_LINK_NODE && !moeccl_param_bool("MOECCL_SHM_DISABLE"))
+    return moeccl_transport_attr_machine(comm, out);
+  int t = started(comm, NULL);
+  if (t < 0) return moecclSuccess;
+  return comm->transport_ops[t]->query(comm->transport_state[t], comm, out);
 }

@@ -3,7 +3,18 @@
  * between this rank and the peers it reaches; the executor drives it through
  * this table and never knows which one it drives.  Transports live in a
  * priority-ordered array (transport.c); for each peer the first one that can
- * reach it wins, unless the environment vetoes it.
+ * reach it wins, unless the environment vetoes it.  Once started, each
+ * reports what it moves and what its links cost (query, in the manner of
+ * UCX's uct_iface_query): the tuner prices links from that alone.
+ *
+ * A transport that moves only device memory (ipc.c is the first) drops in
+ * as a stream transport: mem_types MOECCL_MEM_TYPE_DEVICE, caps
+ * MOECCL_TRANSPORT_CAP_STREAM, listed in transport.c's stream_transports[].
+ * Selection gives it the (peer, device memory) pairs it reaches
+ * (comm->peer_stream_transport) after the host transports took theirs, and
+ * the executor hands it whole schedules (lower_begin, lower_step), never a
+ * request: post may refuse one, progress, arm and wait do nothing.  At
+ * most MOECCL_MAX_TRANSPORTS (comm.h) start on one communicator.
  *
  * Matching: messages between one sender and one receiver on a communicator
  * match in the order they were posted on each side.  A message shorter than
@@ -132,19 +143,28 @@ static inline int moeccl_peer_stream_transport(const moeccl_comm_t* c, int peer)
   return t == 0xff ? -1 : t;
 }
 
-/* link.rndv_bytes values that stand for a variable's current value. */
-#define MOECCL_LINK_RNDV_NET_EAGER (-1.0) /* MOECCL_NET_EAGER_SIZE */
-#define MOECCL_LINK_RNDV_SHM_SLOT (-2.0)  /* the shm slot size (MOECCL_SHM_EAGER_SIZE) */
+/* What a transport reports about itself (ops->query): what it moves, and
+ * the costs of the links it carries with its own settings applied, for the
+ * tuner's model (topo.h: moeccl_link_t; a tune or topology file overrides
+ * the costs). */
+typedef struct moeccl_transport_attr {
+  const char* name;   /* the transport's */
+  unsigned mem_types; /* MOECCL_MEM_TYPE_* it moves */
+  int network;        /* it reaches other nodes (MOECCL_TRANSPORT_CAP_NETWORK) */
+  int stream;         /* it lowers device schedules (MOECCL_TRANSPORT_CAP_STREAM) */
+  double latency_us;  /* a message's one-way start-up time */
+  double overhead_us; /* CPU time per message on each end */
+  double bw_GBps;     /* GB/s per rank under all-to-all load */
+  size_t eager_bytes; /* messages up to this go without the receiver's word (0: not known) */
+  /* larger ones wait a round trip for the receiver (0: never, or the
+   * transport's library decides) */
+  size_t rndv_bytes;
+} moeccl_transport_attr_t;
 
 typedef struct moeccl_transport_ops {
   const char* name;
   unsigned caps;      /* MOECCL_TRANSPORT_CAP_* */
   unsigned mem_types; /* MOECCL_MEM_TYPE_* it can move */
-  /* The default costs of the links it carries, for the tuner's model
-   * (topo.h: latency, per-message overhead, GB/s per rank under all-to-all
-   * load, rendezvous threshold or a MOECCL_LINK_RNDV_* value); a tune or
-   * topology file overrides them. */
-  moeccl_link_t link;
   /* Network transports only (NULL for shm): how well this transport would do
    * here, from local facts alone (its providers or devices), without talking
    * to peers: 0 cannot run, 1 sockets only, 2 a kernel-bypass fabric.
@@ -164,6 +184,13 @@ typedef struct moeccl_transport_ops {
    * selection in transport.c agrees on the outcome and may fall back to the
    * next transport on every rank. */
   moecclResult_t (*init)(moeccl_comm_t* comm, const uint8_t* use, int needed, void** state);
+  /* What it moves and what its links cost, as it runs on comm (every field;
+   * moeccl_transport_attr_of gives the static ones).  state is init's, or
+   * NULL where it did not start on comm (selection asks shared memory so,
+   * to price a class of link no pair of ranks uses here): answer from the
+   * settings alone, or fail where that cannot be done (a network module not
+   * loaded).  Local; never blocks. */
+  moecclResult_t (*query)(void* state, const moeccl_comm_t* comm, moeccl_transport_attr_t* out);
   /* Optional (NULL: no): whether a send to peer may hand over the whole
    * buffer [buf, buf + bytes) for the receiver to pick rows from
    * (req->gather_span); the receiver then needs a gathered message's
@@ -232,6 +259,30 @@ typedef struct moeccl_transport_ops {
                                void* stream);
 } moeccl_transport_ops_t;
 
+/* The attributes ops's table already says (name, memory kinds, network,
+ * stream), costs zero: where a query starts. */
+static inline moeccl_transport_attr_t moeccl_transport_attr_of(const moeccl_transport_ops_t* ops) {
+  return (moeccl_transport_attr_t){.name = ops->name,
+                                   .mem_types = ops->mem_types,
+                                   .network = (ops->caps & MOECCL_TRANSPORT_CAP_NETWORK) != 0,
+                                   .stream = (ops->caps & MOECCL_TRANSPORT_CAP_STREAM) != 0};
+}
+
+/* What the transport that carries link class cls between this rank and its
+ * peers reports: within a node the host transport of ranks on one node
+ * (shared memory, asked without a state where no two ranks share a node;
+ * the network transport with MOECCL_SHM_DISABLE=1), between nodes the
+ * network transport, which every rank agreed on.  out->name is NULL when
+ * none does (between nodes on a communicator of one node; MOECCL_LINK_SELF,
+ * whose copies are no transport's).  After moeccl_transports_init. */
+moecclResult_t moeccl_transport_attr(const moeccl_comm_t* comm, moeccl_link_class_t cls,
+                                     moeccl_transport_attr_t* out);
+/* What moving host memory between processes of this machine costs: shared
+ * memory's attributes, whether or not selection uses it here (nodes that
+ * share a machine reach each other through the same cores). */
+moecclResult_t moeccl_transport_attr_machine(const moeccl_comm_t* comm,
+                                             moeccl_transport_attr_t* out);
+
 extern const moeccl_transport_ops_t moeccl_shm_ops;
 /* Device memory between the ranks of one node, stream-ordered (ipc.c). */
 extern const moeccl_transport_ops_t moeccl_ipc_ops;
@@ -255,10 +306,6 @@ void moeccl_ipc_stats(const moeccl_comm_t* comm, moeccl_ipc_stats_t* out);
 /* moecclMemFree of device allocation id (device.h range): the peers of this
  * process's communicators unmap it at their next call. */
 void moeccl_ipc_forget(uint64_t id);
-/* The network transports built in, in selection order on equal scores:
- * the i-th, or NULL past the last; and the index of ops among them, or -1. */
-const moeccl_transport_ops_t* moeccl_net_transport(int i);
-int moeccl_net_transport_index(const moeccl_transport_ops_t* ops);
 #ifdef MOECCL_TRANSPORT_OFI
 extern const moeccl_transport_ops_t moeccl_ofi_ops;
 #endif

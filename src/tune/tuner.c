@@ -4,11 +4,12 @@
  * with the cost model (model.h).
  *
  * Link costs come, in order of precedence, from MOECCL_TUNE_FILE, from
- * MOECCL_TOPO_FILE, or from the defaults of the transport that carries each
- * class here (table below, fitted with a2a_sim --topo to `a2a_perf -a all`
- * sweeps on the development machine, 4 ranks as 2 simulated nodes: shared
- * memory, and ucx or ofi over kernel TCP; on other fabrics give the
- * machine's numbers in MOECCL_TUNE_FILE).
+ * MOECCL_TOPO_FILE, or from what the transport that carries each class here
+ * reports (moeccl_transport_attr, with its own settings applied; its
+ * numbers were fitted with a2a_sim --topo to `a2a_perf -a all` sweeps on
+ * the development machine, 4 ranks as 2 simulated nodes: shared memory, and
+ * ucx or ofi over kernel TCP; on other fabrics give the machine's numbers
+ * in MOECCL_TUNE_FILE).  The tuner reads no transport's settings.
  *
  * Consistency: ranks must never disagree on the algorithm of a call.  The
  * topology and costs are checked equal on every rank at init (a hash through
@@ -70,7 +71,7 @@ struct moeccl_tuner {
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
 
 /* Packing copies in host memory (per copy op, GB/s).  The links' costs are
- * the transports' own (ops->link). */
+ * the transports' own (moeccl_transport_attr). */
 #define HOST_COPY_OVERHEAD_US 0.1
 #define HOST_COPY_GBPS 20.0
 
@@ -82,18 +83,6 @@ struct moeccl_tuner {
  * ucx tcp, 2 runs each).  The network's bandwidth is then shared memory's
  * over this; its latency and overhead stay the transport's. */
 #define LOOPBACK_SLOWDOWN 5.0
-
-/* The network transport this rank uses (its index among the network
- * transports, moeccl_net_transport), or -1. */
-static int32_t my_network(const moeccl_comm_t* c) {
-  for (int r = 0; r < c->nranks; r++) {
-    int t = moeccl_peer_transport(c, r, MOECCL_MEM_HOST_INIT);
-    if (r == c->rank || t < 0) continue;
-    const moeccl_transport_ops_t* ops = c->transport_ops[t];
-    if (ops->caps & MOECCL_TRANSPORT_CAP_NETWORK) return moeccl_net_transport_index(ops);
-  }
-  return -1;
-}
 
 static uint64_t fnv(uint64_t h, const void* p, size_t n) {
   const unsigned char* b = p;
@@ -181,32 +170,25 @@ static int loopback_network(const moeccl_comm_t* c) {
   return c->topo->nnodes > 1 && c->tuner->nmachines == 1;
 }
 
-/* Costs of the classes from the transports that carry them: shared memory
- * within a node (unless disabled), the network transport `net` (agreed by
- * all ranks: a rank alone on its node still prices the same) between nodes. */
-static void transport_defaults(moeccl_comm_t* c, int32_t net) {
+/* Costs of the classes from what the transports that carry them report
+ * (moeccl_transport_attr: within a node shared memory, or the network with
+ * MOECCL_SHM_DISABLE=1; between nodes the network transport, one for all
+ * ranks, since selection agreed on it, so that a rank alone on its node
+ * prices the same).  A class no transport carries keeps the topology's
+ * default.  A network between nodes of one machine is its loopback. */
+static moecclResult_t transport_defaults(moeccl_comm_t* c) {
   moeccl_topo_t* t = c->topo;
   t->copy_overhead_us = HOST_COPY_OVERHEAD_US, t->copy_GBps = HOST_COPY_GBPS;
-  const moeccl_transport_ops_t* known = moeccl_net_transport(net);
-  moeccl_link_t net_link;
-  const moeccl_link_t* l = NULL;
-  if (known) {
-    net_link = known->link;
-    if (net_link.rndv_bytes == MOECCL_LINK_RNDV_NET_EAGER)
-      net_link.rndv_bytes = (double)moeccl_param_size("MOECCL_NET_EAGER_SIZE");
-    l = &net_link;
+  moeccl_transport_attr_t machine = {0};
+  if (loopback_network(c)) MOECCL_CHECK(moeccl_transport_attr_machine(c, &machine));
+  for (int k = MOECCL_LINK_NODE; k < MOECCL_LINK_NCLASSES; k++) {
+    moeccl_transport_attr_t a;
+    MOECCL_CHECK(moeccl_transport_attr(c, (moeccl_link_class_t)k, &a));
+    if (!a.name) continue;
+    t->link[k] = (moeccl_link_t){a.latency_us, a.overhead_us, a.bw_GBps, (double)a.rndv_bytes};
+    if (a.network && loopback_network(c)) t->link[k].bw_GBps = machine.bw_GBps / LOOPBACK_SLOWDOWN;
   }
-  if (l && loopback_network(c)) net_link.bw_GBps = moeccl_shm_ops.link.bw_GBps / LOOPBACK_SLOWDOWN;
-  if (l) t->link[MOECCL_LINK_GROUP] = t->link[MOECCL_LINK_GLOBAL] = *l;
-  if (moeccl_param_bool("MOECCL_SHM_DISABLE")) {
-    if (l) t->link[MOECCL_LINK_NODE] = *l;
-  } else {
-    t->link[MOECCL_LINK_NODE] = moeccl_shm_ops.link;
-    /* The slot size as shm.c rounds it (at least 256, whole cache lines). */
-    size_t slot = moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
-    slot = slot < 256 ? 256 : (slot + 63) / 64 * 64;
-    t->link[MOECCL_LINK_NODE].rndv_bytes = (double)slot;
-  }
+  return moecclSuccess;
 }
 
 /* Groups the ranks by machine (peers' machine_hash) with each machine's
@@ -267,22 +249,18 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   int costs_given = 0;
   moecclResult_t built = build_topo(c, &costs_given);
 
-  /* First round: whether every rank built a topology, which network
-   * transport prices the links, rails per rank (cores came with the peer
-   * table). */
+  /* First round: whether every rank built a topology, rails per rank
+   * (cores came with the peer table). */
   struct {
-    int32_t ok, net, rails;
+    int32_t ok, rails;
   }* all = calloc((size_t)c->nranks, sizeof(*all));
   if (!all) return moeccl_error(c, moecclSystemError, "out of memory");
   all[c->rank].ok = built == moecclSuccess;
-  all[c->rank].net = my_network(c);
   all[c->rank].rails = built == moecclSuccess ? c->topo->nrails : 0;
   moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, all, sizeof(*all));
   int failed = -1;
-  int32_t net = -1;
   for (int r = 0; rc == moecclSuccess && r < c->nranks; r++) {
     if (!all[r].ok && failed < 0) failed = r;
-    if (net < 0) net = all[r].net;
     /* Rails found by hwloc may differ between machines: all take the least. */
     if (all[r].ok && all[r].rails < c->topo->nrails) c->topo->nrails = all[r].rails;
   }
@@ -294,28 +272,38 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     return moeccl_error(c, moecclInvalidUsage,
                         "rank %d could not build its topology (see its log); every rank stops",
                         failed);
-  if (!costs_given) transport_defaults(c, net);
+  moecclResult_t costs = costs_given ? moecclSuccess : transport_defaults(c);
 
   /* Second round: every rank must price alike, or their choices could
    * differ and a call would hang: same placement, groups, rails, costs,
-   * window and alltoallv block size. */
+   * window and alltoallv block size.  0: this rank has no costs (a
+   * transport did not answer), and every rank stops. */
   uint64_t* hashes = calloc((size_t)c->nranks, sizeof(uint64_t));
   if (!hashes) return moeccl_error(c, moecclSystemError, "out of memory");
-  hashes[c->rank] = pricing_hash(c);
+  hashes[c->rank] = costs == moecclSuccess ? pricing_hash(c) : 0;
   rc = moeccl_bootstrap_allgather(c->boot, hashes, sizeof(uint64_t));
-  int differs = -1;
-  for (int r = 0; rc == moecclSuccess && r < c->nranks && differs < 0; r++)
-    if (hashes[r] != hashes[0]) differs = r;
+  int differs = -1, unpriced = -1;
+  for (int r = 0; rc == moecclSuccess && r < c->nranks; r++) {
+    if (hashes[r] == 0 && unpriced < 0) unpriced = r;
+    if (hashes[r] != hashes[0] && differs < 0) differs = r;
+  }
   free(hashes);
   MOECCL_CHECK(rc);
+  if (costs != moecclSuccess)
+    return moeccl_error(c, costs, "tuner: a transport did not report its link costs");
+  if (unpriced >= 0)
+    return moeccl_error(c, moecclInvalidUsage,
+                        "rank %d has no link costs from its transports (see its log); every "
+                        "rank stops",
+                        unpriced);
   if (differs >= 0)
     return moeccl_error(
         c, moecclInvalidUsage,
         "rank %d and rank 0 would price algorithms differently: MOECCL_TOPO_FILE, "
         "MOECCL_TOPO_GROUP_SIZE, MOECCL_TUNE_FILE, MOECCL_TUNE_V_BYTES, "
-        "MOECCL_A2A_WINDOW, MOECCL_NET_EAGER_SIZE, MOECCL_SHM_DISABLE, MOECCL_ALGO, "
-        "MOECCL_<COLL>_ALGO and MOECCL_MOE_ALGO must be the "
-        "same on every rank",
+        "MOECCL_A2A_WINDOW, the transports' settings (MOECCL_NET, MOECCL_NET_EAGER_SIZE, "
+        "MOECCL_SHM_EAGER_SIZE, MOECCL_SHM_DISABLE), MOECCL_ALGO, MOECCL_<COLL>_ALGO and "
+        "MOECCL_MOE_ALGO must be the same on every rank",
         differs);
   const moeccl_topo_t* t = c->topo;
   if (c->rank == 0) {
@@ -382,58 +370,142 @@ static int sample_ranks(const moeccl_topo_t* t, int* out) {
   return k;
 }
 
-/* Predicted time of algorithm a for blocks of `block` bytes (v: a v-call,
- * whose count exchange, if any, is priced with it): the slowest of the
- * sampled ranks; -1 when the algorithm does not apply, PRICE_FAILED when a
- * schedule could not be built (out of memory: the caller must fail, since
- * dropping the candidate here alone would let ranks choose differently). */
+/* ---- pricing: one loop for every kind of call ----------------------------- */
+
+/* A call as the pricing loop sees it: its candidates in pricing order, and
+ * how to build and price one rank's schedule of one of them. */
+typedef struct pricing {
+  moeccl_comm_t* c;
+  const void* call; /* the call's description, as the functions below read it */
+  int root;         /* a rank always priced (trees and gathers load it most), or -1 */
+  const int* order; /* candidates (algorithm ids), in pricing order */
+  int n;
+  /* A later candidate wins only when cheaper by more than this fraction
+   * (0: any cheaper one wins). */
+  double tie;
+  const char* (*name)(int algo);
+  int (*applies)(const struct pricing* p, int algo);
+  /* Builds rank's schedule of algo into s, which has its standard buffers. */
+  moecclResult_t (*build)(const struct pricing* p, int algo, int rank, moeccl_sched_t* s);
+  /* Optional: adds what rank's algo runs besides its schedule (an
+   * alltoallv's count exchange) to *us and *cpu_us; may reuse s. */
+  moecclResult_t (*extra)(const struct pricing* p, int algo, int rank, moeccl_sched_t* s,
+                          double* us, double* cpu_us);
+} pricing_t;
+
+/* Failure of a price: a schedule could not be built (out of memory).  The
+ * caller must fail, since dropping the candidate here alone would let
+ * ranks choose differently. */
 #define PRICE_FAILED (-2.0)
-static double price(moeccl_comm_t* c, const moeccl_a2a_algo_t* a, size_t block, int v,
-                    moeccl_cost_t* detail) {
+
+/* The ranks priced: the sample (sample_ranks) plus root, every rank when
+ * oversubscribed (then ranks[] is not filled: rank i is i). */
+static int priced_ranks(moeccl_comm_t* c, int root, int* ranks) {
+  if (c->tuner->oversubscribed) return c->nranks;
+  int k = sample_ranks(c->topo, ranks), dup = root < 0;
+  for (int i = 0; i < k; i++) dup |= ranks[i] == root;
+  if (!dup) ranks[k++] = root;
+  return k;
+}
+
+/* worst, or on oversubscribed machines their ranks' summed CPU time
+ * (machine_cpu_us) over their cores where that is more: the ranks' CPU
+ * work shares the cores. */
+static double machine_floor(const struct moeccl_tuner* tu, double worst) {
+  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) {
+    double bound = tu->machine_cpus[m] > 0 ? tu->machine_cpu_us[m] / tu->machine_cpus[m] : 0.0;
+    if (bound > worst) worst = bound;
+  }
+  return worst;
+}
+
+/* Predicted time of candidate algo: the slowest priced rank, with the
+ * oversubscribed machines' floor; PRICE_FAILED as above. */
+static double price(const pricing_t* p, int algo) {
+  moeccl_comm_t* c = p->c;
   struct moeccl_tuner* tu = c->tuner;
-  moeccl_a2a_desc_t d = {.nranks = c->nranks,
-                         .block_bytes = block,
-                         .elem_size = 1,
-                         .window = c->a2a_window,
-                         .topo = c->topo};
-  if (a->applies && !a->applies(&d)) return -1.0; /* does not apply */
-  int ranks[MAX_SAMPLE], k = tu->oversubscribed ? c->nranks : sample_ranks(c->topo, ranks);
+  int ranks[MAX_SAMPLE + 1], k = priced_ranks(c, p->root, ranks);
   double worst = -1.0;
-  if (tu->oversubscribed)
-    for (int m = 0; m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
+  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
   for (int i = 0; i < k; i++) {
-    d.rank = tu->oversubscribed ? i : ranks[i];
+    int rank = tu->oversubscribed ? i : ranks[i];
     moeccl_sched_t* s = &tu->sched;
     moeccl_sched_reset(s);
     uint32_t b;
     for (int j = 0; j < MOECCL_BUF_NSTD; j++)
       if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return PRICE_FAILED;
     s->scratch_buf = MOECCL_BUF_SCRATCH;
-    if (a->schedule(&d, s) != moecclSuccess) return PRICE_FAILED;
+    if (p->build(p, algo, rank, s) != moecclSuccess) return PRICE_FAILED;
     moeccl_cost_t cost = {0};
-    double us = moeccl_model_price(c->topo, s, d.rank, &cost);
-    if (v && a->meta != MOECCL_META_NONE) {
-      moeccl_cost_t mc = {0};
-      moeccl_sched_reset(s);
-      moeccl_meta_members(c->topo, d.rank, a->meta, tu->meta_index);
-      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess ||
-          moeccl_meta_schedule(c->topo, d.rank, a->meta, tu->meta_index, b, s) != moecclSuccess)
-        return PRICE_FAILED;
-      us += moeccl_model_price(c->topo, s, d.rank, &mc);
-      cost.cpu_us += mc.cpu_us;
-    }
-    if (tu->oversubscribed) tu->machine_cpu_us[tu->machine_of[d.rank]] += cost.cpu_us;
-    if (us > worst) {
-      worst = us;
-      if (detail) *detail = cost;
-    }
+    double us = moeccl_model_price(c->topo, s, rank, &cost);
+    if (p->extra && p->extra(p, algo, rank, s, &us, &cost.cpu_us) != moecclSuccess)
+      return PRICE_FAILED;
+    if (tu->oversubscribed) tu->machine_cpu_us[tu->machine_of[rank]] += cost.cpu_us;
+    if (us > worst) worst = us;
   }
-  /* Oversubscribed machines: their ranks' CPU work shares the cores. */
-  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) {
-    double bound = tu->machine_cpus[m] > 0 ? tu->machine_cpu_us[m] / tu->machine_cpus[m] : 0.0;
-    if (bound > worst) worst = bound;
+  return machine_floor(tu, worst);
+}
+
+/* Prices every candidate that applies and returns the cheapest (-1: none
+ * applies; -2: PRICE_FAILED), with line[] listing the predictions. */
+static int cheapest(const pricing_t* p, char* line, size_t cap) {
+  int len = 0, best = -1;
+  double best_us = -1.0;
+  line[0] = '\0';
+  for (int o = 0; o < p->n; o++) {
+    int i = p->order[o];
+    if (!p->applies(p, i)) continue;
+    double us = price(p, i);
+    if (us == PRICE_FAILED) return -2;
+    if (us < 0) continue;
+    if (len < (int)cap)
+      len += snprintf(line + len, cap - (size_t)len, "%s%s %.1f", len ? ", " : "", p->name(i), us);
+    if (best_us < 0 || us < best_us * (1.0 - p->tie)) best_us = us, best = i;
   }
-  return worst;
+  return best;
+}
+
+/* ---- all-to-all ----------------------------------------------------------- */
+
+typedef struct {
+  moeccl_a2a_desc_t d; /* a uniform call of the priced block size */
+  int v;               /* an alltoallv: its count exchange, if any, priced too */
+} a2a_call_t;
+
+static const char* a2a_name(int algo) { return moeccl_a2a_algos[algo].name; }
+
+static int a2a_applies(const pricing_t* p, int algo) {
+  const a2a_call_t* call = p->call;
+  const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[algo];
+  /* bruck's alltoallv first gathers every rank's counts: not priced */
+  if (!a->schedule) return 0;
+  /* Past the cap, an alltoallv of bruck gathers no counts and runs
+   * pairwise, which is priced as itself. */
+  if (call->v && a->meta == MOECCL_META_ALL && p->c->nranks > MOECCL_META_ALL_MAX_RANKS) return 0;
+  return !a->applies || a->applies(&call->d);
+}
+
+static moecclResult_t a2a_build(const pricing_t* p, int algo, int rank, moeccl_sched_t* s) {
+  moeccl_a2a_desc_t d = ((const a2a_call_t*)p->call)->d;
+  d.rank = rank;
+  return moeccl_a2a_algos[algo].schedule(&d, s);
+}
+
+/* A v-call's count exchange, before the blocks move. */
+static moecclResult_t a2a_counts(const pricing_t* p, int algo, int rank, moeccl_sched_t* s,
+                                 double* us, double* cpu_us) {
+  const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[algo];
+  if (!((const a2a_call_t*)p->call)->v || a->meta == MOECCL_META_NONE) return moecclSuccess;
+  moeccl_comm_t* c = p->c;
+  moeccl_cost_t mc = {0};
+  uint32_t b;
+  moeccl_sched_reset(s);
+  moeccl_meta_members(c->topo, rank, a->meta, c->tuner->meta_index);
+  MOECCL_CHECK(moeccl_sched_add_buf(s, NULL, &b));
+  MOECCL_CHECK(moeccl_meta_schedule(c->topo, rank, a->meta, c->tuner->meta_index, b, s));
+  *us += moeccl_model_price(c->topo, s, rank, &mc);
+  *cpu_us += mc.cpu_us;
+  return moecclSuccess;
 }
 
 const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d) {
@@ -462,81 +534,53 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
     }
     if (e->age < slot->age) slot = e;
   }
-  /* Miss: price every candidate. */
+  /* Miss: price every candidate, in table order; a tie goes to the earlier. */
+  a2a_call_t call = {.d = {.nranks = c->nranks,
+                           .block_bytes = block,
+                           .elem_size = 1,
+                           .window = c->a2a_window,
+                           .topo = c->topo},
+                     .v = v};
+  int order[MOECCL_A2A_NALGOS];
+  for (int i = 0; i < MOECCL_A2A_NALGOS; i++) order[i] = i;
+  pricing_t p = {.c = c,
+                 .call = &call,
+                 .root = -1,
+                 .order = order,
+                 .n = MOECCL_A2A_NALGOS,
+                 .tie = 0.0,
+                 .name = a2a_name,
+                 .applies = a2a_applies,
+                 .build = a2a_build,
+                 .extra = a2a_counts};
   char line[640];
-  int len = 0, best = MOECCL_A2A_DIRECT;
-  double best_us = -1.0;
-  for (int i = 0; i < MOECCL_A2A_NALGOS; i++) {
-    const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[i];
-    /* bruck's alltoallv first gathers every rank's counts: not priced */
-    if (!a->schedule) continue;
-    /* Past the cap, an alltoallv of bruck gathers no counts and runs
-     * pairwise, which is priced as itself. */
-    if (v && a->meta == MOECCL_META_ALL && c->nranks > MOECCL_META_ALL_MAX_RANKS) continue;
-    double us = price(c, a, block, v, NULL);
-    if (us == PRICE_FAILED) return NULL;
-    if (us < 0) continue;
-    if (len < (int)sizeof(line))
-      len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "", a->name,
-                      us);
-    if (best_us < 0 || us < best_us) best_us = us, best = i;
-  }
+  int best = cheapest(&p, line, sizeof(line));
+  if (best == -2) return NULL;
+  if (best < 0) best = MOECCL_A2A_DIRECT;
   slot->block = block, slot->v = v, slot->algo = best, slot->age = tu->clock;
   tu->a2a_last = (int)(slot - tu->cache);
   INFO(ALGO, "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s)",
        c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
-       moeccl_a2a_algos[best].name, len ? line : "none");
+       moeccl_a2a_algos[best].name, line[0] ? line : "none");
   c->last_algo = best;
   return &moeccl_a2a_algos[best];
 }
 
 /* ---- the other collectives ------------------------------------------------ */
 
-/* The ranks priced for a collective: the all-to-all sample plus the root
- * (trees and gathers load it most), every rank when oversubscribed. */
-static int coll_sample(moeccl_comm_t* c, int root, int* ranks) {
-  if (c->tuner->oversubscribed) return c->nranks;
-  int k = sample_ranks(c->topo, ranks), dup = 0;
-  for (int i = 0; i < k; i++) dup |= ranks[i] == root;
-  if (!dup) ranks[k++] = root;
-  return k;
+static const char* coll_name(int algo) { return moeccl_coll_algos[algo].name; }
+
+static int coll_applies(const pricing_t* p, int algo) {
+  const moeccl_coll_desc_t* d = p->call;
+  const moeccl_coll_algo_t* a = &moeccl_coll_algos[algo];
+  return a->schedule[d->kind] && (!a->applies || a->applies(d));
 }
 
-/* Predicted time of algorithm a for the call d: the slowest sampled rank
- * (with the oversubscribed machines' CPU floor, as price() does); -1 when
- * a does not implement or apply to it, PRICE_FAILED when out of memory. */
-static double price_coll(moeccl_comm_t* c, const moeccl_coll_algo_t* a,
-                         const moeccl_coll_desc_t* desc) {
-  struct moeccl_tuner* tu = c->tuner;
-  moeccl_coll_desc_t d = *desc;
-  /* In place is each rank's own affair (NCCL decides it per rank from the
-   * pointers) and changes only local ops: price without it, so that every
-   * rank prices the same schedules. */
-  d.in_place = 0;
-  if (!a->schedule[d.kind] || (a->applies && !a->applies(&d))) return -1.0;
-  int ranks[MAX_SAMPLE + 1], k = coll_sample(c, d.root, ranks);
-  double worst = -1.0;
-  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
-  for (int i = 0; i < k; i++) {
-    d.rank = tu->oversubscribed ? i : ranks[i];
-    moeccl_sched_t* s = &tu->sched;
-    moeccl_sched_reset(s);
-    uint32_t b;
-    for (int j = 0; j < MOECCL_BUF_NSTD; j++)
-      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return PRICE_FAILED;
-    s->scratch_buf = MOECCL_BUF_SCRATCH;
-    if (a->schedule[d.kind](&d, s) != moecclSuccess || moeccl_sched_end_step(s) != moecclSuccess)
-      return PRICE_FAILED;
-    moeccl_cost_t cost = {0};
-    double us = moeccl_model_price(c->topo, s, d.rank, &cost);
-    if (tu->oversubscribed) tu->machine_cpu_us[tu->machine_of[d.rank]] += cost.cpu_us;
-    if (us > worst) worst = us;
-  }
-  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) {
-    double bound = tu->machine_cpus[m] > 0 ? tu->machine_cpu_us[m] / tu->machine_cpus[m] : 0.0;
-    if (bound > worst) worst = bound;
-  }
-  return worst;
+static moecclResult_t coll_build(const pricing_t* p, int algo, int rank, moeccl_sched_t* s) {
+  moeccl_coll_desc_t d = *(const moeccl_coll_desc_t*)p->call;
+  d.rank = rank;
+  MOECCL_CHECK(moeccl_coll_algos[algo].schedule[d.kind](&d, s));
+  return moeccl_sched_end_step(s);
 }
 
 static int coll_hit(const coll_entry_t* e, const moeccl_coll_desc_t* d) {
@@ -568,31 +612,34 @@ int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
   coll_entry_t* slot;
   coll_entry_t* hit = coll_lookup(c->tuner, d, &slot);
   if (hit) return hit->algo;
-  char line[512];
-  int len = 0, best = -1;
-  double best_us = -1.0;
+  /* In place is each rank's own affair (NCCL decides it per rank from the
+   * pointers) and changes only local ops: price without it, so that every
+   * rank prices the same schedules. */
+  moeccl_coll_desc_t call = *d;
+  call.in_place = 0;
   /* Priced in this order, so a tie goes to the earlier row: direct keeps each
    * rank's working slice smallest (its reductions stay in cache), which
    * the model does not see. */
   static const int order[MOECCL_COLL_NALGOS] = {MOECCL_COLL_DIRECT, MOECCL_COLL_RHD,
                                                 MOECCL_COLL_RING,   MOECCL_COLL_RD,
                                                 MOECCL_COLL_TREE,   MOECCL_COLL_HIER};
-  for (int o = 0; o < MOECCL_COLL_NALGOS; o++) {
-    int i = order[o];
-    const moeccl_coll_algo_t* a = &moeccl_coll_algos[i];
-    double us = price_coll(c, a, d);
-    if (us == PRICE_FAILED) return -1;
-    if (us < 0) continue;
-    if (len < (int)sizeof(line))
-      len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.1f", len ? ", " : "", a->name,
-                      us);
-    if (best_us < 0 || us < best_us * (1.0 - 1e-9)) best_us = us, best = i; /* ties: order[] */
-  }
+  pricing_t p = {.c = c,
+                 .call = &call,
+                 .root = d->root,
+                 .order = order,
+                 .n = MOECCL_COLL_NALGOS,
+                 .tie = 1e-9,
+                 .name = coll_name,
+                 .applies = coll_applies,
+                 .build = coll_build};
+  char line[640];
+  int best = cheapest(&p, line, sizeof(line));
+  if (best == -2) return -1;
   if (best < 0) best = MOECCL_COLL_DIRECT; /* implements every collective */
   *slot = (coll_entry_t){(int)d->kind, d->root, best, d->count, d->elem_size, c->tuner->clock};
   INFO(ALGO, "rank %d: %s of %zu bytes on %d ranks: %s (predicted us: %s)", c->rank,
        moeccl_coll_kind_name(d->kind), d->count * d->elem_size, c->nranks,
-       moeccl_coll_algos[best].name, len ? line : "none");
+       moeccl_coll_algos[best].name, line[0] ? line : "none");
   return best;
 }
 
@@ -633,11 +680,7 @@ static double moe_path_price(moeccl_comm_t* c, const moeccl_moe_layout_t* l, int
   for (int m = 0; m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
   for (int r = 0; r < c->nranks; r++)
     tu->machine_cpu_us[tu->machine_of[r]] += moe_cpu(c, &l->cost_all[2 * r + path], rb);
-  for (int m = 0; m < tu->nmachines; m++) {
-    double bound = tu->machine_cpus[m] > 0 ? tu->machine_cpu_us[m] / tu->machine_cpus[m] : 0.0;
-    if (bound > us) us = bound;
-  }
-  return us;
+  return machine_floor(tu, us);
 }
 
 int moeccl_tuner_pick_moe(moeccl_comm_t* c, const moeccl_moe_layout_t* l, size_t row_bytes,

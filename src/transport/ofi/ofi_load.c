@@ -63,7 +63,5 @@ const moeccl_transport_ops_t moeccl_ofi_ops = {
     .name = "ofi",
     .caps = MOECCL_TRANSPORT_CAP_NETWORK,
     .mem_types = MOECCL_MEM_TYPE_HOST,
-    /* rendezvous above MOECCL_NET_EAGER_SIZE (ofi.c: post_send) */
-    .link = {10.0, 15.0, 1.0, MOECCL_LINK_RNDV_NET_EAGER},
     MOECCL_NET_PROXY_OPS(ofi_proxy),
 };

@@ -368,8 +368,21 @@ static moecclResult_t ofi_init(moeccl_comm_t* comm, const uint8_t* use, int need
   return moecclSuccess;
 }
 
+/* What the links between nodes cost (transport.h: query), fitted over
+ * kernel TCP as tuner.c says.  A message past the eager size goes by
+ * rendezvous (header, CTS, then the data: see Protocols at the top). */
+static moecclResult_t ofi_query(void* state, const moeccl_comm_t* comm,
+                                moeccl_transport_attr_t* out) {
+  (void)comm;
+  const ofi_state_t* s = state;
+  *out = moeccl_transport_attr_of(&moeccl_net_module_ops);
+  out->latency_us = 10.0, out->overhead_us = 15.0, out->bw_GBps = 1.0;
+  out->eager_bytes = out->rndv_bytes = s ? s->eager : moeccl_param_size("MOECCL_NET_EAGER_SIZE");
+  return moecclSuccess;
+}
+
 /* Reached through the proxy moeccl_ofi_ops of libmoeccl (ofi_load.c), which
- * holds the name and link costs and checks that caps and mem_types match. */
+ * checks that the name, caps and mem_types match. */
 const moeccl_transport_ops_t moeccl_net_module_ops = {
     .name = "ofi",
     .caps = MOECCL_TRANSPORT_CAP_NETWORK,
@@ -377,6 +390,7 @@ const moeccl_transport_ops_t moeccl_net_module_ops = {
     .score = ofi_score,
     .can_reach = ofi_can_reach,
     .init = ofi_init,
+    .query = ofi_query,
     .post = ofi_post,
     .progress = ofi_progress,
     .arm = ofi_arm,

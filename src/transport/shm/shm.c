@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "transport/shm/shm.h"
+#include "base/param.h"
 
 static void enqueue(moeccl_req_t** head, moeccl_req_t** tail, moeccl_req_t* r) {
   r->next = NULL;
@@ -315,17 +316,33 @@ static void shm_cancel_all(void* state) {
   }
 }
 
+/* What a node's links cost over shared memory (transport.h: query; the
+ * numbers are fitted as tuner.c says).  A message up to the slot size is
+ * done once in the slots; a longer one is published, pulled and its slot
+ * freed: a round trip more before the sender's step ends.  Without a state
+ * (no two ranks share a node) the slot is what state_alloc would make of
+ * MOECCL_SHM_EAGER_SIZE. */
+static moecclResult_t shm_query(void* state, const moeccl_comm_t* comm,
+                                moeccl_transport_attr_t* out) {
+  (void)comm;
+  const shm_state_t* s = state;
+  size_t slot = s ? s->slot_bytes : moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
+  if (!s) slot = align_up(slot < 256 ? 256 : slot, CACHELINE);
+  *out = moeccl_transport_attr_of(&moeccl_shm_ops);
+  out->latency_us = 1.5, out->overhead_us = 0.3, out->bw_GBps = 10.0;
+  out->eager_bytes = out->rndv_bytes = slot;
+  return moecclSuccess;
+}
+
 const moeccl_transport_ops_t moeccl_shm_ops = {
     .name = "shm",
     .caps = MOECCL_TRANSPORT_CAP_REDUCE | MOECCL_TRANSPORT_CAP_ROWS,
     .mem_types = MOECCL_MEM_TYPE_HOST | MOECCL_MEM_TYPE_DEVICE,
-    /* a message past the slot size is published, pulled and its slot
-     * freed: a round trip more before the sender's step ends */
-    .link = {1.5, 0.3, 10.0, MOECCL_LINK_RNDV_SHM_SLOT},
     .can_gather = moeccl_shm_can_gather,
     .score = NULL,
     .can_reach = moeccl_shm_can_reach,
     .init = moeccl_shm_init,
+    .query = shm_query,
     .post = shm_post,
     .post_now = shm_post_now,
     .flush = shm_flush,

@@ -68,6 +68,5 @@ const moeccl_transport_ops_t moeccl_ucx_ops = {
     .name = "ucx",
     .caps = MOECCL_TRANSPORT_CAP_NETWORK,
     .mem_types = MOECCL_MEM_TYPE_HOST,
-    .link = {5.0, 4.5, 1.0, 0.0}, /* UCX picks its own protocols */
     MOECCL_NET_PROXY_OPS(ucx_proxy),
 };
