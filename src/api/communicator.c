@@ -1,9 +1,9 @@
 /* Communicators: init from a unique id, split, destroy, abort, queries. */
-#include "algos/algos.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "device/device.h"
 #include "exec/enqueue.h"
+#include "plan/plan.h"
 #include "base/param.h"
 #include "transport/transport.h"
 #include "tune/tuner.h"
@@ -53,11 +53,8 @@ static void comm_free(moeccl_comm_t* comm) {
   moeccl_comm_unregister(comm);
   moeccl_transports_fini(comm);
   moeccl_bootstrap_close(comm->boot);
-  moeccl_sched_free(&comm->sched);
-  moeccl_sched_free(&comm->meta_sched);
+  moeccl_plan_cache_free(comm);
   moeccl_tuner_fini(comm);
-  free(comm->meta_rows);
-  free(comm->meta_index);
   free(comm->reqs);
   free(comm->scratch);
   if (comm->dev_scratch) moeccl_device()->free(comm->dev_scratch);
@@ -98,57 +95,22 @@ static moecclResult_t comm_alloc(int rank, int nranks, const uint8_t secret[MOEC
   memcpy(c->secret, secret, MOECCL_SECRET_BYTES);
   c->nonce = moeccl_secret_tag(secret);
   c->timeout = moeccl_param_timeout();
-  c->forced_algo = -1;
-  c->forced_moe = -1;
-  c->last_algo = -1;
-  for (int k = 0; k < MOECCL_COLL_NKINDS; k++) c->forced_coll[k] = -1;
   c->failed_peer = -1;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->order_lock, NULL);
   pthread_cond_init(&c->order_cond, NULL);
   c->peers = calloc((size_t)nranks, sizeof(*c->peers));
-  if (!c->peers) return comm_free(c), moecclSystemError;
+  if (!c->peers || moeccl_plan_cache_create(c) != moecclSuccess)
+    return comm_free(c), moecclSystemError;
   moeccl_comm_register(c);
   *out = c;
   return moecclSuccess;
 }
 
-/* The per-collective override, MOECCL_<COLL>_ALGO (param.c). */
-static const char* const coll_algo_env[MOECCL_COLL_NKINDS] = {
-    [MOECCL_COLL_ALLREDUCE] = "MOECCL_ALLREDUCE_ALGO",
-    [MOECCL_COLL_REDUCE_SCATTER] = "MOECCL_REDUCESCATTER_ALGO",
-    [MOECCL_COLL_ALLGATHER] = "MOECCL_ALLGATHER_ALGO",
-    [MOECCL_COLL_BROADCAST] = "MOECCL_BROADCAST_ALGO",
-    [MOECCL_COLL_REDUCE] = "MOECCL_REDUCE_ALGO",
-    [MOECCL_COLL_GATHER] = "MOECCL_GATHER_ALGO",
-    [MOECCL_COLL_SCATTER] = "MOECCL_SCATTER_ALGO",
-};
-
-static void force_coll(moeccl_comm_t* c, moeccl_coll_kind_t kind) {
-  const char* name = moeccl_param_str(coll_algo_env[kind]);
-  if (!name || !*name) return;
-  const moeccl_coll_algo_t* a = moeccl_coll_algo_by_name(name);
-  if (a && a->schedule[kind]) c->forced_coll[kind] = (int)a->id;
-  else if (c->rank == 0)
-    WARN(ALGO, "%s=%s is not an algorithm of %s; the tuner decides", coll_algo_env[kind], name,
-         moeccl_coll_kind_name(kind));
-}
-
 static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
+  /* The forced algorithms (MOECCL_ALGO and the like) are the tuner's:
+   * moeccl_tuner_init reads them (tune/forced.c). */
   if (config && config->commName) snprintf(c->name, sizeof(c->name), "%s", config->commName);
-  const char* algo = moeccl_param_str("MOECCL_ALGO");
-  if (algo && *algo) {
-    const moeccl_a2a_algo_t* a = moeccl_a2a_algo_by_name(algo);
-    if (a) c->forced_algo = (int)a->id;
-    else if (c->rank == 0)
-      WARN(ALGO, "MOECCL_ALGO=%s is not an algorithm; the tuner decides", algo);
-  }
-  for (int k = 0; k < MOECCL_COLL_NKINDS; k++) force_coll(c, (moeccl_coll_kind_t)k);
-  const char* moe = moeccl_param_str("MOECCL_MOE_ALGO");
-  if (moe && !strcmp(moe, "flat")) c->forced_moe = 0;
-  else if (moe && !strcmp(moe, "hier")) c->forced_moe = 1;
-  else if (moe && *moe && c->rank == 0)
-    WARN(ALGO, "MOECCL_MOE_ALGO=%s is not flat or hier; the tuner decides", moe);
 }
 
 /* Everything after the peer table is known: node layout and transports. */

@@ -108,7 +108,8 @@ static moecclResult_t hier_setup(moecclMoePlan_t p) {
   moeccl_comm_t* c = p->comm;
   const moeccl_topo_t* t = c->topo;
   p->logged_path = -1;
-  if (!t || t->nranks != c->nranks || t->nnodes < 2 || c->forced_moe == 0) return moecclSuccess;
+  if (!t || t->nranks != c->nranks || t->nnodes < 2 || moeccl_tuner_forced(c)->moe == 0)
+    return moecclSuccess;
   for (int b = 0; b < t->nnodes; b++)
     if (t->node_first[b + 1] - t->node_first[b] > 64) return moecclSuccess;
   int n = c->nranks, me = c->rank, node = t->rank_node[me];
@@ -923,12 +924,12 @@ static int pick_path(moecclMoePlan_t p, const moe_args_t* a, size_t rb) {
     p->logged_path = hier, p->logged_rb = rb;
     if (us[1] < 0)
       INFO(ALGO, "rank %d: %s of %zu-byte rows: flat (%s)", p->comm->rank, a->fn, rb,
-           p->comm->forced_moe == 0 ? "MOECCL_MOE_ALGO=flat"
-                                    : "one node, or a node of more than 64 ranks");
+           moeccl_tuner_forced(p->comm)->moe == 0 ? "MOECCL_MOE_ALGO=flat"
+                                                  : "one node, or a node of more than 64 ranks");
     else
       INFO(ALGO, "rank %d: %s of %zu-byte rows: %s (predicted us: flat %.1f, hier %.1f%s)",
            p->comm->rank, a->fn, rb, hier ? "hier" : "flat", us[0], us[1],
-           p->comm->forced_moe >= 0 ? "; forced by MOECCL_MOE_ALGO" : "");
+           moeccl_tuner_forced(p->comm)->moe >= 0 ? "; forced by MOECCL_MOE_ALGO" : "");
   }
   return hier;
 }

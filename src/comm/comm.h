@@ -7,11 +7,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "algos/coll_algos.h"
 #include "base/check.h"
 #include "base/debug.h"
+#include "kernels/mem.h"
 #include "moeccl.h"
-#include "sched/schedule.h"
 #include "base/socket.h"
 
 #define MOECCL_EXPORT __attribute__((visibility("default")))
@@ -45,6 +44,7 @@ typedef struct {
 struct moeccl_bootstrap;
 struct moeccl_transport_ops;
 struct moeccl_req;
+struct moeccl_plan_cache;
 /* Transports one communicator may start: shared memory, one network
  * transport, the stream transports (transport.c: stream_transports[]), with
  * room to spare; below 0xff, which marks "none" in the peer tables. */
@@ -93,27 +93,15 @@ struct moecclComm {
    * lowers device schedules with it, 0xff none (moeccl_peer_stream_transport). */
   uint8_t* peer_stream_transport;
 
-  int forced_algo; /* all-to-all (MOECCL_ALGO); -1: tuner decides */
-  int last_algo;   /* the tuner's previous choice, for logging changes */
-  /* Other collectives (MOECCL_<COLL>_ALGO), by moeccl_coll_kind_t; -1: tuner. */
-  int forced_coll[MOECCL_COLL_NKINDS];
-  int forced_moe; /* MoE dispatch/combine path (MOECCL_MOE_ALGO): -1 tuner, 0 flat, 1 hier */
   moeccl_redop_t* redops; /* PreMulSum ops (moecclRedOpCreatePreMulSum) */
   int nredops;
   int a2a_window;             /* MOECCL_A2A_WINDOW */
   struct moeccl_topo* topo;   /* where the ranks sit, link costs (src/topo) */
-  struct moeccl_tuner* tuner; /* the tuner's cache and scratch (src/tune) */
+  struct moeccl_tuner* tuner; /* the tuner's cache, scratch and forced choices (src/tune) */
   /* During moecclCommSplit only: the parent's topology and each new rank's
    * parent rank, so the child inherits placement, groups and costs. */
   const struct moeccl_topo* parent_topo;
   const int* parent_ranks;
-  /* Count rows of other ranks for v-calls of hierarchical algorithms: member
-   * m of the scope has its send row at meta_rows[2m*n], recv row after it. */
-  size_t* meta_rows;
-  int* meta_index;  /* comm rank -> member index, or -1 */
-  size_t meta_cap;  /* size_t entries allocated in meta_rows */
-  size_t meta_elem; /* element size of the call the rows belong to */
-  moeccl_sched_t meta_sched;
 
   pthread_mutex_t lock; /* one operation at a time per communicator */
   /* Operations run in the order they were issued, whatever stream or thread
@@ -126,16 +114,8 @@ struct moecclComm {
   int pending;
   int order_waiters;     /* threads in a wait on order_cond: retire wakes only if some */
   volatile int aborting; /* moecclCommAbort: queued and running work stops */
-  moeccl_sched_t sched;  /* reused across calls */
-  /* plan.c: the uniform all-to-all whose schedule sched holds; a call that
-   * repeats it (same buffers, block, element size and algorithm) runs that
-   * schedule again without building it. */
-  struct {
-    int valid, algo;
-    const void* sendbuf;
-    void* recvbuf;
-    size_t block, elem;
-  } plan_last;
+  /* The planner's schedules and what it keeps between calls (src/plan). */
+  struct moeccl_plan_cache* plan;
   struct moeccl_xreq* reqs; /* the executor's requests (exec/executor_int.h) */
   int reqs_cap;
   void* scratch;

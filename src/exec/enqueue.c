@@ -5,6 +5,7 @@
 #include "exec/executor.h"
 #include "exec/stream.h"
 #include "transport/transport.h"
+#include "tune/tuner.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -99,11 +100,11 @@ static moeccl_call_t* task_call(moeccl_task_t* t) {
 }
 
 static moecclResult_t task_plan(moeccl_task_t* t) {
-  return moeccl_plan_build(t->comm, task_call(t), &t->choice, &t->comm->sched);
+  return moeccl_plan_build(t->comm, task_call(t), &t->choice, &t->comm->plan->sched);
 }
 
 /* The algorithm of a task, and whether its count exchange
- * (comm->meta_sched) must run before task_plan. */
+ * (comm->plan->meta_sched) must run before task_plan. */
 static moecclResult_t task_prepare(moeccl_task_t* t, int* need_meta) {
   moecclResult_t rc = moeccl_plan_prepare(t->comm, task_call(t), &t->choice);
   *need_meta = rc == moecclSuccess && t->choice.need_meta;
@@ -150,7 +151,8 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
     for (int i = 0; i < ncomms && rc == moecclSuccess; i++) {
       int meta = 0;
       if (cursor[i]) rc = task_prepare(cursor[i], &meta);
-      if (meta) jobs[njobs++] = (moeccl_job_t){.comm = comms[i], .sched = &comms[i]->meta_sched};
+      if (meta)
+        jobs[njobs++] = (moeccl_job_t){.comm = comms[i], .sched = &comms[i]->plan->meta_sched};
     }
     if (rc == moecclSuccess && njobs) rc = moeccl_executor_run(jobs, njobs);
     njobs = 0;
@@ -158,7 +160,7 @@ static moecclResult_t run_rounds(moeccl_task_list_t* list, moeccl_comm_t** comms
       moeccl_task_t* t = cursor[i];
       if (!t) continue;
       rc = task_plan(t);
-      jobs[njobs++] = (moeccl_job_t){.comm = t->comm, .sched = &t->comm->sched};
+      jobs[njobs++] = (moeccl_job_t){.comm = t->comm, .sched = &t->comm->plan->sched};
       do cursor[i] = cursor[i]->next;
       while (cursor[i] && cursor[i]->comm != comms[i]);
     }
@@ -235,18 +237,18 @@ moecclResult_t moeccl_tasks_run(moeccl_task_list_t* list) {
 }
 
 /* A prepared call's count exchange (host memory: the host transports),
- * then its schedule in comm->sched.  Every rank passed the argument
+ * then its schedule in comm->plan->sched.  Every rank passed the argument
  * checks, so the peers go on to the call: a rank that cannot plan it (no
  * memory) must not stay usable. */
 static moecclResult_t plan_call(moeccl_comm_t* c, moeccl_call_t* call,
                                 const moeccl_choice_t* choice) {
   moecclResult_t rc = moecclSuccess;
   if (choice->need_meta) {
-    moeccl_job_t job = {.comm = c, .sched = &c->meta_sched};
+    moeccl_job_t job = {.comm = c, .sched = &c->plan->meta_sched};
     rc = moeccl_executor_run(&job, 1);
   }
   if (rc == moecclSuccess) {
-    rc = moeccl_plan_build(c, call, choice, &c->sched);
+    rc = moeccl_plan_build(c, call, choice, &c->plan->sched);
     if (rc != moecclSuccess)
       moeccl_comm_fail(c, rc,
                        "planning failed after the call was issued on every rank; abort "
@@ -303,11 +305,12 @@ static int lowerable(const moeccl_comm_t* comm, const moeccl_call_t* call, moecc
 static moecclResult_t lower_prepare(moeccl_comm_t* c, const moeccl_call_t* call,
                                     moeccl_choice_t* choice) {
   *choice = (moeccl_choice_t){0, 0};
-  if (call->kind == MOECCL_CALL_A2A && c->forced_algo < 0) {
+  const moeccl_forced_t* forced = moeccl_tuner_forced(c);
+  if (call->kind == MOECCL_CALL_A2A && forced->algo < 0) {
     choice->algo = MOECCL_A2A_DIRECT;
     return moecclSuccess;
   }
-  if (call->kind == MOECCL_CALL_COLL && c->forced_coll[call->coll.kind] < 0) {
+  if (call->kind == MOECCL_CALL_COLL && forced->coll[call->coll.kind] < 0) {
     choice->algo = MOECCL_COLL_DIRECT;
     return moecclSuccess;
   }
@@ -320,7 +323,7 @@ static moecclResult_t lower_one(moeccl_comm_t* c, moeccl_call_t* call, moecclStr
   moeccl_choice_t choice;
   moecclResult_t rc = lower_prepare(c, call, &choice);
   if (rc == moecclSuccess) rc = plan_call(c, call, &choice);
-  if (rc == moecclSuccess) rc = moeccl_executor_lower(c, &c->sched, stream);
+  if (rc == moecclSuccess) rc = moeccl_executor_lower(c, &c->plan->sched, stream);
   return rc;
 }
 
@@ -551,7 +554,7 @@ static moecclResult_t call_run_now(moeccl_comm_t* c, moeccl_call_t* call) {
   moecclResult_t rc = moeccl_plan_prepare(c, call, &choice);
   if (rc == moecclSuccess) rc = plan_call(c, call, &choice);
   if (rc == moecclSuccess) {
-    moeccl_job_t job = {.comm = c, .sched = &c->sched};
+    moeccl_job_t job = {.comm = c, .sched = &c->plan->sched};
     rc = moeccl_executor_run(&job, 1);
   }
   pthread_mutex_unlock(&c->lock);

@@ -4,6 +4,7 @@
 #define MOECCL_EXECUTOR_H_
 
 #include "comm/comm.h"
+#include "sched/schedule.h"
 
 /* One schedule to run on one communicator.  Jobs of different communicators
  * run concurrently, so a group spanning communicators cannot deadlock on the

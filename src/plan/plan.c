@@ -13,8 +13,9 @@
 
 /* Bytes src sends dst, from the count rows gathered by meta_plan. */
 static size_t meta_pair_bytes(const void* ctx, int src, int dst) {
-  const moeccl_comm_t* c = ctx;
-  size_t n = (size_t)c->nranks;
+  const moeccl_comm_t* comm = ctx;
+  const struct moeccl_plan_cache* c = comm->plan;
+  size_t n = (size_t)comm->nranks;
   int m = c->meta_index[src];
   if (m >= 0) return c->meta_rows[(2 * (size_t)m) * n + (size_t)dst] * c->meta_elem;
   m = c->meta_index[dst];
@@ -23,29 +24,30 @@ static size_t meta_pair_bytes(const void* ctx, int src, int dst) {
 }
 
 /* Gathers the count rows of the algorithm's scope (moeccl_meta_schedule)
- * into comm->meta_rows, where meta_pair_bytes finds them. */
+ * into comm->plan->meta_rows, where meta_pair_bytes finds them. */
 static moecclResult_t meta_plan(moeccl_comm_t* c, const moeccl_a2a_algo_t* a,
                                 const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
   int n = c->nranks;
-  if (!c->meta_index) {
-    c->meta_index = malloc(sizeof(int) * (size_t)n);
-    if (!c->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
+  struct moeccl_plan_cache* pc = c->plan;
+  if (!pc->meta_index) {
+    pc->meta_index = malloc(sizeof(int) * (size_t)n);
+    if (!pc->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
   }
-  int members = moeccl_meta_members(c->topo, c->rank, a->meta, c->meta_index);
+  int members = moeccl_meta_members(c->topo, c->rank, a->meta, pc->meta_index);
   size_t need = 2 * (size_t)members * (size_t)n;
-  if (need > c->meta_cap) {
-    size_t* p = realloc(c->meta_rows, need * sizeof(size_t));
+  if (need > pc->meta_cap) {
+    size_t* p = realloc(pc->meta_rows, need * sizeof(size_t));
     if (!p) return moeccl_error(c, moecclSystemError, "out of memory");
-    c->meta_rows = p, c->meta_cap = need;
+    pc->meta_rows = p, pc->meta_cap = need;
   }
-  c->meta_elem = d->elem_size;
-  size_t* mine = c->meta_rows + 2 * (size_t)c->meta_index[c->rank] * (size_t)n;
+  pc->meta_elem = d->elem_size;
+  size_t* mine = pc->meta_rows + 2 * (size_t)pc->meta_index[c->rank] * (size_t)n;
   memcpy(mine, d->send_counts, (size_t)n * sizeof(size_t));
   memcpy(mine + n, d->recv_counts, (size_t)n * sizeof(size_t));
   moeccl_sched_reset(s);
   uint32_t rows;
-  MOECCL_CHECK(moeccl_sched_add_buf(s, c->meta_rows, &rows));
-  return moeccl_meta_schedule(c->topo, c->rank, a->meta, c->meta_index, rows, s);
+  MOECCL_CHECK(moeccl_sched_add_buf(s, pc->meta_rows, &rows));
+  return moeccl_meta_schedule(c->topo, c->rank, a->meta, pc->meta_index, rows, s);
 }
 
 static moecclResult_t a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
@@ -60,7 +62,7 @@ static moecclResult_t a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* 
   d.topo = comm->topo;
   if (!moeccl_a2a_needs_meta(algo, &d)) return moecclSuccess;
   choice->need_meta = 1;
-  moecclResult_t rc = meta_plan(comm, algo, desc, &comm->meta_sched);
+  moecclResult_t rc = meta_plan(comm, algo, desc, &comm->plan->meta_sched);
   if (rc != moecclSuccess)
     return moeccl_comm_fail(comm, rc, "planning the count exchange of %s failed (%s)", algo->name,
                             moecclGetErrorString(rc));
@@ -280,27 +282,44 @@ moecclResult_t moeccl_plan_prepare(moeccl_comm_t* comm, const moeccl_call_t* cal
 static int a2a_repeat(const moeccl_comm_t* comm, const moeccl_call_t* call,
                       const moeccl_choice_t* choice) {
   const moeccl_a2a_desc_t* d = &call->a2a;
-  return comm->plan_last.valid && !d->send_counts && !choice->need_meta &&
-         comm->plan_last.algo == choice->algo && comm->plan_last.sendbuf == call->sendbuf &&
-         comm->plan_last.recvbuf == call->recvbuf && comm->plan_last.block == d->block_bytes &&
-         comm->plan_last.elem == d->elem_size;
+  const struct moeccl_plan_cache* pc = comm->plan;
+  return pc->last.valid && !d->send_counts && !choice->need_meta && pc->last.algo == choice->algo &&
+         pc->last.sendbuf == call->sendbuf && pc->last.recvbuf == call->recvbuf &&
+         pc->last.block == d->block_bytes && pc->last.elem == d->elem_size;
 }
 
 moecclResult_t moeccl_plan_build(moeccl_comm_t* comm, moeccl_call_t* call,
                                  const moeccl_choice_t* choice, moeccl_sched_t* sched) {
   if (comm->aborting) return moeccl_error(comm, moecclInvalidUsage, "communicator was aborted");
-  int mine = sched == &comm->sched;
+  struct moeccl_plan_cache* pc = comm->plan;
+  int mine = sched == &pc->sched;
   if (mine && call->kind == MOECCL_CALL_A2A && a2a_repeat(comm, call, choice)) return moecclSuccess;
-  if (mine) comm->plan_last.valid = 0; /* sched is about to change */
+  if (mine) pc->last.valid = 0; /* sched is about to change */
   if (call->kind == MOECCL_CALL_A2A) {
     moecclResult_t rc = a2a_build(comm, call, choice, sched);
     const moeccl_a2a_desc_t* d = &call->a2a;
     if (mine && rc == moecclSuccess && !d->send_counts && !choice->need_meta)
-      comm->plan_last = (__typeof__(comm->plan_last)){
+      pc->last = (__typeof__(pc->last)){
           1, choice->algo, call->sendbuf, call->recvbuf, d->block_bytes, d->elem_size};
     return rc;
   }
   if (call->kind == MOECCL_CALL_COLL) return coll_build(comm, call, choice, sched);
   if (call->kind == MOECCL_CALL_MOE) return moe_build(comm, call, sched);
   return p2p_build(comm, call, sched);
+}
+
+moecclResult_t moeccl_plan_cache_create(moeccl_comm_t* comm) {
+  comm->plan = calloc(1, sizeof(*comm->plan));
+  return comm->plan ? moecclSuccess : moeccl_error(comm, moecclSystemError, "out of memory");
+}
+
+void moeccl_plan_cache_free(moeccl_comm_t* comm) {
+  struct moeccl_plan_cache* pc = comm->plan;
+  if (!pc) return;
+  moeccl_sched_free(&pc->sched);
+  moeccl_sched_free(&pc->meta_sched);
+  free(pc->meta_rows);
+  free(pc->meta_index);
+  free(pc);
+  comm->plan = NULL;
 }

@@ -4,7 +4,7 @@
  * stream), and for each call asks this module, downward, for two things:
  *   prepare: which algorithm (the tuner, or a forced one), and for an
  *            alltoallv whose algorithm needs other ranks' counts, the small
- *            count-exchange schedule to run first (comm->meta_sched);
+ *            count-exchange schedule to run first (comm->plan->meta_sched);
  *   build:   the call's schedule for the chosen algorithm.
  * The choice travels with the call, not through the communicator.  The
  * executor then runs the schedule; nothing here moves bytes.
@@ -49,8 +49,35 @@ typedef struct {
 /* What prepare decided for a call; build uses it. */
 typedef struct {
   int algo;      /* row of moeccl_a2a_algos[] (A2A) or moeccl_coll_algos[] (COLL) */
-  int need_meta; /* A2A: comm->meta_sched (count exchange) must run before build */
+  int need_meta; /* A2A: comm->plan->meta_sched (count exchange) must run before build */
 } moeccl_choice_t;
+
+/* What the planner keeps per communicator between calls (comm->plan): the
+ * comm.h struct only points here, so the communicator needs nothing of the
+ * layers above it. */
+struct moeccl_plan_cache {
+  moeccl_sched_t sched; /* the call's schedule, reused across calls */
+  /* The uniform all-to-all whose schedule sched holds; a call that repeats
+   * it (same buffers, block, element size and algorithm) runs that
+   * schedule again without building it. */
+  struct {
+    int valid, algo;
+    const void* sendbuf;
+    void* recvbuf;
+    size_t block, elem;
+  } last;
+  /* Count rows of other ranks for v-calls of hierarchical algorithms: member
+   * m of the scope has its send row at meta_rows[2m*n], recv row after it. */
+  size_t* meta_rows;
+  int* meta_index;           /* comm rank -> member index, or -1 */
+  size_t meta_cap;           /* size_t entries allocated in meta_rows */
+  size_t meta_elem;          /* element size of the call the rows belong to */
+  moeccl_sched_t meta_sched; /* the count exchange of a v-call */
+};
+
+/* comm->plan, empty; freed (and set NULL) by moeccl_plan_cache_free. */
+moecclResult_t moeccl_plan_cache_create(moeccl_comm_t* comm);
+void moeccl_plan_cache_free(moeccl_comm_t* comm);
 
 moecclResult_t moeccl_plan_prepare(moeccl_comm_t* comm, const moeccl_call_t* call,
                                    moeccl_choice_t* choice);

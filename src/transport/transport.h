@@ -26,6 +26,7 @@
 #define MOECCL_TRANSPORT_H_
 
 #include "comm/comm.h"
+#include "sched/schedule.h" /* lower_begin and lower_step take a schedule */
 #include "topo/topo.h"
 
 typedef enum { MOECCL_REQ_SEND = 0, MOECCL_REQ_RECV = 1 } moeccl_req_type_t;

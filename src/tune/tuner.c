@@ -66,6 +66,8 @@ struct moeccl_tuner {
   double* machine_cpu_us; /* [machines] scratch while pricing */
   int* meta_index;        /* [nranks] scratch: members of a count exchange priced */
   int nmachines;
+  moeccl_forced_t forced; /* MOECCL_ALGO and the like (forced.c) */
+  int last_algo;          /* the previous all-to-all choice, for logging changes */
 };
 
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
@@ -229,9 +231,10 @@ static uint64_t pricing_hash(const moeccl_comm_t* c) {
   h = fnv(h, &c->a2a_window, sizeof(c->a2a_window));
   /* Forced algorithms too: a rank that forced another would run another
    * schedule. */
-  h = fnv(h, &c->forced_algo, sizeof(c->forced_algo));
-  h = fnv(h, c->forced_coll, sizeof(c->forced_coll));
-  h = fnv(h, &c->forced_moe, sizeof(c->forced_moe));
+  const moeccl_forced_t* f = &c->tuner->forced;
+  h = fnv(h, &f->algo, sizeof(f->algo));
+  h = fnv(h, f->coll, sizeof(f->coll));
+  h = fnv(h, &f->moe, sizeof(f->moe));
   return fnv(h, &c->tuner->v_bytes, sizeof(c->tuner->v_bytes));
 }
 
@@ -241,6 +244,8 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   if (!c->tuner || !c->topo) return moeccl_error(c, moecclSystemError, "out of memory");
   for (int i = 0; i < CACHE_SLOTS; i++) c->tuner->cache[i].algo = -1;
   for (int i = 0; i < CACHE_SLOTS; i++) c->tuner->coll_cache[i].algo = -1;
+  moeccl_forced_read(c, &c->tuner->forced);
+  c->tuner->last_algo = -1;
   c->tuner->meta_index = malloc(sizeof(int) * (size_t)c->nranks);
   if (!c->tuner->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
   c->tuner->v_bytes = moeccl_param_size("MOECCL_TUNE_V_BYTES");
@@ -328,6 +333,11 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
       WARN(INIT, "MOECCL_TOPO_DUMP_FILE: %s", err);
   }
   return moecclSuccess;
+}
+
+const moeccl_forced_t* moeccl_tuner_forced(const moeccl_comm_t* c) {
+  static const moeccl_forced_t none = {-1, {[0 ... MOECCL_COLL_NKINDS - 1] = -1}, -1};
+  return c->tuner ? &c->tuner->forced : &none;
 }
 
 void moeccl_tuner_fini(moeccl_comm_t* c) {
@@ -509,7 +519,7 @@ static moecclResult_t a2a_counts(const pricing_t* p, int algo, int rank, moeccl_
 }
 
 const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d) {
-  if (c->forced_algo >= 0) return &moeccl_a2a_algos[c->forced_algo];
+  if (c->tuner->forced.algo >= 0) return &moeccl_a2a_algos[c->tuner->forced.algo];
   int v = d->send_counts != NULL;
   size_t block = v ? c->tuner->v_bytes : d->block_bytes;
   struct moeccl_tuner* tu = c->tuner;
@@ -562,7 +572,7 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   INFO(ALGO, "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s)",
        c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
        moeccl_a2a_algos[best].name, line[0] ? line : "none");
-  c->last_algo = best;
+  tu->last_algo = best;
   return &moeccl_a2a_algos[best];
 }
 
@@ -608,7 +618,7 @@ static coll_entry_t* coll_lookup(struct moeccl_tuner* tu, const moeccl_coll_desc
 }
 
 int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
-  if (c->forced_coll[d->kind] >= 0) return c->forced_coll[d->kind];
+  if (c->tuner->forced.coll[d->kind] >= 0) return c->tuner->forced.coll[d->kind];
   coll_entry_t* slot;
   coll_entry_t* hit = coll_lookup(c->tuner, d, &slot);
   if (hit) return hit->algo;
@@ -687,7 +697,7 @@ int moeccl_tuner_pick_moe(moeccl_comm_t* c, const moeccl_moe_layout_t* l, size_t
                           double us[2]) {
   us[0] = moe_path_price(c, l, 0, (double)row_bytes);
   us[1] = l->hier_ok ? moe_path_price(c, l, 1, (double)row_bytes) : -1;
-  if (!l->hier_ok || c->forced_moe == 0) return 0;
-  if (c->forced_moe == 1) return 1;
+  if (!l->hier_ok || c->tuner->forced.moe == 0) return 0;
+  if (c->tuner->forced.moe == 1) return 1;
   return us[1] < us[0];
 }

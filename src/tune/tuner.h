@@ -14,6 +14,20 @@
 moecclResult_t moeccl_tuner_init(moeccl_comm_t* comm);
 void moeccl_tuner_fini(moeccl_comm_t* comm);
 
+/* The choices the environment forces, -1 where the tuner decides:
+ * MOECCL_ALGO (a row of moeccl_a2a_algos[]), MOECCL_<COLL>_ALGO (a row of
+ * moeccl_coll_algos[], by moeccl_coll_kind_t) and MOECCL_MOE_ALGO (0 flat,
+ * 1 hier).  Part of the tuner's state; every rank must force alike. */
+typedef struct {
+  int algo;
+  int coll[MOECCL_COLL_NKINDS];
+  int moe;
+} moeccl_forced_t;
+/* Reads them from the environment (forced.c); rank 0 warns of bad names. */
+void moeccl_forced_read(const moeccl_comm_t* comm, moeccl_forced_t* f);
+/* comm's forced choices (none forced before moeccl_tuner_init). */
+const moeccl_forced_t* moeccl_tuner_forced(const moeccl_comm_t* comm);
+
 /* The algorithm for the call: MOECCL_ALGO, else the candidate whose schedule
  * the cost model prices cheapest.  Every rank picks the same one: uniform
  * calls are priced on the same sample of ranks everywhere, and v-calls at the
