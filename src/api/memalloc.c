@@ -1,63 +1,23 @@
 /*
  * moecclMemAlloc: host memory backed by a memfd, so that local peers can map
- * it.  Every allocation is recorded so moecclMemFree can check its argument
- * and the shared-memory transport can recognise such buffers.
+ * it.  Every allocation is recorded in the registry (comm/memreg.h) so
+ * moecclMemFree can check its argument and the shared-memory transport can
+ * recognise such buffers.
  * moecclMemAllocDevice: exportable device memory from the device backend
  * (CUDA VMM, or the emulation's), which local peers import; moecclMemFree
  * tells the two apart by asking the backend about the pointer.
  */
 #include "comm/comm.h"
 
-#include "device/device.h"
+#include "comm/memreg.h"
 #include "comm/span.h"
+#include "device/device.h"
 #include "transport/transport.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-typedef struct mem_region {
-  void* base;
-  size_t size;
-  int fd;
-  uint64_t id; /* unique in this process: a peer's mapping cache key */
-  struct mem_region* next;
-} mem_region_t;
-
-static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
-static mem_region_t* regions;
-static uint64_t next_region_id = 1;
-
-int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out) {
-  uintptr_t p = (uintptr_t)ptr;
-  int found = 0;
-  /* No region at all (a program that never calls moecclMemAlloc): no lock.
-   * The shm transport asks for every small send where single copies of
-   * mapped memory are on.  Writers store the head atomically. */
-  if (!__atomic_load_n(&regions, __ATOMIC_ACQUIRE)) return 0;
-  pthread_mutex_lock(&regions_lock);
-  for (mem_region_t* r = regions; r && !found; r = r->next) {
-    uintptr_t b = (uintptr_t)r->base;
-    if (p < b || p - b > r->size || bytes > r->size - (p - b)) continue;
-    *out = (moeccl_mem_handle_t){.id = r->id, .fd = r->fd, .offset = p - b, .size = r->size};
-    found = 1;
-  }
-  pthread_mutex_unlock(&regions_lock);
-  return found;
-}
-
-int moeccl_mem_extent(const void* ptr, void** base, size_t* size) {
-  uintptr_t p = (uintptr_t)ptr;
-  int found = 0;
-  if (!__atomic_load_n(&regions, __ATOMIC_ACQUIRE)) return 0;
-  pthread_mutex_lock(&regions_lock);
-  for (mem_region_t* r = regions; r && !found; r = r->next)
-    if (p >= (uintptr_t)r->base && p - (uintptr_t)r->base < r->size)
-      *base = r->base, *size = r->size, found = 1;
-  pthread_mutex_unlock(&regions_lock);
-  return found;
-}
 
 MOECCL_EXPORT moecclResult_t moecclMemAlloc(void** ptr, size_t size) {
   if (!ptr) return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: ptr is NULL");
@@ -66,23 +26,16 @@ MOECCL_EXPORT moecclResult_t moecclMemAlloc(void** ptr, size_t size) {
   if (size > SIZE_MAX - page)
     return moeccl_error(NULL, moecclInvalidArgument, "moecclMemAlloc: size %zu too large", size);
   size_t mapped = (size + page - 1) / page * page;
-  mem_region_t* r = calloc(1, sizeof(*r));
-  if (!r) return moeccl_error(NULL, moecclSystemError, "moecclMemAlloc: out of memory");
-  r->fd = memfd_create("moeccl-mem", MFD_CLOEXEC);
-  if (r->fd < 0 || ftruncate(r->fd, (off_t)mapped) != 0) goto fail;
-  r->base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-  if (r->base == MAP_FAILED) goto fail;
-  r->size = mapped;
-  pthread_mutex_lock(&regions_lock);
-  r->id = next_region_id++;
-  r->next = regions;
-  __atomic_store_n(&regions, r, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&regions_lock);
-  *ptr = r->base;
-  return moecclSuccess;
-fail:
-  if (r->fd >= 0) close(r->fd);
-  free(r);
+  int fd = memfd_create("moeccl-mem", MFD_CLOEXEC);
+  void* base = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, (off_t)mapped) == 0)
+    base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base != MAP_FAILED && moeccl_mem_register(base, mapped, fd) == 0) {
+    *ptr = base;
+    return moecclSuccess;
+  }
+  if (base != MAP_FAILED) munmap(base, mapped);
+  if (fd >= 0) close(fd);
   return moeccl_error(NULL, moecclSystemError,
                       "moecclMemAlloc: cannot allocate %zu bytes of shareable memory", size);
 }
@@ -135,18 +88,13 @@ MOECCL_EXPORT moecclResult_t moecclMemFree(void* ptr) {
                           moecclGetErrorString(rc));
     return moecclSuccess;
   }
-  pthread_mutex_lock(&regions_lock);
-  mem_region_t** p = &regions;
-  while (*p && (*p)->base != ptr) p = &(*p)->next;
-  mem_region_t* r = *p;
-  if (r) __atomic_store_n(p, r->next, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&regions_lock);
-  if (!r)
+  size_t size;
+  int fd;
+  if (!moeccl_mem_unregister(ptr, &size, &fd))
     return moeccl_error(NULL, moecclInvalidArgument,
                         "moecclMemFree: ptr %p was not returned by moecclMemAlloc", ptr);
-  munmap(r->base, r->size);
+  munmap(ptr, size);
   moeccl_span_forget();
-  close(r->fd);
-  free(r);
+  close(fd);
   return moecclSuccess;
 }

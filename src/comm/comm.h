@@ -160,18 +160,8 @@ moecclResult_t moeccl_comm_vfail_peer(moeccl_comm_t* comm, int rank, const char*
 moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname);
 size_t moeccl_type_size(moecclDataType_t type);
 
-/* moecclMemAlloc memory: where a buffer lies, so a local peer can map it
- * (through /proc/<pid>/fd/<fd>) and copy from it without a system call. */
-typedef struct {
-  uint64_t id;     /* region id, unique within the owning process */
-  int fd;          /* memfd in the owning process */
-  uint64_t offset; /* of the buffer within the region */
-  uint64_t size;   /* of the region */
-} moeccl_mem_handle_t;
-/* 1 and *out filled when [ptr, ptr+bytes) lies in one moecclMemAlloc region. */
-int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out);
-/* 1 with the base and size of the moecclMemAlloc region ptr lies in. */
-int moeccl_mem_extent(const void* ptr, void** base, size_t* size);
+/* moecclMemAlloc memory (lookup, extent): comm/memreg.h. */
+#include "comm/memreg.h"
 
 /* Issue order (enqueue.c).  issue takes n consecutive tickets and returns
  * the first; wait_turn blocks until ticket is next; retire ends n. */

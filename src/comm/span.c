@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/memreg.h"
 #include "device/device.h"
 
 #define SPAN_CACHE 4 /* send, receive and a little more */
