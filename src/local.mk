@@ -33,7 +33,7 @@ libmoeccl_core_la_SOURCES = \
   src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/enqueue.c src/exec/enqueue.h \
   src/exec/stream.h src/exec/stream.c src/exec/hoststream.c src/exec/devstream.c \
   src/api/communicator.c src/api/alltoall.c src/api/collectives.c src/api/memalloc.c \
-  src/api/moe.c src/api/moe.h
+  src/api/moe.c src/api/moe.h src/api/moe_layout.c src/api/moe_hier.c
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
 libmoeccl_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 libmoeccl_la_SOURCES = include/moeccl.h

@@ -2,12 +2,15 @@
  * The MoE plan behind moecclMoePlan_t (include/moeccl_moe.h): the expert
  * placement, and the layout of the last moecclMoeLayout with the memory it
  * lives in.  Arrays only grow, so a step whose layout is no larger than an
- * earlier one plans without allocating.
+ * earlier one plans without allocating.  moe.c holds the public calls,
+ * moe_layout.c the layout's exchanges and tables, moe_hier.c the
+ * hierarchical path's tables; this header what they share.
  */
 #ifndef MOECCL_MOE_INTERNAL_H_
 #define MOECCL_MOE_INTERNAL_H_
 
 #include "algos/moe_algos.h"
+#include "base/grow.h"
 #include "comm/comm.h"
 #include "moeccl_moe.h"
 
@@ -80,5 +83,38 @@ struct moecclMoePlan {
   void* send_area;
   size_t send_area_bytes;
 };
+
+/* The first exchange of a layout: per peer, these words. */
+enum { MSG_PAIRS, MSG_TOPK, MSG_EXPERTS, MSG_HASH, MSG_CAPACITY, MOE_MSG };
+
+/* Grows the plan's array name to at least need elements (base/grow.h). */
+#define GROW(plan, name, need)                                                                     \
+  moeccl_grow(&(plan)->name, &(plan)->name##_cap, (need), sizeof(*(plan)->name))
+
+static inline moeccl_row_term_t moe_term(size_t dst, size_t src, size_t aux) {
+  return (moeccl_row_term_t){(uint32_t)dst, (uint32_t)src, (uint32_t)aux};
+}
+
+/* first[0..n) counts become offsets, first[n] the total (returned). */
+size_t moeccl_moeplan_prefix(size_t* first, int n);
+/* An all-to-all(v) of plan memory on the plan's communicator, now: per
+ * rank, sfirst/rfirst give the first item, each of per elements of elem bytes. */
+moecclResult_t moeccl_moeplan_alltoallv(moecclMoePlan_t p, const void* send, const size_t* sfirst,
+                                        void* recv, const size_t* rfirst, size_t elem, size_t per);
+/* Token groups: tok[t] holds each token's term count; it becomes the
+ * token's first term in out, a token without terms getting one zero-row
+ * term.  Returns the terms in all. */
+size_t moeccl_moeplan_token_groups(size_t* tok, size_t T, moeccl_row_term_t* out);
+
+/* moecclMoeLayout's argument checks, and the layout itself (moe_layout.c). */
+moecclResult_t moeccl_moeplan_check_layout(moecclMoePlan_t p, const int32_t* ids, size_t T, int K);
+moecclResult_t moeccl_moeplan_layout(moecclMoePlan_t p, const int32_t* ids, size_t T, int K,
+                                     size_t capacity, size_t* dropped);
+
+/* The hierarchical path (moe_hier.c): its fixed tables at plan creation
+ * (moecclSystemError when out of memory), and a layout's tables, with their
+ * exchanges (after the flat tables). */
+moecclResult_t moeccl_moeplan_hier_setup(moecclMoePlan_t p);
+moecclResult_t moeccl_moeplan_hier_tables(moecclMoePlan_t p, size_t T);
 
 #endif
