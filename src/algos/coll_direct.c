@@ -88,72 +88,69 @@ moecclResult_t moeccl_allgather_direct(const moeccl_coll_desc_t* d, moeccl_sched
   return moeccl_sched_end_step(s);
 }
 
-moecclResult_t moeccl_broadcast_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+/* ---- the rooted ones: one step centred on the root ------------------------ */
+
+/* Peer p's block at the root. */
+typedef coll_range_t (*root_block_t)(const moeccl_coll_desc_t* d, int p);
+
+static uint64_t block_bytes(const moeccl_coll_desc_t* d) { return d->count * d->elem_size; }
+static coll_range_t whole_send(const moeccl_coll_desc_t* d, int p) {
+  return coll_range(MOECCL_BUF_SEND, 0, block_bytes(d));
+}
+static coll_range_t send_block(const moeccl_coll_desc_t* d, int p) {
+  return coll_range(MOECCL_BUF_SEND, (uint64_t)p * block_bytes(d), block_bytes(d));
+}
+static coll_range_t recv_block(const moeccl_coll_desc_t* d, int p) {
+  return coll_range(MOECCL_BUF_RECV, (uint64_t)p * block_bytes(d), block_bytes(d));
+}
+static coll_range_t recv_slice(const moeccl_coll_desc_t* d, int p) {
+  return coll_slices(d, MOECCL_BUF_RECV, 0, d->count, d->nranks, p, p + 1);
+}
+
+/* The step every rooted collective ends with.  mine is a rank's own block:
+ * a non-root sends it to the root (to_root) or receives it from the root.
+ * The root copies its own block between mine and at(d, root) (coll_copy
+ * drops it in place, and where the two are one range), then receives
+ * at(d, p) from each peer p (to_root) or sends it, from root + 1 on. */
+static moecclResult_t rooted_step(const moeccl_coll_desc_t* d, moeccl_sched_t* s, int to_root,
+                                  coll_range_t mine, root_block_t at) {
   int n = d->nranks, r = d->rank;
-  uint64_t b = d->count * d->elem_size;
-  COLL_CHECK(moeccl_sched_reserve(s, n, 1));
   if (r != d->root) {
-    COLL_CHECK(coll_recv(s, d->root, coll_range(MOECCL_BUF_RECV, 0, b)));
+    COLL_CHECK(to_root ? coll_send(s, d->root, mine) : coll_recv(s, d->root, mine));
     return moeccl_sched_end_step(s);
   }
-  COLL_CHECK(
-      coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b), coll_range(MOECCL_BUF_RECV, 0, b), 0));
-  for (int k = 1; k < n; k++)
-    COLL_CHECK(coll_send(s, (r + k) % n, coll_range(MOECCL_BUF_SEND, 0, b)));
+  COLL_CHECK(to_root ? coll_copy(d, s, mine, at(d, r), 0) : coll_copy(d, s, at(d, r), mine, 0));
+  for (int k = 1; k < n; k++) {
+    int p = (r + k) % n;
+    COLL_CHECK(to_root ? coll_recv(s, p, at(d, p)) : coll_send(s, p, at(d, p)));
+  }
   return moeccl_sched_end_step(s);
+}
+
+moecclResult_t moeccl_broadcast_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
+  COLL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
+  return rooted_step(d, s, 0, coll_range(MOECCL_BUF_RECV, 0, block_bytes(d)), whole_send);
 }
 
 moecclResult_t moeccl_reduce_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
   int n = d->nranks, r = d->rank, root = d->root;
   if (n == 1) return coll_single(d, s);
   coll_group_t g = coll_flat(d);
-  coll_range_t mine = coll_slices(d, MOECCL_BUF_RECV, 0, d->count, n, r, r + 1);
+  coll_range_t mine = recv_slice(d, r);
   if (r != root) {
     mine.buf = MOECCL_BUF_SCRATCH, mine.off = 0;
     coll_need_scratch(s, mine.bytes);
   }
   COLL_CHECK(moeccl_coll_direct_rs(d, s, &g, d->count, mine));
-  if (r != root) {
-    COLL_CHECK(coll_send(s, root, mine));
-    return moeccl_sched_end_step(s);
-  }
-  for (int k = 1; k < n; k++) {
-    int p = (r + k) % n;
-    COLL_CHECK(coll_recv(s, p, coll_slices(d, MOECCL_BUF_RECV, 0, d->count, n, p, p + 1)));
-  }
-  return moeccl_sched_end_step(s);
+  return rooted_step(d, s, 1, mine, recv_slice); /* the root's slice is in place */
 }
 
 moecclResult_t moeccl_gather_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
-  int n = d->nranks, r = d->rank;
-  uint64_t b = d->count * d->elem_size;
-  COLL_CHECK(moeccl_sched_reserve(s, n, 1));
-  if (r != d->root) {
-    COLL_CHECK(coll_send(s, d->root, coll_range(MOECCL_BUF_SEND, 0, b)));
-    return moeccl_sched_end_step(s);
-  }
-  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b),
-                       coll_range(MOECCL_BUF_RECV, (uint64_t)r * b, b), 0));
-  for (int k = 1; k < n; k++) {
-    int p = (r + k) % n;
-    COLL_CHECK(coll_recv(s, p, coll_range(MOECCL_BUF_RECV, (uint64_t)p * b, b)));
-  }
-  return moeccl_sched_end_step(s);
+  COLL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
+  return rooted_step(d, s, 1, coll_range(MOECCL_BUF_SEND, 0, block_bytes(d)), recv_block);
 }
 
 moecclResult_t moeccl_scatter_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
-  int n = d->nranks, r = d->rank;
-  uint64_t b = d->count * d->elem_size;
-  COLL_CHECK(moeccl_sched_reserve(s, n, 1));
-  if (r != d->root) {
-    COLL_CHECK(coll_recv(s, d->root, coll_range(MOECCL_BUF_RECV, 0, b)));
-    return moeccl_sched_end_step(s);
-  }
-  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, (uint64_t)r * b, b),
-                       coll_range(MOECCL_BUF_RECV, 0, b), 0));
-  for (int k = 1; k < n; k++) {
-    int p = (r + k) % n;
-    COLL_CHECK(coll_send(s, p, coll_range(MOECCL_BUF_SEND, (uint64_t)p * b, b)));
-  }
-  return moeccl_sched_end_step(s);
+  COLL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
+  return rooted_step(d, s, 0, coll_range(MOECCL_BUF_RECV, 0, block_bytes(d)), send_block);
 }
