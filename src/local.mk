@@ -16,7 +16,8 @@ libmoeccl_core_la_SOURCES = \
   src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
   src/comm/comm.h src/comm/error.c src/comm/peer_lost.c src/comm/secret.c src/comm/span.c src/comm/span.h \
   src/comm/memreg.c src/comm/memreg.h \
-  src/comm/bootstrap.c src/comm/bootstrap.h \
+  src/comm/bootstrap.c src/comm/bootstrap.h src/comm/bootstrap_int.h \
+  src/comm/bootstrap_ring.c src/comm/bootstrap_live.c \
   src/transport/transport.c src/transport/transport.h src/transport/shm/shm.h \
   src/transport/shm/setup.c src/transport/shm/shm.c src/transport/shm/large.c \
   src/transport/shm/device.c src/transport/ipc/ipc.h src/transport/ipc/ipc.c \

@@ -224,7 +224,7 @@ static int round_with_strays(int early) {
  * the ring socket got them: the round cannot pass by missing it. */
 #define MAX_LISTEN 8
 #define MAX_STRANGERS 50    /* per listening socket */
-#define RING_HELLO_BYTES 48 /* magic, rank, tag, MAC: bootstrap.c's ring_hello_t */
+#define RING_HELLO_BYTES 48 /* magic, rank, tag, MAC: bootstrap_ring.c's ring_hello_t */
 
 /* The socket inodes among pid's open files; their number. */
 static int socket_inodes(pid_t pid, unsigned long* inodes, int max) {

@@ -26,7 +26,7 @@ typedef struct {
   uint64_t machine_hash; /* the machine (hostname + boot id), whatever MOECCL_HOSTID says */
   char hostname[MOECCL_HOSTNAME_MAX];
   moeccl_sockaddr_t listen_addr; /* bootstrap ring socket */
-  moeccl_sockaddr_t alive_addr;  /* process liveness socket (bootstrap.c), port 0 if none */
+  moeccl_sockaddr_t alive_addr;  /* process liveness socket (bootstrap_live.c), port 0 if none */
   uint64_t cma_probe_addr;       /* address of a known word, to test CMA */
   uint64_t cpu_mask[16];         /* CPUs this process may run on (affinity), one bit each */
 } moeccl_peer_info_t;

@@ -1,4 +1,5 @@
-/* The messages the bootstrap receives from the network (src/comm/bootstrap.c):
+/* The messages the bootstrap receives from the network (src/comm/bootstrap.c,
+ * bootstrap_ring.c):
  * the rendezvous hello the root reads from each joining rank, the hello a
  * rank reads on its ring socket, and the status word a joining rank reads
  * from the root.  Each is checked by the library's function and by this
