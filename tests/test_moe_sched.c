@@ -146,7 +146,7 @@ static void test_schedule(void) {
  * its own 1, 1 from rank 2, 2 from rank 3.  Local experts 0 and 1, slots
  * (q: j0 j1): q0: 0 -, q1: - 1, q2 (self, token 1): 0 1, q3: 1 -, q4: 0 -,
  * q5: - 1; expert 0's rows x0-x2 = q0 q2 q4, expert 1's x3-x6 = q1 q2 q3
- * q5.  The token-side tables are as src/api/moe.c derives them (own: Q + p for
+ * q5.  The token-side tables are as src/api/moe_layout.c derives them (own: Q + p for
  * pair p's returned row, 2 for the self pair). */
 static const size_t m_send_first[] = {0, 2, 3, 5, 6}, m_recv_first[] = {0, 2, 3, 4, 6};
 static const uint32_t m_pair_token[] = {0, 2, 1, 0, 3, 2};

@@ -1,6 +1,6 @@
 /*
  * Generators of the MoE dispatch and combine (src/algos/moe_dispatch.c).
- * Like every generator they are pure: given a layout (src/api/moe.c computes it
+ * Like every generator they are pure: given a layout (src/api/moe_layout.c computes it
  * from the router's top-k ids and the expert placement, once per step) and
  * a call's buffers, they append this rank's ops and never touch memory.
  *

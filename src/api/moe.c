@@ -144,6 +144,8 @@ MOECCL_EXPORT moecclResult_t moecclMoeLocalExperts(moecclMoePlan_t plan, int* nu
   return moecclSuccess;
 }
 
+/* ---- the layout (its work: moe_layout.c) -------------------------------- */
+
 /* Waits until every operation issued on the communicator before now has
  * finished: queued calls of this plan read the tables a layout rewrites. */
 static void wait_idle(moeccl_comm_t* c) {
