@@ -4,7 +4,8 @@
  * lives in.  Arrays only grow, so a step whose layout is no larger than an
  * earlier one plans without allocating.  moe.c holds the public calls,
  * moe_layout.c the layout's exchanges and tables, moe_hier.c the
- * hierarchical path's tables; this header what they share.
+ * hierarchical path's tables, moe_common.c the helpers of both; this
+ * header what they share.
  */
 #ifndef MOECCL_MOE_INTERNAL_H_
 #define MOECCL_MOE_INTERNAL_H_
@@ -86,6 +87,8 @@ struct moecclMoePlan {
 
 /* The first exchange of a layout: per peer, these words. */
 enum { MSG_PAIRS, MSG_TOPK, MSG_EXPERTS, MSG_HASH, MSG_CAPACITY, MOE_MSG };
+
+/* ---- moe_common.c, and base/grow.h ---- */
 
 /* Grows the plan's array name to at least need elements (base/grow.h). */
 #define GROW(plan, name, need)                                                                     \

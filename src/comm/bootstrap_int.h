@@ -2,7 +2,8 @@
  * What the bootstrap's files share, and no other file uses: bootstrap.c
  * (the unique id and the rendezvous at the root), bootstrap_ring.c (the
  * ring and its collectives), bootstrap_live.c (the waits that watch the
- * peers, the probes, the liveness socket).
+ * peers, the probes, the liveness socket), bootstrap_auth.c (the keys and
+ * MACs).  Each calls only those after it in this list.
  */
 #ifndef MOECCL_BOOTSTRAP_INT_H_
 #define MOECCL_BOOTSTRAP_INT_H_
