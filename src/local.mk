@@ -7,15 +7,16 @@ lib_LTLIBRARIES += libmoeccl.la
 # schedule data, algorithms, tuning, planning, execution, entry points.
 libmoeccl_core_la_SOURCES = \
   src/base/debug.c src/base/debug.h src/base/param.c src/base/param.h \
+  src/base/result.c src/base/result.h src/base/host.c src/base/host.h \
   src/base/socket.c src/base/socket.h src/base/sha256.c src/base/sha256.h \
   src/base/check.h src/base/futex.h src/base/grow.h src/base/queue.c src/base/queue.h \
   src/device/device.c src/device/device.h src/device/emu.c \
   src/kernels/copy.c src/kernels/copy.h src/kernels/mem.c src/kernels/mem.h \
   src/kernels/rows.c src/kernels/rows.h \
-  src/topo/node.c src/topo/topo.c src/topo/topo.h \
+  src/topo/topo.c src/topo/topo.h \
   src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
-  src/comm/comm.h src/comm/error.c src/comm/peer_lost.c src/comm/secret.c src/comm/span.c src/comm/span.h \
-  src/comm/bootstrap.c src/comm/bootstrap.h \
+  src/comm/comm.h src/comm/error.c src/comm/peer_lost.c src/comm/peers.c src/comm/secret.c \
+  src/comm/span.c src/comm/span.h src/comm/bootstrap.c src/comm/bootstrap.h \
   src/transport/transport.c src/transport/transport.h src/transport/shm/shm.h \
   src/transport/shm/setup.c src/transport/shm/shm.c src/transport/shm/large.c \
   src/transport/shm/device.c src/transport/ipc/ipc.h src/transport/ipc/ipc.c \

@@ -1,5 +1,6 @@
 /* Communicators: init from a unique id, split, destroy, abort, queries. */
 #include "algos/algos.h"
+#include "algos/moe_algos.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "device/device.h"
@@ -33,7 +34,7 @@ static moecclResult_t check_env(const char* fn) {
   char why[320];
   if (moeccl_param_validate(why, sizeof(why)) != 0)
     return moeccl_error(NULL, moecclInvalidArgument, "%s: %s", fn, why);
-  const char* dev = moeccl_param_str("MOECCL_DEVICE");
+  const char* dev = moeccl_param_device();
   const char* refused = dev && strcasecmp(dev, "cuda") == 0 ? moeccl_device_refusal() : NULL;
   if (refused)
     return moeccl_error(NULL, moecclSystemError, "%s: MOECCL_DEVICE=%s, but %s", fn, dev, refused);
@@ -41,7 +42,7 @@ static moecclResult_t check_env(const char* fn) {
 }
 
 MOECCL_EXPORT moecclResult_t moecclGetUniqueId(moecclUniqueId* uniqueId) {
-  moeccl_debug_init();
+  moeccl_param_init();
   MOECCL_CHECK(check_env("moecclGetUniqueId"));
   if (!uniqueId)
     return moeccl_error(NULL, moecclInvalidArgument, "moecclGetUniqueId: uniqueId is NULL");
@@ -114,29 +115,29 @@ static moecclResult_t comm_alloc(int rank, int nranks, const uint8_t secret[MOEC
 }
 
 /* The per-collective override, MOECCL_<COLL>_ALGO (param.c). */
-static const char* const coll_algo_env[MOECCL_COLL_NKINDS] = {
-    [MOECCL_COLL_ALLREDUCE] = "MOECCL_ALLREDUCE_ALGO",
-    [MOECCL_COLL_REDUCE_SCATTER] = "MOECCL_REDUCESCATTER_ALGO",
-    [MOECCL_COLL_ALLGATHER] = "MOECCL_ALLGATHER_ALGO",
-    [MOECCL_COLL_BROADCAST] = "MOECCL_BROADCAST_ALGO",
-    [MOECCL_COLL_REDUCE] = "MOECCL_REDUCE_ALGO",
-    [MOECCL_COLL_GATHER] = "MOECCL_GATHER_ALGO",
-    [MOECCL_COLL_SCATTER] = "MOECCL_SCATTER_ALGO",
+static const moeccl_param_id_t coll_algo_env[MOECCL_COLL_NKINDS] = {
+    [MOECCL_COLL_ALLREDUCE] = MOECCL_P_ALLREDUCE_ALGO,
+    [MOECCL_COLL_REDUCE_SCATTER] = MOECCL_P_REDUCESCATTER_ALGO,
+    [MOECCL_COLL_ALLGATHER] = MOECCL_P_ALLGATHER_ALGO,
+    [MOECCL_COLL_BROADCAST] = MOECCL_P_BROADCAST_ALGO,
+    [MOECCL_COLL_REDUCE] = MOECCL_P_REDUCE_ALGO,
+    [MOECCL_COLL_GATHER] = MOECCL_P_GATHER_ALGO,
+    [MOECCL_COLL_SCATTER] = MOECCL_P_SCATTER_ALGO,
 };
 
 static void force_coll(moeccl_comm_t* c, moeccl_coll_kind_t kind) {
-  const char* name = moeccl_param_str(coll_algo_env[kind]);
+  const char* name = moeccl_param_str_at(coll_algo_env[kind]);
   if (!name || !*name) return;
   const moeccl_coll_algo_t* a = moeccl_coll_algo_by_name(name);
   if (a && a->schedule[kind]) c->forced_coll[kind] = (int)a->id;
   else if (c->rank == 0)
-    WARN(ALGO, "%s=%s is not an algorithm of %s; the tuner decides", coll_algo_env[kind], name,
-         moeccl_coll_kind_name(kind));
+    WARN(ALGO, "%s=%s is not an algorithm of %s; the tuner decides",
+         moeccl_params[coll_algo_env[kind]].name, name, moeccl_coll_kind_name(kind));
 }
 
 static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
   if (config && config->commName) snprintf(c->name, sizeof(c->name), "%s", config->commName);
-  const char* algo = moeccl_param_str("MOECCL_ALGO");
+  const char* algo = moeccl_param_algo();
   if (algo && *algo) {
     const moeccl_a2a_algo_t* a = moeccl_a2a_algo_by_name(algo);
     if (a) c->forced_algo = (int)a->id;
@@ -144,9 +145,9 @@ static void apply_config(moeccl_comm_t* c, const moecclConfig_t* config) {
       WARN(ALGO, "MOECCL_ALGO=%s is not an algorithm; the tuner decides", algo);
   }
   for (int k = 0; k < MOECCL_COLL_NKINDS; k++) force_coll(c, (moeccl_coll_kind_t)k);
-  const char* moe = moeccl_param_str("MOECCL_MOE_ALGO");
-  if (moe && !strcmp(moe, "flat")) c->forced_moe = 0;
-  else if (moe && !strcmp(moe, "hier")) c->forced_moe = 1;
+  const char* moe = moeccl_param_moe_algo();
+  int path = moeccl_moe_path_by_name(moe);
+  if (path >= 0) c->forced_moe = path;
   else if (moe && *moe && c->rank == 0)
     WARN(ALGO, "MOECCL_MOE_ALGO=%s is not flat or hier; the tuner decides", moe);
 }
@@ -181,7 +182,7 @@ static moecclResult_t check_config(moeccl_comm_t* comm, const moecclConfig_t* co
 MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nranks,
                                                       moecclUniqueId commId, int rank,
                                                       moecclConfig_t* config) {
-  moeccl_debug_init();
+  moeccl_param_init();
   MOECCL_CHECK(check_env("moecclCommInitRank"));
   if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: comm is NULL");
   if (nranks <= 0)
@@ -377,24 +378,5 @@ MOECCL_EXPORT moecclResult_t moecclCommGetAsyncError(moecclComm_t comm,
   if (!asyncError)
     return moeccl_error(comm, moecclInvalidArgument, "moecclCommGetAsyncError: asyncError is NULL");
   *asyncError = comm->async_error;
-  return moecclSuccess;
-}
-
-moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* c) {
-  c->local_ranks = malloc(sizeof(int) * (size_t)c->nranks);
-  c->peer_local_index = malloc(sizeof(int) * (size_t)c->nranks);
-  if (!c->local_ranks || !c->peer_local_index) return moecclSystemError;
-  uint64_t me = c->peers[c->rank].host_hash;
-  c->nlocal = 0;
-  c->nmachine = 0;
-  c->machine_cores = moeccl_machine_cores(c, c->rank);
-  for (int r = 0; r < c->nranks; r++) {
-    c->nmachine += c->peers[r].machine_hash == c->peers[c->rank].machine_hash;
-    c->peer_local_index[r] = -1;
-    if (c->peers[r].host_hash != me) continue;
-    if (r == c->rank) c->local_rank = c->nlocal;
-    c->peer_local_index[r] = c->nlocal;
-    c->local_ranks[c->nlocal++] = r;
-  }
   return moecclSuccess;
 }
