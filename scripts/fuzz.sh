@@ -20,7 +20,7 @@ cc=${FUZZ_CC:-clang}
 # Each harness and the library sources it is built from (they are compiled
 # into it directly, instrumented), besides tests/fuzz/fuzz_stubs.c, which
 # stands for the rest of the library.
-boot="src/comm/bootstrap.c src/comm/bootstrap_ring.c src/comm/bootstrap_live.c src/comm/bootstrap_auth.c src/comm/secret.c src/base/sha256.c src/base/socket.c src/topo/node.c src/base/param.c src/base/debug.c"
+boot="src/comm/bootstrap.c src/comm/bootstrap_ring.c src/comm/bootstrap_live.c src/comm/bootstrap_auth.c src/comm/secret.c src/base/sha256.c src/base/socket.c src/base/host.c src/base/param.c src/base/debug.c"
 declare -A sources=(
   [bootstrap_msg]=$boot
   [unique_id]=$boot

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 # Bottom up; a layer is the first folder under src/.
-LAYERS = ["base", "device", "kernels", "topo", "comm", "transport", "sched", "algos",
+LAYERS = ["base", "device", "kernels", "sched", "topo", "comm", "transport", "algos",
           "tune", "plan", "exec", "api"]
 MAX_LINES = 800
 LONG_FILE_DIRS = ["src", "include", "moe", "perf", "shim", "scripts"]

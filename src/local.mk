@@ -7,14 +7,15 @@ lib_LTLIBRARIES += libmoeccl.la
 # schedule data, algorithms, tuning, planning, execution, entry points.
 libmoeccl_core_la_SOURCES = \
   src/base/debug.c src/base/debug.h src/base/param.c src/base/param.h \
+  src/base/result.c src/base/result.h src/base/host.c src/base/host.h \
   src/base/socket.c src/base/socket.h src/base/sha256.c src/base/sha256.h \
   src/base/check.h src/base/futex.h src/base/grow.h src/base/queue.c src/base/queue.h \
   src/device/device.c src/device/device.h src/device/emu.c \
   src/kernels/copy.c src/kernels/copy.h src/kernels/mem.c src/kernels/mem.h \
   src/kernels/rows.c src/kernels/rows.h \
-  src/topo/node.c src/topo/topo.c src/topo/topo.h \
+  src/topo/topo.c src/topo/topo.h \
   src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
-  src/comm/comm.h src/comm/error.c src/comm/peer_lost.c src/comm/secret.c src/comm/span.c src/comm/span.h \
+  src/comm/comm.h src/comm/error.c src/comm/peer_lost.c src/comm/peers.c src/comm/secret.c src/comm/span.c src/comm/span.h \
   src/comm/memreg.c src/comm/memreg.h \
   src/comm/bootstrap.c src/comm/bootstrap.h src/comm/bootstrap_int.h \
   src/comm/bootstrap_ring.c src/comm/bootstrap_live.c src/comm/bootstrap_auth.c \

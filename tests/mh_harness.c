@@ -354,7 +354,7 @@ static void mh_remove_stale(void) {
 /* ---- /dev/shm segments of these hosts ------------------------------------- */
 
 /* The library names a node's segment /moeccl-<nonce>-<host hash>, the host
- * hash being FNV-1a of "hostid:" + MOECCL_HOSTID (src/topo/node.c). */
+ * hash being FNV-1a of "hostid:" + MOECCL_HOSTID (src/base/host.c). */
 static uint64_t mh_fnv1a(uint64_t h, const char* s) {
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
   return h;

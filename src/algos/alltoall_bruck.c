@@ -38,12 +38,7 @@
  * That is about (n/2) log2 n pairs, spread over every rank's rows, hence
  * the all-rows scope.  Without pair_bytes a v-call runs pairwise. */
 #include "algos.h"
-
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    moecclResult_t rc_ = (call);                                                                   \
-    if (rc_ != moecclSuccess) return rc_;                                                          \
-  } while (0)
+#include "base/check.h"
 
 typedef struct {
   uint64_t block, slots, pack, unpack; /* byte offsets in scratch */
@@ -61,11 +56,11 @@ static moecclResult_t copy_round(moeccl_sched_t* s, const bruck_layout_t* L, int
     uint64_t slot = L->slots + (uint64_t)start * L->block, bytes = (uint64_t)len * L->block;
     uint64_t area = (to_pack ? L->pack : L->unpack) + packed;
     if (to_pack)
-      CHECK(moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_SCRATCH, slot, MOECCL_BUF_SCRATCH,
-                             area, bytes));
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_SCRATCH, slot,
+                                    MOECCL_BUF_SCRATCH, area, bytes));
     else
-      CHECK(moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_SCRATCH, area, MOECCL_BUF_SCRATCH,
-                             slot, bytes));
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_SCRATCH, area,
+                                    MOECCL_BUF_SCRATCH, slot, bytes));
     packed += bytes;
   }
   return moecclSuccess;
@@ -113,7 +108,7 @@ static moecclResult_t run_add(bruck_v_t* v, uint32_t src_buf, uint64_t src, uint
     v->bytes += bytes;
     return moecclSuccess;
   }
-  CHECK(run_flush(v));
+  MOECCL_CHECK(run_flush(v));
   v->src_buf = src_buf, v->src = src, v->dst_buf = dst_buf, v->dst = dst, v->bytes = bytes;
   v->runs++;
   return moecclSuccess;
@@ -140,8 +135,8 @@ static moecclResult_t pack_round(bruck_v_t* v, int k, bruck_msg_t* m) {
       int own = (i & (run - 1)) == 0, to = (r + i) % n;
       uint64_t bytes = own ? moeccl_a2a_send_bytes(d, to) : v->slot[i].bytes;
       uint64_t src = own ? moeccl_a2a_send_off(d, to) : v->slot[i].off;
-      CHECK(run_add(v, own ? MOECCL_BUF_SEND : MOECCL_BUF_SCRATCH, src, MOECCL_BUF_SCRATCH,
-                    PACK_TAG | total, bytes));
+      MOECCL_CHECK(run_add(v, own ? MOECCL_BUF_SEND : MOECCL_BUF_SCRATCH, src, MOECCL_BUF_SCRATCH,
+                           PACK_TAG | total, bytes));
       total += bytes;
     }
   }
@@ -196,8 +191,8 @@ static moecclResult_t copy_out_round(bruck_v_t* v, int k) {
   int n = d->nranks, r = d->rank;
   v->bytes = 0;
   for (int i = 1 << k; i < 2 << k && i < n; i++)
-    CHECK(run_add(v, MOECCL_BUF_SCRATCH, v->slot[i].off, MOECCL_BUF_RECV,
-                  moeccl_a2a_recv_off(d, (r - i + n) % n), v->slot[i].bytes));
+    MOECCL_CHECK(run_add(v, MOECCL_BUF_SCRATCH, v->slot[i].off, MOECCL_BUF_RECV,
+                         moeccl_a2a_recv_off(d, (r - i + n) % n), v->slot[i].bytes));
   return run_flush(v);
 }
 
@@ -221,21 +216,22 @@ static void relocate(bruck_v_t* v, int first) {
 static moecclResult_t bruck_uneven(const moeccl_a2a_desc_t* d, moeccl_sched_t* s, int rounds) {
   int n = d->nranks, r = d->rank, first = s->nops, direct = 1;
   void* work;
-  CHECK(moeccl_sched_workspace(s, (size_t)n * sizeof(bruck_slot_t), &work));
+  MOECCL_CHECK(moeccl_sched_workspace(s, (size_t)n * sizeof(bruck_slot_t), &work));
   bruck_v_t v = {.d = d, .s = s, .slot = work};
-  CHECK(moeccl_sched_reserve(s, 3 * n + 2 * rounds, 2 * rounds + 1));
-  CHECK(moeccl_a2a_add_self_copy(d, s));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 3 * n + 2 * rounds, 2 * rounds + 1));
+  MOECCL_CHECK(moeccl_a2a_add_self_copy(d, s));
   for (int k = 0; k < rounds; k++) {
     bruck_msg_t m;
-    if (!direct) CHECK(copy_out_round(&v, k - 1));
-    CHECK(pack_round(&v, k, &m));
-    CHECK(moeccl_sched_end_step(s));
-    CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, (r + (1 << k)) % n, m.buf, m.off, 0, 0, m.bytes));
-    CHECK(recv_round(&v, k, &direct));
-    CHECK(moeccl_sched_end_step(s));
+    if (!direct) MOECCL_CHECK(copy_out_round(&v, k - 1));
+    MOECCL_CHECK(pack_round(&v, k, &m));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(
+        moeccl_sched_add(s, MOECCL_OP_SEND, (r + (1 << k)) % n, m.buf, m.off, 0, 0, m.bytes));
+    MOECCL_CHECK(recv_round(&v, k, &direct));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
-  if (!direct) CHECK(copy_out_round(&v, rounds - 1));
-  CHECK(moeccl_sched_end_step(s));
+  if (!direct) MOECCL_CHECK(copy_out_round(&v, rounds - 1));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
   relocate(&v, first);
   return moecclSuccess;
 }
@@ -249,24 +245,26 @@ moecclResult_t moeccl_a2a_bruck(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
   L.pack = (uint64_t)n * L.block;
   L.unpack = L.pack + (uint64_t)((n + 1) / 2) * L.block;
   s->scratch_bytes = (size_t)(L.unpack + (uint64_t)((n + 1) / 2) * L.block);
-  CHECK(moeccl_sched_reserve(s, 4 * n + 2 * rounds, 2 * rounds + 1));
-  CHECK(moeccl_a2a_add_self_copy(d, s));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 4 * n + 2 * rounds, 2 * rounds + 1));
+  MOECCL_CHECK(moeccl_a2a_add_self_copy(d, s));
   for (int i = 1; i < n; i++) /* slot i <- block for rank r+i */
-    CHECK(moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_SEND,
-                           moeccl_a2a_send_off(d, (r + i) % n), MOECCL_BUF_SCRATCH,
-                           (uint64_t)i * L.block, L.block));
+    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_SEND,
+                                  moeccl_a2a_send_off(d, (r + i) % n), MOECCL_BUF_SCRATCH,
+                                  (uint64_t)i * L.block, L.block));
   for (int k = 0; k < rounds; k++) {
-    CHECK(copy_round(s, &L, n, k, 1));
-    CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(copy_round(s, &L, n, k, 1));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
     uint64_t bytes = round_bytes(&L, n, k);
     int to = (r + (1 << k)) % n, from = (r - (1 << k) % n + n) % n;
-    CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, MOECCL_BUF_SCRATCH, L.pack, 0, 0, bytes));
-    CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, MOECCL_BUF_SCRATCH, L.unpack, bytes));
-    CHECK(moeccl_sched_end_step(s));
-    CHECK(copy_round(s, &L, n, k, 0));
+    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, MOECCL_BUF_SCRATCH, L.pack, 0, 0, bytes));
+    MOECCL_CHECK(
+        moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, MOECCL_BUF_SCRATCH, L.unpack, bytes));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(copy_round(s, &L, n, k, 0));
   }
   for (int i = 1; i < n; i++) /* slot i now holds the block from rank r-i */
-    CHECK(moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_SCRATCH, (uint64_t)i * L.block,
-                           MOECCL_BUF_RECV, moeccl_a2a_recv_off(d, (r - i + n) % n), L.block));
+    MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_COPY, -1, MOECCL_BUF_SCRATCH, (uint64_t)i * L.block,
+                                  MOECCL_BUF_RECV, moeccl_a2a_recv_off(d, (r - i + n) % n),
+                                  L.block));
   return moeccl_sched_end_step(s);
 }

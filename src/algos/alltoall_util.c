@@ -3,13 +3,8 @@
  * Apart from the table (algos.c), which names the generators, so that no
  * generator and the table need each other. */
 #include "algos.h"
+#include "base/check.h"
 #include "topo/topo.h"
-
-#define MOECCL_CHECK_SCHED(call)                                                                   \
-  do {                                                                                             \
-    moecclResult_t rc_ = (call);                                                                   \
-    if (rc_ != moecclSuccess) return rc_;                                                          \
-  } while (0)
 
 moecclResult_t moeccl_a2a_add_self_copy(const moeccl_a2a_desc_t* d, moeccl_sched_t* out) {
   size_t bytes = moeccl_a2a_send_bytes(d, d->rank);
@@ -21,9 +16,8 @@ moecclResult_t moeccl_a2a_add_self_copy(const moeccl_a2a_desc_t* d, moeccl_sched
 
 moecclResult_t moeccl_a2a_add_exchange(const moeccl_a2a_desc_t* d, moeccl_sched_t* out, int to,
                                        int from) {
-  MOECCL_CHECK_SCHED(moeccl_sched_add(out, MOECCL_OP_SEND, to, MOECCL_BUF_SEND,
-                                      moeccl_a2a_send_off(d, to), 0, 0,
-                                      moeccl_a2a_send_bytes(d, to)));
+  MOECCL_CHECK(moeccl_sched_add(out, MOECCL_OP_SEND, to, MOECCL_BUF_SEND,
+                                moeccl_a2a_send_off(d, to), 0, 0, moeccl_a2a_send_bytes(d, to)));
   return moeccl_sched_add(out, MOECCL_OP_RECV, from, 0, 0, MOECCL_BUF_RECV,
                           moeccl_a2a_recv_off(d, from), moeccl_a2a_recv_bytes(d, from));
 }

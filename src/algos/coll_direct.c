@@ -31,15 +31,15 @@
 moecclResult_t moeccl_coll_direct_rs(const moeccl_coll_desc_t* d, moeccl_sched_t* s,
                                      const coll_group_t* g, size_t count, coll_range_t dst) {
   int n = g->n, me = g->me;
-  COLL_CHECK(moeccl_sched_reserve(s, 2 * n, n));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 2 * n, n));
   for (int k = 1; k < n; k++) {
     int to = (me - k + n) % n, from = (me + k) % n;
-    COLL_CHECK(
+    MOECCL_CHECK(
         coll_send(s, coll_member(g, to), coll_slices(d, MOECCL_BUF_SEND, 0, count, n, to, to + 1)));
     coll_range_t src = k == 1 ? coll_slices(d, MOECCL_BUF_SEND, 0, count, n, me, me + 1) : dst;
     unsigned fl = MOECCL_OPF_PRE_B | (k == 1 ? MOECCL_OPF_PRE_A : 0);
-    COLL_CHECK(coll_recv_reduce(s, coll_member(g, from), src, dst, fl));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_recv_reduce(s, coll_member(g, from), src, dst, fl));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   return moecclSuccess;
 }
@@ -47,12 +47,12 @@ moecclResult_t moeccl_coll_direct_rs(const moeccl_coll_desc_t* d, moeccl_sched_t
 moecclResult_t moeccl_coll_direct_ag(const moeccl_coll_desc_t* d, moeccl_sched_t* s,
                                      const coll_group_t* g, size_t count, uint64_t base) {
   int n = g->n, me = g->me;
-  COLL_CHECK(moeccl_sched_reserve(s, 2 * n, 1));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 2 * n, 1));
   coll_range_t mine = coll_slices(d, MOECCL_BUF_RECV, base, count, n, me, me + 1);
   for (int k = 1; k < n; k++) {
     int p = (me + k) % n;
-    COLL_CHECK(coll_send(s, coll_member(g, p), mine));
-    COLL_CHECK(
+    MOECCL_CHECK(coll_send(s, coll_member(g, p), mine));
+    MOECCL_CHECK(
         coll_recv(s, coll_member(g, p), coll_slices(d, MOECCL_BUF_RECV, base, count, n, p, p + 1)));
   }
   return moeccl_sched_end_step(s);
@@ -69,7 +69,7 @@ moecclResult_t moeccl_allreduce_direct(const moeccl_coll_desc_t* d, moeccl_sched
   if (d->nranks == 1) return coll_single(d, s);
   coll_group_t g = coll_flat(d);
   int r = d->rank;
-  COLL_CHECK(moeccl_coll_direct_rs(
+  MOECCL_CHECK(moeccl_coll_direct_rs(
       d, s, &g, d->count, coll_slices(d, MOECCL_BUF_RECV, 0, d->count, d->nranks, r, r + 1)));
   return moeccl_coll_direct_ag(d, s, &g, d->count, 0);
 }
@@ -77,13 +77,13 @@ moecclResult_t moeccl_allreduce_direct(const moeccl_coll_desc_t* d, moeccl_sched
 moecclResult_t moeccl_allgather_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
   int n = d->nranks, r = d->rank;
   uint64_t b = d->count * d->elem_size;
-  COLL_CHECK(moeccl_sched_reserve(s, 2 * n, 1));
-  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b),
-                       coll_range(MOECCL_BUF_RECV, (uint64_t)r * b, b), 0));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 2 * n, 1));
+  MOECCL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b),
+                         coll_range(MOECCL_BUF_RECV, (uint64_t)r * b, b), 0));
   for (int k = 1; k < n; k++) {
     int p = (r + k) % n;
-    COLL_CHECK(coll_send(s, p, coll_range(MOECCL_BUF_SEND, 0, b)));
-    COLL_CHECK(coll_recv(s, p, coll_range(MOECCL_BUF_RECV, (uint64_t)p * b, b)));
+    MOECCL_CHECK(coll_send(s, p, coll_range(MOECCL_BUF_SEND, 0, b)));
+    MOECCL_CHECK(coll_recv(s, p, coll_range(MOECCL_BUF_RECV, (uint64_t)p * b, b)));
   }
   return moeccl_sched_end_step(s);
 }
@@ -116,19 +116,19 @@ static moecclResult_t rooted_step(const moeccl_coll_desc_t* d, moeccl_sched_t* s
                                   coll_range_t mine, root_block_t at) {
   int n = d->nranks, r = d->rank;
   if (r != d->root) {
-    COLL_CHECK(to_root ? coll_send(s, d->root, mine) : coll_recv(s, d->root, mine));
+    MOECCL_CHECK(to_root ? coll_send(s, d->root, mine) : coll_recv(s, d->root, mine));
     return moeccl_sched_end_step(s);
   }
-  COLL_CHECK(to_root ? coll_copy(d, s, mine, at(d, r), 0) : coll_copy(d, s, at(d, r), mine, 0));
+  MOECCL_CHECK(to_root ? coll_copy(d, s, mine, at(d, r), 0) : coll_copy(d, s, at(d, r), mine, 0));
   for (int k = 1; k < n; k++) {
     int p = (r + k) % n;
-    COLL_CHECK(to_root ? coll_recv(s, p, at(d, p)) : coll_send(s, p, at(d, p)));
+    MOECCL_CHECK(to_root ? coll_recv(s, p, at(d, p)) : coll_send(s, p, at(d, p)));
   }
   return moeccl_sched_end_step(s);
 }
 
 moecclResult_t moeccl_broadcast_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
-  COLL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
+  MOECCL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
   return rooted_step(d, s, 0, coll_range(MOECCL_BUF_RECV, 0, block_bytes(d)), whole_send);
 }
 
@@ -141,16 +141,16 @@ moecclResult_t moeccl_reduce_direct(const moeccl_coll_desc_t* d, moeccl_sched_t*
     mine.buf = MOECCL_BUF_SCRATCH, mine.off = 0;
     coll_need_scratch(s, mine.bytes);
   }
-  COLL_CHECK(moeccl_coll_direct_rs(d, s, &g, d->count, mine));
+  MOECCL_CHECK(moeccl_coll_direct_rs(d, s, &g, d->count, mine));
   return rooted_step(d, s, 1, mine, recv_slice); /* the root's slice is in place */
 }
 
 moecclResult_t moeccl_gather_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
-  COLL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
+  MOECCL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
   return rooted_step(d, s, 1, coll_range(MOECCL_BUF_SEND, 0, block_bytes(d)), recv_block);
 }
 
 moecclResult_t moeccl_scatter_direct(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
-  COLL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
+  MOECCL_CHECK(moeccl_sched_reserve(s, d->nranks, 1));
   return rooted_step(d, s, 0, coll_range(MOECCL_BUF_RECV, 0, block_bytes(d)), send_block);
 }

@@ -33,7 +33,7 @@ moecclResult_t moeccl_allreduce_hier(const moeccl_coll_desc_t* d, moeccl_sched_t
   coll_group_t local = {L, l, t, node, 0}, rail = {t->nnodes, node, t, l, 1};
   size_t off = coll_slice_off(d->count, L, l), cnt = coll_slice_cnt(d->count, L, l);
   coll_range_t mine = coll_slices(d, MOECCL_BUF_RECV, 0, d->count, L, l, l + 1);
-  COLL_CHECK(moeccl_coll_direct_rs(d, s, &local, d->count, mine));
-  COLL_CHECK(moeccl_coll_rhd_ar(d, s, &rail, cnt, off * d->elem_size, 0));
+  MOECCL_CHECK(moeccl_coll_direct_rs(d, s, &local, d->count, mine));
+  MOECCL_CHECK(moeccl_coll_rhd_ar(d, s, &rail, cnt, off * d->elem_size, 0));
   return moeccl_coll_direct_ag(d, s, &local, d->count, 0);
 }

@@ -34,11 +34,11 @@ moecclResult_t moeccl_allreduce_rd(const moeccl_coll_desc_t* d, moeccl_sched_t* 
   uint64_t b = d->count * d->elem_size;
   coll_range_t send = coll_range(MOECCL_BUF_SEND, 0, b), recv = coll_range(MOECCL_BUF_RECV, 0, b);
   while ((1 << lp) < p) lp++;
-  COLL_CHECK(moeccl_sched_reserve(s, 2 * lp + 4, lp + 4));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 2 * lp + 4, lp + 4));
   if (v < 0) { /* even fold rank: hand over the raw vector, get the result */
-    COLL_CHECK(coll_send(s, r + 1, send));
-    COLL_CHECK(moeccl_sched_end_step(s));
-    COLL_CHECK(coll_recv(s, r + 1, recv));
+    MOECCL_CHECK(coll_send(s, r + 1, send));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_recv(s, r + 1, recv));
     return moeccl_sched_end_step(s);
   }
   int folded = r < 2 * rem, t = lp + folded;
@@ -48,26 +48,26 @@ moecclResult_t moeccl_allreduce_rd(const moeccl_coll_desc_t* d, moeccl_sched_t* 
   int k = 1;
   if (folded) {
     cur = rd_dst(k++, t, special, b);
-    COLL_CHECK(coll_recv_reduce(s, r - 1, send, cur, MOECCL_OPF_PRE_A | MOECCL_OPF_PRE_B));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_recv_reduce(s, r - 1, send, cur, MOECCL_OPF_PRE_A | MOECCL_OPF_PRE_B));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   for (int j = 0; j < lp; j++, k++) {
     int pr = coll_fold_old(v ^ (1 << j), rem);
     coll_range_t dst = rd_dst(k, t, special, b);
     unsigned fl =
         (k == 1 ? MOECCL_OPF_PRE_A : 0) | (j == 0 && pr >= 2 * rem ? MOECCL_OPF_PRE_B : 0);
-    COLL_CHECK(coll_send(s, pr, cur));
-    COLL_CHECK(coll_recv_reduce(s, pr, cur, dst, fl));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_send(s, pr, cur));
+    MOECCL_CHECK(coll_recv_reduce(s, pr, cur, dst, fl));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
     cur = dst;
   }
   if (cur.buf != MOECCL_BUF_RECV) { /* in place, one exchange */
-    COLL_CHECK(coll_copy(d, s, cur, recv, 0));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_copy(d, s, cur, recv, 0));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   if (folded) {
-    COLL_CHECK(coll_send(s, r - 1, recv));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_send(s, r - 1, recv));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   return moecclSuccess;
 }

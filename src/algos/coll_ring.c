@@ -33,21 +33,21 @@ moecclResult_t moeccl_allreduce_ring(const moeccl_coll_desc_t* d, moeccl_sched_t
   int n = d->nranks, r = d->rank, right = mod(r + 1, n), left = mod(r - 1, n);
   size_t c = d->count;
   if (n == 1) return coll_single(d, s);
-  COLL_CHECK(moeccl_sched_reserve(s, 4 * n, 2 * n));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 4 * n, 2 * n));
   for (int k = 0; k < n - 1; k++) {
     int snd = mod(r - k, n), rcv = mod(r - k - 1, n);
     uint32_t sb = k == 0 ? MOECCL_BUF_SEND : MOECCL_BUF_RECV;
-    COLL_CHECK(coll_send(s, right, coll_slices(d, sb, 0, c, n, snd, snd + 1)));
+    MOECCL_CHECK(coll_send(s, right, coll_slices(d, sb, 0, c, n, snd, snd + 1)));
     unsigned fl = MOECCL_OPF_PRE_A | (k == 0 ? MOECCL_OPF_PRE_B : 0);
-    COLL_CHECK(coll_recv_reduce(s, left, coll_slices(d, MOECCL_BUF_SEND, 0, c, n, rcv, rcv + 1),
-                                coll_slices(d, MOECCL_BUF_RECV, 0, c, n, rcv, rcv + 1), fl));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_recv_reduce(s, left, coll_slices(d, MOECCL_BUF_SEND, 0, c, n, rcv, rcv + 1),
+                                  coll_slices(d, MOECCL_BUF_RECV, 0, c, n, rcv, rcv + 1), fl));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   for (int k = 0; k < n - 1; k++) {
     int snd = mod(r + 1 - k, n), rcv = mod(r - k, n);
-    COLL_CHECK(coll_send(s, right, coll_slices(d, MOECCL_BUF_RECV, 0, c, n, snd, snd + 1)));
-    COLL_CHECK(coll_recv(s, left, coll_slices(d, MOECCL_BUF_RECV, 0, c, n, rcv, rcv + 1)));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_send(s, right, coll_slices(d, MOECCL_BUF_RECV, 0, c, n, snd, snd + 1)));
+    MOECCL_CHECK(coll_recv(s, left, coll_slices(d, MOECCL_BUF_RECV, 0, c, n, rcv, rcv + 1)));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   return moecclSuccess;
 }
@@ -56,18 +56,18 @@ moecclResult_t moeccl_reduce_scatter_ring(const moeccl_coll_desc_t* d, moeccl_sc
   int n = d->nranks, r = d->rank, right = mod(r + 1, n), left = mod(r - 1, n);
   uint64_t b = d->count * d->elem_size;
   if (n == 1) return coll_single(d, s);
-  COLL_CHECK(moeccl_sched_reserve(s, 2 * n, n));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 2 * n, n));
   coll_need_scratch(s, (size_t)(n - 2 < 2 ? n - 2 : 2) * b);
   coll_range_t prev = coll_range(MOECCL_BUF_SEND, (uint64_t)mod(r - 1, n) * b, b);
   for (int k = 0; k < n - 1; k++) {
     int blk = mod(r - k - 2, n);
     coll_range_t dst = k == n - 2 ? coll_range(MOECCL_BUF_RECV, 0, b)
                                   : coll_range(MOECCL_BUF_SCRATCH, (uint64_t)(k % 2) * b, b);
-    COLL_CHECK(coll_send(s, right, prev));
+    MOECCL_CHECK(coll_send(s, right, prev));
     unsigned fl = MOECCL_OPF_PRE_A | (k == 0 ? MOECCL_OPF_PRE_B : 0);
-    COLL_CHECK(
+    MOECCL_CHECK(
         coll_recv_reduce(s, left, coll_range(MOECCL_BUF_SEND, (uint64_t)blk * b, b), dst, fl));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
     prev = dst;
   }
   return moecclSuccess;
@@ -77,16 +77,16 @@ moecclResult_t moeccl_allgather_ring(const moeccl_coll_desc_t* d, moeccl_sched_t
   int n = d->nranks, r = d->rank, right = mod(r + 1, n), left = mod(r - 1, n);
   uint64_t b = d->count * d->elem_size;
   if (n == 1) return coll_single(d, s);
-  COLL_CHECK(moeccl_sched_reserve(s, 3 * n, n));
-  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b),
-                       coll_range(MOECCL_BUF_RECV, (uint64_t)r * b, b), 0));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 3 * n, n));
+  MOECCL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b),
+                         coll_range(MOECCL_BUF_RECV, (uint64_t)r * b, b), 0));
   for (int k = 0; k < n - 1; k++) {
     int snd = mod(r - k, n), rcv = mod(r - k - 1, n);
     coll_range_t src = k == 0 ? coll_range(MOECCL_BUF_SEND, 0, b)
                               : coll_range(MOECCL_BUF_RECV, (uint64_t)snd * b, b);
-    COLL_CHECK(coll_send(s, right, src));
-    COLL_CHECK(coll_recv(s, left, coll_range(MOECCL_BUF_RECV, (uint64_t)rcv * b, b)));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_send(s, right, src));
+    MOECCL_CHECK(coll_recv(s, left, coll_range(MOECCL_BUF_RECV, (uint64_t)rcv * b, b)));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   return moecclSuccess;
 }

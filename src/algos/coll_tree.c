@@ -39,13 +39,13 @@ static moecclResult_t tree_reduce(moeccl_sched_t* s, int n, int r, int root, col
   for (int m = 1; m < lim && v + m < n; m *= 2) {
     int c = v + m, leaf = m == 1 || c + 1 >= n;
     unsigned fl = (any ? 0 : MOECCL_OPF_PRE_A) | (leaf ? MOECCL_OPF_PRE_B : 0);
-    COLL_CHECK(coll_recv_reduce(s, (c + root) % n, any ? acc : send, acc, fl));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_recv_reduce(s, (c + root) % n, any ? acc : send, acc, fl));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
     any = 1;
   }
   if (v) {
-    COLL_CHECK(coll_send(s, (v - lowbit(v) + root) % n, any ? acc : send));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_send(s, (v - lowbit(v) + root) % n, any ? acc : send));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   return moecclSuccess;
 }
@@ -56,22 +56,22 @@ static moecclResult_t tree_bcast(const moeccl_coll_desc_t* d, moeccl_sched_t* s,
   int n = d->nranks, v = (d->rank - root + n) % n;
   coll_range_t recv = coll_range(MOECCL_BUF_RECV, 0, d->count * d->elem_size);
   if (v) {
-    COLL_CHECK(coll_recv(s, (v - lowbit(v) + root) % n, recv));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_recv(s, (v - lowbit(v) + root) % n, recv));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
     src = recv;
   } else {
-    COLL_CHECK(coll_copy(d, s, src, recv, 0));
+    MOECCL_CHECK(coll_copy(d, s, src, recv, 0));
   }
   for (int m = child_limit(v, n) / 2; m >= 1; m /= 2) {
     if (v + m >= n) continue;
-    COLL_CHECK(coll_send(s, (v + m + root) % n, src));
-    COLL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(coll_send(s, (v + m + root) % n, src));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   return moeccl_sched_end_step(s); /* the root's copy when it has no child */
 }
 
 moecclResult_t moeccl_broadcast_tree(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
-  COLL_CHECK(moeccl_sched_reserve(s, 64, 64));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 64, 64));
   return tree_bcast(d, s, d->root, coll_range(MOECCL_BUF_SEND, 0, d->count * d->elem_size));
 }
 
@@ -79,7 +79,7 @@ moecclResult_t moeccl_reduce_tree(const moeccl_coll_desc_t* d, moeccl_sched_t* s
   int n = d->nranks, r = d->rank;
   uint64_t b = d->count * d->elem_size;
   if (n == 1) return coll_single(d, s);
-  COLL_CHECK(moeccl_sched_reserve(s, 64, 64));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 64, 64));
   int v = (r - d->root + n) % n;
   coll_range_t acc = coll_range(MOECCL_BUF_RECV, 0, b);
   if (v) {
@@ -92,8 +92,8 @@ moecclResult_t moeccl_reduce_tree(const moeccl_coll_desc_t* d, moeccl_sched_t* s
 moecclResult_t moeccl_allreduce_tree(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
   uint64_t b = d->count * d->elem_size;
   if (d->nranks == 1) return coll_single(d, s);
-  COLL_CHECK(moeccl_sched_reserve(s, 64, 64));
+  MOECCL_CHECK(moeccl_sched_reserve(s, 64, 64));
   coll_range_t recv = coll_range(MOECCL_BUF_RECV, 0, b);
-  COLL_CHECK(tree_reduce(s, d->nranks, d->rank, 0, coll_range(MOECCL_BUF_SEND, 0, b), recv));
+  MOECCL_CHECK(tree_reduce(s, d->nranks, d->rank, 0, coll_range(MOECCL_BUF_SEND, 0, b), recv));
   return tree_bcast(d, s, 0, recv);
 }

@@ -10,13 +10,8 @@
 #include <stdint.h>
 
 #include "algos/coll_algos.h"
+#include "base/check.h"
 #include "topo/topo.h"
-
-#define COLL_CHECK(call)                                                                           \
-  do {                                                                                             \
-    moecclResult_t rc_ = (call);                                                                   \
-    if (rc_ != moecclSuccess) return rc_;                                                          \
-  } while (0)
 
 /* Slice i of count elements cut into n parts: the first count % n slices
  * hold one element more.  Offsets and sizes in elements. */
@@ -87,8 +82,8 @@ static inline moecclResult_t coll_copy(const moeccl_coll_desc_t* d, moeccl_sched
 /* One rank's own result from its raw input alone (nranks == 1). */
 static inline moecclResult_t coll_single(const moeccl_coll_desc_t* d, moeccl_sched_t* s) {
   uint64_t b = d->count * d->elem_size;
-  COLL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b), coll_range(MOECCL_BUF_RECV, 0, b),
-                       d->reduce ? MOECCL_OPF_PRE_B : 0));
+  MOECCL_CHECK(coll_copy(d, s, coll_range(MOECCL_BUF_SEND, 0, b), coll_range(MOECCL_BUF_RECV, 0, b),
+                         d->reduce ? MOECCL_OPF_PRE_B : 0));
   return moeccl_sched_end_step(s);
 }
 

@@ -159,6 +159,12 @@ typedef struct {
 } moeccl_moe_call_t;
 
 const char* moeccl_moe_op_name(moeccl_moe_op_t op);
+/* The dispatch/combine paths across nodes, by index (comm->forced_moe):
+ * 0 flat (one all-to-all), 1 hier (within the node, then between nodes). */
+#define MOECCL_MOE_NPATHS 2
+extern const char* const moeccl_moe_paths[MOECCL_MOE_NPATHS];
+/* The path called name (case-insensitive, as MOECCL_MOE_ALGO), or -1. */
+int moeccl_moe_path_by_name(const char* name);
 /* Rows of the send area a call on l uses (either path). */
 size_t moeccl_moe_area_rows(const moeccl_moe_layout_t* l);
 /* Appends the call's steps to s, whose SEND, RECV and SCRATCH buffers the

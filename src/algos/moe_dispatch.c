@@ -36,20 +36,25 @@
  * Zero-byte blocks produce no op on either side.  Planning is O(nranks +
  * rows) per call; the terms come from the layout.
  */
+#include "base/check.h"
 #include "moe_algos.h"
 
 #include <string.h>
-
-/* Generators stay below core.h: a local check that returns the error. */
-#define MOE_CHECK(call)                                                                            \
-  do {                                                                                             \
-    moecclResult_t rc_ = (call);                                                                   \
-    if (rc_ != moecclSuccess) return rc_;                                                          \
-  } while (0)
+#include <strings.h>
 
 const char* moeccl_moe_op_name(moeccl_moe_op_t op) {
   static const char* const names[MOECCL_MOE_NOPS] = {"dispatch", "combine", "combine backward"};
   return op < MOECCL_MOE_NOPS ? names[op] : "?";
+}
+
+/* The names MOECCL_MOE_ALGO takes (param_list.h's choices; test_param
+ * checks that the two agree). */
+const char* const moeccl_moe_paths[MOECCL_MOE_NPATHS] = {"flat", "hier"};
+
+int moeccl_moe_path_by_name(const char* name) {
+  for (int i = 0; i < MOECCL_MOE_NPATHS; i++)
+    if (name && strcasecmp(name, moeccl_moe_paths[i]) == 0) return i;
+  return -1;
 }
 
 /* COPY ops of (dst, src) index pairs, merged while both run on. */
@@ -73,7 +78,7 @@ static moecclResult_t runs_add(runs_t* r, uint64_t dst, uint64_t src) {
     r->n++;
     return moecclSuccess;
   }
-  MOE_CHECK(runs_flush(r));
+  MOECCL_CHECK(runs_flush(r));
   r->d0 = dst, r->s0 = src, r->n = 1;
   return moecclSuccess;
 }
@@ -88,11 +93,11 @@ static moecclResult_t pack(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint
   for (int peer = 0; peer < l->nranks; peer++) {
     int self = peer == l->rank;
     if ((self && !with_self) || (via && via[peer] >= 0)) continue;
-    MOE_CHECK(runs_flush(&r));
+    MOECCL_CHECK(runs_flush(&r));
     r.dbase = self ? self_base : dbase;
     size_t shift = self ? l->recv_first[peer] - l->send_first[peer] : 0;
     for (size_t p = l->send_first[peer]; p < l->send_first[peer + 1]; p++)
-      MOE_CHECK(runs_add(&r, p + shift, l->pair_token[p]));
+      MOECCL_CHECK(runs_add(&r, p + shift, l->pair_token[p]));
   }
   return runs_flush(&r);
 }
@@ -107,11 +112,12 @@ static moecclResult_t exchange_via(const moeccl_moe_layout_t* l, moeccl_sched_t*
   for (int k = 1; k < l->nranks; k++) {
     int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
     if (!via || via[to] < 0)
-      MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + out_first[to] * unit, 0, 0,
-                                 (out_first[to + 1] - out_first[to]) * unit));
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + out_first[to] * unit, 0, 0,
+                                    (out_first[to + 1] - out_first[to]) * unit));
     if (!via || via[from] < 0)
-      MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + in_first[from] * unit,
-                                 (in_first[from + 1] - in_first[from]) * unit));
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf,
+                                    dbase + in_first[from] * unit,
+                                    (in_first[from + 1] - in_first[from]) * unit));
   }
   return moecclSuccess;
 }
@@ -136,7 +142,7 @@ static moecclResult_t pack_relay(const moeccl_moe_layout_t* l, moeccl_sched_t* s
                                  uint32_t dbuf, uint64_t dbase) {
   runs_t r = {s, MOECCL_BUF_SEND, dbuf, 0, dbase, rb, 0, 0, 0};
   for (size_t i = 0; i < l->relay_first[l->nranks]; i++)
-    MOE_CHECK(runs_add(&r, i, l->relay_token[i]));
+    MOECCL_CHECK(runs_add(&r, i, l->relay_token[i]));
   return runs_flush(&r);
 }
 
@@ -151,11 +157,11 @@ static moecclResult_t relay_exchange(const moeccl_moe_layout_t* l, moeccl_sched_
     int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
     size_t no = out_first[to + 1] - out_first[to], ni = in_first[from + 1] - in_first[from];
     if (no)
-      MOE_CHECK(
+      MOECCL_CHECK(
           moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + out_first[to] * rb, 0, 0, no * rb));
     if (ni)
-      MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + in_first[from] * rb,
-                                 ni * rb));
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf,
+                                    dbase + in_first[from] * rb, ni * rb));
   }
   return moecclSuccess;
 }
@@ -173,11 +179,11 @@ static moecclResult_t forward_pack(const moeccl_moe_layout_t* l, moeccl_sched_t*
       size_t b = (size_t)src * (size_t)l->nl + (size_t)lr;
       for (size_t k = l->fw_first[b]; k < l->fw_first[b + 1]; k++) {
         if (lr == l->me_local)
-          MOE_CHECK(runs_add(&own, l->recv_first[src] + (k - l->fw_first[b]), l->fw_rows[k]));
-        else MOE_CHECK(runs_add(&out, k, l->fw_rows[k]));
+          MOECCL_CHECK(runs_add(&own, l->recv_first[src] + (k - l->fw_first[b]), l->fw_rows[k]));
+        else MOECCL_CHECK(runs_add(&out, k, l->fw_rows[k]));
       }
     }
-  MOE_CHECK(runs_flush(&out));
+  MOECCL_CHECK(runs_flush(&out));
   return runs_flush(&own);
 }
 
@@ -192,16 +198,17 @@ static moecclResult_t forward_exchange(const moeccl_moe_layout_t* l, moeccl_sche
     for (int lr = 0; lr < l->nl; lr++) {
       size_t b = (size_t)src * (size_t)l->nl + (size_t)lr, n = l->fw_first[b + 1] - l->fw_first[b];
       if (lr == l->me_local || n == 0) continue;
-      MOE_CHECK(moeccl_sched_add(s, back ? MOECCL_OP_RECV : MOECCL_OP_SEND, l->node_rank[lr],
-                                 back ? 0 : fbuf, back ? 0 : fbase + l->fw_first[b] * rb,
-                                 back ? fbuf : 0, back ? fbase + l->fw_first[b] * rb : 0, n * rb));
+      MOECCL_CHECK(moeccl_sched_add(s, back ? MOECCL_OP_RECV : MOECCL_OP_SEND, l->node_rank[lr],
+                                    back ? 0 : fbuf, back ? 0 : fbase + l->fw_first[b] * rb,
+                                    back ? fbuf : 0, back ? fbase + l->fw_first[b] * rb : 0,
+                                    n * rb));
     }
     int f = l->via[src];
     size_t n = l->recv_first[src + 1] - l->recv_first[src];
     if (f < 0 || f == l->rank || n == 0) continue;
-    MOE_CHECK(moeccl_sched_add(s, back ? MOECCL_OP_SEND : MOECCL_OP_RECV, f, back ? rbuf : 0,
-                               back ? rbase + l->recv_first[src] * rb : 0, back ? 0 : rbuf,
-                               back ? 0 : rbase + l->recv_first[src] * rb, n * rb));
+    MOECCL_CHECK(moeccl_sched_add(s, back ? MOECCL_OP_SEND : MOECCL_OP_RECV, f, back ? rbuf : 0,
+                                  back ? rbase + l->recv_first[src] * rb : 0, back ? 0 : rbuf,
+                                  back ? 0 : rbase + l->recv_first[src] * rb, n * rb));
   }
   return moecclSuccess;
 }
@@ -243,8 +250,8 @@ static moecclResult_t prog_op(const moeccl_moe_call_t* c, moeccl_sched_t* s, int
   c->progs[*nprogs] = prog;
   s->rows = c->progs;
   int send = type == MOECCL_OP_SEND;
-  MOE_CHECK(moeccl_sched_add_flags(s, type, peer, send ? buf : 0, send ? off : 0, send ? 0 : buf,
-                                   send ? 0 : off, bytes, MOECCL_OPF_ROWS));
+  MOECCL_CHECK(moeccl_sched_add_flags(s, type, peer, send ? buf : 0, send ? off : 0, send ? 0 : buf,
+                                      send ? 0 : off, bytes, MOECCL_OPF_ROWS));
   s->ops[s->nops - 1].prog = (uint16_t)(*nprogs)++;
   return moecclSuccess;
 }
@@ -260,7 +267,7 @@ static moecclResult_t expand(const moeccl_moe_call_t* c, moeccl_sched_t* s, int*
     return rows_op(c, s, nprogs, p, sbuf, sbase, MOECCL_BUF_RECV, 0, n * rb);
   }
   runs_t r = {s, sbuf, MOECCL_BUF_RECV, sbase, 0, rb, 0, 0, 0};
-  for (size_t i = 0; i < n; i++) MOE_CHECK(runs_add(&r, t[i].dst, t[i].src));
+  for (size_t i = 0; i < n; i++) MOECCL_CHECK(runs_add(&r, t[i].dst, t[i].src));
   return runs_flush(&r);
 }
 
@@ -277,14 +284,14 @@ static moecclResult_t consuming_exchange(const moeccl_moe_call_t* c, moeccl_sche
     size_t p0 = l->send_first[to], np = l->send_first[to + 1] - p0;
     moeccl_rows_t g = program(MOECCL_ROWS_COPY, c->type, rb, UINT32_MAX, 0, l->gather + p0, np);
     g.span = l->T * rb;
-    MOE_CHECK(prog_op(c, s, nprogs, g, pbuf, pack_off + p0 * rb, MOECCL_OP_SEND, to,
-                      MOECCL_BUF_SEND, 0, np * rb));
+    MOECCL_CHECK(prog_op(c, s, nprogs, g, pbuf, pack_off + p0 * rb, MOECCL_OP_SEND, to,
+                         MOECCL_BUF_SEND, 0, np * rb));
     size_t q0 = l->recv_first[from], n = l->recv_first[from + 1] - q0;
     size_t t0 = l->exp_src_first[from], nt = l->exp_src_first[from + 1] - t0;
     moeccl_rows_t e = program(MOECCL_ROWS_COPY, c->type, rb, UINT32_MAX, 0, l->exp_src + t0, nt);
     e.terms_idx = l->exp_src_idx + t0, e.map = l->src_token + q0;
-    MOE_CHECK(prog_op(c, s, nprogs, e, MOECCL_BUF_RECV, 0, MOECCL_OP_RECV, from, MOECCL_BUF_SCRATCH,
-                      dbase + q0 * rb, n * rb));
+    MOECCL_CHECK(prog_op(c, s, nprogs, e, MOECCL_BUF_RECV, 0, MOECCL_OP_RECV, from,
+                         MOECCL_BUF_SCRATCH, dbase + q0 * rb, n * rb));
   }
   return moecclSuccess;
 }
@@ -307,67 +314,67 @@ static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) 
   uint64_t base = round64(gw_back + (dots ? l->P * kb : 0)), pack_off = base;
   uint32_t pbuf = MOECCL_BUF_SCRATCH;
   if (c->send_area) {
-    MOE_CHECK(moeccl_sched_add_buf(s, c->send_area, &pbuf));
+    MOECCL_CHECK(moeccl_sched_add_buf(s, c->send_area, &pbuf));
     pack_off = 0;
   }
   uint64_t relay_off = pack_off + l->P * rb, fout_off = relay_off + Pr * rb;
   uint64_t recv_off = c->send_area ? base : fout_off + F * rb, rin_off = recv_off + l->Q * rb;
   s->scratch_bytes = rin_off + Nin * rb;
   uint32_t wbuf = UINT32_MAX, ebuf = UINT32_MAX, gbuf = UINT32_MAX;
-  if (ww) MOE_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->weights, call_mem(s), &wbuf));
-  if (dots) MOE_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->expert_out, call_mem(s), &ebuf));
-  if (dots) MOE_CHECK(moeccl_sched_add_buf_mem(s, c->grad_weights, call_mem(s), &gbuf));
+  if (ww) MOECCL_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->weights, call_mem(s), &wbuf));
+  if (dots) MOECCL_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->expert_out, call_mem(s), &ebuf));
+  if (dots) MOECCL_CHECK(moeccl_sched_add_buf_mem(s, c->grad_weights, call_mem(s), &gbuf));
   /* The dispatch's own rows move as gathered messages, consumed as they
    * arrive: the sender's rows picked straight from its mapped token buffer
    * where shared memory allows, else packed by the executor at post time
    * (consuming_exchange).  Otherwise packed here. */
   int consume = c->op == MOECCL_MOE_DISPATCH && !hier && !ww && l->exp_src && l->gather;
-  if (!consume) MOE_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pbuf, pack_off, 0, 0, via));
-  if (hier) MOE_CHECK(pack_relay(l, s, rb, pbuf, relay_off));
-  if (ww) MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
-  MOE_CHECK(moeccl_sched_end_step(s));
-  if (consume) MOE_CHECK(consuming_exchange(c, s, &nprogs, pbuf, pack_off, recv_off));
+  if (!consume) MOECCL_CHECK(pack(l, s, MOECCL_BUF_SEND, rb, pbuf, pack_off, 0, 0, via));
+  if (hier) MOECCL_CHECK(pack_relay(l, s, rb, pbuf, relay_off));
+  if (ww) MOECCL_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
+  if (consume) MOECCL_CHECK(consuming_exchange(c, s, &nprogs, pbuf, pack_off, recv_off));
   else
-    MOE_CHECK(exchange_via(l, s, l->send_first, pbuf, pack_off, l->recv_first, MOECCL_BUF_SCRATCH,
-                           recv_off, rb, via));
+    MOECCL_CHECK(exchange_via(l, s, l->send_first, pbuf, pack_off, l->recv_first,
+                              MOECCL_BUF_SCRATCH, recv_off, rb, via));
   if (hier)
-    MOE_CHECK(relay_exchange(l, s, l->relay_first, pbuf, relay_off, l->rin_first,
-                             MOECCL_BUF_SCRATCH, rin_off, rb));
+    MOECCL_CHECK(relay_exchange(l, s, l->relay_first, pbuf, relay_off, l->rin_first,
+                                MOECCL_BUF_SCRATCH, rin_off, rb));
   if (ww)
-    MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
-                       MOECCL_BUF_SCRATCH, w_recv, kb));
-  MOE_CHECK(expand(c, s, &nprogs, l->exp_self, l->n_exp_self, MOECCL_BUF_SEND, 0,
-                   MOECCL_BUF_SCRATCH, w_recv));
+    MOECCL_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
+                          MOECCL_BUF_SCRATCH, w_recv, kb));
+  MOECCL_CHECK(expand(c, s, &nprogs, l->exp_self, l->n_exp_self, MOECCL_BUF_SEND, 0,
+                      MOECCL_BUF_SCRATCH, w_recv));
   moeccl_rows_t dot_self = program(MOECCL_ROWS_DOT, c->type, c->hidden, ebuf, 0,
                                    l->dot + l->dot_self0, l->dot_self1 - l->dot_self0);
   if (dots)
-    MOE_CHECK(rows_op(c, s, &nprogs, dot_self, MOECCL_BUF_SEND, 0, MOECCL_BUF_SCRATCH, gwp,
-                      dot_self.nterms * sizeof(float)));
-  MOE_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(rows_op(c, s, &nprogs, dot_self, MOECCL_BUF_SEND, 0, MOECCL_BUF_SCRATCH, gwp,
+                         dot_self.nterms * sizeof(float)));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
   if (hier) { /* the forwarders hand the relay rows on */
-    MOE_CHECK(forward_pack(l, s, rb, MOECCL_BUF_SCRATCH, rin_off, pbuf, fout_off,
-                           MOECCL_BUF_SCRATCH, recv_off));
-    MOE_CHECK(moeccl_sched_end_step(s));
-    MOE_CHECK(forward_exchange(l, s, rb, pbuf, fout_off, MOECCL_BUF_SCRATCH, recv_off, 0));
-    MOE_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(forward_pack(l, s, rb, MOECCL_BUF_SCRATCH, rin_off, pbuf, fout_off,
+                              MOECCL_BUF_SCRATCH, recv_off));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(forward_exchange(l, s, rb, pbuf, fout_off, MOECCL_BUF_SCRATCH, recv_off, 0));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   if (!consume)
-    MOE_CHECK(expand(c, s, &nprogs, l->exp_remote, l->n_exp_remote, MOECCL_BUF_SCRATCH, recv_off,
-                     MOECCL_BUF_SCRATCH, w_recv));
+    MOECCL_CHECK(expand(c, s, &nprogs, l->exp_remote, l->n_exp_remote, MOECCL_BUF_SCRATCH, recv_off,
+                        MOECCL_BUF_SCRATCH, w_recv));
   if (!dots) return moecclSuccess;
   size_t nd = l->Q * (size_t)l->K;
   moeccl_rows_t before =
       program(MOECCL_ROWS_DOT, c->type, c->hidden, ebuf, 0, l->dot, l->dot_self0);
   moeccl_rows_t after = program(MOECCL_ROWS_DOT, c->type, c->hidden, ebuf, 0, l->dot + l->dot_self1,
                                 nd - l->dot_self1);
-  MOE_CHECK(rows_op(c, s, &nprogs, before, MOECCL_BUF_SCRATCH, recv_off, MOECCL_BUF_SCRATCH, gwp,
-                    before.nterms * sizeof(float)));
-  MOE_CHECK(rows_op(c, s, &nprogs, after, MOECCL_BUF_SCRATCH, recv_off, MOECCL_BUF_SCRATCH, gwp,
-                    after.nterms * sizeof(float)));
-  MOE_CHECK(moeccl_sched_end_step(s));
-  MOE_CHECK(exchange(l, s, l->recv_first, MOECCL_BUF_SCRATCH, gwp, l->send_first,
-                     MOECCL_BUF_SCRATCH, gw_back, kb));
-  MOE_CHECK(moeccl_sched_end_step(s));
+  MOECCL_CHECK(rows_op(c, s, &nprogs, before, MOECCL_BUF_SCRATCH, recv_off, MOECCL_BUF_SCRATCH, gwp,
+                       before.nterms * sizeof(float)));
+  MOECCL_CHECK(rows_op(c, s, &nprogs, after, MOECCL_BUF_SCRATCH, recv_off, MOECCL_BUF_SCRATCH, gwp,
+                       after.nterms * sizeof(float)));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
+  MOECCL_CHECK(exchange(l, s, l->recv_first, MOECCL_BUF_SCRATCH, gwp, l->send_first,
+                        MOECCL_BUF_SCRATCH, gw_back, kb));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
   /* Receive pair q's block is gwp + q, returned pair p's gwp + Q + p. */
   moeccl_rows_t sum =
       program(MOECCL_ROWS_SUM, moecclFloat32, (size_t)l->K, UINT32_MAX, 0, l->own, l->n_own);
@@ -391,19 +398,19 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   s->scratch_bytes = part_off + (l->Q + F + l->P + Pr + Nin) * rb;
   uint32_t pbuf = MOECCL_BUF_SCRATCH;
   if (c->send_area) {
-    MOE_CHECK(moeccl_sched_add_buf(s, c->send_area, &pbuf));
+    MOECCL_CHECK(moeccl_sched_add_buf(s, c->send_area, &pbuf));
     s->scratch_bytes = part_off, part_off = 0;
   }
   uint64_t fin_off = part_off + l->Q * rb, back_off = fin_off + F * rb;
   uint64_t rback_off = back_off + l->P * rb, rsum_off = rback_off + Pr * rb;
   uint32_t wbuf = UINT32_MAX;
   if (ww) {
-    MOE_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->weights, call_mem(s), &wbuf));
-    MOE_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
-    MOE_CHECK(moeccl_sched_end_step(s));
-    MOE_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
-                       MOECCL_BUF_SCRATCH, w_recv, kb));
-    MOE_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(moeccl_sched_add_buf_mem(s, (void*)c->weights, call_mem(s), &wbuf));
+    MOECCL_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
+                          MOECCL_BUF_SCRATCH, w_recv, kb));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   uint32_t wb = ww ? MOECCL_BUF_SCRATCH : UINT32_MAX;
   if (!hier && c->type == moecclFloat32 && l->own_src) {
@@ -416,30 +423,31 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
     moeccl_rows_t after =
         program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->part + s1, l->R - s1);
     uint64_t q0 = l->recv_first[l->rank], q1 = l->recv_first[l->rank + 1];
-    MOE_CHECK(rows_op(c, s, &nprogs, before, MOECCL_BUF_SEND, 0, pbuf, part_off, q0 * rb));
-    MOE_CHECK(rows_op(c, s, &nprogs, after, MOECCL_BUF_SEND, 0, pbuf, part_off, (l->Q - q1) * rb));
+    MOECCL_CHECK(rows_op(c, s, &nprogs, before, MOECCL_BUF_SEND, 0, pbuf, part_off, q0 * rb));
+    MOECCL_CHECK(
+        rows_op(c, s, &nprogs, after, MOECCL_BUF_SEND, 0, pbuf, part_off, (l->Q - q1) * rb));
     moeccl_rows_t self =
         program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->own_self, l->n_own_self);
-    MOE_CHECK(rows_op(c, s, &nprogs, self, MOECCL_BUF_SEND, 0, MOECCL_BUF_RECV, 0, l->T * rb));
-    MOE_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(rows_op(c, s, &nprogs, self, MOECCL_BUF_SEND, 0, MOECCL_BUF_RECV, 0, l->T * rb));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
     for (int k = 1; k < l->nranks; k++) {
       int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
-      MOE_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, pbuf, part_off + l->recv_first[to] * rb, 0,
-                                 0, (l->recv_first[to + 1] - l->recv_first[to]) * rb));
+      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, pbuf, part_off + l->recv_first[to] * rb,
+                                    0, 0, (l->recv_first[to + 1] - l->recv_first[to]) * rb));
       size_t p0 = l->send_first[from], n = l->send_first[from + 1] - p0;
       moeccl_rows_t add =
           program(MOECCL_ROWS_ADD, c->type, c->hidden, UINT32_MAX, 0, l->own_src + p0, n);
-      MOE_CHECK(prog_op(c, s, &nprogs, add, MOECCL_BUF_RECV, 0, MOECCL_OP_RECV, from, pbuf,
-                        back_off + p0 * rb, n * rb));
+      MOECCL_CHECK(prog_op(c, s, &nprogs, add, MOECCL_BUF_RECV, 0, MOECCL_OP_RECV, from, pbuf,
+                           back_off + p0 * rb, n * rb));
     }
     return moeccl_sched_end_step(s);
   }
   moeccl_rows_t part = program(MOECCL_ROWS_SUM, c->type, c->hidden, wb, w_recv, l->part, l->R);
-  MOE_CHECK(rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, pbuf, part_off, l->Q * rb));
-  MOE_CHECK(moeccl_sched_end_step(s));
+  MOECCL_CHECK(rows_op(c, s, &nprogs, part, MOECCL_BUF_SEND, 0, pbuf, part_off, l->Q * rb));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
   if (!hier) {
-    MOE_CHECK(exchange(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off, rb));
-    MOE_CHECK(moeccl_sched_end_step(s));
+    MOECCL_CHECK(exchange(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off, rb));
+    MOECCL_CHECK(moeccl_sched_end_step(s));
     /* Receive pair q's partial is part_off + q, returned pair p's + Q + p. */
     moeccl_rows_t own =
         program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->own, l->n_own);
@@ -448,17 +456,17 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   /* Partials for this node's sources go direct, the others to their
    * forwarder, which sums them per relay row and returns one row per
    * (token, node). */
-  MOE_CHECK(
+  MOECCL_CHECK(
       exchange_via(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off, rb, l->via));
-  MOE_CHECK(forward_exchange(l, s, rb, pbuf, fin_off, pbuf, part_off, 1));
-  MOE_CHECK(moeccl_sched_end_step(s));
+  MOECCL_CHECK(forward_exchange(l, s, rb, pbuf, fin_off, pbuf, part_off, 1));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
   moeccl_rows_t fsum =
       program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->fsum, l->n_fsum);
-  MOE_CHECK(rows_op(c, s, &nprogs, fsum, pbuf, part_off, pbuf, rsum_off, Nin * rb));
-  MOE_CHECK(moeccl_sched_end_step(s));
-  MOE_CHECK(
+  MOECCL_CHECK(rows_op(c, s, &nprogs, fsum, pbuf, part_off, pbuf, rsum_off, Nin * rb));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
+  MOECCL_CHECK(
       relay_exchange(l, s, l->rin_first, pbuf, rsum_off, l->relay_first, pbuf, rback_off, rb));
-  MOE_CHECK(moeccl_sched_end_step(s));
+  MOECCL_CHECK(moeccl_sched_end_step(s));
   moeccl_rows_t own =
       program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->own_h, l->n_own_h);
   return rows_op(c, s, &nprogs, own, pbuf, part_off, MOECCL_BUF_RECV, 0, l->T * rb);

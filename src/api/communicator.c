@@ -33,7 +33,7 @@ static moecclResult_t check_env(const char* fn) {
   char why[320];
   if (moeccl_param_validate(why, sizeof(why)) != 0)
     return moeccl_error(NULL, moecclInvalidArgument, "%s: %s", fn, why);
-  const char* dev = moeccl_param_str("MOECCL_DEVICE");
+  const char* dev = moeccl_param_device();
   const char* refused = dev && strcasecmp(dev, "cuda") == 0 ? moeccl_device_refusal() : NULL;
   if (refused)
     return moeccl_error(NULL, moecclSystemError, "%s: MOECCL_DEVICE=%s, but %s", fn, dev, refused);
@@ -41,7 +41,7 @@ static moecclResult_t check_env(const char* fn) {
 }
 
 MOECCL_EXPORT moecclResult_t moecclGetUniqueId(moecclUniqueId* uniqueId) {
-  moeccl_debug_init();
+  moeccl_param_init();
   MOECCL_CHECK(check_env("moecclGetUniqueId"));
   if (!uniqueId)
     return moeccl_error(NULL, moecclInvalidArgument, "moecclGetUniqueId: uniqueId is NULL");
@@ -143,7 +143,7 @@ static moecclResult_t check_config(moeccl_comm_t* comm, const moecclConfig_t* co
 MOECCL_EXPORT moecclResult_t moecclCommInitRankConfig(moecclComm_t* comm, int nranks,
                                                       moecclUniqueId commId, int rank,
                                                       moecclConfig_t* config) {
-  moeccl_debug_init();
+  moeccl_param_init();
   MOECCL_CHECK(check_env("moecclCommInitRank"));
   if (!comm) return moeccl_error(NULL, moecclInvalidArgument, "moecclCommInitRank: comm is NULL");
   if (nranks <= 0)
@@ -339,24 +339,5 @@ MOECCL_EXPORT moecclResult_t moecclCommGetAsyncError(moecclComm_t comm,
   if (!asyncError)
     return moeccl_error(comm, moecclInvalidArgument, "moecclCommGetAsyncError: asyncError is NULL");
   *asyncError = comm->async_error;
-  return moecclSuccess;
-}
-
-moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* c) {
-  c->local_ranks = malloc(sizeof(int) * (size_t)c->nranks);
-  c->peer_local_index = malloc(sizeof(int) * (size_t)c->nranks);
-  if (!c->local_ranks || !c->peer_local_index) return moecclSystemError;
-  uint64_t me = c->peers[c->rank].host_hash;
-  c->nlocal = 0;
-  c->nmachine = 0;
-  c->machine_cores = moeccl_machine_cores(c, c->rank);
-  for (int r = 0; r < c->nranks; r++) {
-    c->nmachine += c->peers[r].machine_hash == c->peers[c->rank].machine_hash;
-    c->peer_local_index[r] = -1;
-    if (c->peers[r].host_hash != me) continue;
-    if (r == c->rank) c->local_rank = c->nlocal;
-    c->peer_local_index[r] = c->nlocal;
-    c->local_ranks[c->nlocal++] = r;
-  }
   return moecclSuccess;
 }

@@ -1,7 +1,8 @@
-/* Logging.  Lines start "host:pid:tid moeccl LEVEL" so logs of many ranks merge. */
+/* Logging.  Lines start "host:pid:tid moeccl LEVEL" so logs of many ranks merge.
+ * The bottom of base/: it reads its three variables itself and calls no
+ * other file of the library (param.c, which checks them, logs through it). */
 #include "base/debug.h"
 #include "moeccl.h"
-#include "base/param.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -92,18 +93,20 @@ static void debug_init_once(void) {
   gethostname(log_host, sizeof(log_host) - 1);
   char* dot = strchr(log_host, '.');
   if (dot) *dot = '\0';
-  const char* lvl = moeccl_param_str("MOECCL_DEBUG");
+  /* Read here, not through param.h (which logs with this file): a value
+   * the settings table refuses reads as its default there, and here too
+   * (an unknown level is WARN, a bad subsystem list leaves ALL). */
+  const char* lvl = getenv("MOECCL_DEBUG");
   int level = lvl && *lvl ? parse_level(lvl) : MOECCL_LOG_WARN;
-  const char* sub = moeccl_param_str("MOECCL_DEBUG_SUBSYS");
-  if (sub && *sub) moeccl_log_mask = parse_subsys(sub);
-  const char* file = getenv("MOECCL_DEBUG_FILE"); /* not the checked read: it would log */
+  const char* sub = getenv("MOECCL_DEBUG_SUBSYS");
+  if (sub && *sub && moeccl_debug_subsys_ok(sub)) moeccl_log_mask = parse_subsys(sub);
+  const char* file = getenv("MOECCL_DEBUG_FILE");
   if (file && *file) open_log_file(file), log_pattern = file;
   if (!log_file) log_file = stderr;
   __atomic_store_n(&moeccl_log_level, level, __ATOMIC_RELEASE);
   if (level == MOECCL_LOG_VERSION || level >= MOECCL_LOG_INFO)
     moeccl_log(MOECCL_LOG_VERSION, MOECCL_SUBSYS_INIT, __FILE__, __LINE__,
                "moeccl version %d.%d.%d", MOECCL_MAJOR, MOECCL_MINOR, MOECCL_PATCH);
-  if (level >= MOECCL_LOG_INFO && (moeccl_log_mask & MOECCL_SUBSYS_ENV)) moeccl_param_log_all();
 }
 
 /* A process that forks while another of its threads writes a log line

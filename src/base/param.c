@@ -1,5 +1,7 @@
-/* The one table of MOECCL_* variables: name, type, default, one-line help.
- * man/moeccl-env.7.md documents the same list; tests/test_param checks it. */
+/* The settings: the table made from param_list.h's rows, their parsing and
+ * validation, the values in effect (kept after the first read for ONCE
+ * rows), and the environment's log at INFO.  man/moeccl-env.7.md documents
+ * the same list; tests/test_param checks it. */
 #include "base/param.h"
 #include "base/debug.h"
 
@@ -7,6 +9,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,144 +26,26 @@ static int check_hostid(const char* v, char* why, size_t n);
 static int check_cost_file(const char* v, char* why, size_t n);
 static int check_cacheline_multiple(const char* v, char* why, size_t n);
 
-const moeccl_param_t moeccl_params[] = {
-    {"MOECCL_DEBUG", MOECCL_PARAM_STR, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE", 0,
-     0, "NONE|VERSION|WARN|INFO|TRACE", NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_DEBUG_SUBSYS", MOECCL_PARAM_STR, "ALL",
-     "subsystems to log: INIT,BOOT,SHM,COLL,P2P,ALGO,ENV,NET,ALL; a leading ^ inverts", 0, 0, NULL,
-     check_subsys, MOECCL_PARAM_FAIL},
-    {"MOECCL_DEBUG_FILE", MOECCL_PARAM_STR, "",
-     "log to this file instead of stderr; %h host, %p pid", 0, 0, NULL, check_log_file,
-     MOECCL_PARAM_WARN},
-    {"MOECCL_TIMEOUT", MOECCL_PARAM_INT, "300", "seconds any wait may last before moecclTimeout",
-     1LL, 604800LL, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_COMM_ID", MOECCL_PARAM_STR, "", "host:port of the root bootstrap socket", 0, 0, NULL,
-     check_comm_id, MOECCL_PARAM_FAIL},
-    {"MOECCL_SOCKET_IFNAME", MOECCL_PARAM_STR, "",
-     "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only", 0, 0, NULL,
-     check_ifname, MOECCL_PARAM_FAIL},
-    {"MOECCL_HOSTID", MOECCL_PARAM_STR, "",
-     "node identity; ranks with different ids act as separate nodes", 0, 0, NULL, check_hostid,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_ALGO", MOECCL_PARAM_STR, "",
-     "force the all-to-all algorithm: direct, pairwise, bruck, hier2, hier3 or rail", 0, 0,
-     "direct|pairwise|bruck|hier2|hier3|rail", NULL, MOECCL_PARAM_WARN},
-    {"MOECCL_ALLREDUCE_ALGO", MOECCL_PARAM_STR, "",
-     "force the AllReduce algorithm: ring, rhd, rd, tree, direct or hier", 0, 0,
-     "ring|rhd|rd|tree|direct|hier", NULL, MOECCL_PARAM_WARN},
-    {"MOECCL_REDUCESCATTER_ALGO", MOECCL_PARAM_STR, "",
-     "force the ReduceScatter algorithm: ring, rhd or direct", 0, 0, "ring|rhd|direct", NULL,
-     MOECCL_PARAM_WARN},
-    {"MOECCL_ALLGATHER_ALGO", MOECCL_PARAM_STR, "",
-     "force the AllGather algorithm: ring, rhd or direct", 0, 0, "ring|rhd|direct", NULL,
-     MOECCL_PARAM_WARN},
-    {"MOECCL_BROADCAST_ALGO", MOECCL_PARAM_STR, "", "force the Broadcast algorithm: tree or direct",
-     0, 0, "tree|direct", NULL, MOECCL_PARAM_WARN},
-    {"MOECCL_REDUCE_ALGO", MOECCL_PARAM_STR, "", "force the Reduce algorithm: tree or direct", 0, 0,
-     "tree|direct", NULL, MOECCL_PARAM_WARN},
-    {"MOECCL_GATHER_ALGO", MOECCL_PARAM_STR, "", "force the Gather algorithm: direct", 0, 0,
-     "direct", NULL, MOECCL_PARAM_WARN},
-    {"MOECCL_SCATTER_ALGO", MOECCL_PARAM_STR, "", "force the Scatter algorithm: direct", 0, 0,
-     "direct", NULL, MOECCL_PARAM_WARN},
-    {"MOECCL_MOE_ALGO", MOECCL_PARAM_STR, "",
-     "force the MoE dispatch/combine path across nodes: flat or hier", 0, 0, "flat|hier", NULL,
-     MOECCL_PARAM_WARN},
-    {"MOECCL_A2A_WINDOW", MOECCL_PARAM_INT, "64",
-     "peers the direct algorithm exchanges with per step (0: all at once)", 0, 1048576LL, NULL,
-     NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_TOPO_FILE", MOECCL_PARAM_STR, "",
-     "load the topology (nodes, groups, rails, link costs) from this file", 0, 0, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_TOPO_DUMP_FILE", MOECCL_PARAM_STR, "",
-     "rank 0 writes the topology it found to this file", 0, 0, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_TOPO_GROUP_SIZE", MOECCL_PARAM_INT, "0",
-     "nodes per group (switch or dragonfly group); 0: one group", 0, 65536LL, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_TOPO_RAILS", MOECCL_PARAM_INT, "0", "NICs (rails) per node; 0: as hwloc finds", 0,
-     64LL, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_TUNE_V_BYTES", MOECCL_PARAM_SIZE, "65536",
-     "per-peer bytes at which the tuner prices alltoallv calls", 1LL, 1099511627776LL, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_TUNE_FILE", MOECCL_PARAM_STR, "",
-     "link and copy costs for the tuner's cost model, over the defaults", 0, 0, NULL,
-     check_cost_file, MOECCL_PARAM_FAIL},
-    {"MOECCL_NET", MOECCL_PARAM_STR, "auto", "network transport between nodes: ofi, ucx or auto", 0,
-     0, "auto|ofi|ucx", NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_PLUGIN_PATH", MOECCL_PARAM_STR, "",
-     "directories (colon-separated) searched first for moeccl's modules (moeccl_net_ofi.so, "
-     "moeccl_net_ucx.so)",
-     0, 0, NULL, check_plugin_path, MOECCL_PARAM_WARN},
-    {"MOECCL_SHM_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: no shared memory; ranks of one node use the network too", 0, 0, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_OFI_PROVIDER", MOECCL_PARAM_STR, "",
-     "libfabric provider to use (e.g. tcp, verbs;ofi_rxm, cxi); unset: the best available", 0, 0,
-     NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_OFI_RMA_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: large ofi messages go as tagged pieces instead of RMA writes", 0, 0, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_OFI_WRITEDATA_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: ofi RMA writes end with a FIN message instead of carrying remote CQ data", 0, 0, NULL,
-     NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_NET_NCHANNELS", MOECCL_PARAM_INT, "1", "endpoints (channels) per network peer", 1LL,
-     16LL, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_NET_EAGER_SIZE", MOECCL_PARAM_SIZE, "65536",
-     "network messages up to this size are sent eagerly; larger ones by RMA or rendezvous", 64LL,
-     16777216LL, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_NET_CHUNK_SIZE", MOECCL_PARAM_SIZE, "1048576",
-     "large network messages move in pieces of this size", 4096LL, 1073741824LL, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_SHM_EAGER_SIZE", MOECCL_PARAM_SIZE, "16384",
-     "messages up to this size go through shared-memory slots; larger ones are copied once", 64LL,
-     4194304LL, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_SHM_MAP_SMALL_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: messages that fit a slot go through the slots even from moecclMemAlloc memory (by "
-     "default those from 4097 bytes are copied once by the receiver)",
-     0, 0, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_SHM_SLOTS", MOECCL_PARAM_INT, "16",
-     "shared-memory slots per ordered pair of local ranks", 2LL, 1024LL, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_SHM_CHUNK_SIZE", MOECCL_PARAM_SIZE, "1048576",
-     "bytes a single-copy transfer moves before the executor looks at other work (a multiple "
-     "of 64)",
-     4096LL, 1073741824LL, NULL, check_cacheline_multiple, MOECCL_PARAM_FAIL},
-    {"MOECCL_CMA_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: no cross-memory attach; large messages are pipelined through the slots", 0, 0, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_SHM_MAP_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "1: never map peers' moecclMemAlloc memory; read it by cross-memory attach", 0, 0, NULL, NULL,
-     MOECCL_PARAM_FAIL},
-    {"MOECCL_NT_COPY_SIZE", MOECCL_PARAM_SIZE, "32M",
-     "operations receiving at least this many bytes per rank copy with streaming stores (0: "
-     "never)",
-     0, 1125899906842624LL, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_SPIN_COUNT", MOECCL_PARAM_INT, "2000",
-     "polls before a waiting rank yields the core; oversubscribed nodes spin less", 0, 100000000LL,
-     NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_DEVICE", MOECCL_PARAM_STR, "auto",
-     "device backend: auto (CUDA when a driver and device are found), cuda, emu or none", 0, 0,
-     "auto|cuda|emu|none", NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_DEVICE_EMU_DELAY_US", MOECCL_PARAM_INT, "0",
-     "emu backend: a random delay of up to this many microseconds before each stream operation", 0,
-     1000000LL, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_DEVICE_EMU_LEGACY", MOECCL_PARAM_BOOL, "0",
-     "emu backend: allocations export only legacy IPC handles, as cudaMalloc memory does", 0, 0,
-     NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_DEVICE_STREAM_DISABLE", MOECCL_PARAM_BOOL, "0",
-     "device calls run by the host (a library thread per stream) instead of lowered onto the "
-     "caller's stream by the ipc transport",
-     0, 0, NULL, NULL, MOECCL_PARAM_FAIL},
-    {"MOECCL_NCCL_VERSION", MOECCL_PARAM_INT, "22809",
-     "the NCCL drop-in (libnccl.so.2) reports this version code from ncclGetVersion", 1000LL,
-     999999LL, NULL, NULL, MOECCL_PARAM_WARN},
-};
-const int moeccl_nparams = sizeof(moeccl_params) / sizeof(moeccl_params[0]);
+/* The rows of param_list.h, in its order: moeccl_params[id] is id's. */
+#define ROW(NAME, name, TYPE, BAD, READ, dflt, lo, hi, choices, check, help)                       \
+  {"MOECCL_" #NAME,    MOECCL_PARAM_##TYPE, dflt, help, lo, hi, choices, check,                    \
+   MOECCL_PARAM_##BAD, MOECCL_PARAM_##READ},
+const moeccl_param_t moeccl_params[MOECCL_NPARAMS] = {MOECCL_PARAM_LIST(ROW)};
+#undef ROW
+const int moeccl_nparams = MOECCL_NPARAMS;
 
-static const moeccl_param_t* param_find(const char* name) {
-  for (int i = 0; i < moeccl_nparams; i++)
-    if (strcmp(moeccl_params[i].name, name) == 0) return &moeccl_params[i];
-  assert(!"unknown MOECCL_ parameter");
+/* The row of id, or NULL (abort in debug builds) for no row's id. */
+static const moeccl_param_t* param_at(moeccl_param_id_t id) {
+  if ((unsigned)id < MOECCL_NPARAMS) return &moeccl_params[id];
+  assert(!"no MOECCL_ parameter of this id");
   return NULL;
+}
+
+static int param_find(const char* name) {
+  for (int i = 0; i < moeccl_nparams; i++)
+    if (strcmp(moeccl_params[i].name, name) == 0) return i;
+  assert(!"unknown MOECCL_ parameter");
+  return -1;
 }
 
 int moeccl_parse_size(const char* s, size_t* out) {
@@ -283,12 +169,12 @@ static void warn_once(const moeccl_param_t* p, const char* s, const char* why) {
        strlen(s) > SHOWN ? "..." : "", why, p->default_value[0] ? " " : "", p->default_value);
 }
 
-int moeccl_param_check(const char* name, char* why, size_t n) {
-  const moeccl_param_t* p = param_find(name);
-  const char* s = getenv(name);
+int moeccl_param_check_at(moeccl_param_id_t id, char* why, size_t n) {
+  const moeccl_param_t* p = param_at(id);
+  const char* s = p ? getenv(p->name) : NULL;
   char w[200];
   if (!p || !s || !*s || value_ok(p, s, w, sizeof(w)) == 0) return 0;
-  snprintf(why, n, "%s=%.*s%s is %s", name, SHOWN, s, strlen(s) > SHOWN ? "..." : "", w);
+  snprintf(why, n, "%s=%.*s%s is %s", p->name, SHOWN, s, strlen(s) > SHOWN ? "..." : "", w);
   return -1;
 }
 
@@ -309,11 +195,9 @@ int moeccl_param_validate(char* why, size_t n) {
   return 0;
 }
 
-/* Parses name's value (env or default) as an integer-like type. */
-static int64_t param_number(const char* name) {
-  const moeccl_param_t* p = param_find(name);
-  if (!p) return 0;
-  const char* env = getenv(name);
+/* p's value (env or default) as an integer-like type. */
+static int64_t read_number(const moeccl_param_t* p) {
+  const char* env = getenv(p->name);
   int64_t v = 0;
   char why[200];
   if (env && *env) {
@@ -323,19 +207,76 @@ static int64_t param_number(const char* name) {
   return number_of(p, p->default_value, &v, why, sizeof(why)) == 0 ? v : 0;
 }
 
-int64_t moeccl_param_int(const char* name) { return param_number(name); }
-size_t moeccl_param_size(const char* name) { return (size_t)param_number(name); }
-int moeccl_param_bool(const char* name) { return param_number(name) != 0; }
+/* p's value (env or default) as a string: the environment's own text. */
+static const char* read_string(const moeccl_param_t* p) {
+  const char* env = getenv(p->name);
+  char why[200];
+  if (env && *env && string_ok(p, env, why, sizeof(why)) == 0) return env;
+  if (env && *env && p->on_bad == MOECCL_PARAM_WARN) warn_once(p, env, why);
+  return p->default_value;
+}
 
-double moeccl_param_timeout(void) { return (double)moeccl_param_int("MOECCL_TIMEOUT"); }
+/* The first read of each ONCE row, kept for the process.  No lock: threads
+ * that read a row at once compute the same value and store it alike (and a
+ * lock held across fork would stop the child); a string is copied, as the
+ * environment's text may change or be freed (putenv) under it. */
+static struct {
+  _Atomic int have_num, have_str;
+  _Atomic int64_t num;
+  char* _Atomic str;
+} kept[MOECCL_NPARAMS];
+
+int64_t moeccl_param_int_at(moeccl_param_id_t id) {
+  const moeccl_param_t* p = param_at(id);
+  if (!p) return 0;
+  if (p->read == MOECCL_PARAM_EACH) return read_number(p);
+  if (atomic_load_explicit(&kept[id].have_num, memory_order_acquire)) return kept[id].num;
+  int64_t v = read_number(p);
+  kept[id].num = v;
+  atomic_store_explicit(&kept[id].have_num, 1, memory_order_release);
+  return v;
+}
+
+size_t moeccl_param_size_at(moeccl_param_id_t id) { return (size_t)moeccl_param_int_at(id); }
+int moeccl_param_bool_at(moeccl_param_id_t id) { return moeccl_param_int_at(id) != 0; }
+
+const char* moeccl_param_str_at(moeccl_param_id_t id) {
+  const moeccl_param_t* p = param_at(id);
+  if (!p) return NULL;
+  if (p->read == MOECCL_PARAM_EACH) return read_string(p);
+  if (atomic_load_explicit(&kept[id].have_str, memory_order_acquire)) return kept[id].str;
+  const char* v = read_string(p);
+  char* copy = strdup(v);
+  char* none = NULL;
+  if (!copy) return v; /* out of memory: this read only, not kept */
+  if (!atomic_compare_exchange_strong(&kept[id].str, &none, copy)) free(copy);
+  atomic_store_explicit(&kept[id].have_str, 1, memory_order_release);
+  return kept[id].str;
+}
+
+void moeccl_param_reset(void) {
+  for (int i = 0; i < MOECCL_NPARAMS; i++) {
+    atomic_store(&kept[i].have_num, 0);
+    atomic_store(&kept[i].have_str, 0);
+    free(atomic_exchange(&kept[i].str, NULL));
+  }
+}
+
+int64_t moeccl_param_int(const char* name) {
+  int i = param_find(name);
+  return i < 0 ? 0 : moeccl_param_int_at((moeccl_param_id_t)i);
+}
+size_t moeccl_param_size(const char* name) { return (size_t)moeccl_param_int(name); }
+int moeccl_param_bool(const char* name) { return moeccl_param_int(name) != 0; }
 
 const char* moeccl_param_str(const char* name) {
-  const moeccl_param_t* p = param_find(name);
-  const char* env = getenv(name);
-  char why[200];
-  if (env && *env && p && string_ok(p, env, why, sizeof(why)) == 0) return env;
-  if (env && *env && p && p->on_bad == MOECCL_PARAM_WARN) warn_once(p, env, why);
-  return p ? p->default_value : NULL;
+  int i = param_find(name);
+  return i < 0 ? NULL : moeccl_param_str_at((moeccl_param_id_t)i);
+}
+
+int moeccl_param_check(const char* name, char* why, size_t n) {
+  int i = param_find(name);
+  return i < 0 ? 0 : moeccl_param_check_at((moeccl_param_id_t)i, why, n);
 }
 
 /* ---- the checks of string variables --------------------------------------- */
@@ -442,4 +383,16 @@ void moeccl_param_log_all(void) {
     moeccl_log(MOECCL_LOG_INFO, MOECCL_SUBSYS_ENV, __FILE__, __LINE__, "%s=%s (%s)",
                moeccl_params[i].name, v, env && *env ? "environment" : "default");
   }
+}
+
+static void log_all_if_asked(void) {
+  if (MOECCL_LOG_ENABLED(MOECCL_LOG_INFO, MOECCL_SUBSYS_ENV)) moeccl_param_log_all();
+}
+
+/* Logging starts first (debug.c reads its own variables, so that it needs
+ * nothing of this file); the variables' log follows it, as its second part. */
+void moeccl_param_init(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  moeccl_debug_init();
+  pthread_once(&once, log_all_if_asked);
 }

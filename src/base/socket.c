@@ -80,7 +80,7 @@ moecclResult_t moeccl_socket_pick_addr(moeccl_sockaddr_t* out) {
   /* Without MOECCL_SOCKET_IFNAME the bootstrap stays on loopback: a job that
    * spans nodes names its interface, so nothing is sent on a network the
    * user did not choose. */
-  const char* spec = moeccl_param_str("MOECCL_SOCKET_IFNAME");
+  const char* spec = moeccl_param_socket_ifname();
   struct ifaddrs *ifs = NULL, *it;
   int found = 0;
   if (spec && *spec && getifaddrs(&ifs) == 0) {

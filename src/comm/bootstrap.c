@@ -273,7 +273,7 @@ moecclResult_t moeccl_bootstrap_unique_id(moecclUniqueId* id) {
   if (getrandom(l.secret, sizeof(l.secret), 0) != (ssize_t)sizeof(l.secret))
     return moeccl_error(NULL, moecclSystemError,
                         "moecclGetUniqueId: no random bytes for the id's secret (getrandom)");
-  const char* fixed = moeccl_param_str("MOECCL_COMM_ID");
+  const char* fixed = moeccl_param_comm_id();
   if (fixed && *fixed) {
     if (moeccl_sockaddr_parse(fixed, &l.root) != moecclSuccess)
       return moeccl_error(NULL, moecclInvalidArgument, "MOECCL_COMM_ID=%s is not host:port", fixed);

@@ -9,11 +9,12 @@
 
 #include "base/check.h"
 #include "base/debug.h"
+#include "base/host.h"
+#include "base/result.h"
 #include "kernels/mem.h"
 #include "moeccl.h"
 #include "base/socket.h"
 
-#define MOECCL_EXPORT __attribute__((visibility("default")))
 #define MOECCL_COMM_MAGIC 0x6d6f6563636c436dULL /* "moecclCm" */
 #define MOECCL_HOSTNAME_MAX 64
 
@@ -158,7 +159,6 @@ moecclResult_t moeccl_comm_peer_lost(moeccl_comm_t* comm, int rank, const char* 
 moecclResult_t moeccl_comm_vfail_peer(moeccl_comm_t* comm, int rank, const char* fmt, va_list ap);
 /* moecclSuccess, or an argument error with text, for a NULL/freed comm. */
 moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname);
-size_t moeccl_type_size(moecclDataType_t type);
 
 /* moecclMemAlloc memory (lookup, extent): comm/memreg.h. */
 #include "comm/memreg.h"
@@ -178,20 +178,10 @@ void moeccl_comm_drain(moeccl_comm_t* comm);
  * here, or NULL (device/device.c; asking picks the backend). */
 const char* moeccl_device_refusal(void);
 
-/* Node identity. */
-uint64_t moeccl_host_hash(char* hostname, size_t len);
-uint64_t moeccl_machine_hash(void);
-uint64_t moeccl_pid_start_time(pid_t pid); /* 0 if the process is gone */
-/* 1 if the process (pid, start) still runs (not a zombie). */
-int moeccl_process_alive(pid_t pid, uint64_t start);
-/* Cores this process may run on (its affinity mask), at least 1. */
-int moeccl_cpus_available(void);
-/* The affinity mask as 1,024 bits (CPUs past it are not represented). */
-void moeccl_cpu_mask(uint64_t mask[16]);
-/* CPUs the ranks on rank's machine may use together: the union of their
- * masks (ranks bound to one core each still have the machine's cores). */
+/* The peer table read (comm/peers.c).  CPUs the ranks on rank's machine
+ * may use together: the union of their masks (ranks bound to one core each
+ * still have the machine's cores). */
 int moeccl_machine_cores(const moeccl_comm_t* comm, int rank);
-
 /* Builds local_ranks etc. from peers[]. */
 moecclResult_t moeccl_comm_setup_node(moeccl_comm_t* comm);
 /* Chooses and initialises transports for every peer (collective). */

@@ -1,4 +1,5 @@
-/* Result strings, last-error texts, argument helpers. */
+/* Last-error texts, the set of live communicators, failing a communicator
+ * (result strings are base/result.c's). */
 #include "comm/comm.h"
 
 #include <stdarg.h>
@@ -8,24 +9,6 @@
 #include <string.h>
 
 static __thread char thread_last_error[512];
-
-MOECCL_EXPORT const char* moecclGetErrorString(moecclResult_t result) {
-  switch (result) {
-    case moecclSuccess: return "no error";
-    case moecclUnhandledCudaError:
-      return "unhandled cuda error (run with MOECCL_DEBUG=INFO for details)";
-    case moecclSystemError:
-      return "unhandled system error (run with MOECCL_DEBUG=INFO for details)";
-    case moecclInternalError:
-      return "internal error - please report this issue to the moeccl developers";
-    case moecclInvalidArgument: return "invalid argument (see moecclGetLastError for details)";
-    case moecclInvalidUsage: return "invalid usage (see moecclGetLastError for details)";
-    case moecclRemoteError: return "remote process exited or there was a network error";
-    case moecclInProgress: return "operation in progress";
-    case moecclTimeout: return "operation timed out (see MOECCL_TIMEOUT)";
-    default: return "unknown result code";
-  }
-}
 
 /* The live communicators: a lock-free open-addressed set of pointers, so an
  * entry point can tell a destroyed (freed) handle from a live one without
@@ -122,9 +105,4 @@ moecclResult_t moeccl_comm_check(moeccl_comm_t* comm, const char* argname) {
                         "%s %p is not a live communicator (destroyed, aborted, or never made)",
                         argname, (void*)comm);
   return moecclSuccess;
-}
-
-size_t moeccl_type_size(moecclDataType_t type) {
-  static const size_t sizes[moecclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  return ((int)type >= 0 && type < moecclNumTypes) ? sizes[type] : 0;
 }

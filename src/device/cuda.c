@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/check.h"
 #include "device/device.h"
 
 #define CU_FN(name) static __typeof__(&name) p_##name
@@ -59,12 +60,6 @@ CU_FN(cuStreamBatchMemOp);
 CU_FN(cuMemcpyBatchAsync);
 
 #define MAX_DEVICES 64
-#define CU_TRY(call)                                                                               \
-  do {                                                                                             \
-    moecclResult_t cu_try_ = (call);                                                               \
-    if (cu_try_ != moecclSuccess) return cu_try_;                                                  \
-  } while (0)
-
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[160];
 static int ndevices;
@@ -183,7 +178,7 @@ static int cu_pointer(const void* ptr, int* device) {
 }
 
 static moecclResult_t cu_range(const void* ptr, void** base, size_t* bytes, uint64_t* id) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   CUdeviceptr b = 0;
   size_t n = 0;
   unsigned long long buffer_id = 0;
@@ -245,7 +240,7 @@ static size_t granular(size_t bytes, int device) {
  * device's, so the caller's current context stays current (switching it
  * would move the application's later CUDA calls to another device). */
 static moecclResult_t cu_alloc(void** ptr, size_t bytes, int device) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   if (device < 0 || device >= ndevices) return moecclInvalidArgument;
   size_t size = granular(bytes, device);
   CUmemAllocationProp p = prop_of(device);
@@ -277,15 +272,15 @@ static moecclResult_t cu_unmap(void* ptr, size_t bytes) {
 }
 
 static moecclResult_t cu_free(void* ptr) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   size_t bytes;
-  CU_TRY(mapped_size(ptr, &bytes));
+  MOECCL_CHECK(mapped_size(ptr, &bytes));
   return cu_unmap(ptr, bytes);
 }
 
 static moecclResult_t cu_export_fd(void* ptr, int* fd, size_t* bytes) {
-  CU_TRY(use_device(-1));
-  CU_TRY(mapped_size(ptr, bytes));
+  MOECCL_CHECK(use_device(-1));
+  MOECCL_CHECK(mapped_size(ptr, bytes));
   CUmemGenericAllocationHandle h;
   if (p_cuMemRetainAllocationHandle(&h, ptr) != CUDA_SUCCESS) return moecclInvalidArgument;
   int out = -1;
@@ -298,7 +293,7 @@ static moecclResult_t cu_export_fd(void* ptr, int* fd, size_t* bytes) {
 }
 
 static moecclResult_t cu_import_fd(int fd, size_t bytes, int device, void** ptr) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   if (device < 0 || device >= ndevices) return moecclInvalidArgument;
   CUmemGenericAllocationHandle h;
   if (p_cuMemImportFromShareableHandle(&h, (void*)(uintptr_t)fd,
@@ -310,14 +305,14 @@ static moecclResult_t cu_import_fd(int fd, size_t bytes, int device, void** ptr)
 }
 
 static moecclResult_t cu_unimport(void* ptr, size_t bytes) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return cu_unmap(ptr, bytes);
 }
 
 _Static_assert(sizeof(CUipcMemHandle) <= MOECCL_IPC_HANDLE_BYTES, "IPC handle size");
 
 static moecclResult_t cu_ipc_export(void* base, void* handle) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   CUipcMemHandle h;
   if (p_cuIpcGetMemHandle(&h, (CUdeviceptr)base) != CUDA_SUCCESS) return moecclInvalidArgument;
   memset(handle, 0, MOECCL_IPC_HANDLE_BYTES);
@@ -326,7 +321,7 @@ static moecclResult_t cu_ipc_export(void* base, void* handle) {
 }
 
 static moecclResult_t cu_ipc_import(const void* handle, void** ptr) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   CUipcMemHandle h;
   memcpy(&h, handle, sizeof(h));
   CUdeviceptr p = 0;
@@ -337,7 +332,7 @@ static moecclResult_t cu_ipc_import(const void* handle, void** ptr) {
 }
 
 static moecclResult_t cu_ipc_close(void* ptr) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return res(p_cuIpcCloseMemHandle((CUdeviceptr)ptr));
 }
 
@@ -348,7 +343,7 @@ static int cu_current(void) {
 }
 
 static moecclResult_t cu_stream_create(void** stream) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   CUstream s;
   if (p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return moecclUnhandledCudaError;
   *stream = s;
@@ -358,7 +353,7 @@ static moecclResult_t cu_stream_create(void** stream) {
 /* Ordered with the legacy default stream both ways (cuStreamCreate's
  * default flags, cudaStreamCreate's). */
 static moecclResult_t cu_stream_create_blocking(void** stream) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   CUstream s;
   if (p_cuStreamCreate(&s, CU_STREAM_DEFAULT) != CUDA_SUCCESS) return moecclUnhandledCudaError;
   *stream = s;
@@ -372,25 +367,25 @@ static int cu_stream_valid(const void* stream) {
 
 static moecclResult_t cu_stream_destroy(void* stream) {
   if (!stream) return moecclInvalidArgument; /* the legacy stream is not ours to destroy */
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return res(p_cuStreamDestroy((CUstream)stream));
 }
 
 static moecclResult_t cu_copy_async(void* dst, const void* src, size_t bytes, void* stream) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return res(p_cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, (CUstream)stream));
 }
 
 /* The flag must be device memory or host memory the device can reach
  * (registered or from cuMemHostAlloc), as the stream memory operations ask. */
 static moecclResult_t cu_wait_value(void* stream, volatile uint64_t* addr, uint64_t value) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return res(
       p_cuStreamWaitValue64((CUstream)stream, (CUdeviceptr)addr, value, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
 static moecclResult_t cu_write_value(void* stream, volatile uint64_t* addr, uint64_t value) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return res(p_cuStreamWriteValue64((CUstream)stream, (CUdeviceptr)addr, value,
                                     CU_STREAM_WRITE_VALUE_DEFAULT));
 }
@@ -402,7 +397,7 @@ static int batch_refused;
 
 static moecclResult_t cu_copy_batch(void* const* dst, const void* const* src, const size_t* bytes,
                                     int n, void* stream) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   /* the batch call refuses the legacy default stream (NULL) */
   int legacy = !stream || (CUstream)stream == CU_STREAM_LEGACY;
   if (n > 1 && !legacy && p_cuMemcpyBatchAsync &&
@@ -428,7 +423,7 @@ static moecclResult_t cu_copy_batch(void* const* dst, const void* const* src, co
 /* One batch of stream memory operations per MOECCL_DEV_MEMOPS_MAX, in
  * order; one call per operation where the driver has no batch. */
 static moecclResult_t cu_mem_ops(void* stream, const moeccl_dev_memop_t* ops, int n) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   CUstreamBatchMemOpParams p[64];
   for (int i = 0; i < n;) {
     int k = 0;
@@ -463,7 +458,7 @@ static moecclResult_t cu_mem_ops(void* stream, const moeccl_dev_memop_t* ops, in
 }
 
 static moecclResult_t cu_host_alloc(void** ptr, size_t bytes) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   void* p = NULL;
   if (p_cuMemHostAlloc(&p, bytes ? bytes : 1,
                        CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) != CUDA_SUCCESS)
@@ -479,7 +474,7 @@ static void cu_host_free(void* ptr) {
 /* Portable and mapped: with unified addressing the host address is the
  * device address stream memory operations and copies take. */
 static moecclResult_t cu_host_register(void* ptr, size_t bytes, void** dev) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   if (p_cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) !=
       CUDA_SUCCESS)
     return moecclSystemError;
@@ -499,7 +494,7 @@ static void cu_host_unregister(void* ptr) {
 /* Pinned, mapped into every context (portable): with unified addressing
  * the host pointer is the device address the stream waits on. */
 static moecclResult_t cu_host_flags(void** ptr, size_t bytes) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   void* p = NULL;
   if (p_cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
       CUDA_SUCCESS)
@@ -514,23 +509,23 @@ static void cu_host_write(volatile uint64_t* addr, uint64_t value) {
 }
 
 static moecclResult_t cu_host_fn(void* stream, void (*fn)(void*), void* arg) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return res(p_cuLaunchHostFunc((CUstream)stream, fn, arg));
 }
 
 static moecclResult_t cu_query(void* stream) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   CUresult rc = p_cuStreamQuery((CUstream)stream);
   return rc == CUDA_ERROR_NOT_READY ? moecclInProgress : res(rc);
 }
 
 static moecclResult_t cu_synchronize(void* stream) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return res(p_cuStreamSynchronize((CUstream)stream));
 }
 
 static moecclResult_t cu_sync_all(void) {
-  CU_TRY(use_device(-1));
+  MOECCL_CHECK(use_device(-1));
   return res(p_cuCtxSynchronize());
 }
 

@@ -15,7 +15,7 @@ static const moeccl_device_ops_t* picked;
 static const char* refused; /* why MOECCL_DEVICE=cuda, asked for by name, is not there */
 
 static void pick(void) {
-  const char* want = moeccl_param_str("MOECCL_DEVICE");
+  const char* want = moeccl_param_device();
   if (!want || !*want) want = "auto";
   if (strcasecmp(want, "emu") == 0) {
     picked = &moeccl_device_emu_ops;

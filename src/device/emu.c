@@ -141,7 +141,7 @@ static moecclResult_t emu_free(void* ptr) {
 }
 
 static moecclResult_t emu_export_fd(void* ptr, int* fd, size_t* bytes) {
-  if (moeccl_param_bool("MOECCL_DEVICE_EMU_LEGACY")) return moecclInvalidArgument;
+  if (moeccl_param_device_emu_legacy()) return moecclInvalidArgument;
   int got = -1;
   pthread_mutex_lock(&regions_lock);
   for (int i = 0; i < nregions && got < 0; i++)
@@ -339,7 +339,7 @@ static emu_stream_t* legacy_stream(void) { return __atomic_load_n(&legacy, __ATO
 static int emu_stream_valid(const void* stream) { return moeccl_queue_live(&live, stream); }
 
 static void emu_delay(emu_stream_t* s) {
-  long max = moeccl_param_int("MOECCL_DEVICE_EMU_DELAY_US");
+  long max = moeccl_param_device_emu_delay_us();
   if (max > 0) usleep((useconds_t)(rand_r(&s->seed) % (unsigned)(max + 1)));
 }
 

@@ -121,7 +121,7 @@ moecclResult_t moeccl_exec_timed_out(moeccl_job_t* jobs, int njobs) {
 }
 
 static int spin_count;
-static void read_spin_count(void) { spin_count = (int)moeccl_param_int("MOECCL_SPIN_COUNT"); }
+static void read_spin_count(void) { spin_count = (int)moeccl_param_spin_count(); }
 
 int moeccl_exec_spin_limit(const moeccl_comm_t* c) {
   /* Read once: a lookup by name costs more than a small call's whole plan. */

@@ -36,7 +36,7 @@ static int initialised;
 
 static void copy_init(void) {
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2")) stream_threshold = moeccl_param_size("MOECCL_NT_COPY_SIZE");
+  if (__builtin_cpu_supports("avx2")) stream_threshold = moeccl_param_nt_copy_size();
 #endif
   if (stream_threshold == 0) stream_threshold = (size_t)-1;
   __atomic_store_n(&initialised, 1, __ATOMIC_RELEASE);

@@ -32,11 +32,11 @@ fail(moecclResult_t res, char* err, size_t errlen, const char* fmt, ...) {
 
 /* A count variable: 0 or more. */
 /* A count from the environment, checked by its declaration (param.c). */
-static moecclResult_t env_count(const char* name, int* out, char* err, size_t errlen) {
+static moecclResult_t env_count(moeccl_param_id_t id, int* out, char* err, size_t errlen) {
   char why[240];
-  if (moeccl_param_check(name, why, sizeof(why)) != 0)
+  if (moeccl_param_check_at(id, why, sizeof(why)) != 0)
     return fail(moecclInvalidArgument, err, errlen, "%s", why);
-  *out = (int)moeccl_param_int(name);
+  *out = (int)moeccl_param_int_at(id);
   return moecclSuccess;
 }
 
@@ -61,7 +61,7 @@ static moecclResult_t from_file(moeccl_topo_t* t, const char* path, int nranks,
          path, other, nranks);
     return from_env(t, nranks, node_of, err, errlen);
   }
-  if (moeccl_param_int("MOECCL_TOPO_GROUP_SIZE") || moeccl_param_int("MOECCL_TOPO_RAILS"))
+  if (moeccl_param_topo_group_size() || moeccl_param_topo_rails())
     INFO(INIT, "MOECCL_TOPO_GROUP_SIZE and MOECCL_TOPO_RAILS are ignored: %s sets groups and rails",
          path);
   return moecclSuccess;
@@ -70,8 +70,8 @@ static moecclResult_t from_file(moeccl_topo_t* t, const char* path, int nranks,
 static moecclResult_t from_env(moeccl_topo_t* t, int nranks, const uint64_t* node_of, char* err,
                                size_t errlen) {
   int group = 0, rails = 0;
-  moecclResult_t res = env_count("MOECCL_TOPO_GROUP_SIZE", &group, err, errlen);
-  if (res == moecclSuccess) res = env_count("MOECCL_TOPO_RAILS", &rails, err, errlen);
+  moecclResult_t res = env_count(MOECCL_P_TOPO_GROUP_SIZE, &group, err, errlen);
+  if (res == moecclSuccess) res = env_count(MOECCL_P_TOPO_RAILS, &rails, err, errlen);
   if (res != moecclSuccess) return res;
   if (rails == 0) {
     int nics = moeccl_topo_discover_hw(NULL);
@@ -89,7 +89,7 @@ moecclResult_t moeccl_topo_configure(moeccl_topo_t* t, int nranks, const uint64_
   if (!t) return fail(moecclInvalidArgument, err, errlen, "no topology to fill");
   memset(t, 0, sizeof(*t));
   if (err && errlen) err[0] = '\0';
-  const char* file = moeccl_param_str("MOECCL_TOPO_FILE");
+  const char* file = moeccl_param_topo_file();
   moecclResult_t res = file && *file ? from_file(t, file, nranks, node_of, err, errlen)
                                      : from_env(t, nranks, node_of, err, errlen);
   if (res != moecclSuccess) {
@@ -97,7 +97,7 @@ moecclResult_t moeccl_topo_configure(moeccl_topo_t* t, int nranks, const uint64_
     return res;
   }
   moeccl_topo_discover_hw(t);
-  const char* tune = moeccl_param_str("MOECCL_TUNE_FILE");
+  const char* tune = moeccl_param_tune_file();
   if (tune && *tune) {
     res = moeccl_topo_load_costs(t, tune, err, errlen);
     if (res != moecclSuccess) {

@@ -78,7 +78,7 @@ static int try_dir(const char* name, const char* dir, size_t len, const char* fi
 static void* open_module(const char* name, const char* file, char* why, size_t n) {
   void* h = NULL;
   int r = 0;
-  const char* list = moeccl_param_str("MOECCL_PLUGIN_PATH");
+  const char* list = moeccl_param_plugin_path();
   for (const char* p = list ? list : ""; *p && r == 0;) {
     size_t len = strcspn(p, ":");
     r = try_dir(name, p, len, file, &h, why, n);

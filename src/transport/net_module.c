@@ -68,10 +68,13 @@ int moeccl_process_alive(pid_t pid, uint64_t start) { return host->process_alive
 
 double moeccl_now(void) { return host->now(); }
 
-int64_t moeccl_param_int(const char* name) { return host->param_int(name); }
-size_t moeccl_param_size(const char* name) { return host->param_size(name); }
-int moeccl_param_bool(const char* name) { return host->param_bool(name); }
-const char* moeccl_param_str(const char* name) { return host->param_str(name); }
+/* The settings' accessors (param.h) ask the library by name. */
+#define PARAM_NAME(NAME, ...) "MOECCL_" #NAME,
+static const char* const param_names[MOECCL_NPARAMS] = {MOECCL_PARAM_LIST(PARAM_NAME)};
+int64_t moeccl_param_int_at(moeccl_param_id_t id) { return host->param_int(param_names[id]); }
+size_t moeccl_param_size_at(moeccl_param_id_t id) { return host->param_size(param_names[id]); }
+int moeccl_param_bool_at(moeccl_param_id_t id) { return host->param_bool(param_names[id]); }
+const char* moeccl_param_str_at(moeccl_param_id_t id) { return host->param_str(param_names[id]); }
 
 int moeccl_mem_lookup(const void* ptr, size_t bytes, moeccl_mem_handle_t* out) {
   return host->mem_lookup(ptr, bytes, out);

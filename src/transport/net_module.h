@@ -10,7 +10,7 @@
  * module gives back its ops table.  The module links its network library
  * (UCX, libfabric), never libmoeccl, so it loads the same under a program
  * linked with libmoeccl.a.  Compiled into the module, net_module.c defines
- * the internals' names (moeccl_log, moeccl_param_size, ...) as calls
+ * the internals' names (moeccl_log, moeccl_param_size_at, ...) as calls
  * through the table, so the transport's code calls them as libmoeccl's
  * own code does.
  *

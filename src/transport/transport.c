@@ -121,7 +121,7 @@ static int net_needed(const moeccl_comm_t* comm, int shm_disabled) {
 /* The network transports to try, best first: the one MOECCL_NET names, or
  * all of them ordered by the ranks' summed scores. */
 static int net_candidates(moeccl_comm_t* comm, const moeccl_transport_ops_t** out) {
-  const char* want = moeccl_param_str("MOECCL_NET");
+  const char* want = moeccl_param_net();
   int n = 0;
   if (want && *want && strcasecmp(want, "auto") != 0) {
     for (int i = 0; i < NNET; i++)
@@ -167,7 +167,7 @@ static moecclResult_t init_network(moeccl_comm_t* comm, uint8_t* use, int shm_di
     if (r > 0) return moecclSuccess;
   }
   if (!needed) return moecclSuccess;
-  const char* want = moeccl_param_str("MOECCL_NET");
+  const char* want = moeccl_param_net();
   int p = 0;
   while (p < n && !use[p]) p++;
   return moeccl_error(
@@ -217,8 +217,7 @@ static moecclResult_t init_stream(moeccl_comm_t* comm) {
   uint8_t* use = calloc((size_t)n, 1);
   if (!comm->peer_stream_transport || !use) return free(use), moecclSystemError;
   memset(comm->peer_stream_transport, 0xff, (size_t)n);
-  if (moeccl_param_bool("MOECCL_DEVICE_STREAM_DISABLE") || !shm_needed(comm))
-    return free(use), moecclSuccess;
+  if (moeccl_param_device_stream_disable() || !shm_needed(comm)) return free(use), moecclSuccess;
   if (agree(comm, moeccl_device() != NULL, &all_ok) < 0) return free(use), lost_contact(comm);
   for (int i = 0; all_ok && stream_transports[i]; i++) {
     const moeccl_transport_ops_t* ops = stream_transports[i];
@@ -238,7 +237,7 @@ moecclResult_t moeccl_transports_init(moeccl_comm_t* comm) {
   uint8_t* use = calloc((size_t)n, 1);
   if (!comm->peer_transport[MOECCL_MEM_HOST] || !use) return free(use), moecclSystemError;
   memset(comm->peer_transport[MOECCL_MEM_HOST], 0xff, (size_t)n);
-  int shm_disabled = moeccl_param_bool("MOECCL_SHM_DISABLE");
+  int shm_disabled = moeccl_param_shm_disable();
   for (int p = 0; p < n; p++)
     use[p] = !shm_disabled && p != comm->rank && moeccl_shm_ops.can_reach(comm, p);
   moecclResult_t rc = moecclSuccess;
@@ -294,7 +293,7 @@ moecclResult_t moeccl_transport_attr(const moeccl_comm_t* comm, moeccl_link_clas
   if (cls == MOECCL_LINK_SELF) return moecclSuccess;
   /* Selection's rule (moeccl_transports_init): shared memory within a node
    * unless disabled, the network transport for the rest. */
-  if (cls == MOECCL_LINK_NODE && !moeccl_param_bool("MOECCL_SHM_DISABLE"))
+  if (cls == MOECCL_LINK_NODE && !moeccl_param_shm_disable())
     return moeccl_transport_attr_machine(comm, out);
   int t = started(comm, NULL);
   if (t < 0) return moecclSuccess;

@@ -161,8 +161,8 @@ static moecclResult_t build_topo(moeccl_comm_t* c, int* costs_given) {
   free(node_of);
   if (rc != moecclSuccess)
     return moeccl_error(c, rc, "topology: %s", err[0] ? err : "cannot build it");
-  const char* file = moeccl_param_str("MOECCL_TOPO_FILE");
-  const char* tune = moeccl_param_str("MOECCL_TUNE_FILE");
+  const char* file = moeccl_param_topo_file();
+  const char* tune = moeccl_param_tune_file();
   *costs_given = (file && *file) || (tune && *tune);
   return moecclSuccess;
 }
@@ -248,8 +248,8 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   c->tuner->last_algo = -1;
   c->tuner->meta_index = malloc(sizeof(int) * (size_t)c->nranks);
   if (!c->tuner->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
-  c->tuner->v_bytes = moeccl_param_size("MOECCL_TUNE_V_BYTES");
-  c->a2a_window = (int)moeccl_param_int("MOECCL_A2A_WINDOW");
+  c->tuner->v_bytes = moeccl_param_tune_v_bytes();
+  c->a2a_window = (int)moeccl_param_a2a_window();
   if (c->a2a_window < 0) c->a2a_window = 0;
   int costs_given = 0;
   moecclResult_t built = build_topo(c, &costs_given);
@@ -327,7 +327,7 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     if (c->tuner->oversubscribed)
       INFO(ALGO, "a machine holds more ranks than cores: candidates priced on every rank, "
                  "with the machine's summed CPU time over its cores as a floor");
-    const char* dump = moeccl_param_str("MOECCL_TOPO_DUMP_FILE");
+    const char* dump = moeccl_param_topo_dump_file();
     char err[256] = "";
     if (dump && *dump && moeccl_topo_dump(t, dump, err, sizeof(err)) != moecclSuccess)
       WARN(INIT, "MOECCL_TOPO_DUMP_FILE: %s", err);

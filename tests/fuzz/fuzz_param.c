@@ -6,9 +6,10 @@
  * case-insensitive, ranges inclusive, a bad value refused (FAIL variables)
  * or read as the default; a getter never returns a value outside its
  * variable's range.  Every variable set is unset again before the next
- * input, and the strings given to putenv are freed then: nothing carries
- * over (the table has no cache; the only state is that a WARN variable's
- * bad value is logged once, and logging is off here).
+ * input, and the strings given to putenv are freed then, and the values
+ * ONCE rows keep are forgotten (moeccl_param_reset) before each input:
+ * nothing carries over (but that a WARN variable's bad value is logged
+ * once, and logging is off here).
  *
  * Input: up to 8 records of one byte (the variable: its index in the table,
  * modulo its length) and the value, up to a NUL byte or the end; the last
@@ -157,6 +158,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
    * often: its default), are read one by one: an unset variable reads the
    * same in every run, and each read looks its name up in the table. */
   unsigned char look[256] = {0};
+  moeccl_param_reset();
   if (size > 0) look[data[size - 1] % moeccl_nparams] = 1;
   while (size > 0 && nset < MAX_SET) {
     const moeccl_param_t* p = &moeccl_params[data[0] % moeccl_nparams];
@@ -214,7 +216,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int64_t def = 0, val = 0;
     if (p->type == MOECCL_PARAM_STR) {
       const char* s = moeccl_param_str(p->name);
-      FUZZ_ASSERT(s == (set && !bad ? env : p->default_value), "%s reads as %s", p->name, s);
+      FUZZ_ASSERT(s && !strcmp(s, set && !bad ? env : p->default_value), "%s reads as %s", p->name,
+                  s ? s : "NULL");
       continue;
     }
     FUZZ_ASSERT(ref_number(p, p->default_value, &def) == 0, "%s's default %s", p->name,

@@ -37,7 +37,7 @@ static int prov_score(const char* name) {
  * tcp the limit may exceed rxm's buffer size, which keeps its memory use. */
 static void set_defaults_once(void) {
   char v[32];
-  snprintf(v, sizeof(v), "%zu", moeccl_param_size("MOECCL_NET_EAGER_SIZE"));
+  snprintf(v, sizeof(v), "%zu", moeccl_param_net_eager_size());
   setenv("FI_OFI_RXM_EAGER_LIMIT", v, 0);
 }
 
@@ -85,7 +85,7 @@ static struct fi_info* best_of(struct fi_info* list, int* rank) {
 /* Picks the provider: RMA-capable entries win ties; entries that need no
  * local registration are tried first.  Returns a copy the caller frees. */
 static struct fi_info* choose_info(int allow_rma, const char** why) {
-  const char* prov = moeccl_param_str("MOECCL_OFI_PROVIDER");
+  const char* prov = moeccl_param_ofi_provider();
   int forced = prov && *prov;
   *why = forced ? "MOECCL_OFI_PROVIDER" : getenv("FI_PROVIDER") ? "FI_PROVIDER" : "best available";
   /* "tcp" names TCP: libfabric 1.16-1.17 call its native RDM provider
@@ -200,13 +200,13 @@ static void configure(ofi_state_t* s) {
   s->mr_mode = i->domain_attr->mr_mode;
   s->rma = (i->caps & FI_RMA) && !s->rma_disabled && !(s->mr_mode & FI_MR_RAW);
   s->max_msg = i->ep_attr->max_msg_size ? i->ep_attr->max_msg_size : (size_t)1 << 30;
-  s->eager = moeccl_param_size("MOECCL_NET_EAGER_SIZE");
+  s->eager = moeccl_param_net_eager_size();
   if (s->eager < sizeof(rts_t)) s->eager = sizeof(rts_t);
   if (s->eager > s->max_msg) s->eager = s->max_msg;
-  s->chunk = moeccl_param_size("MOECCL_NET_CHUNK_SIZE");
+  s->chunk = moeccl_param_net_chunk_size();
   if (s->chunk < 4096) s->chunk = 4096;
   if (s->chunk > s->max_msg) s->chunk = s->max_msg;
-  int64_t nch = moeccl_param_int("MOECCL_NET_NCHANNELS");
+  int64_t nch = moeccl_param_net_nchannels();
   s->nch = nch < 1 ? 1 : nch > MAX_CH ? MAX_CH : (int)nch;
   if (s->mr_mode & FI_MR_ENDPOINT) s->nch = 1; /* a registration binds to one endpoint */
   /* Providers that register without pinning cannot hold a stale mapping. */
@@ -224,7 +224,7 @@ static void configure(ofi_state_t* s) {
    * tagged messages have no such rendezvous. */
   s->tagged_min = strstr(p, "tcp") && strstr(p, "ofi_rxm") ? TCP_TAGGED_MIN : 0;
   s->wdata = s->rma && i->domain_attr->cq_data_size >= sizeof(uint64_t) &&
-             !moeccl_param_bool("MOECCL_OFI_WRITEDATA_DISABLE");
+             !moeccl_param_ofi_writedata_disable();
 }
 
 static moecclResult_t connect_peers(ofi_state_t* s, const uint8_t* use, const ofi_card_t* cards,
@@ -285,7 +285,7 @@ static moecclResult_t start_local(moeccl_comm_t* comm, ofi_state_t* s, ofi_card_
   if (!s->info) {
     WARN(NET,
          "ofi: no libfabric provider offers reliable tagged messaging (MOECCL_OFI_PROVIDER=%s)",
-         moeccl_param_str("MOECCL_OFI_PROVIDER"));
+         moeccl_param_ofi_provider());
     return moecclSystemError;
   }
   configure(s);
@@ -336,7 +336,7 @@ static moecclResult_t ofi_init(moeccl_comm_t* comm, const uint8_t* use, int need
   if (rc == moecclSuccess) {
     s->comm = comm;
     s->wait_fd = -1;
-    s->rma_disabled = moeccl_param_bool("MOECCL_OFI_RMA_DISABLE");
+    s->rma_disabled = moeccl_param_ofi_rma_disable();
     rc = start_local(comm, s, &cards[comm->rank]);
     cards[comm->rank].ok = rc == moecclSuccess;
   }
@@ -377,7 +377,7 @@ static moecclResult_t ofi_query(void* state, const moeccl_comm_t* comm,
   const ofi_state_t* s = state;
   *out = moeccl_transport_attr_of(&moeccl_net_module_ops);
   out->latency_us = 10.0, out->overhead_us = 15.0, out->bw_GBps = 1.0;
-  out->eager_bytes = out->rndv_bytes = s ? s->eager : moeccl_param_size("MOECCL_NET_EAGER_SIZE");
+  out->eager_bytes = out->rndv_bytes = s ? s->eager : moeccl_param_net_eager_size();
   return moecclSuccess;
 }
 

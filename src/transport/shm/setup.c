@@ -147,14 +147,14 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   s->comm = comm;
   s->nlocal = comm->nlocal;
   s->me = comm->local_rank;
-  s->nslots = (int)moeccl_param_int("MOECCL_SHM_SLOTS");
+  s->nslots = (int)moeccl_param_shm_slots();
   if (s->nslots < 2) s->nslots = 2;
   if ((s->nslots & (s->nslots - 1)) == 0) s->slot_mask = (uint64_t)s->nslots - 1;
-  s->slot_bytes = moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
+  s->slot_bytes = moeccl_param_shm_eager_size();
   if (s->slot_bytes < 256) s->slot_bytes = 256;
   s->slot_bytes = align_up(s->slot_bytes, CACHELINE);
   s->slot_stride = sizeof(slot_hdr_t) + s->slot_bytes;
-  s->chunk = moeccl_param_size("MOECCL_SHM_CHUNK_SIZE");
+  s->chunk = moeccl_param_shm_chunk_size();
   if (s->chunk < 4096) s->chunk = 4096;
   s->chunk &= ~(size_t)(CACHELINE - 1); /* whole units for receives consumed in pieces */
   s->peers = calloc((size_t)s->nlocal, sizeof(*s->peers));
@@ -249,8 +249,8 @@ moecclResult_t moeccl_shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
     s->can_reach_memory &= flags[2 * r + 1];
   }
   free(flags);
-  s->use_cma = s->can_reach_memory && !moeccl_param_bool("MOECCL_CMA_DISABLE");
-  s->no_map = s->use_cma && moeccl_param_bool("MOECCL_SHM_MAP_DISABLE");
+  s->use_cma = s->can_reach_memory && !moeccl_param_cma_disable();
+  s->no_map = s->use_cma && moeccl_param_shm_map_disable();
   /* A message that fits a slot costs two copies there, the second reading
    * lines the sender has just written in its own cache; from mapped
    * moecclMemAlloc memory the receiver copies it once from lines that are
@@ -261,7 +261,7 @@ moecclResult_t moeccl_shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
    * 0.96x at 512 -> 1.19x at 4096; 4 KiB and 16 KiB blocks 4.9x-5.3x
    * either way; 4 ranks on 2 cores, 1 KiB blocks 1.10x -> 1.36x, 4 and 16
    * KiB blocks 3.3x-3.7x either way). */
-  if (s->can_reach_memory && !s->no_map && !moeccl_param_bool("MOECCL_SHM_MAP_SMALL_DISABLE"))
+  if (s->can_reach_memory && !s->no_map && !moeccl_param_shm_map_small_disable())
     s->map_min = SHM_MAP_MIN;
   if (rc != moecclSuccess) {
     /* A rank died during the exchanges: a local peer that completed them

@@ -326,7 +326,7 @@ static moecclResult_t shm_query(void* state, const moeccl_comm_t* comm,
                                 moeccl_transport_attr_t* out) {
   (void)comm;
   const shm_state_t* s = state;
-  size_t slot = s ? s->slot_bytes : moeccl_param_size("MOECCL_SHM_EAGER_SIZE");
+  size_t slot = s ? s->slot_bytes : moeccl_param_shm_eager_size();
   if (!s) slot = align_up(slot < 256 ? 256 : slot, CACHELINE);
   *out = moeccl_transport_attr_of(&moeccl_shm_ops);
   out->latency_us = 1.5, out->overhead_us = 0.3, out->bw_GBps = 10.0;

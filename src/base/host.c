@@ -1,5 +1,6 @@
-/* Node identity and process liveness, read from /proc. */
-#include "comm/comm.h"
+/* This host as the library sees it (host.h): node identity, process
+ * liveness read from /proc, the CPUs this process may run on. */
+#include "base/host.h"
 #include "base/param.h"
 
 #include <ctype.h>
@@ -39,7 +40,7 @@ uint64_t moeccl_host_hash(char* hostname, size_t len) {
   gethostname(hostname, len - 1);
   hostname[len - 1] = '\0';
   uint64_t h = 0xcbf29ce484222325ULL;
-  const char* forced = moeccl_param_str("MOECCL_HOSTID");
+  const char* forced = moeccl_param_hostid();
   if (forced && *forced) return fnv1a(fnv1a(h, "hostid:"), forced);
   char boot[64];
   read_boot_id(boot, sizeof(boot));
@@ -97,14 +98,4 @@ void moeccl_cpu_mask(uint64_t mask[16]) {
   /* No mask (or more CPUs than it holds): the first cores the machine has. */
   int online = n == 0 ? moeccl_cpus_available() : 0;
   for (int cpu = 0; cpu < online && cpu < 1024; cpu++) mask[cpu / 64] |= 1ULL << (cpu % 64);
-}
-
-int moeccl_machine_cores(const moeccl_comm_t* c, int rank) {
-  uint64_t all[16] = {0};
-  for (int r = 0; r < c->nranks; r++)
-    if (c->peers[r].machine_hash == c->peers[rank].machine_hash)
-      for (int w = 0; w < 16; w++) all[w] |= c->peers[r].cpu_mask[w];
-  int cores = 0;
-  for (int w = 0; w < 16; w++) cores += __builtin_popcountll(all[w]);
-  return cores > 0 ? cores : 1;
 }
