@@ -3,7 +3,7 @@
  *
  * For every size and algorithm it runs the library's own schedule generator
  * (src/algos) for a sample of ranks, prices each schedule with the tuner's
- * cost model (src/tune/model.h) on a modelled topology, and prints the
+ * cost model (src/tune/cost_model.h) on a modelled topology, and prints the
  * slowest rank's prediction in the columns of nccl-tests' alltoall_perf.
  * Nothing is sent: every algorithm on a 16,384-rank cluster is priced in
  * under a second on one core.

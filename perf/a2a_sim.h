@@ -15,7 +15,7 @@
 #include "algos/algos.h"
 #include "perf_split.h"
 #include "topo/topo.h"
-#include "tune/model.h"
+#include "tune/cost_model.h"
 
 #define DIST_MAX_RANKS 4096 /* uneven splits keep the n x n matrix of counts */
 #define MOE_K_MAX 64        /* --dist moe:E,K: experts per token, at most */

@@ -29,7 +29,7 @@ libmoeccl_core_la_SOURCES = \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \
   src/algos/alltoall_hier2.c src/algos/alltoall_hier3.c src/algos/alltoall_rail.c \
   src/algos/relay.c src/algos/relay.h src/algos/moe_algos.h src/algos/moe_dispatch.c \
-  src/tune/model.c src/tune/model.h src/tune/tuner.c src/tune/tuner.h src/tune/forced.c \
+  src/tune/cost_model.c src/tune/cost_model.h src/tune/tuner.c src/tune/tuner.h src/tune/forced.c \
   src/plan/plan.c src/plan/plan.h \
   src/exec/executor.c src/exec/executor.h src/exec/executor_int.h src/exec/local.c \
   src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/enqueue.c src/exec/enqueue.h \

@@ -1,5 +1,5 @@
 /*
- * Unit test of the cost model (src/tune/model.c): prices of tiny schedules
+ * Unit test of the cost model (src/tune/cost_model.c): prices of tiny schedules
  * computed by hand, the detail counters, invalid input, monotonicity in the
  * bytes, and the property the tuner relies on at scale: on a dragonfly-like
  * topology with small blocks, a schedule that sends fewer messages over the
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "algos/algos.h"
-#include "tune/model.h"
+#include "tune/cost_model.h"
 #include "unit_check.h"
 
 #define EXPECT_NEAR(got, want)                                                                     \

@@ -22,7 +22,7 @@
 #include "base/param.h"
 #include "topo/topo.h"
 #include "transport/transport.h"
-#include "tune/model.h"
+#include "tune/cost_model.h"
 
 #include <sched.h>
 #include <stdio.h>

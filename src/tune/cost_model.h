@@ -28,8 +28,8 @@
  * modelled, so a caller that wants the collective's time takes the maximum
  * over ranks (or over ranks whose schedules are alike).
  */
-#ifndef MOECCL_MODEL_H_
-#define MOECCL_MODEL_H_
+#ifndef MOECCL_TUNE_COST_MODEL_H_
+#define MOECCL_TUNE_COST_MODEL_H_
 
 #include "sched/schedule.h"
 #include "topo/topo.h"

@@ -1,6 +1,6 @@
 /* Cost model of a schedule (see model.h): one pass over the ops, step by
  * step, with constant work per op and per step. */
-#include "tune/model.h"
+#include "tune/cost_model.h"
 
 #include <string.h>
 
