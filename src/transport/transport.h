@@ -1,9 +1,14 @@
 /*
  * The transport contract.  A transport moves the bytes of SEND and RECV ops
  * between this rank and the peers it reaches; the executor drives it through
- * this table and never knows which one it drives.  Transports live in a
- * priority-ordered array (transport.c); for each peer the first one that can
- * reach it wins, unless the environment vetoes it.  Once started, each
+ * this table and never knows which one it drives.  Selection (transport.c,
+ * moeccl_transports_init) is collective and agreed by every rank: shared
+ * memory takes the peers its can_reach says share this rank's host (unless
+ * MOECCL_SHM_DISABLE); one network transport takes every peer left (the one
+ * MOECCL_NET names, else net_transports[] in the order of the ranks' summed
+ * score(); one whose init fails on any rank is dropped everywhere and the
+ * next is tried); then stream transports take the (peer, device memory)
+ * pairs their can_reach accepts.  Once started, each
  * reports what it moves and what its links cost (query, in the manner of
  * UCX's uct_iface_query): the tuner prices links from that alone.
  *
@@ -173,7 +178,9 @@ typedef struct moeccl_transport_ops {
    * scores, so every rank tries them in the same order. */
   int (*score)(void);
   /* Whether this transport can reach peer, from the peer table alone.  Must
-   * give the same answer on both ranks of a pair.  Called before init. */
+   * give the same answer on both ranks of a pair.  Called before init, for
+   * shared memory and the stream transports; a network transport is given
+   * every peer left (its init may fail, and selection then tries the next). */
   int (*can_reach)(const moeccl_comm_t* comm, int peer);
   /* Collective: every rank calls it, in the same order, with the same
    * `needed` (some rank of the communicator uses this transport).  Sets up
@@ -194,8 +201,9 @@ typedef struct moeccl_transport_ops {
   moecclResult_t (*query)(void* state, const moeccl_comm_t* comm, moeccl_transport_attr_t* out);
   /* Optional (NULL: no): whether a send to peer may hand over the whole
    * buffer [buf, buf + bytes) for the receiver to pick rows from
-   * (req->gather_span); the receiver then needs a gathered message's
-   * program (rows->terms_idx) or reads the rows by rows->map. */
+   * (req->gather_span); the receiver's consumer then picks its rows from
+   * it (consume_gathered), or its transport reads them by the consumer's
+   * map. */
   int (*can_gather)(void* state, int peer, const void* buf, size_t bytes);
   /* Queues req; never blocks.  Errors here are local (no resources). */
   moecclResult_t (*post)(void* state, moeccl_req_t* req);

@@ -58,7 +58,7 @@
 enum { SLOT_FRAG = 1, SLOT_RNDV = 2 };
 /* A gathered rendezvous (req->gather_span): addr and the region cover the
  * sender's whole buffer of frag_bytes bytes; the receiver picks its
- * msg_bytes of rows from it by its program (rows->terms_idx, rows->map). */
+ * msg_bytes of rows from it through its consumer (consume_gathered, map). */
 enum { HDR_GATHERED = 1, HDR_DEVICE = 2 };
 
 typedef struct {
