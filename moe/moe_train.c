@@ -106,7 +106,7 @@ static int run_forked(const train_options_t* o, int nranks) {
         got += (size_t)k;
       }
       close(pfd[0]);
-      int rc = rank_main(o, r, nranks, id);
+      int rc = train_rank(o, r, nranks, id);
       free(pids), free(fds);
       exit(rc);
     }
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    rc = rank_main(&o, me, size, id);
+    rc = train_rank(&o, me, size, id);
     if (rc) MPI_Abort(MPI_COMM_WORLD, rc);
     MPI_Finalize();
     return rc;
@@ -194,5 +194,5 @@ int main(int argc, char** argv) {
   if (o.ranks > 1) return run_forked(&o, o.ranks);
   moecclUniqueId id;
   if (unique_id(&id)) return 1;
-  return rank_main(&o, 0, 1, id);
+  return train_rank(&o, 0, 1, id);
 }

@@ -31,7 +31,7 @@ static void synthetic_batch(const moe_backend_ops_t* be, const moe_params_t* tea
   memcpy(target, moe_model_output(ws), nh * sizeof(float));
 }
 
-int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqueId id) {
+int train_rank(const train_options_t* o, int rank, int nranks, moecclUniqueId id) {
   const moe_config_t* c = &o->cfg;
   const moe_backend_ops_t* be = moe_backend_blas(o->threads);
   char blas[512];

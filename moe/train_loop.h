@@ -7,6 +7,6 @@
 #include "train_options.h"
 
 /* Rank `rank` of nranks, on the communicator of id; 0, 1 on failure. */
-int rank_main(const train_options_t* o, int rank, int nranks, moecclUniqueId id);
+int train_rank(const train_options_t* o, int rank, int nranks, moecclUniqueId id);
 
 #endif

@@ -13,7 +13,7 @@
  * 0 and n-1) stands for all of them; --all-ranks prices every rank.  Uneven
  * splits (--dist) price the heaviest senders and receivers too.  See
  * man/a2a_sim.1 for the options and docs/SIMULATOR.md for what the
- * predictions can be held against.  This file drives; a2a_sim.h names the
+ * predictions can be held against.  This file drives; a2a_sim_int.h names the
  * other parts (options, the modelled cluster, the uneven splits).
  */
 #include <errno.h>
@@ -23,18 +23,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "a2a_sim.h"
+#include "a2a_sim_int.h"
 
 /* ---- small helpers ------------------------------------------------------ */
-
-void* sim_xcalloc(size_t n, size_t size) {
-  void* p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) {
-    fprintf(stderr, "a2a_sim: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -44,7 +35,7 @@ static double now_s(void) {
 
 /* ---- algorithms and sampled ranks --------------------------------------- */
 
-static int pick_algos(struct run* r) {
+static int pick_algos(struct sim_run* r) {
   const char* list = r->o->algos;
   if (strcmp(list, "all") == 0) {
     for (int i = 0; i < MOECCL_A2A_NALGOS; i++)
@@ -66,7 +57,7 @@ static int pick_algos(struct run* r) {
   return r->nalgos ? 0 : -1;
 }
 
-static void add_sample(struct run* r, int rank, unsigned char* seen) {
+static void add_sample(struct sim_run* r, int rank, unsigned char* seen) {
   if (rank < 0 || rank >= r->topo.nranks || seen[rank]) return;
   seen[rank] = 1;
   r->sample[r->nsample++] = rank;
@@ -74,7 +65,7 @@ static void add_sample(struct run* r, int rank, unsigned char* seen) {
 
 /* Ranks 0 and n-1, then count ranks on nodes spread evenly over the cluster
  * (so over its groups), each at another local index. */
-static void pick_sample(struct run* r, unsigned char* seen) {
+static void pick_sample(struct sim_run* r, unsigned char* seen) {
   const moeccl_topo_t* t = &r->topo;
   if (r->o->all_ranks) {
     for (int i = 0; i < t->nranks; i++) add_sample(r, i, seen);
@@ -92,7 +83,7 @@ static void pick_sample(struct run* r, unsigned char* seen) {
 
 /* Adds the 8 heaviest senders and the 8 heaviest receivers to the sample:
  * with uneven splits the slowest rank is usually one of them. */
-static void sample_heavy(struct run* r, unsigned char* seen) {
+static void sample_heavy(struct sim_run* r, unsigned char* seen) {
   int n = r->split.n;
   for (int dir = 0; dir < 2; dir++) {
     int top[8];
@@ -115,7 +106,7 @@ static void sample_heavy(struct run* r, unsigned char* seen) {
 
 /* ---- pricing ------------------------------------------------------------ */
 
-static struct row* new_row(struct run* r) {
+static struct row* new_row(struct sim_run* r) {
   if (r->nrows == r->rows_cap) {
     r->rows_cap = r->rows_cap ? 2 * r->rows_cap : 64;
     r->rows = realloc(r->rows, r->rows_cap * sizeof *r->rows);
@@ -130,7 +121,7 @@ static struct row* new_row(struct run* r) {
 }
 
 /* Plans and prices one rank; returns its predicted time, or -1. */
-static double price_rank(struct run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d, int rank,
+static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d, int rank,
                          moeccl_cost_t* cost) {
   d->rank = rank;
   if (d->send_counts) sim_split_desc(&r->split, rank, d);
@@ -154,7 +145,7 @@ static size_t rank_send_bytes(const moeccl_a2a_desc_t* d) {
 }
 
 /* One row: the slowest sampled rank of algorithm a at this size. */
-static int price_algo(struct run* r, const moeccl_a2a_algo_t* a, size_t peer_bytes) {
+static int price_algo(struct sim_run* r, const moeccl_a2a_algo_t* a, size_t peer_bytes) {
   moeccl_a2a_desc_t d = {.nranks = r->topo.nranks,
                          .block_bytes = peer_bytes,
                          .elem_size = 1,
@@ -199,7 +190,7 @@ static void print_links(const moeccl_topo_t* t) {
   printf("# copy        overhead_us=%g bw_GBps=%g\n", t->copy_overhead_us, t->copy_GBps);
 }
 
-static void print_header(const struct run* r) {
+static void print_header(const struct sim_run* r) {
   const moeccl_topo_t* t = &r->topo;
   const struct opts* o = r->o;
   printf("# a2a_sim: predicted all-to-all times from the cost model (no processes run)\n");
@@ -241,14 +232,14 @@ static void print_row(const struct row* row, int n) {
          c->msgs[MOECCL_LINK_SELF], c->cpu_us, c->link_us, c->latency_us, row->rank);
 }
 
-static const struct row* find_row(const struct run* r, size_t first, size_t end, const char* algo) {
+static const struct row* find_row(const struct sim_run* r, size_t first, size_t end, const char* algo) {
   for (size_t i = first; i < end; i++)
     if (strcmp(r->rows[i].algo, algo) == 0) return &r->rows[i];
   return NULL;
 }
 
 /* The best algorithm per size, and its speedup over direct when both ran. */
-static void print_best(const struct run* r) {
+static void print_best(const struct sim_run* r) {
   printf("#\n# best algorithm per size (speedup over direct)\n");
   for (size_t first = 0; first < r->nrows; first += (size_t)r->nalgos) {
     size_t end = first + (size_t)r->nalgos;
@@ -263,7 +254,7 @@ static void print_best(const struct run* r) {
   }
 }
 
-static void json_row(FILE* f, const struct run* r, const struct row* row) {
+static void json_row(FILE* f, const struct sim_run* r, const struct row* row) {
   const moeccl_cost_t* c = &row->cost;
   int n = r->topo.nranks;
   double bw = algbw(row->size, c->total_us);
@@ -282,7 +273,7 @@ static void json_row(FILE* f, const struct run* r, const struct row* row) {
   fprintf(f, "\"rank\": %d, \"best\": %s}", row->rank, row->best ? "true" : "false");
 }
 
-static void write_json(const struct run* r, FILE* f) {
+static void write_json(const struct sim_run* r, FILE* f) {
   fprintf(f, "[\n");
   for (size_t i = 0; i < r->nrows; i++) {
     json_row(f, r, &r->rows[i]);
@@ -291,7 +282,7 @@ static void write_json(const struct run* r, FILE* f) {
   fprintf(f, "]\n");
 }
 
-static int save_json(const struct run* r) {
+static int save_json(const struct sim_run* r) {
   if (!r->o->json) return 0;
   int to_stdout = strcmp(r->o->json, "-") == 0;
   FILE* f = to_stdout ? stdout : fopen(r->o->json, "w");
@@ -312,7 +303,7 @@ static size_t peer_bytes_of(const struct opts* o, size_t size, int n) {
   return b ? b : 1;
 }
 
-static int run_size(struct run* r, size_t size, unsigned char* seen) {
+static int run_size(struct sim_run* r, size_t size, unsigned char* seen) {
   int n = r->topo.nranks;
   size_t peer = peer_bytes_of(r->o, size, n);
   if (r->o->dist.kind != PERF_DIST_UNIFORM) {
@@ -328,7 +319,7 @@ static int run_size(struct run* r, size_t size, unsigned char* seen) {
   return 0;
 }
 
-static int setup(struct run* r, unsigned char** seen) {
+static int setup(struct sim_run* r, unsigned char** seen) {
   const struct opts* o = r->o;
   if (sim_build_topo(o, &r->topo) || pick_algos(r)) return -1;
   int n = r->topo.nranks;
@@ -346,7 +337,7 @@ static int setup(struct run* r, unsigned char** seen) {
   return 0;
 }
 
-static void run_free(struct run* r, unsigned char* seen) {
+static void run_free(struct sim_run* r, unsigned char* seen) {
   moeccl_sched_free(&r->sched);
   moeccl_topo_free(&r->topo);
   sim_split_free(&r->split);
@@ -357,7 +348,7 @@ static void run_free(struct run* r, unsigned char* seen) {
 
 /* Every size, then the summary; returns 0, or 1 when planning or the JSON
  * file failed. */
-static int run_all(struct run* r, unsigned char* seen) {
+static int run_all(struct sim_run* r, unsigned char* seen) {
   const struct opts* o = r->o;
   double t0 = now_s();
   for (size_t size = o->minbytes; size <= o->maxbytes; size *= o->step) {
@@ -375,7 +366,7 @@ int main(int argc, char** argv) {
   struct opts o;
   int rc = sim_parse_opts(argc, argv, &o);
   if (rc) return rc == 1 ? 0 : 2;
-  struct run r;
+  struct sim_run r;
   memset(&r, 0, sizeof r);
   r.o = &o;
   unsigned char* seen = NULL;

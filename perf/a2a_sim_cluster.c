@@ -1,5 +1,5 @@
 /*
- * a2a_sim_cluster.c - the cluster a2a_sim prices on (a2a_sim.h): the
+ * a2a_sim_cluster.c - the cluster a2a_sim prices on (a2a_sim_int.h): the
  * presets, a topology file instead (--topo), a cost file over it (--costs)
  * and the --link and --copy overrides.
  */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "a2a_sim.h"
+#include "a2a_sim_int.h"
 
 /* A preset is a cluster shape and its link costs; docs/SIMULATOR.md and
  * a2a_sim(1) give the reasoning behind each number. */

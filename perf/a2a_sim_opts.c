@@ -1,5 +1,5 @@
 /*
- * a2a_sim_opts.c - a2a_sim's command line (a2a_sim.h): -h's text, the
+ * a2a_sim_opts.c - a2a_sim's command line (a2a_sim_int.h): -h's text, the
  * options and their defaults, and the checks across them.
  */
 #include <getopt.h>
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "a2a_sim.h"
+#include "a2a_sim_int.h"
 #include "perf_parse.h"
 
 #define DEFAULT_SAMPLE 16

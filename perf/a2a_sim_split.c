@@ -1,6 +1,6 @@
 /*
  * a2a_sim_split.c - a2a_sim's uneven splits (--dist zipf:S | moe:E,K,
- * a2a_sim.h): the byte counts every source sends every destination at one
+ * a2a_sim_int.h): the byte counts every source sends every destination at one
  * size, and the descriptor of one rank's part of that call.  The models'
  * shared pieces (cutting by weight, routing to experts) are perf_split.c's,
  * which a2a_perf uses too.
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "a2a_sim.h"
+#include "a2a_sim_int.h"
 #include "perf_rand.h"
 
 #define MOE_TOKENS 256 /* tokens routed per source rank (--dist moe) */

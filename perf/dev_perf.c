@@ -231,7 +231,7 @@ static void sync_stream(bench_t* b) {
 }
 
 /* One call of lib on layout l, queued on the stream. */
-static void call(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
+static void issue_op(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
   if (lib == LIB_ROOF) {
     moecclResult_t r = b->d->copy_async(
         b->recv, b->send, l->recv_total * 4 > b->cap ? b->cap : l->recv_total * 4, b->stream);
@@ -276,7 +276,7 @@ static void to_device(bench_t* b, void* dst, size_t bytes) {
  * Only that span is filled and read back: the buffers are sized for the
  * largest row. */
 #define GUARD 4096
-static long check(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
+static long check_op(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
   for (int p = 0; p < nranks; p++)
     for (size_t i = 0; i < l->sc[p]; i++) b->host[l->sd[p] + i] = pattern(me, p, i);
   to_device(b, b->send, l->send_total * 4);
@@ -284,7 +284,7 @@ static long check(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t
   if (span > b->cap) span = b->cap;
   for (size_t i = 0; i < span / 4; i++) b->host[i] = 12345.0f;
   to_device(b, b->recv, span);
-  call(b, lib, op, l);
+  issue_op(b, lib, op, l);
   sync_stream(b);
   if (moeccl_device_copy(b->host, b->recv, span) != moecclSuccess)
     die("copy from the device failed");
@@ -300,11 +300,11 @@ static long check(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t
 
 /* Seconds per call of lib (the slowest rank's), over o->iters calls. */
 static double series(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
-  for (int i = 0; i < b->o->warmup; i++) call(b, lib, op, l);
+  for (int i = 0; i < b->o->warmup; i++) issue_op(b, lib, op, l);
   sync_stream(b);
   barrier();
   double t0 = now();
-  for (int i = 0; i < b->o->iters; i++) call(b, lib, op, l);
+  for (int i = 0; i < b->o->iters; i++) issue_op(b, lib, op, l);
   sync_stream(b);
   return slowest((now() - t0) / b->o->iters);
 }
@@ -336,7 +336,7 @@ static int row(bench_t* b, enum op_kind op, size_t bytes) {
   for (int k = 0; k < nlib; k++) med[k] = median(t[k], o->reps);
   long wrong[3] = {0, 0, 0};
   if (o->check)
-    for (int k = 1; k < nlib; k++) wrong[k] = total_wrong(check(b, (enum lib_kind)k, op, &l));
+    for (int k = 1; k < nlib; k++) wrong[k] = total_wrong(check_op(b, (enum lib_kind)k, op, &l));
   if (me != 0) return wrong[1] || wrong[2];
   /* bytes: what each rank sends (the all-to-all's size); busbw as nccl-tests */
   double sent = (double)l.send_total * 4, f = (double)(nranks - 1) / nranks;

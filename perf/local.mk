@@ -31,7 +31,7 @@ perf_a2a_dev_perf_LDADD = libmoeccl_core.la -ldl -lm
 # processes, so it is built always.  It shares the MPI-free parts of the
 # harness: number parsing, seeded randomness and the uneven splits.
 bin_PROGRAMS += perf/a2a_sim
-perf_a2a_sim_SOURCES = perf/a2a_sim.c perf/a2a_sim.h perf/a2a_sim_opts.c \
+perf_a2a_sim_SOURCES = perf/a2a_sim.c perf/a2a_sim_int.h perf/a2a_sim_opts.c \
   perf/a2a_sim_cluster.c perf/a2a_sim_split.c perf/perf_parse.c perf/perf_parse.h \
   perf/perf_rand.c perf/perf_rand.h perf/perf_split.c perf/perf_split.h
 perf_a2a_sim_LDADD = libmoeccl_core.la -lm

@@ -251,10 +251,10 @@ static void mpi_call(struct perf_ctx* c)
 
 static void fill(struct perf_ctx* c) { (void)c; /* the inputs never change */ }
 
-static void clear(struct perf_ctx* c)
+static void clear_outputs(struct perf_ctx* c)
 {
   struct moe_state* S = S_of(c);
-  /* perf_check_once calls clear before it says whose call runs: clear both */
+  /* perf_check_once calls clear_outputs before it says whose call runs: clear both */
   memset(S->out_moe, PERF_SENTINEL, S->g.T * S->rb);
   memset(S->out_mpi, PERF_SENTINEL, S->g.T * S->rb);
 }
@@ -536,7 +536,7 @@ int main(int argc, char** argv)
   }
   struct result res[2 * MAX_LIST];
   int nres = 0, failed = 0;
-  struct perf_ops ops = {fill, clear, verify, moe_call, mpi_call, select_series};
+  struct perf_ops ops = {fill, clear_outputs, verify, moe_call, mpi_call, select_series};
   for (int di = 0; di < ndt && !failed; di++)
     for (int ki = 0; ki < nk && !failed; ki++) {
       struct cfg g = base;

@@ -19,9 +19,9 @@ libmoeccl_core_la_SOURCES = \
   src/comm/memreg.c src/comm/memreg.h \
   src/comm/bootstrap.c src/comm/bootstrap.h src/comm/bootstrap_int.h \
   src/comm/bootstrap_ring.c src/comm/bootstrap_live.c src/comm/bootstrap_auth.c \
-  src/transport/transport.c src/transport/transport.h src/transport/shm/shm.h \
+  src/transport/transport.c src/transport/transport.h src/transport/shm/shm_int.h \
   src/transport/shm/setup.c src/transport/shm/shm.c src/transport/shm/large.c \
-  src/transport/shm/device.c src/transport/ipc/ipc.h src/transport/ipc/ipc.c \
+  src/transport/shm/device.c src/transport/ipc/ipc_int.h src/transport/ipc/ipc.c \
   src/transport/ipc/setup.c src/transport/ipc/maps.c src/transport/ipc/watch.c \
   src/transport/ipc/lower.c \
   src/sched/schedule.c src/sched/schedule.h \
@@ -35,7 +35,7 @@ libmoeccl_core_la_SOURCES = \
   src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/enqueue.c src/exec/enqueue.h \
   src/exec/stream.h src/exec/stream.c src/exec/hoststream.c src/exec/devstream.c \
   src/api/communicator.c src/api/alltoall.c src/api/collectives.c src/api/memalloc.c \
-  src/api/moe.c src/api/moe.h src/api/moe_layout.c src/api/moe_hier.c src/api/moe_common.c
+  src/api/moe.c src/api/moe_int.h src/api/moe_layout.c src/api/moe_hier.c src/api/moe_common.c
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
 libmoeccl_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 libmoeccl_la_SOURCES = include/moeccl.h

@@ -6,7 +6,7 @@
  * (moeccl_call_issue, plan.c, the generator, the executor); nothing here
  * moves a row.
  */
-#include "api/moe.h"
+#include "api/moe_int.h"
 #include "comm/span.h"
 #include "exec/enqueue.h"
 #include "kernels/rows.h"

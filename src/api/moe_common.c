@@ -1,9 +1,9 @@
 /*
- * What the MoE plan's files share (moe.h): prefix sums, the all-to-all(v)
+ * What the MoE plan's files share (moe_int.h): prefix sums, the all-to-all(v)
  * exchanges of plan memory and the token groups of a table.  Below
  * moe_layout.c and moe_hier.c, which both use them.
  */
-#include "api/moe.h"
+#include "api/moe_int.h"
 #include "exec/enqueue.h"
 
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * rank forwards for which), then per layout the relay rows, the forward
  * lists and every rank's costs on both paths, for the tuner to choose.
  */
-#include "api/moe.h"
+#include "api/moe_int.h"
 #include "exec/enqueue.h"
 #include "topo/topo.h"
 #include "tune/tuner.h"

@@ -13,7 +13,7 @@
  * both sides drop the pairs left without a slot; (5) the tables.  The
  * exchanges are ordinary all-to-all calls on the communicator.
  */
-#include "api/moe.h"
+#include "api/moe_int.h"
 #include "exec/enqueue.h"
 
 #include <stdlib.h>

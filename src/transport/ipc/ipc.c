@@ -1,8 +1,8 @@
 /*
- * The ipc transport (ipc.h): its ops table, the host-side entries a stream
+ * The ipc transport (ipc_int.h): its ops table, the host-side entries a stream
  * transport has (no requests: everything is lowered), and its statistics.
  */
-#include "transport/ipc/ipc.h"
+#include "transport/ipc/ipc_int.h"
 
 static moecclResult_t ipc_post(void* state, moeccl_req_t* req) {
   ipc_state_t* s = state;

@@ -1,10 +1,10 @@
 /*
- * The ipc transport (ipc.h): lowering a device schedule -- on the host
+ * The ipc transport (ipc_int.h): lowering a device schedule -- on the host
  * (lower_begin) the descriptors of the sends are published and those of
  * the receives resolved and mapped; on the stream (lower_step) the flag
  * waits and writes and the copies of each step's two phases.
  */
-#include "transport/ipc/ipc.h"
+#include "transport/ipc/ipc_int.h"
 
 static int was_exported(ipeer_t* p, uint64_t id) {
   for (int i = 0; i < p->nexported; i++)

@@ -1,10 +1,10 @@
 /*
- * The ipc transport (ipc.h): what happens to peers' allocations mapped
+ * The ipc transport (ipc_int.h): what happens to peers' allocations mapped
  * here -- moecclMemFree's log of freed allocations (announced to the peers
  * through the freed ring), the legacy IPC handles this process opened
  * (shared by its communicators, counted), and unmapping imports.
  */
-#include "transport/ipc/ipc.h"
+#include "transport/ipc/ipc_int.h"
 
 /* moecclMemFree's log of freed device allocations, for every communicator
  * of the process.  Lossy past FREED_LOG: a missed id only stays mapped in

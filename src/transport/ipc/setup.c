@@ -1,9 +1,9 @@
 /*
- * The ipc transport (ipc.h): setup and teardown -- each rank's shared
+ * The ipc transport (ipc_int.h): setup and teardown -- each rank's shared
  * segment of counters (mapped by every local peer and registered with the
  * device), the Unix socket that passes descriptors, and the state.
  */
-#include "transport/ipc/ipc.h"
+#include "transport/ipc/ipc_int.h"
 
 int moeccl_ipc_can_reach(const moeccl_comm_t* comm, int peer) {
   return comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash &&

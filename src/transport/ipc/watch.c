@@ -1,10 +1,10 @@
 /*
- * The ipc transport (ipc.h): how far the streams got -- releasing this
+ * The ipc transport (ipc_int.h): how far the streams got -- releasing this
  * rank's waits on an abort, draining its queued work before teardown, and
  * the watchdog thread that releases the waits of a communicator whose
  * peer died with work queued.
  */
-#include "transport/ipc/ipc.h"
+#include "transport/ipc/ipc_int.h"
 
 /* A lost peer never writes its counters again: this rank's stream is let
  * go past every wait (its results are then undefined, as with NCCL after

@@ -1,5 +1,5 @@
 /*
- * Shared memory (shm.h): device memory on either side.  A device send is
+ * Shared memory (shm_int.h): device memory on either side.  A device send is
  * always published, its allocation exported and passed to the receiver's
  * descriptor socket (SCM_RIGHTS, or a legacy IPC handle); the receiver
  * imports it (cached by id) and the copy engine copies.
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "device/device.h"
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 
 /* The first failure of the device path: kept, reported by progress. */
 static int dev_fail(shm_state_t* s, moecclResult_t rc, const char* fmt, ...)

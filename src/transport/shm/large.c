@@ -1,5 +1,5 @@
 /*
- * Shared memory (shm.h): single-copy messages.  The sender publishes its
+ * Shared memory (shm_int.h): single-copy messages.  The sender publishes its
  * buffer's address (and its moecclMemAlloc region) in a slot; the receiver
  * maps the region or reads by CMA (process_vm_readv), a chunk per pass, and
  * frees the slot.  Gathered messages and consumers that take the message
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 
 /* Single copy for a large message (by CMA, or from moecclMemAlloc memory
  * that the receiver maps) and for one past SHM_MAP_MIN bytes that fits a

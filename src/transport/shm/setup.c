@@ -1,5 +1,5 @@
 /*
- * Shared memory (shm.h): setting up and tearing down the segment (created
+ * Shared memory (shm_int.h): setting up and tearing down the segment (created
  * by the first local rank, unlinked once every rank has it), this rank's
  * descriptor socket for device memory, the doorbells that wake a sleeping
  * rank, and the node's abort word.
@@ -18,7 +18,7 @@
 #include "base/sha256.h"
 #include "comm/bootstrap.h"
 #include "device/device.h"
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 
 /* Wakes local rank `local` after this rank published or freed a slot (or
  * set the abort word) for it, if it sleeps.  The doorbell is rung only

@@ -1,13 +1,21 @@
 /*
- * Shared memory (shm.h): the transport's ops table, posting, the eager
+ * Shared memory (shm_int.h): the transport's ops table, posting, the eager
  * slots (a message of up to one slot is copied in and out), the progress
  * of every channel's queues, and waiting on the doorbell.
  */
 #include <limits.h>
 #include <string.h>
 
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 #include "base/param.h"
+
+/* Whether send r goes by single copy, decided once per send (a pass asks
+ * several times; large.c decides). */
+static inline int moeccl_shm_is_rndv(const shm_state_t* s, moeccl_req_t* r) {
+  if (!(r->aux & AUX_DECIDED))
+    r->aux |= AUX_DECIDED | (moeccl_shm_decide_rndv(s, r) ? AUX_RNDV : 0);
+  return (r->aux & AUX_RNDV) != 0;
+}
 
 static void enqueue(moeccl_req_t** head, moeccl_req_t** tail, moeccl_req_t* r) {
   r->next = NULL;

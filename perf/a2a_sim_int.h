@@ -1,5 +1,5 @@
 /*
- * a2a_sim.h - what the parts of a2a_sim share: its options, the uneven
+ * a2a_sim_int.h - what the parts of a2a_sim share: its options, the uneven
  * split of one size, the priced rows and the run.  The parts:
  *   a2a_sim.c          the driver: sampled ranks, pricing, output, main
  *   a2a_sim_opts.c     the command line
@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "algos/algos.h"
 #include "perf_split.h"
@@ -56,7 +58,7 @@ struct row {
   int best;
 };
 
-struct run {
+struct sim_run {
   const struct opts* o;
   moeccl_topo_t topo;
   const moeccl_a2a_algo_t* algos[MOECCL_A2A_NALGOS];
@@ -71,7 +73,14 @@ struct run {
 };
 
 /* a2a_sim.c */
-void* sim_xcalloc(size_t n, size_t size);
+static inline void* sim_xcalloc(size_t n, size_t size) {
+  void* p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) {
+    fprintf(stderr, "a2a_sim: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
 
 /* a2a_sim_opts.c: 0 to run, 1 after -h, 2 on a bad command line. */
 int sim_parse_opts(int argc, char** argv, struct opts* o);

@@ -34,8 +34,8 @@
  * the streams got: the watchdog, draining before teardown) and ipc.c (the
  * ops table and its host-side entries).
  */
-#ifndef MOECCL_IPC_H_
-#define MOECCL_IPC_H_
+#ifndef MOECCL_TRANSPORT_IPC_INT_H_
+#define MOECCL_TRANSPORT_IPC_INT_H_
 
 #include <errno.h>
 #include <fcntl.h>

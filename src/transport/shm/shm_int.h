@@ -36,8 +36,8 @@
  * and waiting), large.c (single-copy messages: mapped regions and CMA) and
  * device.c (messages to or from device memory).
  */
-#ifndef MOECCL_SHM_H_
-#define MOECCL_SHM_H_
+#ifndef MOECCL_TRANSPORT_SHM_INT_H_
+#define MOECCL_TRANSPORT_SHM_INT_H_
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -208,11 +208,6 @@ static inline void moeccl_shm_ring_later(shm_state_t* s, int local) {
 /* Whether send r goes by single copy: decided once per send (a pass asks
  * several times; large.c decides). */
 int moeccl_shm_decide_rndv(const shm_state_t* s, const moeccl_req_t* r);
-static inline int moeccl_shm_is_rndv(const shm_state_t* s, moeccl_req_t* r) {
-  if (!(r->aux & AUX_DECIDED))
-    r->aux |= AUX_DECIDED | (moeccl_shm_decide_rndv(s, r) ? AUX_RNDV : 0);
-  return (r->aux & AUX_RNDV) != 0;
-}
 
 /* setup.c: the segment, doorbells and the abort word */
 moecclResult_t moeccl_shm_init(moeccl_comm_t* comm, const uint8_t* use, int needed_anywhere,
