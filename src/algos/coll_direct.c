@@ -111,9 +111,13 @@ static coll_range_t recv_slice(const moeccl_coll_desc_t* d, int p) {
  * a non-root sends it to the root (to_root) or receives it from the root.
  * The root copies its own block between mine and at(d, root) (coll_copy
  * drops it in place, and where the two are one range), then receives
- * at(d, p) from each peer p (to_root) or sends it, from root + 1 on. */
-static moecclResult_t rooted_step(const moeccl_coll_desc_t* d, moeccl_sched_t* s, int to_root,
-                                  coll_range_t mine, root_block_t at) {
+ * at(d, p) from each peer p (to_root) or sends it, from root + 1 on.
+ * Inlined into each caller, so that `at` is a known function there: every
+ * call of these collectives plans this step (a call through the pointer
+ * per peer cost a 1 KiB Broadcast 3% of its instructions). */
+static inline __attribute__((always_inline)) moecclResult_t
+rooted_step(const moeccl_coll_desc_t* d, moeccl_sched_t* s, int to_root, coll_range_t mine,
+            root_block_t at) {
   int n = d->nranks, r = d->rank;
   if (r != d->root) {
     MOECCL_CHECK(to_root ? coll_send(s, d->root, mine) : coll_recv(s, d->root, mine));

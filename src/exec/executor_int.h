@@ -75,7 +75,9 @@ static inline const moeccl_mem_ops_t* moeccl_exec_work_mem(const moeccl_sched_t*
 /* local.c: the step's local ops [begin, end) and its messages to self;
  * mask names the transports a long op gives progress passes between its
  * pieces (0: none). */
-int moeccl_exec_is_local(const moeccl_sched_op_t* op);
+static inline int moeccl_exec_is_local(const moeccl_sched_op_t* op) {
+  return op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS;
+}
 moecclResult_t moeccl_exec_local_op(moeccl_job_t* j, unsigned mask, const moeccl_sched_op_t* op);
 moecclResult_t moeccl_exec_self_ops(moeccl_job_t* j, int begin, int end, unsigned mask);
 /* A kernel of table m returned rc: a failure fails the communicator. */

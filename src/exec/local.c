@@ -165,7 +165,3 @@ moecclResult_t moeccl_exec_local_op(moeccl_job_t* j, unsigned mask, const moeccl
   }
   return run_local_op(j, op);
 }
-
-int moeccl_exec_is_local(const moeccl_sched_op_t* op) {
-  return op->type == MOECCL_OP_COPY || op->type == MOECCL_OP_REDUCE || op->type == MOECCL_OP_ROWS;
-}
