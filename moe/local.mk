@@ -11,7 +11,8 @@ MOE_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/moe
 
 noinst_LTLIBRARIES += moe/libmoe.la
 moe_libmoe_la_SOURCES = moe/model.c moe/model.h moe/adam.c moe/adam.h moe/npy.c moe/npy.h \
-	moe/backend.h moe/backend_blas.c
+	moe/backend.h moe/backend_blas.c moe/pp_sched.c moe/pp_sched.h moe/pp_sched_sim.c \
+	moe/pp_sched_int.h
 moe_libmoe_la_CPPFLAGS = $(MOE_CPPFLAGS) $(OPENBLAS_CFLAGS)
 moe_libmoe_la_LIBADD = $(OPENBLAS_LIBS) -lm
 
