@@ -42,6 +42,15 @@ tests_test_moe_io_SOURCES = tests/test_moe_io.c tests/unit_check.h
 tests_test_moe_io_CPPFLAGS = $(MOE_CPPFLAGS)
 tests_test_moe_io_LDADD = moe/libmoe.la -lm
 
+# Pipeline schedules (GPipe, 1F1B, interleaved, ZB-H1) as data: every one
+# for S <= 8, M <= 32 checked (rendezvous run, FIFO matching, peaks) and
+# simulated against its bubble formula; broken ones caught.
+check_PROGRAMS += tests/test_pp_sched
+TESTS += tests/test_pp_sched
+tests_test_pp_sched_SOURCES = tests/test_pp_sched.c tests/unit_check.h
+tests_test_pp_sched_CPPFLAGS = $(MOE_CPPFLAGS)
+tests_test_pp_sched_LDADD = moe/libmoe.la -lm
+
 # The dumps of 1, 2, 4 and 8 ranks in P x D mixes equal (moe_npy_cmp
 # compares two dump folders), and training on 2 and 4 ranks.
 check_PROGRAMS += tests/moe_npy_cmp
