@@ -3,7 +3,7 @@
 # moeccl's public headers (its CPPFLAGS leave out src/), and builds only
 # when configure found OpenBLAS.
 EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh tests/test_moe_train.sh \
-	tests/test_moe_public.sh tests/test_moe_layout.sh
+	tests/test_moe_public.sh tests/test_moe_layout.sh scripts/pp_timeline.py
 # That rule, checked on the sources (with or without OpenBLAS).
 TESTS += tests/test_moe_public.sh
 if HAVE_OPENBLAS
