@@ -28,16 +28,25 @@ void moe_adam_free(moe_adam_t* adam) {
   adam->count = 0;
 }
 
-void moe_adam_step(moe_adam_t* adam, float* param, const float* grad) {
+void moe_adam_begin(moe_adam_t* adam) {
   adam->step++;
+}
+
+void moe_adam_range(moe_adam_t* adam, float* param, const float* grad, size_t off, size_t count) {
   float b1 = adam->beta1, b2 = adam->beta2;
   /* the corrections in double: 1 - b2^t is small for the first steps */
   float c1 = (float)(1.0 / (1.0 - pow(b1, (double)adam->step)));
   float c2 = (float)(1.0 / (1.0 - pow(b2, (double)adam->step)));
-  for (size_t i = 0; i < adam->count; i++) {
+  float *m = adam->m, *v = adam->v;
+  for (size_t i = off; i < off + count && i < adam->count; i++) {
     float g = grad[i];
-    adam->m[i] = b1 * adam->m[i] + (1.0f - b1) * g;
-    adam->v[i] = b2 * adam->v[i] + (1.0f - b2) * g * g;
-    param[i] -= adam->lr * (adam->m[i] * c1) / (sqrtf(adam->v[i] * c2) + adam->eps);
+    m[i] = b1 * m[i] + (1.0f - b1) * g;
+    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+    param[i] -= adam->lr * (m[i] * c1) / (sqrtf(v[i] * c2) + adam->eps);
   }
+}
+
+void moe_adam_step(moe_adam_t* adam, float* param, const float* grad) {
+  moe_adam_begin(adam);
+  moe_adam_range(adam, param, grad, 0, adam->count);
 }

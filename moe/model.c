@@ -160,10 +160,10 @@ static void router_dlogits(int e_count, int k, const float* p, const int32_t* ex
     if (expert[j] >= 0) dl[expert[j]] += gate[j] * (dgate[j] - wd);
 }
 
-void moe_router_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, const float* wg,
-                         const float* x, int n, const float* probs, const int32_t* expert,
-                         const float* gate, const float* dgate, const float* stats, float* dlogits,
-                         float* dwg, float* dx) {
+void moe_router_backward_input(const moe_backend_ops_t* be, const moe_config_t* cfg,
+                               const float* wg, int n, const float* probs, const int32_t* expert,
+                               const float* gate, const float* dgate, const float* stats,
+                               float* dlogits, float* dx) {
   int e_count = cfg->experts, k = cfg->topk, h = cfg->hidden;
   double nglob = stats[2 * e_count];
   float g[e_count];
@@ -173,8 +173,21 @@ void moe_router_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, c
   for (int t = 0; t < n; t++)
     router_dlogits(e_count, k, probs + (size_t)t * e_count, expert + (size_t)t * k,
                    gate + (size_t)t * k, dgate + (size_t)t * k, g, dlogits + (size_t)t * e_count);
-  be->sgemm(1, 0, h, e_count, n, 1.0f, x, h, dlogits, e_count, 1.0f, dwg, e_count);
   be->sgemm(0, 1, n, h, e_count, 1.0f, dlogits, e_count, wg, e_count, 1.0f, dx, h);
+}
+
+void moe_router_backward_weight(const moe_backend_ops_t* be, const moe_config_t* cfg,
+                                const float* x, int n, const float* dlogits, float* dwg) {
+  int e_count = cfg->experts, h = cfg->hidden;
+  be->sgemm(1, 0, h, e_count, n, 1.0f, x, h, dlogits, e_count, 1.0f, dwg, e_count);
+}
+
+void moe_router_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, const float* wg,
+                         const float* x, int n, const float* probs, const int32_t* expert,
+                         const float* gate, const float* dgate, const float* stats, float* dlogits,
+                         float* dwg, float* dx) {
+  moe_router_backward_input(be, cfg, wg, n, probs, expert, gate, dgate, stats, dlogits, dx);
+  moe_router_backward_weight(be, cfg, x, n, dlogits, dwg);
 }
 
 /* --- local dispatch / combine ------------------------------------------------------ */
@@ -287,27 +300,50 @@ void moe_experts_forward(const moe_backend_ops_t* be, const moe_config_t* cfg, i
   }
 }
 
-void moe_experts_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
-                          const int* counts, const float* w1, const float* w3, const float* w2,
-                          const float* x_rows, const float* a, const float* b, const float* h,
-                          const float* dy_rows, float* dw1, float* dw3, float* dw2, float* dx_rows,
-                          float* da, float* db, float* dh) {
+void moe_experts_backward_input(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                                const int* counts, const float* w1, const float* w3,
+                                const float* w2, const float* a, const float* b,
+                                const float* dy_rows, float* dx_rows, float* da, float* db,
+                                float* dh) {
+  int hd = cfg->hidden, f = cfg->ffn;
+  size_t hf = (size_t)hd * f, row = 0;
+  for (int e = 0; e < nexp; e++) {
+    int c = counts[e];
+    const float* dy = dy_rows + row * hd;
+    float* dx = dx_rows + row * hd;
+    float *dae = da + row * f, *dbe = db + row * f, *dhe = dh + row * f;
+    be->sgemm(0, 1, c, f, hd, 1.0f, dy, hd, w2 + e * hf, hd, 0.0f, dhe, f);
+    be->swiglu_backward((size_t)c * f, a + row * f, b + row * f, dhe, dae, dbe);
+    be->sgemm(0, 1, c, hd, f, 1.0f, dae, f, w1 + e * hf, f, 0.0f, dx, hd);
+    be->sgemm(0, 1, c, hd, f, 1.0f, dbe, f, w3 + e * hf, f, 1.0f, dx, hd);
+    row += c;
+  }
+}
+
+void moe_experts_backward_weight(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                                 const int* counts, const float* x_rows, const float* h,
+                                 const float* dy_rows, const float* da, const float* db,
+                                 float* dw1, float* dw3, float* dw2) {
   int hd = cfg->hidden, f = cfg->ffn;
   size_t hf = (size_t)hd * f, row = 0;
   for (int e = 0; e < nexp; e++) {
     int c = counts[e];
     const float *x = x_rows + row * hd, *dy = dy_rows + row * hd;
-    float* dx = dx_rows + row * hd;
-    float *dae = da + row * f, *dbe = db + row * f, *dhe = dh + row * f;
     be->sgemm(1, 0, f, hd, c, 1.0f, h + row * f, f, dy, hd, 1.0f, dw2 + e * hf, hd);
-    be->sgemm(0, 1, c, f, hd, 1.0f, dy, hd, w2 + e * hf, hd, 0.0f, dhe, f);
-    be->swiglu_backward((size_t)c * f, a + row * f, b + row * f, dhe, dae, dbe);
-    be->sgemm(1, 0, hd, f, c, 1.0f, x, hd, dae, f, 1.0f, dw1 + e * hf, f);
-    be->sgemm(1, 0, hd, f, c, 1.0f, x, hd, dbe, f, 1.0f, dw3 + e * hf, f);
-    be->sgemm(0, 1, c, hd, f, 1.0f, dae, f, w1 + e * hf, f, 0.0f, dx, hd);
-    be->sgemm(0, 1, c, hd, f, 1.0f, dbe, f, w3 + e * hf, f, 1.0f, dx, hd);
+    be->sgemm(1, 0, hd, f, c, 1.0f, x, hd, da + row * f, f, 1.0f, dw1 + e * hf, f);
+    be->sgemm(1, 0, hd, f, c, 1.0f, x, hd, db + row * f, f, 1.0f, dw3 + e * hf, f);
     row += c;
   }
+}
+
+void moe_experts_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                          const int* counts, const float* w1, const float* w3, const float* w2,
+                          const float* x_rows, const float* a, const float* b, const float* h,
+                          const float* dy_rows, float* dw1, float* dw3, float* dw2, float* dx_rows,
+                          float* da, float* db, float* dh) {
+  moe_experts_backward_input(be, cfg, nexp, counts, w1, w3, w2, a, b, dy_rows, dx_rows, da, db,
+                             dh);
+  moe_experts_backward_weight(be, cfg, nexp, counts, x_rows, h, dy_rows, da, db, dw1, dw3, dw2);
 }
 
 /* --- the model on one process's tokens --------------------------------------------- */

@@ -118,6 +118,17 @@ void moe_router_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, c
                          const float* gate, const float* dgate, const float* stats, float* dlogits,
                          float* dwg, float* dx);
 
+/* The same in two halves, for pipeline schedules that run the weight
+ * gradient later (zero-bubble): the input half writes dlogits [n][E] (kept
+ * for the weight half) and adds dL/dx to dx; the weight half adds
+ * x^T dlogits to dwg.  Together they compute exactly moe_router_backward. */
+void moe_router_backward_input(const moe_backend_ops_t* be, const moe_config_t* cfg,
+                               const float* wg, int n, const float* probs, const int32_t* expert,
+                               const float* gate, const float* dgate, const float* stats,
+                               float* dlogits, float* dx);
+void moe_router_backward_weight(const moe_backend_ops_t* be, const moe_config_t* cfg,
+                                const float* x, int n, const float* dlogits, float* dwg);
+
 /* --- local dispatch / combine (the one-process stand-in for moeccl's) -------- */
 
 typedef struct moe_local_plan {
@@ -166,6 +177,19 @@ void moe_experts_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, 
                           const float* x_rows, const float* a, const float* b, const float* h,
                           const float* dy_rows, float* dw1, float* dw3, float* dw2, float* dx_rows,
                           float* da, float* db, float* dh);
+
+/* The same in two halves: the input half writes dx_rows and keeps da, db
+ * (dh is scratch); the weight half adds dW2 = h^T dy, dW1 = x^T da,
+ * dW3 = x^T db from them.  Together: exactly moe_experts_backward. */
+void moe_experts_backward_input(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                                const int* counts, const float* w1, const float* w3,
+                                const float* w2, const float* a, const float* b,
+                                const float* dy_rows, float* dx_rows, float* da, float* db,
+                                float* dh);
+void moe_experts_backward_weight(const moe_backend_ops_t* be, const moe_config_t* cfg, int nexp,
+                                 const int* counts, const float* x_rows, const float* h,
+                                 const float* dy_rows, const float* da, const float* db,
+                                 float* dw1, float* dw3, float* dw2);
 
 /* --- the whole model on one process's tokens -------------------------------- */
 

@@ -1,6 +1,7 @@
-/* moe_train's distributed layer: a rank's workspace, and the forward and
- * backward of every layer on its rows.  Per layer: the router on the rank's
- * tokens, the statistics all-reduced over all ranks, moecclMoeLayout and
+/* moe_train's distributed layers: a piece's workspace, and the forward and
+ * backward of its layers on a micro-batch's rows.  Per layer: the router on
+ * the rank's tokens, the statistics all-reduced over the stage's ranks (all
+ * that hold this micro-batch at this layer), moecclMoeLayout and
  * moecclMoeDispatch on the EP communicator, the rank's E/P experts on their
  * rows, moecclMoeCombine and the residual; the backward mirrors it.  With
  * chunks the EP exchanges are queued on the host stream so that a chunk's
@@ -36,17 +37,19 @@ static float* act_alloc(size_t count, int* failed) {
   return p;
 }
 
-void dws_free(dws_t* w, const moe_config_t* c) {
+void dws_free(dws_t* w) {
   if (w->layer)
-    for (int l = 0; l < c->layers; l++) {
+    for (int l = 0; l < w->layers; l++) {
       dlayer_t* y = &w->layer[l];
       for (int k = 0; y->chunk && k < w->chunks; k++) {
         dchunk_t* ch = &y->chunk[k];
         if (ch->plan) moecclMoePlanDestroy(ch->plan);
         free(ch->recv), free(ch->counts), free(ch->x_rows), free(ch->y_rows);
-        free(ch->a), free(ch->b), free(ch->h);
+        free(ch->a), free(ch->b), free(ch->h), free(ch->dy), free(ch->da), free(ch->db);
       }
-      free(y->probs), free(y->expert), free(y->gate), free(y->stats), free(y->chunk);
+      free(y->probs), free(y->expert), free(y->gate), free(y->stats), free(y->dlogits);
+      free(y->slot);
+      free(y->chunk);
     }
   if (w->act) moecclMemFree(w->act);
   free(w->layer), free(w->grad), free(w->grad_next), free(w->tok), free(w->dgate);
@@ -55,40 +58,52 @@ void dws_free(dws_t* w, const moe_config_t* c) {
   memset(w, 0, sizeof(*w));
 }
 
-int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks) {
+int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks, int layers,
+              int split_w) {
   memset(w, 0, sizeof(*w));
-  size_t n = ds->n, H = c->hidden, F = c->ffn, E = c->experts, K = c->topk;
+  size_t n = ds->maxn, H = c->hidden, F = c->ffn, E = c->experts, K = c->topk;
   /* A rank receives at most one row per (token of a chunk of its EP group,
    * local expert chosen), at most min(K, E/P) per token; a rank's chunk has
    * at most ceil(maxn / chunks) tokens. */
-  size_t per = K < (size_t)ds->nexp ? K : (size_t)ds->nexp;
+  size_t per = K < (size_t)ds->nlocal ? K : (size_t)ds->nlocal;
   w->chunks = chunks;
+  w->layers = layers;
+  w->split_w = split_w;
+  w->rows_cap = n;
   w->cap = (size_t)ds->P * ((ds->maxn + chunks - 1) / chunks) * per;
   int failed = 0;
-  w->act = act_alloc(n * H * (c->layers + 1), &failed);
-  w->layer = calloc(c->layers, sizeof(*w->layer));
+  w->act = act_alloc(n * H * (layers + 1), &failed);
+  w->layer = calloc(layers, sizeof(*w->layer));
   failed |= w->layer == NULL;
-  for (int l = 0; !failed && l < c->layers; l++) {
+  for (int l = 0; !failed && l < layers; l++) {
     dlayer_t* y = &w->layer[l];
     y->probs = falloc(n * E, &failed);
     y->expert = calloc(n * K + 1, sizeof(int32_t));
     failed |= y->expert == NULL;
     y->gate = falloc(n * K, &failed);
+    if (ds->place) {
+      y->slot = calloc(n * K + 1, sizeof(int32_t));
+      failed |= y->slot == NULL;
+    }
     y->stats = falloc(MOE_STATS_LEN(E), &failed);
+    if (split_w) y->dlogits = falloc(n * E, &failed);
     y->chunk = calloc(chunks, sizeof(dchunk_t));
     failed |= !y->chunk;
     for (int k = 0; !failed && k < chunks; k++) {
       dchunk_t* ch = &y->chunk[k];
-      ch->t0 = row_start(k, chunks, ds->n);
-      ch->t = row_start(k + 1, chunks, ds->n) - ch->t0;
-      ch->recv = calloc(ds->nexp, sizeof(size_t));
-      ch->counts = calloc(ds->nexp, sizeof(int));
+      ch->recv = calloc(ds->nlocal, sizeof(size_t));
+      ch->counts = calloc(ds->nlocal, sizeof(int));
       failed |= !ch->recv || !ch->counts;
       ch->x_rows = falloc(w->cap * H, &failed);
       ch->y_rows = falloc(w->cap * H, &failed);
       ch->a = falloc(w->cap * F, &failed);
       ch->b = falloc(w->cap * F, &failed);
       ch->h = falloc(w->cap * F, &failed);
+      if (split_w) {
+        ch->dy = falloc(w->cap * H, &failed);
+        ch->da = falloc(w->cap * F, &failed);
+        ch->db = falloc(w->cap * F, &failed);
+      }
     }
   }
   w->grad = falloc(n * H, &failed);
@@ -107,14 +122,15 @@ int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks) {
 }
 
 int dws_plans(dws_t* w, const moe_config_t* c, const dist_t* ds) {
-  for (int l = 0; l < c->layers; l++)
+  if (ds->place) return 0; /* made at the layout, with the layer's placement */
+  for (int l = 0; l < w->layers; l++)
     for (int k = 0; k < w->chunks; k++)
       CK(ds, ds->ep, moecclMoePlanCreate(&w->layer[l].chunk[k].plan, c->experts, NULL, ds->ep));
   return 0;
 }
 
-float* act_of(const dws_t* w, const moe_config_t* c, const dist_t* ds, int l) {
-  return w->act + (size_t)l * ds->n * c->hidden;
+float* act_of(const dws_t* w, size_t H, int i) {
+  return w->act + (size_t)i * w->rows_cap * H;
 }
 
 /* Time in the EP exchanges of the backward: the call (NULL stream) or the
@@ -126,23 +142,119 @@ float* act_of(const dws_t* w, const moe_config_t* c, const dist_t* ds, int l) {
     (tm)->bexch += train_now() - bx0_;                                                             \
   } while (0)
 
-int dist_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
-                 const moe_params_t* p, dws_t* w, const float* x, const float* target,
-                 moe_loss_t* loss, double* baseline, step_timing_t* tm) {
-  size_t n = ds->n, H = c->hidden, HF = (size_t)c->hidden * c->ffn;
+/* --- the local experts, and a chunk's layout ------------------------------ */
+
+/* The forward of this rank's experts of layer l over a chunk's rows: one
+ * call over the default block, or one per slot with its expert's weights. */
+static void experts_fwd(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                        int l, const moe_layer_params_t* wl, dchunk_t* ch) {
+  size_t H = c->hidden, F = c->ffn, HF = H * F, row = 0;
+  if (!ds->place) {
+    moe_experts_forward(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF, wl->w3 + ds->e0 * HF,
+                        wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b, ch->h, ch->y_rows);
+    return;
+  }
+  for (int i = 0; i < ds->nlocal; row += ch->counts[i], i++) {
+    size_t e = local_expert(ds, l, i);
+    moe_experts_forward(be, c, 1, &ch->counts[i], wl->w1 + e * HF, wl->w3 + e * HF,
+                        wl->w2 + e * HF, ch->x_rows + row * H, ch->a + row * F, ch->b + row * F,
+                        ch->h + row * F, ch->y_rows + row * H);
+  }
+}
+
+/* The input half of their backward: dx_rows from dy (da, db kept). */
+static void experts_bwd_in(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                           int l, const moe_layer_params_t* wl, const dchunk_t* ch,
+                           const float* dy, float* dx, float* da, float* db, float* dh) {
+  size_t H = c->hidden, F = c->ffn, HF = H * F, row = 0;
+  if (!ds->place) {
+    moe_experts_backward_input(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF,
+                               wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->a, ch->b, dy, dx,
+                               da, db, dh);
+    return;
+  }
+  for (int i = 0; i < ds->nlocal; row += ch->counts[i], i++) {
+    size_t e = local_expert(ds, l, i);
+    moe_experts_backward_input(be, c, 1, &ch->counts[i], wl->w1 + e * HF, wl->w3 + e * HF,
+                               wl->w2 + e * HF, ch->a + row * F, ch->b + row * F, dy + row * H,
+                               dx + row * H, da + row * F, db + row * F, dh + row * F);
+  }
+}
+
+/* The weight half: adds dW1, dW3, dW2 of the local experts into gl. */
+static void experts_bwd_w(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                          int l, const dchunk_t* ch, const float* dy, const float* da,
+                          const float* db, moe_layer_params_t* gl) {
+  size_t H = c->hidden, F = c->ffn, HF = H * F, row = 0;
+  if (!ds->place) {
+    moe_experts_backward_weight(be, c, ds->nexp, ch->counts, ch->x_rows, ch->h, dy, da, db,
+                                gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF, gl->w2 + ds->e0 * HF);
+    return;
+  }
+  for (int i = 0; i < ds->nlocal; row += ch->counts[i], i++) {
+    size_t e = local_expert(ds, l, i);
+    moe_experts_backward_weight(be, c, 1, &ch->counts[i], ch->x_rows + row * H, ch->h + row * F,
+                                dy + row * H, da + row * F, db + row * F, gl->w1 + e * HF,
+                                gl->w3 + e * HF, gl->w2 + e * HF);
+  }
+}
+
+/* A chunk's layout of layer l: its plan (made again when the layer's
+ * placement changed), the router's choices as slots of the placement, the
+ * rows each local expert receives. */
+static int chunk_layout(const moe_config_t* c, const dist_t* ds, dws_t* w, dlayer_t* y,
+                        dchunk_t* ch, int l) {
+  size_t K = c->topk;
+  const int32_t* ids = y->expert + ch->t0 * K;
+  if (ds->place) {
+    const placement_t* pl = &ds->place[l];
+    if (!ch->plan || ch->plan_layer != l || ch->plan_ver != ds->place_ver[l]) {
+      if (ch->plan) moecclMoePlanDestroy(ch->plan);
+      ch->plan = NULL;
+      CK(ds, ds->ep, moecclMoePlanCreate(&ch->plan, pl->slots, pl->slot_rank, ds->ep));
+      ch->plan_layer = l, ch->plan_ver = ds->place_ver[l];
+    }
+    placement_route(pl, ids, ch->t, c->topk, w->g0 + ch->t0, y->slot + ch->t0 * K);
+    ids = y->slot + ch->t0 * K;
+  }
+  CK(ds, ds->ep, moecclMoeLayout(ch->plan, ids, ch->t, c->topk, 0, ch->recv, NULL));
+  ch->rows = 0;
+  for (int i = 0; i < ds->nlocal; i++) ch->counts[i] = (int)ch->recv[i], ch->rows += ch->recv[i];
+  w->rows += ch->rows;
+  if (ch->rows > w->cap) {
+    fprintf(stderr, "moe_train: rank %d: %zu expert rows, room for %zu\n", ds->rank, ch->rows,
+            w->cap);
+    return -1;
+  }
+  return 0;
+}
+
+/* The micro-batch's configuration: its load-balancing loss weighs N_m / N. */
+static moe_config_t mb_config(const moe_config_t* c, double auxw) {
+  moe_config_t m = *c;
+  m.aux = (float)(c->aux * auxw);
+  return m;
+}
+
+int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                  const moe_params_t* p, dws_t* w, int l0, int l1, int n, double auxw,
+                  double* aux, step_timing_t* tm) {
+  size_t H = c->hidden;
   int E = c->experts;
-  memcpy(act_of(w, c, ds, 0), x, n * H * sizeof(float));
-  double aux = 0.0;
-  for (int l = 0; l < c->layers; l++) {
+  moe_config_t cm = mb_config(c, auxw);
+  w->l0 = l0, w->l1 = l1, w->n = n, w->auxw = auxw;
+  for (int l = l0; l < l1; l++) {
     const moe_layer_params_t* wl = &p->layer[l];
-    dlayer_t* y = &w->layer[l];
-    const float* xin = act_of(w, c, ds, l);
-    float* out = act_of(w, c, ds, l + 1);
+    dlayer_t* y = &w->layer[l - l0];
+    const float* xin = act_of(w, H, l - l0);
+    float* out = act_of(w, H, l - l0 + 1);
     double t0 = train_now();
     memset(y->stats, 0, MOE_STATS_LEN(E) * sizeof(float));
-    moe_router_forward(be, c, wl->wg, xin, (int)n, y->probs, y->expert, y->gate, y->stats);
-    CK(ds, ds->world, moecclAllReduce(y->stats, y->stats, MOE_STATS_LEN(E), moecclFloat32,
-                                      moecclSum, ds->world, NULL));
+    moe_router_forward(be, c, wl->wg, xin, n, y->probs, y->expert, y->gate, y->stats);
+    CK(ds, ds->stage, moecclAllReduce(y->stats, y->stats, MOE_STATS_LEN(E), moecclFloat32,
+                                      moecclSum, ds->stage, NULL));
+    if (ds->load)
+      for (int e = 0; e < E; e++) ds->load[(size_t)l * E + e] += y->stats[e];
     tm->router += train_now() - t0;
     /* Each chunk has its own plan (the backward finds it again).  With
      * chunks the EP calls are queued on the host stream: chunk k's experts
@@ -154,15 +266,9 @@ int dist_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
     double t1 = train_now();
     for (int k = 0; k < w->chunks; k++) {
       dchunk_t* ch = &y->chunk[k];
-      CK(ds, ds->ep, moecclMoeLayout(ch->plan, y->expert + ch->t0 * K, ch->t, c->topk, 0,
-                                     ch->recv, NULL));
-      ch->rows = 0;
-      for (int i = 0; i < ds->nexp; i++) ch->counts[i] = (int)ch->recv[i], ch->rows += ch->recv[i];
-      if (ch->rows > w->cap) {
-        fprintf(stderr, "moe_train: rank %d: %zu expert rows, room for %zu\n", ds->rank, ch->rows,
-                w->cap);
-        return -1;
-      }
+      ch->t0 = row_start(k, w->chunks, n);
+      ch->t = row_start(k + 1, w->chunks, n) - ch->t0;
+      if (chunk_layout(c, ds, w, y, ch, l)) return -1;
     }
     dchunk_t* ch0 = &y->chunk[0];
     CK(ds, ds->ep, moecclMoeDispatch(ch0->plan, xin + ch0->t0 * H, ch0->x_rows, w->cap, H,
@@ -182,9 +288,7 @@ int dist_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
         CK(ds, ds->ep, moecclMoeDispatch(nx->plan, xin + nx->t0 * H, nx->x_rows, w->cap, H,
                                          moecclFloat32, st));
       }
-      moe_experts_forward(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF,
-                          wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b,
-                          ch->h, ch->y_rows);
+      experts_fwd(be, c, ds, l, wl, ch);
       double t3 = train_now();
       if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
       tm->experts += t3 - t2;
@@ -197,52 +301,36 @@ int dist_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
     if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
     tm->combine += train_now() - t3;
     double t4 = train_now();
-    for (size_t i = 0; i < n * H; i++) out[i] = xin[i] + w->tok[i];
+    for (size_t i = 0; i < (size_t)n * H; i++) out[i] = xin[i] + w->tok[i];
     tm->combine += train_now() - t4;
-    aux += moe_stats_aux_loss(c, y->stats);
+    *aux += moe_stats_aux_loss(&cm, y->stats);
   }
-  const float* out = act_of(w, c, ds, c->layers);
-  double sums[3] = {0.0, (double)n, 0.0};
-  for (size_t i = 0; i < n * H; i++) {
-    double d = (double)out[i] - target[i], b = (double)x[i] - target[i];
-    sums[0] += d * d;
-    sums[2] += b * b;
-  }
-  double t0 = train_now();
-  CK(ds, ds->world, moecclAllReduce(sums, sums, 3, moecclFloat64, moecclSum, ds->world, NULL));
-  tm->router += train_now() - t0;
-  loss->mse = sums[1] > 0 ? sums[0] / (sums[1] * H) : 0.0;
-  loss->aux = aux;
-  loss->total = loss->mse + loss->aux;
-  *baseline = sums[1] > 0 ? sums[2] / (sums[1] * H) : 0.0;
   return 0;
 }
 
-int dist_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
-                  const moe_params_t* p, dws_t* w, const float* target, int tokens,
-                  moe_params_t* g, float* grad_x, step_timing_t* tm) {
-  size_t n = ds->n, H = c->hidden, HF = (size_t)c->hidden * c->ffn;
+int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                   const moe_params_t* p, dws_t* w, moe_params_t* g, step_timing_t* tm) {
+  size_t n = w->n, H = c->hidden;
+  moe_config_t cm = mb_config(c, w->auxw);
   double t0 = train_now();
-  memset(g->data, 0, g->count * sizeof(float));
-  const float* out = act_of(w, c, ds, c->layers);
-  float scale = tokens > 0 ? 2.0f / ((float)tokens * (float)H) : 0.0f;
-  for (size_t i = 0; i < n * H; i++) w->grad[i] = scale * (out[i] - target[i]);
-  for (int l = c->layers - 1; l >= 0; l--) {
+  for (int l = w->l1 - 1; l >= w->l0; l--) {
     const moe_layer_params_t* wl = &p->layer[l];
     moe_layer_params_t* gl = &g->layer[l];
-    dlayer_t* y = &w->layer[l];
-    const float* xin = act_of(w, c, ds, l);
+    dlayer_t* y = &w->layer[l - w->l0];
+    const float* xin = act_of(w, H, l - w->l0);
     /* The forward's pipeline mirrored: chunk k's experts' backward runs
      * while chunk k+1's combine-backward (a dispatch) and chunk k-1's
      * dispatch-backward (a combine) are on the wire; the row gradients
-     * alternate between two buffers. */
+     * alternate between two buffers (or, split_w, stay in the chunk's own
+     * for the weight half). */
     size_t K = c->topk;
     int C = w->chunks;
     moecclStream_t st = C > 1 ? ds->stream : NULL;
+#define DY(ch, k) ((ch)->dy ? (ch)->dy : w->dy_rows[(k) % 2])
     dchunk_t* ch0 = &y->chunk[0];
     BEXCH(tm, CK(ds, ds->ep,
                  moecclMoeCombineBackward(ch0->plan, w->grad + ch0->t0 * H, y->gate + ch0->t0 * K,
-                                          ch0->y_rows, w->dy_rows[0], w->cap,
+                                          ch0->y_rows, DY(ch0, 0), w->cap,
                                           w->dgate + ch0->t0 * K, H, moecclFloat32, st)));
     if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
     for (int k = 0; k < C; k++) {
@@ -255,29 +343,167 @@ int dist_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
       if (k + 1 < C) {
         dchunk_t* nx = &y->chunk[k + 1];
         CK(ds, ds->ep, moecclMoeCombineBackward(nx->plan, w->grad + nx->t0 * H,
-                                                y->gate + nx->t0 * K, nx->y_rows,
-                                                w->dy_rows[(k + 1) % 2], w->cap,
-                                                w->dgate + nx->t0 * K, H, moecclFloat32, st));
+                                                y->gate + nx->t0 * K, nx->y_rows, DY(nx, k + 1),
+                                                w->cap, w->dgate + nx->t0 * K, H, moecclFloat32,
+                                                st));
       }
-      moe_experts_backward(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF,
-                           wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b,
-                           ch->h, w->dy_rows[k % 2], gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF,
-                           gl->w2 + ds->e0 * HF, w->dx_rows[k % 2], w->da, w->db, w->dh);
+      float *da = ch->da ? ch->da : w->da, *db = ch->db ? ch->db : w->db;
+      experts_bwd_in(be, c, ds, l, wl, ch, DY(ch, k), w->dx_rows[k % 2], da, db, w->dh);
+      if (!w->split_w) experts_bwd_w(be, c, ds, l, ch, DY(ch, k), da, db, gl);
       if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
     }
+#undef DY
     dchunk_t* last = &y->chunk[C - 1];
     BEXCH(tm, CK(ds, ds->ep,
                  moecclMoeDispatchBackward(last->plan, w->dx_rows[(C - 1) % 2], w->cap,
                                            w->tok + last->t0 * H, H, moecclFloat32, st)));
     if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
     for (size_t i = 0; i < n * H; i++) w->grad_next[i] = w->grad[i] + w->tok[i]; /* residual */
-    moe_router_backward(be, c, wl->wg, xin, (int)n, y->probs, y->expert, y->gate, w->dgate,
-                        y->stats, w->dlogits, gl->wg, w->grad_next);
+    float* dlogits = y->dlogits ? y->dlogits : w->dlogits;
+    moe_router_backward_input(be, &cm, wl->wg, (int)n, y->probs, y->expert, y->gate, w->dgate,
+                              y->stats, dlogits, w->grad_next);
+    if (!w->split_w) moe_router_backward_weight(be, c, xin, (int)n, dlogits, gl->wg);
     float* swap = w->grad;
     w->grad = w->grad_next;
     w->grad_next = swap;
   }
-  memcpy(grad_x, w->grad, n * H * sizeof(float));
-  tm->backward = train_now() - t0;
+  tm->backward += train_now() - t0;
+  return 0;
+}
+
+void piece_weights(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                   dws_t* w, moe_params_t* g, step_timing_t* tm) {
+  size_t H = c->hidden;
+  double t0 = train_now();
+  for (int l = w->l1 - 1; l >= w->l0; l--) {
+    moe_layer_params_t* gl = &g->layer[l];
+    dlayer_t* y = &w->layer[l - w->l0];
+    for (int k = 0; k < w->chunks; k++) {
+      dchunk_t* ch = &y->chunk[k];
+      experts_bwd_w(be, c, ds, l, ch, ch->dy, ch->da, ch->db, gl);
+    }
+    moe_router_backward_weight(be, c, act_of(w, H, l - w->l0), w->n, y->dlogits, gl->wg);
+  }
+  tm->backward += train_now() - t0;
+}
+
+/* --- a forward and a backward of two micro-batches, overlapped ---------------- */
+
+/* Waits for the stream; the wait is the communication not hidden. */
+#define WAIT(tm, field)                                                                            \
+  do {                                                                                             \
+    double w0_ = train_now();                                                                      \
+    CK(ds, ds->ep, moecclHostStreamSynchronize(st));                                               \
+    (tm)->field += train_now() - w0_;                                                              \
+  } while (0)
+
+/* The router of forward layer i of wf, its statistics' sum queued on st. */
+static int fused_router(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                        const moe_params_t* p, dws_t* wf, int i, moecclStream_t st,
+                        step_timing_t* tm) {
+  size_t H = c->hidden;
+  dlayer_t* y = &wf->layer[i];
+  double t0 = train_now();
+  memset(y->stats, 0, MOE_STATS_LEN(c->experts) * sizeof(float));
+  moe_router_forward(be, c, p->layer[wf->l0 + i].wg, act_of(wf, H, i), wf->n, y->probs, y->expert,
+                     y->gate, y->stats);
+  CK(ds, ds->stage, moecclAllReduce(y->stats, y->stats, MOE_STATS_LEN(c->experts), moecclFloat32,
+                                    moecclSum, ds->stage, st));
+  tm->router += train_now() - t0;
+  return 0;
+}
+
+/* Layer i's layout (the stream idle: the layout is synchronous). */
+static int fused_layout(const moe_config_t* c, const dist_t* ds, dws_t* wf, int i) {
+  dlayer_t* y = &wf->layer[i];
+  if (ds->load) /* the statistics are summed now */
+    for (int e = 0; e < c->experts; e++) ds->load[(size_t)(wf->l0 + i) * c->experts + e] += y->stats[e];
+  dchunk_t* ch = &y->chunk[0];
+  ch->t0 = 0, ch->t = wf->n;
+  return chunk_layout(c, ds, wf, y, ch, wf->l0 + i);
+}
+
+int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                 const moe_params_t* p, dws_t* wf, int l0, int l1, int n, double auxw,
+                 double* aux, dws_t* wb, moe_params_t* g, step_timing_t* tm) {
+  size_t H = c->hidden;
+  moecclStream_t st = ds->stream;
+  moe_config_t cf = mb_config(c, auxw), cb = mb_config(c, wb->auxw);
+  int nl = l1 - l0;
+  if (wf->chunks != 1 || wb->chunks != 1 || wb->l1 - wb->l0 != nl || !st) {
+    fprintf(stderr, "moe_train: rank %d: overlapped pieces need one chunk, equal pieces and a "
+            "stream\n", ds->rank);
+    return -1;
+  }
+  wf->l0 = l0, wf->l1 = l1, wf->n = n, wf->auxw = auxw;
+  /* B's first exchange under F's first router */
+  int bl = wb->l1 - 1;
+  {
+    dlayer_t* y = &wb->layer[bl - wb->l0];
+    dchunk_t* ch = &y->chunk[0];
+    CK(ds, ds->ep, moecclMoeCombineBackward(ch->plan, wb->grad, y->gate, ch->y_rows,
+                                            ch->dy ? ch->dy : wb->dy_rows[0], wb->cap, wb->dgate,
+                                            H, moecclFloat32, st));
+  }
+  if (fused_router(be, c, ds, p, wf, 0, st, tm)) return -1;
+  WAIT(tm, bexch);
+  if (fused_layout(c, ds, wf, 0)) return -1;
+  for (int k = 0; k < nl; k++, bl--) {
+    const moe_layer_params_t *fl = &p->layer[l0 + k], *wl = &p->layer[bl];
+    moe_layer_params_t* gl = &g->layer[bl];
+    dlayer_t *yf = &wf->layer[k], *yb = &wb->layer[bl - wb->l0];
+    dchunk_t *cf0 = &yf->chunk[0], *cb0 = &yb->chunk[0];
+    float* dy = cb0->dy ? cb0->dy : wb->dy_rows[0];
+    float *da = cb0->da ? cb0->da : wb->da, *db = cb0->db ? cb0->db : wb->db;
+    const float* xin = act_of(wf, H, k);
+    /* A: F's dispatch under B's experts */
+    CK(ds, ds->ep, moecclMoeDispatch(cf0->plan, xin, cf0->x_rows, wf->cap, H, moecclFloat32, st));
+    double t0 = train_now();
+    experts_bwd_in(be, c, ds, bl, wl, cb0, dy, wb->dx_rows[0], da, db, wb->dh);
+    if (!wb->split_w) experts_bwd_w(be, c, ds, bl, cb0, dy, da, db, gl);
+    tm->backward += train_now() - t0;
+    WAIT(tm, dispatch);
+    /* B: B's dispatch-backward under F's experts */
+    CK(ds, ds->ep, moecclMoeDispatchBackward(cb0->plan, wb->dx_rows[0], wb->cap, wb->tok, H,
+                                             moecclFloat32, st));
+    t0 = train_now();
+    experts_fwd(be, c, ds, l0 + k, fl, cf0);
+    tm->experts += train_now() - t0;
+    WAIT(tm, bexch);
+    /* C: F's combine under B's router */
+    CK(ds, ds->ep, moecclMoeCombine(cf0->plan, cf0->y_rows, wf->cap, yf->gate, wf->tok, H,
+                                    moecclFloat32, st));
+    t0 = train_now();
+    size_t nb = wb->n;
+    for (size_t i = 0; i < nb * H; i++) wb->grad_next[i] = wb->grad[i] + wb->tok[i];
+    float* dlogits = yb->dlogits ? yb->dlogits : wb->dlogits;
+    moe_router_backward_input(be, &cb, wl->wg, (int)nb, yb->probs, yb->expert, yb->gate,
+                              wb->dgate, yb->stats, dlogits, wb->grad_next);
+    if (!wb->split_w)
+      moe_router_backward_weight(be, c, act_of(wb, H, bl - wb->l0), (int)nb, dlogits, gl->wg);
+    float* swap = wb->grad;
+    wb->grad = wb->grad_next;
+    wb->grad_next = swap;
+    tm->backward += train_now() - t0;
+    WAIT(tm, combine);
+    /* D: B's next combine-backward under F's residual and next router */
+    if (k + 1 < nl) {
+      dlayer_t* yn = &wb->layer[bl - 1 - wb->l0];
+      dchunk_t* cn = &yn->chunk[0];
+      CK(ds, ds->ep, moecclMoeCombineBackward(cn->plan, wb->grad, yn->gate, cn->y_rows,
+                                              cn->dy ? cn->dy : wb->dy_rows[0], wb->cap,
+                                              wb->dgate, H, moecclFloat32, st));
+    }
+    t0 = train_now();
+    float* out = act_of(wf, H, k + 1);
+    for (size_t i = 0; i < (size_t)n * H; i++) out[i] = xin[i] + wf->tok[i];
+    *aux += moe_stats_aux_loss(&cf, yf->stats);
+    tm->combine += train_now() - t0;
+    if (k + 1 < nl) {
+      if (fused_router(be, c, ds, p, wf, k + 1, st, tm)) return -1;
+      WAIT(tm, bexch);
+      if (fused_layout(c, ds, wf, k + 1)) return -1;
+    }
+  }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "train_loop.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,70 +19,168 @@
 #include "train_dist.h"
 #include "train_io.h"
 #include "train_layer.h"
+#include "train_pipe.h"
+#include "train_place.h"
 
-/* A fresh batch: random x of the whole batch (every rank draws the same),
- * the teacher's output on this rank's rows as its target. */
+/* --skew's direction: a unit vector of the seed's (seed + 3). */
+static void skew_dir(const moe_config_t* c, unsigned long seed, float* u) {
+  moe_rng_t rng;
+  moe_rng_seed(&rng, seed + 3);
+  moe_rng_normal(&rng, u, c->hidden, 1.0f);
+  double n2 = 0;
+  for (int h = 0; h < c->hidden; h++) n2 += (double)u[h] * u[h];
+  for (int h = 0; h < c->hidden; h++) u[h] = n2 > 0 ? (float)(u[h] / sqrt(n2)) : 0.0f;
+}
+
+/* --skew A: the inputs carry 2u, and every router favours expert e along u
+ * by A ln(E / (e + 1)), so the low ids are hot from the start (student and
+ * teacher alike; the load-balancing loss evens them out only slowly). */
+static void skew_router(const moe_config_t* c, float A, const float* u, moe_params_t* p) {
+  for (int l = 0; l < c->layers; l++)
+    for (int h = 0; h < c->hidden; h++)
+      for (int e = 0; e < c->experts; e++)
+        p->layer[l].wg[(size_t)h * c->experts + e] +=
+            (float)(A * log((double)c->experts / (e + 1)) * u[h] / 2);
+}
+
+/* A fresh batch: random x of the whole batch (every rank draws the same;
+ * plus 2u with --skew), the teacher's output on this rank's rows as its
+ * target. */
 static void synthetic_batch(const moe_backend_ops_t* be, const moe_params_t* teacher,
                             moe_workspace_t* ws, moe_rng_t* rng, const dist_t* ds, int tokens,
-                            float* xfull, float* x, float* target) {
+                            const float* u, float* xfull, float* x, float* target) {
   size_t H = teacher->cfg.hidden, nh = (size_t)ds->n * H;
   moe_rng_normal(rng, xfull, (size_t)tokens * H, 1.0f);
-  memcpy(x, xfull + (size_t)ds->n0 * H, nh * sizeof(float));
+  if (u)
+    for (size_t t = 0; t < (size_t)tokens; t++)
+      for (size_t h = 0; h < H; h++) xfull[t * H + h] += 2 * u[h];
+  rows_take(ds, H, xfull, x);
   moe_model_forward(be, teacher, ws, x, x, ds->n, NULL, NULL, NULL);
   memcpy(target, moe_model_output(ws), nh * sizeof(float));
 }
 
-int train_rank(const train_options_t* o, int rank, int nranks, moecclUniqueId id) {
+/* The EP group's load this step: the most expert rows a rank of it
+ * computed over their mean. */
+static int ep_imbalance(const dist_t* ds, size_t rows, double* out) {
+  double v[2] = {(double)rows, (double)rows};
+  moecclResult_t r = moecclAllReduce(v, v, 1, moecclFloat64, moecclMax, ds->ep, NULL);
+  if (r == moecclSuccess)
+    r = moecclAllReduce(v + 1, v + 1, 1, moecclFloat64, moecclSum, ds->ep, NULL);
+  if (r != moecclSuccess) return ccl_fail(ds, ds->ep, "moecclAllReduce (the load)", r);
+  *out = v[1] > 0 ? v[0] / (v[1] / ds->P) : 1.0;
+  return 0;
+}
+
+/* Every --rebalance-every steps: the new placements of this stage's layers,
+ * their experts' weights and Adam moments moved; 1 when one changed. */
+static int rebalance(const moe_config_t* c, dist_t* ds, placement_tracker_t* tr,
+                     moe_params_t* p, moe_adam_t* adam) {
+  for (int l = 0; l < c->layers; l++) {
+    if (dist_has_layer(ds, l)) placement_tracker_add(tr, l, ds->load + (size_t)l * c->experts);
+  }
+  memset(ds->load, 0, (size_t)c->layers * c->experts * sizeof(float));
+  placement_t* nw = calloc(c->layers, sizeof(placement_t));
+  int* changed = calloc(c->layers, sizeof(int));
+  char err[256];
+  int rc = -1, any = 0;
+  if (!nw || !changed) {
+    fprintf(stderr, "moe_train: rank %d: out of memory\n", ds->rank);
+    goto out;
+  }
+  int due = placement_tracker_step(tr, ds->place, nw, changed, err, sizeof(err));
+  if (due < 0) {
+    fprintf(stderr, "moe_train: rank %d: rebalance: %s\n", ds->rank, err);
+    goto out;
+  }
+  for (int l = 0; due && l < c->layers; l++) {
+    if (!changed[l] || !dist_has_layer(ds, l)) continue;
+    if (place_migrate(c, ds, l, &ds->place[l], &nw[l], p, adam)) goto out;
+    placement_free(&ds->place[l]);
+    if (placement_copy(&ds->place[l], &nw[l])) {
+      fprintf(stderr, "moe_train: rank %d: out of memory\n", ds->rank);
+      goto out;
+    }
+    ds->place_ver[l]++;
+    any = 1;
+  }
+  rc = any;
+out:
+  for (int l = 0; nw && l < c->layers; l++) placement_free(&nw[l]);
+  free(nw), free(changed);
+  return rc;
+}
+
+int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueId id) {
+  train_options_t planned = *given; /* --plan replaces the layout */
+  const train_options_t* o = &planned;
   const moe_config_t* c = &o->cfg;
   const moe_backend_ops_t* be = moe_backend_blas(o->threads);
   char blas[512];
   dist_t ds;
   int root = rank == 0;
-  if (dist_init(&ds, o, rank, nranks, id)) {
-    dist_fini(&ds, 1);
+  moecclComm_t world = NULL;
+  moecclResult_t wr = moecclCommInitRank(&world, nranks, id, rank);
+  if (wr != moecclSuccess) {
+    fprintf(stderr, "moe_train: rank %d: moecclCommInitRank: %s: %s\n", rank,
+            moecclGetErrorString(wr), moecclGetLastError(NULL));
     return 1;
   }
-  moe_params_t p = {0}, g = {0}, teacher = {0};
+  if (dist_init(&ds, o, rank, nranks, world)) {
+    dist_fini(&ds, 1);
+    if (planned.layer_start != given->layer_start) free(planned.layer_start);
+    return 1;
+  }
+  moe_params_t p = {0}, g = {0}, teacher = {0}, dump_g = {0};
   moe_workspace_t tws = {0};
-  dws_t w = {0};
+  pipe_t pipe = {0};
   moe_adam_t adam = {0};
   FILE* json = NULL;
   int status = 1;
   size_t H = c->hidden, nh = (size_t)ds.n * H, NH = (size_t)o->tokens * H;
   int nomem = 0;
   float *x = falloc(nh, &nomem), *target = falloc(nh, &nomem), *grad_x = falloc(nh, &nomem);
+  float* out = falloc(nh, &nomem);
+  float* skew_u = falloc(H, &nomem);
+  placement_tracker_t tracker = {0};
+  double imb_sum[2] = {0, 0}, imb_step[2] = {0, 0}; /* before and after the last rebalance */
+  int imb_n[2] = {0, 0}, rebalanced_at = 0;
   float *xfull = malloc(NH * sizeof(float) + 1), *tfull = malloc(NH * sizeof(float) + 1);
   float *dump_out = NULL, *dump_gx = NULL;
   if (nomem || !xfull || !tfull || moe_params_alloc(&p, c) ||
-      moe_params_alloc(&g, c) || dws_alloc(&w, c, &ds, o->chunks) ||
+      moe_params_alloc(&g, c) || pipe_init(&pipe, o, &ds) ||
       moe_adam_init(&adam, p.count, o->lr) ||
       (!o->load && (moe_params_alloc(&teacher, c) || moe_workspace_alloc(&tws, c, ds.n))) ||
       (o->dump && root && (!(dump_out = malloc(NH * sizeof(float) + 1)) ||
-                           !(dump_gx = malloc(NH * sizeof(float) + 1))))) {
+                           !(dump_gx = malloc(NH * sizeof(float) + 1)) ||
+                           moe_params_alloc(&dump_g, c)))) {
     fprintf(stderr, "moe_train: rank %d: out of memory\n", rank);
     goto done;
   }
-  if (dws_plans(&w, c, &ds)) goto done;
   moe_rng_t batch_rng;
   moe_rng_seed(&batch_rng, o->seed + 2);
   if (o->load) {
     if (load_all(o, &p, xfull, tfull)) goto done;
-    memcpy(x, xfull + (size_t)ds.n0 * H, nh * sizeof(float));
-    memcpy(target, tfull + (size_t)ds.n0 * H, nh * sizeof(float));
+    rows_take(&ds, H, xfull, x);
+    rows_take(&ds, H, tfull, target);
   } else {
     moe_params_init_random(&p, o->seed);
     moe_params_init_random(&teacher, o->seed + 1);
+    if (o->skew > 0) {
+      skew_dir(c, o->seed, skew_u);
+      skew_router(c, o->skew, skew_u, &p);
+      skew_router(c, o->skew, skew_u, &teacher);
+    }
   }
   int version = 0;
   moecclGetVersion(&version);
   be->describe(blas, sizeof(blas));
   if (root) {
-    printf("# moe_train (moeccl %d.%d.%d), %d rank%s (EP %d x DP %d, %d expert%s and %d-%d tokens "
-           "per rank, %d chunk%s): L=%d E=%d K=%d H=%d F=%d N=%d steps=%d lr=%g aux=%g seed=%lu "
-           "%s\n# compute: %s\n",
+    printf("# moe_train (moeccl %d.%d.%d), %d rank%s (PP %d x EP %d x DP %d, %d expert%s and "
+           "%d tokens per rank, %d micro-batch%s, %s, %d chunk%s): L=%d E=%d K=%d H=%d F=%d N=%d "
+           "steps=%d lr=%g aux=%g seed=%lu %s\n# compute: %s\n",
            version / 10000, version / 100 % 100, version % 100, nranks, nranks > 1 ? "s" : "",
-           ds.P, ds.D, ds.nexp, ds.nexp > 1 ? "s" : "", o->tokens / nranks, ds.maxn, o->chunks,
-           o->chunks > 1 ? "s" : "", c->layers,
+           ds.S, ds.P, ds.D, ds.nexp, ds.nexp > 1 ? "s" : "", ds.n, ds.M, ds.M > 1 ? "es" : "",
+           pp_sched_name(o->schedule), o->chunks, o->chunks > 1 ? "s" : "", c->layers,
            c->experts, c->topk, c->hidden, c->ffn, o->tokens, o->steps, o->lr, c->aux, o->seed,
            o->load    ? o->load
            : o->fresh ? "teacher, fresh inputs"
@@ -97,13 +196,22 @@ int train_rank(const train_options_t* o, int rank, int nranks, moecclUniqueId id
     }
   }
   if (dist_any(&ds, root && o->json && !json)) goto done;
+  if (ds.place && o->rebalance_every > 0) {
+    char err[256];
+    if (placement_tracker_init(&tracker, c->layers, c->experts, ds.P, o->replicas,
+                               o->rebalance_every, 0.05, err, sizeof(err))) {
+      fprintf(stderr, "moe_train: rank %d: %s\n", rank, err);
+      goto done;
+    }
+  }
   if (json)
     fprintf(json,
             "{\"layers\": %d, \"experts\": %d, \"topk\": %d, \"hidden\": %d, \"ffn\": %d, "
             "\"tokens\": %d, \"lr\": %g, \"aux\": %g, \"seed\": %lu, \"ranks\": %d, \"ep\": %d, "
-            "\"dp\": %d, \"chunks\": %d, \"blas\": \"%s\", \"steps\": [",
+            "\"dp\": %d, \"pp\": %d, \"vstages\": %d, \"microbatches\": %d, \"schedule\": "
+            "\"%s\", \"chunks\": %d, \"blas\": \"%s\", \"steps\": [",
             c->layers, c->experts, c->topk, c->hidden, c->ffn, o->tokens, o->lr, c->aux, o->seed,
-            nranks, ds.P, ds.D, o->chunks, blas);
+            nranks, ds.P, ds.D, ds.S, ds.V, ds.M, pp_sched_name(o->schedule), o->chunks, blas);
   int tty = root && isatty(STDERR_FILENO);
   double first_ratio = 0.0, last_ratio = 0.0;
   step_timing_t sum = {0}; /* over the steps after the first (warm-up) */
@@ -111,27 +219,52 @@ int train_rank(const train_options_t* o, int rank, int nranks, moecclUniqueId id
   int nsum = 0;
   for (int step = 1; step <= o->steps || (step == 1 && o->dump); step++) {
     if (!o->load && (step == 1 || o->fresh))
-      synthetic_batch(be, &teacher, &tws, &batch_rng, &ds, o->tokens, xfull, x, target);
+      synthetic_batch(be, &teacher, &tws, &batch_rng, &ds, o->tokens,
+                      o->skew > 0 ? skew_u : NULL, xfull, x, target);
     moe_loss_t loss;
     step_timing_t tm = {0};
-    double base = 0.0, t0 = train_now();
-    if (dist_forward(be, c, &ds, &p, &w, x, target, &loss, &base, &tm) ||
-        dist_backward(be, c, &ds, &p, &w, target, o->tokens, &g, grad_x, &tm))
+    double sums[4], t0 = train_now();
+    if (pipe_step(&pipe, be, c, &ds, &p, x, target, &g, out, grad_x, sums, &tm)) goto done;
+    double tl = train_now();
+    moecclResult_t rr = moecclAllReduce(sums, sums, 4, moecclFloat64, moecclSum, ds.world, NULL);
+    if (rr != moecclSuccess) {
+      ccl_fail(&ds, ds.world, "moecclAllReduce (the loss)", rr);
       goto done;
+    }
+    tm.router += train_now() - tl;
+    loss.mse = sums[1] > 0 ? sums[0] / (sums[1] * H) : 0.0;
+    loss.aux = sums[3];
+    loss.total = loss.mse + loss.aux;
+    double base = sums[1] > 0 ? sums[2] / (sums[1] * H) : 0.0;
     double t1 = train_now();
     if (grad_allreduce(c, &ds, &g)) goto done;
     tm.allreduce = train_now() - t1;
     if (step == 1 && o->dump) {
-      if (gather_for_dump(c, &ds, o->tokens, &g, act_of(&w, c, &ds, c->layers), grad_x, dump_out,
-                          dump_gx))
+      if (gather_for_dump(c, &ds, o->tokens, &g, out, grad_x, &dump_g, dump_out, dump_gx))
         goto done;
-      if (dist_any(&ds, root && dump_all(o, &g, dump_out, dump_gx, &loss))) goto done;
+      if (dist_any(&ds, root && dump_all(o, &dump_g, dump_out, dump_gx, &loss))) goto done;
     }
     if (step > o->steps) break;
     double t2 = train_now();
-    moe_adam_step(&adam, p.data, g.data);
+    adam_held(c, &ds, &adam, &p, &g);
     double t3 = train_now();
     tm.optimizer = t3 - t2;
+    double imb = 1.0;
+    if (ep_imbalance(&ds, pipe.rows, &imb)) goto done;
+    if (step > 1) { /* the first step warms up */
+      int k = rebalanced_at > 0;
+      imb_sum[k] += imb, imb_step[k] += t3 - t0, imb_n[k]++;
+    }
+    if (ds.place && o->rebalance_every > 0) {
+      int moved = rebalance(c, &ds, &tracker, &p, &adam);
+      if (moved < 0) goto done;
+      if (moved) {
+        rebalanced_at = step;
+        imb_sum[1] = imb_step[1] = 0, imb_n[1] = 0; /* "after" counts from the last one */
+        if (root) printf("# step %d: experts placed again (EP %d ranks, %d replica%s)\n", step,
+                         ds.P, o->replicas, o->replicas == 1 ? "" : "s");
+      }
+    }
     double ratio = base > 0 ? loss.total / base : 0.0;
     if (step == 1) first_ratio = ratio;
     last_ratio = ratio;
@@ -145,6 +278,7 @@ int train_rank(const train_options_t* o, int rank, int nranks, moecclUniqueId id
       sum.allreduce += tm.allreduce, sum.optimizer += tm.optimizer;
       sum_step += t3 - t0, sum_comm += comm, nsum++;
     }
+    if (step == 1 && o->steps > 1) pipe_stats_reset(&pipe); /* the first step warms up */
     if (!root) continue;
     printf("  %5d %12.6g %12.6g %10.4g %12.6g %7.4f %10.0f  %.3f %.3f %.3f %.3f %.3f (%.3f) %.3f "
            "%.3f %.1f\n",
@@ -160,10 +294,10 @@ int train_rank(const train_options_t* o, int rank, int nranks, moecclUniqueId id
               "\"baseline\": %.9g, \"tokens_per_s\": %.1f, \"time_s\": {\"router\": %.6g, "
               "\"dispatch\": %.6g, \"experts\": %.6g, \"combine\": %.6g, \"backward\": "
               "%.6g, \"backward_exchanges\": %.6g, \"allreduce\": %.6g, \"optimizer\": %.6g}, "
-              "\"comm_share\": %.4f}",
+              "\"comm_share\": %.4f, \"imbalance\": %.4f}",
               step > 1 ? "," : "", step, loss.total, loss.mse, loss.aux, base, tps, tm.router,
               tm.dispatch, tm.experts, tm.combine, tm.backward, tm.bexch, tm.allreduce,
-              tm.optimizer, comm / (t3 - t0));
+              tm.optimizer, comm / (t3 - t0), imb);
   }
   if (tty) fprintf(stderr, "\n");
   if (root && nsum > 0) {
@@ -175,10 +309,21 @@ int train_rank(const train_options_t* o, int rank, int nranks, moecclUniqueId id
            k * sum.dispatch, k * sum.experts, k * sum.combine, k * sum.backward, k * sum.bexch,
            k * sum.allreduce, k * sum.optimizer, 100 * sum_comm / sum_step);
   }
+  if (root && (ds.P > 1 || ds.place) && imb_n[0] > 0) {
+    printf("# expert load (the most expert rows an EP rank computes per step over the mean): "
+           "%.3f, %.3f ms per step", imb_sum[0] / imb_n[0], 1e3 * imb_step[0] / imb_n[0]);
+    if (imb_n[1] > 0)
+      printf(" before the placement of step %d; after it %.3f, %.3f ms per step (steps %d-%d)",
+             rebalanced_at, imb_sum[1] / imb_n[1], 1e3 * imb_step[1] / imb_n[1],
+             rebalanced_at + 1, o->steps);
+    printf("\n");
+  }
   if (root && o->steps > 0)
     printf("# loss / baseline: %.4f at step 1, %.4f at step %d\n", first_ratio, last_ratio,
            o->steps);
-  if (json) fprintf(json, "\n]}\n");
+  if (json) fprintf(json, "\n]");
+  if (pipe_report(&pipe, o, &ds, json)) goto done;
+  if (json) fprintf(json, "}\n");
   status = 0;
 done:
   if (json && fclose(json)) {
@@ -186,13 +331,16 @@ done:
     status = 1;
   }
   fflush(stdout);
-  dws_free(&w, c);
+  pipe_free(&pipe);
   dist_fini(&ds, status != 0);
   moe_adam_free(&adam);
   moe_workspace_free(&tws);
   moe_params_free(&p);
   moe_params_free(&g);
   moe_params_free(&teacher);
-  free(x), free(target), free(grad_x), free(xfull), free(tfull), free(dump_out), free(dump_gx);
+  moe_params_free(&dump_g);
+  placement_tracker_free(&tracker);
+  if (planned.layer_start != given->layer_start) free(planned.layer_start);
+  free(x), free(target), free(grad_x), free(out), free(skew_u), free(xfull), free(tfull), free(dump_out), free(dump_gx);
   return status;
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "npy.h"
+#include "pp_sched.h"
 
 static void usage(FILE* out) {
   fprintf(out, "usage: moe_train [options]\n"
@@ -35,7 +36,35 @@ static void usage(FILE* out) {
                "                its own plan; a chunk's experts run while the next chunk's\n"
                "                dispatch and the last one's combine are queued on a host\n"
                "                stream (1)\n"
-               "  under MPI:    mpirun -np R moe_train [--ep P --dp D] ...\n");
+               "  --pp S        pipeline stages: the layers split into S contiguous stages;\n"
+               "                R = S * P * D (1)\n"
+               "  --microbatches M  micro-batches per step (1); the optimizer steps once\n"
+               "                per step whatever S and M are\n"
+               "  --schedule NAME   gpipe, 1f1b (default), interleaved, zb-h1\n"
+               "  --vstages V   model chunks per stage (interleaved only; 1)\n"
+               "  --split LIST  layers per virtual stage, S*V numbers summing to L\n"
+               "                (default: as even as possible, the first ones larger)\n"
+               "  --overlap     a forward next to the backward of another micro-batch (the\n"
+               "                1f1b-overlap schedule's steady state) run layer by layer\n"
+               "                interleaved, each one's EP exchanges on a host stream under\n"
+               "                the other's compute (needs --chunks 1)\n"
+               "  --timeline FILE   the last step's pipeline ops per stage as JSON\n"
+               "                (scripts/pp_timeline.py draws it)\n"
+               "  --rebalance-every N  every N steps, place the experts so that each EP\n"
+               "                rank's load (the router's counts since) evens out; their\n"
+               "                weights and Adam state move with them (0: never)\n"
+               "  --replicas X  X more expert slots in each EP group, for copies of the\n"
+               "                hottest experts (EPLB's redundant experts); (E + X) %% P = 0\n"
+               "  --skew A      synthetic task: inputs with a common direction that the\n"
+               "                routers of student and teacher favour for low expert ids,\n"
+               "                expert e by A * ln(E / (e + 1)) (0)\n"
+               "  --plan        the planner (moe_plan(1)) ranks every layout of the R ranks\n"
+               "                with this host's probed compute and the communicator's\n"
+               "                costs; rank 0 prints the ranking and all train with the\n"
+               "                winner (--pp, --ep, --dp, --microbatches, --schedule,\n"
+               "                --vstages, --chunks, --overlap given are replaced)\n"
+               "  --plan-json FILE  --plan, and every layout's prediction as JSON\n"
+               "  under MPI:    mpirun -np R moe_train [--pp S --ep P --dp D] ...\n");
 }
 
 static int parse_int(const char* name, const char* text, int min, int* out) {
@@ -82,7 +111,19 @@ int parse_options(int argc, char** argv, train_options_t* o) {
     O_EP,
     O_DP,
     O_CHUNKS,
-    O_FRESH
+    O_FRESH,
+    O_PP,
+    O_MICRO,
+    O_SCHEDULE,
+    O_VSTAGES,
+    O_SPLIT,
+    O_TIMELINE,
+    O_OVERLAP,
+    O_REBALANCE,
+    O_REPLICAS,
+    O_SKEW,
+    O_PLAN,
+    O_PLAN_JSON
   };
   static const struct option longopts[] = {
       {"layers", 1, 0, O_LAYERS},   {"experts", 1, 0, O_EXPERTS},
@@ -94,10 +135,16 @@ int parse_options(int argc, char** argv, train_options_t* o) {
       {"dump", 1, 0, O_DUMP},       {"json", 1, 0, O_JSON},
       {"ep", 1, 0, O_EP},           {"dp", 1, 0, O_DP},
       {"chunks", 1, 0, O_CHUNKS},   {"fresh", 0, 0, O_FRESH},
+      {"pp", 1, 0, O_PP},           {"microbatches", 1, 0, O_MICRO},
+      {"schedule", 1, 0, O_SCHEDULE}, {"vstages", 1, 0, O_VSTAGES},
+      {"split", 1, 0, O_SPLIT},     {"timeline", 1, 0, O_TIMELINE},
+      {"overlap", 0, 0, O_OVERLAP}, {"rebalance-every", 1, 0, O_REBALANCE},
+      {"replicas", 1, 0, O_REPLICAS}, {"skew", 1, 0, O_SKEW},
+      {"plan", 0, 0, O_PLAN},       {"plan-json", 1, 0, O_PLAN_JSON},
       {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
   *o = (train_options_t){
       .cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 200, .lr = 0.003f, .seed = 1,
-      .chunks = 1};
+      .chunks = 1, .pp = 1, .vstages = 1, .microbatches = 1, .schedule = PP_1F1B};
   int c, seed = 0, rc = 0;
   while (rc == 0 && (c = getopt_long(argc, argv, "hn:", longopts, NULL)) != -1) {
     switch (c) {
@@ -139,6 +186,24 @@ int parse_options(int argc, char** argv, train_options_t* o) {
       case 'n': rc = parse_int("n", optarg, 1, &o->ranks); break;
       case O_CHUNKS:
         rc = parse_int("chunks", optarg, 1, &o->chunks);
+        break;
+      case O_PP: rc = parse_int("pp", optarg, 1, &o->pp); break;
+      case O_MICRO: rc = parse_int("microbatches", optarg, 1, &o->microbatches); break;
+      case O_VSTAGES: rc = parse_int("vstages", optarg, 1, &o->vstages); break;
+      case O_SPLIT: o->split = optarg; break;
+      case O_TIMELINE: o->timeline = optarg; break;
+      case O_OVERLAP: o->overlap = 1; break;
+      case O_REBALANCE: rc = parse_int("rebalance-every", optarg, 0, &o->rebalance_every); break;
+      case O_REPLICAS: rc = parse_int("replicas", optarg, 0, &o->replicas); break;
+      case O_SKEW: rc = parse_float("skew", optarg, &o->skew); break;
+      case O_PLAN: o->plan = 1; break;
+      case O_PLAN_JSON: o->plan_json = optarg, o->plan = 1; break;
+      case O_SCHEDULE:
+        o->schedule = pp_sched_lookup(optarg);
+        if (o->schedule < 0) {
+          fprintf(stderr, "moe_train: --schedule %s: want one of %s\n", optarg, pp_sched_names());
+          rc = -1;
+        }
         break;
       case 'h': usage(stdout); return 1;
       default: usage(stderr); return -1;
@@ -188,7 +253,48 @@ int infer_shapes(train_options_t* o) {
   return 0;
 }
 
-/* R, P and D from the flags (and the launcher's R); 0, or -1 with a message. */
+/* The layers of each of the nv virtual stages: --split's list, or as even
+ * as possible; 0, or -1 with a message. */
+static int split_layers(train_options_t* o, int nv) {
+  int L = o->cfg.layers;
+  o->layer_start = calloc(nv + 1, sizeof(int));
+  if (!o->layer_start) {
+    fprintf(stderr, "moe_train: out of memory\n");
+    return -1;
+  }
+  if (!o->split) {
+    if (L < nv) {
+      fprintf(stderr, "moe_train: %d layers do not fill %d virtual stages (--pp x --vstages)\n",
+              L, nv);
+      return -1;
+    }
+    for (int j = 0; j <= nv; j++) o->layer_start[j] = j * (L / nv) + (j < L % nv ? j : L % nv);
+    return 0;
+  }
+  const char* t = o->split;
+  for (int j = 0; j < nv; j++) {
+    char* end;
+    errno = 0;
+    long v = strtol(t, &end, 10);
+    if (errno || end == t || v < 1 || v > L || (j + 1 < nv ? *end != ',' : *end != 0)) {
+      fprintf(stderr,
+              "moe_train: --split %s: want %d layer counts >= 1 separated by commas (one per "
+              "virtual stage, S x V)\n",
+              o->split, nv);
+      return -1;
+    }
+    o->layer_start[j + 1] = o->layer_start[j] + (int)v;
+    t = end + 1;
+  }
+  if (o->layer_start[nv] != L) {
+    fprintf(stderr, "moe_train: --split %s: %d layers, the model has %d\n", o->split,
+            o->layer_start[nv], L);
+    return -1;
+  }
+  return 0;
+}
+
+/* R, S, P and D from the flags (and the launcher's R); 0, or -1 with a message. */
 int resolve_layout(train_options_t* o, int launched) {
   int R = launched ? launched : o->ranks;
   if (launched && o->ranks && o->ranks != launched) {
@@ -196,13 +302,20 @@ int resolve_layout(train_options_t* o, int launched) {
             o->ranks, launched);
     return -1;
   }
-  if (!R) R = (o->ep ? o->ep : 1) * (o->dp ? o->dp : 1);
-  if (!o->ep && !o->dp) o->ep = R, o->dp = 1;
-  else if (!o->ep) o->ep = R % o->dp ? 0 : R / o->dp;
-  else if (!o->dp) o->dp = R % o->ep ? 0 : R / o->ep;
-  if (o->ep < 1 || o->dp < 1 || (long long)o->ep * o->dp != R) {
-    fprintf(stderr, "moe_train: %d ranks do not split as --ep %d x --dp %d (R = P * D)\n", R,
-            o->ep, o->dp);
+  int S = o->pp;
+  if (!R) R = S * (o->ep ? o->ep : 1) * (o->dp ? o->dp : 1);
+  if (R % S) {
+    fprintf(stderr, "moe_train: %d ranks do not split into --pp %d stages\n", R, S);
+    return -1;
+  }
+  int Q = R / S; /* ranks per stage */
+  if (!o->ep && !o->dp) o->ep = Q, o->dp = 1;
+  else if (!o->ep) o->ep = Q % o->dp ? 0 : Q / o->dp;
+  else if (!o->dp) o->dp = Q % o->ep ? 0 : Q / o->ep;
+  if (o->ep < 1 || o->dp < 1 || (long long)o->ep * o->dp != Q) {
+    fprintf(stderr,
+            "moe_train: %d ranks do not split as --pp %d x --ep %d x --dp %d (R = S * P * D)\n",
+            R, S, o->ep, o->dp);
     return -1;
   }
   if (o->cfg.experts % o->ep) {
@@ -214,6 +327,40 @@ int resolve_layout(train_options_t* o, int launched) {
     fprintf(stderr, "moe_train: %d ranks: at most 256\n", R);
     return -1;
   }
+  if (o->vstages > 1 && o->schedule != PP_INTERLEAVED) {
+    fprintf(stderr, "moe_train: --vstages %d needs --schedule interleaved\n", o->vstages);
+    return -1;
+  }
+  if ((o->cfg.experts + o->replicas) % o->ep || o->replicas > o->cfg.experts * (o->ep - 1)) {
+    fprintf(stderr,
+            "moe_train: --replicas %d: the %d experts and their copies must fill --ep %d ranks "
+            "evenly, at most one copy of an expert per rank\n",
+            o->replicas, o->cfg.experts, o->ep);
+    return -1;
+  }
+  if (o->overlap && o->chunks > 1) {
+    fprintf(stderr, "moe_train: --overlap runs one chunk per layer: not with --chunks %d\n",
+            o->chunks);
+    return -1;
+  }
+  if (S > 64) {
+    fprintf(stderr, "moe_train: --pp %d: at most 64 stages\n", S);
+    return -1;
+  }
+  if (o->microbatches > o->tokens) {
+    fprintf(stderr, "moe_train: --microbatches %d: more than the %d tokens\n", o->microbatches,
+            o->tokens);
+    return -1;
+  }
+  /* the schedule itself says what it refuses (interleaved's M % S, ...) */
+  pp_sched_t sc;
+  char err[256];
+  if (pp_sched_build(&sc, o->schedule, S, o->vstages, o->microbatches, err, sizeof(err))) {
+    fprintf(stderr, "moe_train: %s\n", err);
+    return -1;
+  }
+  pp_sched_free(&sc);
+  if (split_layers(o, S * o->vstages)) return -1;
   o->ranks = R;
   return 0;
 }

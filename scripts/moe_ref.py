@@ -8,12 +8,14 @@ hand.  Subcommands:
   gen DIR --layers L --experts E --hidden H --ffn F --tokens N --seed S
       writes wg{l}.npy [H,E], w1_{l}.npy, w3_{l}.npy [E,H,F], w2_{l}.npy
       [E,F,H], x.npy, target.npy [N,H] (float32, C order)
-  check DIR DUMP --topk K --aux A [--rtol R]
+  check DIR DUMP --topk K --aux A [--rtol R] [--microbatches M]
       computes the first forward and backward from DIR and compares with
       the files a driver dumped into DUMP (out.npy, grad_x.npy,
       grad_wg{l}.npy, grad_w1_{l}.npy, grad_w3_{l}.npy, grad_w2_{l}.npy,
       loss.txt): per tensor, max|dump - ref| <= R * max|ref| (R = 1e-4), the
       loss within 1e-5 relative.  Exit 0 when all agree, 1 otherwise.
+      --microbatches M: the load-balancing loss per micro-batch, as
+      moe_train --microbatches M computes it.
   selftest
       central differences of this reference's own gradients (float64).
 """
@@ -104,18 +106,31 @@ def layer_backward(w, c, dout, aux):
     return dx, g
 
 
-def model(layers, x, target, k, aux):
-    caches, aux_loss = [], 0.0
-    for w in layers:
-        x, a, c = layer_forward(w, x, k, aux)
-        caches.append(c)
-        aux_loss += a
-    loss = float(np.mean((x - target) ** 2)) + aux_loss
-    d = 2.0 * (x - target) / x.size
+def model(layers, x, target, k, aux, microbatches=1):
+    """The loss, output, dL/dx and gradients.  With M micro-batches (rows
+    [m*N/M, (m+1)*N/M)) the load-balancing loss is each micro-batch's, from
+    its own f_e and P_e, weighted by its share of the tokens N_m / N (as
+    moe_train --microbatches); the squared error is the whole batch's."""
+    n, total = x.shape[0], x.size
+    loss, out, gx = 0.0, np.empty_like(x), np.empty_like(x)
     grads = [None] * len(layers)
-    for l in reversed(range(len(layers))):
-        d, grads[l] = layer_backward(layers[l], caches[l], d, aux)
-    return loss, x, d, grads
+    for m in range(microbatches):
+        a, b = m * n // microbatches, (m + 1) * n // microbatches
+        if a == b:
+            continue
+        xs, caches, scale = x[a:b], [], aux * (b - a) / n
+        for w in layers:
+            xs, al, c = layer_forward(w, xs, k, scale)
+            caches.append(c)
+            loss += al
+        loss += float(np.sum((xs - target[a:b]) ** 2)) / total
+        out[a:b] = xs
+        d = 2.0 * (xs - target[a:b]) / total
+        for l in reversed(range(len(layers))):
+            d, g = layer_backward(layers[l], caches[l], d, scale)
+            grads[l] = g if grads[l] is None else {key: grads[l][key] + g[key] for key in g}
+        gx[a:b] = d
+    return loss, out, gx, grads
 
 
 def gen(args):
@@ -137,7 +152,7 @@ def gen(args):
 
 def check(args):
     layers, x, target = load(args.dir)
-    loss, out, gx, grads = model(layers, x, target, args.topk, args.aux)
+    loss, out, gx, grads = model(layers, x, target, args.topk, args.aux, args.microbatches)
     pairs = [("out.npy", out), ("grad_x.npy", gx)]
     for l, g in enumerate(grads):
         pairs += [("grad_wg%d.npy" % l, g["wg"]), ("grad_w1_%d.npy" % l, g["w1"]),
@@ -208,6 +223,7 @@ def main():
     c.add_argument("--topk", type=int, default=2)
     c.add_argument("--aux", type=float, default=0.01)
     c.add_argument("--rtol", type=float, default=1e-4)
+    c.add_argument("--microbatches", type=int, default=1)
     sub.add_parser("selftest")
     args = ap.parse_args()
     if args.cmd == "gen":
