@@ -57,6 +57,17 @@ dist_man_MANS += \
 	man/moecclReduceScatter.3 \
 	man/moecclScatter.3 \
 	man/moecclSend.3 \
+	man/moecclSim.3 \
+	man/moecclSimAlltoAll.3 \
+	man/moecclSimAlltoAllv.3 \
+	man/moecclSimCollective.3 \
+	man/moecclSimCreate.3 \
+	man/moecclSimCreateFromComm.3 \
+	man/moecclSimDescribe.3 \
+	man/moecclSimDestroy.3 \
+	man/moecclSimRanks.3 \
+	man/moecclSimSendRecv.3 \
+	man/moecclSimSetCosts.3 \
 	man/reduce_perf.1 \
 	man/reduce_scatter_perf.1 \
 	man/scatter_perf.1
@@ -94,4 +105,5 @@ EXTRA_DIST += \
 	man/moecclReduce.3.md \
 	man/moecclReduceScatter.3.md \
 	man/moecclScatter.3.md \
-	man/moecclSend.3.md
+	man/moecclSend.3.md \
+	man/moecclSim.3.md

@@ -57,51 +57,23 @@ static int pick_algos(struct sim_run* r) {
   return r->nalgos ? 0 : -1;
 }
 
-static void add_sample(struct sim_run* r, int rank, unsigned char* seen) {
-  if (rank < 0 || rank >= r->topo.nranks || seen[rank]) return;
-  seen[rank] = 1;
-  r->sample[r->nsample++] = rank;
-}
-
 /* Ranks 0 and n-1, then count ranks on nodes spread evenly over the cluster
- * (so over its groups), each at another local index. */
+ * (so over its groups), each at another local index; or every rank. */
 static void pick_sample(struct sim_run* r, unsigned char* seen) {
   const moeccl_topo_t* t = &r->topo;
   if (r->o->all_ranks) {
-    for (int i = 0; i < t->nranks; i++) add_sample(r, i, seen);
+    for (int i = 0; i < t->nranks; i++)
+      r->nsample = moeccl_pricing_sample_add(i, t->nranks, seen, r->sample, r->nsample);
     return;
   }
-  add_sample(r, 0, seen);
-  add_sample(r, t->nranks - 1, seen);
-  int count = r->o->sample;
-  for (int i = 0; i < count; i++) {
-    int node = (int)((long long)i * t->nnodes / count);
-    int size = t->node_first[node + 1] - t->node_first[node];
-    add_sample(r, t->node_ranks[t->node_first[node] + i % size], seen);
-  }
+  r->nsample = moeccl_pricing_sample_spread(t, r->o->sample, seen, r->sample, r->nsample);
 }
 
 /* Adds the 8 heaviest senders and the 8 heaviest receivers to the sample:
  * with uneven splits the slowest rank is usually one of them. */
 static void sample_heavy(struct sim_run* r, unsigned char* seen) {
-  int n = r->split.n;
-  for (int dir = 0; dir < 2; dir++) {
-    int top[8];
-    size_t topv[8];
-    int ntop = 0;
-    for (int a = 0; a < n; a++) {
-      size_t v = 0;
-      for (int b = 0; b < n; b++)
-        v += dir ? r->split.counts[(size_t)b * (size_t)n + (size_t)a]
-                 : r->split.counts[(size_t)a * (size_t)n + (size_t)b];
-      int i = ntop < 8 ? ntop++ : 8;
-      if (i == 8 && v <= topv[7]) continue;
-      if (i == 8) i = 7;
-      for (; i > 0 && topv[i - 1] < v; i--) top[i] = top[i - 1], topv[i] = topv[i - 1];
-      top[i] = a, topv[i] = v;
-    }
-    for (int i = 0; i < ntop; i++) add_sample(r, top[i], seen);
-  }
+  r->nsample = moeccl_pricing_sample_heavy(r->split.counts, r->split.n, 8, seen, r->sample,
+                                           r->nsample);
 }
 
 /* ---- pricing ------------------------------------------------------------ */

@@ -3,7 +3,8 @@
  * split of one size, the priced rows and the run.  The parts:
  *   a2a_sim.c          the driver: sampled ranks, pricing, output, main
  *   a2a_sim_opts.c     the command line
- *   a2a_sim_cluster.c  the modelled cluster: presets, topology files, costs
+ *   a2a_sim_cluster.c  the modelled cluster: presets (src/topo/topo_presets.c),
+ *                      topology files, costs
  *   a2a_sim_split.c    the uneven splits (--dist)
  */
 #ifndef MOECCL_PERF_A2A_SIM_H_
@@ -18,6 +19,7 @@
 #include "perf_split.h"
 #include "topo/topo.h"
 #include "tune/cost_model.h"
+#include "tune/pricing.h"
 
 #define DIST_MAX_RANKS 4096 /* uneven splits keep the n x n matrix of counts */
 #define MOE_K_MAX 64        /* --dist moe:E,K: experts per token, at most */

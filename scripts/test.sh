@@ -94,11 +94,12 @@ run_stage build-asan "${asan_env[@]}" -- CFLAGS="$asan_cflags" LDFLAGS="$sanitiz
 check_prefix=()
 vg_tests="tests/test_param tests/api_nompi tests/mp_alltoall tests/mp_alltoallv tests/mp_sendrecv"
 vg_tests+=" tests/mp_split tests/mp_hoststream tests/mp_badargs tests/mp_coll tests/mp_coll_badargs"
-vg_tests+=" tests/test_device tests/test_boot_reply tests/mp_device"
+vg_tests+=" tests/test_device tests/test_boot_reply tests/mp_device tests/test_sim"
 vg_cmd="$root/build-valgrind/libtool --mode=execute valgrind -q --trace-children=yes --error-exitcode=99"
 vg_cmd+=" --leak-check=full --errors-for-leak-kinds=definite --suppressions=$root/scripts/valgrind.supp"
 make_args=("TESTS=$vg_tests" "LOG_COMPILER=$vg_cmd")
-run_stage build-valgrind MP_RANKS=2,3 MP_VARIANTS=0 MP_DEADLINE_SCALE=10 MOECCL_TIMEOUT=120 --
+run_stage build-valgrind MP_RANKS=2,3 MP_VARIANTS=0 MP_DEADLINE_SCALE=10 MOECCL_TIMEOUT=120 \
+  TEST_SIM_NO_TIMING=1 --
 make_args=()
 
 # The fuzz harnesses, a bounded run each (about 1.5 minutes in all with their

@@ -14,7 +14,7 @@ libmoeccl_core_la_SOURCES = \
   src/kernels/copy.c src/kernels/copy.h src/kernels/mem.c src/kernels/mem.h \
   src/kernels/rows.c src/kernels/rows.h \
   src/topo/topo.c src/topo/topo.h \
-  src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c \
+  src/topo/topo_env.c src/topo/topo_file.c src/topo/topo_hw.c src/topo/topo_presets.c \
   src/comm/comm.h src/comm/error.c src/comm/peer_lost.c src/comm/peers.c src/comm/secret.c src/comm/span.c src/comm/span.h \
   src/comm/memreg.c src/comm/memreg.h \
   src/comm/bootstrap.c src/comm/bootstrap.h src/comm/bootstrap_int.h \
@@ -30,12 +30,14 @@ libmoeccl_core_la_SOURCES = \
   src/algos/alltoall_hier2.c src/algos/alltoall_hier3.c src/algos/alltoall_rail.c \
   src/algos/relay.c src/algos/relay.h src/algos/moe_algos.h src/algos/moe_dispatch.c \
   src/tune/cost_model.c src/tune/cost_model.h src/tune/tuner.c src/tune/tuner.h src/tune/forced.c \
+  src/tune/pricing.c src/tune/pricing.h \
   src/plan/plan.c src/plan/plan.h \
   src/exec/executor.c src/exec/executor.h src/exec/executor_int.h src/exec/local.c \
   src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/enqueue.c src/exec/enqueue.h \
   src/exec/stream.h src/exec/stream.c src/exec/hoststream.c src/exec/devstream.c \
   src/api/communicator.c src/api/alltoall.c src/api/collectives.c src/api/memalloc.c \
-  src/api/moe.c src/api/moe_int.h src/api/moe_layout.c src/api/moe_hier.c src/api/moe_common.c
+  src/api/moe.c src/api/moe_int.h src/api/moe_layout.c src/api/moe_hier.c src/api/moe_common.c \
+  src/api/sim.c src/api/sim_int.h src/api/sim_price.c
 libmoeccl_core_la_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_builddir)/config.h
 libmoeccl_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 libmoeccl_la_SOURCES = include/moeccl.h

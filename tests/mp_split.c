@@ -6,8 +6,9 @@
  * polled), a split of a child with tied keys (old order kept), two threads
  * driving two communicators at once, 20 split/destroy rounds that must leak
  * no fd, thread or mapping, alltoalls on every communicator, children
- * destroyed before the parent.  Then a run where every rank makes the world
- * communicator with a non-blocking moecclCommInitRankConfig.
+ * destroyed before the parent; a simulator of the parent prices the
+ * child's members as one of the child does.  Then a run where every rank
+ * makes the world communicator with a non-blocking moecclCommInitRankConfig.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "moeccl_sim.h"
 #include "mp_harness.h"
 
 /* A checked alltoall on comm, whose ranks are me of n. */
@@ -145,6 +147,41 @@ static int names_keep_secret(void) {
   return 0;
 }
 
+/* moecclSimCreateFromComm: a simulator of the parent prices the child's
+ * members (c1: same parity, ranks descending) exactly as a simulator of
+ * the child prices all of its ranks, since both see the split's topology,
+ * costs and window; and both outlive neither communicator's use. */
+static int sim_of_split(moecclComm_t comm, moecclComm_t c1, int rank, int n) {
+  moecclSim_t whole = NULL, child = NULL;
+  MP_OK(moecclSimCreateFromComm(&whole, comm));
+  MP_OK(moecclSimCreateFromComm(&child, c1));
+  int members[64], m = 0, count = -1;
+  for (int r = n - 1; r >= 0; r--)
+    if (r % 2 == rank % 2) members[m++] = r;
+  MP_OK(moecclSimRanks(child, &count));
+  MP_CHECK(count == m, "simulator of the child: %d ranks, want %d", count, m);
+  int ident[64];
+  for (int i = 0; i < m; i++) ident[i] = i;
+  static const char* algos[] = {NULL, "direct", "pairwise", "bruck", "hier2", "rail"};
+  for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+    double t_whole = -1, t_child = -2;
+    const char *u_whole = NULL, *u_child = NULL;
+    MP_OK(moecclSimAlltoAll(whole, members, m, 4096, algos[a], &t_whole, &u_whole));
+    MP_OK(moecclSimAlltoAll(child, ident, m, 4096, algos[a], &t_child, &u_child));
+    MP_CHECK(t_whole == t_child && strcmp(u_whole, u_child) == 0,
+             "alltoall %s: %.9g s by %s on the parent's members, %.9g s by %s on the child",
+             algos[a] ? algos[a] : "(tuner)", t_whole, u_whole, t_child, u_child);
+  }
+  double t_whole = -1, t_child = -2;
+  MP_OK(moecclSimCollective(whole, moecclSimAllReduce, members, m, 1 << 20, &t_whole, NULL));
+  MP_OK(moecclSimCollective(child, moecclSimAllReduce, ident, m, 1 << 20, &t_child, NULL));
+  MP_CHECK(t_whole == t_child && t_whole > 0,
+           "allreduce: %.9g s on the parent, %.9g s on the child", t_whole, t_child);
+  MP_OK(moecclSimDestroy(child));
+  MP_OK(moecclSimDestroy(whole));
+  return 0;
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
 
@@ -161,6 +198,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   MP_OK(moecclCommSplit(comm, color, -rank, &c1, NULL));
   MP_CHECK(c1 != NULL && c1 != (moecclComm_t)&c1, "split 1: newcomm not set");
   if (check_shape(c1, size1, rank1, "split by parity, key -rank")) return 1;
+  if (sim_of_split(comm, c1, rank, n)) return 1;
 
   /* Split 2: ranks with rank%3 == 0 opt out; the others keep their order. */
   int out = rank % 3 == 0, size2 = 0, rank2 = 0;

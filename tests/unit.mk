@@ -19,6 +19,13 @@ tests_test_topo_LDADD = libmoeccl_core.la
 TESTS += tests/test_topo_hw.sh
 EXTRA_DIST += tests/test_topo_hw.sh tests/data/topo-gpu-node.xml
 
+# The simulator API (include/moeccl_sim.h) against a2a_sim's numbers, and
+# its refusals; one single-rank communicator in the process.
+check_PROGRAMS += tests/test_sim
+TESTS += tests/test_sim
+tests_test_sim_SOURCES = tests/test_sim.c tests/unit_check.h
+tests_test_sim_LDADD = libmoeccl_core.la -lm
+
 check_PROGRAMS += tests/test_model
 TESTS += tests/test_model
 tests_test_model_SOURCES = tests/test_model.c tests/unit_check.h

@@ -139,3 +139,78 @@ int moeccl_topo_regular(const moeccl_topo_t* t, int levels) {
   if (levels < 3) return 1;
   return t->nodes_per_group == 0 || t->nnodes % t->nodes_per_group == 0;
 }
+
+static int* dup_ints(const int* src, int n) {
+  int* p = src ? malloc(sizeof(int) * (size_t)(n > 0 ? n : 1)) : NULL;
+  if (p) memcpy(p, src, sizeof(int) * (size_t)n);
+  return p;
+}
+
+moecclResult_t moeccl_topo_copy(moeccl_topo_t* dst, const moeccl_topo_t* src) {
+  *dst = *src;
+  dst->rank_node = dup_ints(src->rank_node, src->nranks);
+  dst->rank_local = dup_ints(src->rank_local, src->nranks);
+  dst->node_first = dup_ints(src->node_first, src->nnodes + 1);
+  dst->node_ranks = dup_ints(src->node_ranks, src->nranks);
+  dst->node_group = dup_ints(src->node_group, src->nnodes);
+  if (!dst->rank_node || !dst->rank_local || !dst->node_first || !dst->node_ranks ||
+      !dst->node_group) {
+    moeccl_topo_free(dst);
+    return moecclSystemError;
+  }
+  return moecclSuccess;
+}
+
+/* The members' nodes per group when the parent's groups form consecutive
+ * runs of one size over them, and there are two runs or more; else 0.
+ * parent_of[k]: the parent node of member node k; seen: ngroups bytes, 0. */
+static int group_run(const moeccl_topo_t* p, const int* parent_of, int nn, unsigned char* seen) {
+  int per = 0, run = 0;
+  for (int k = 0; k < nn; k++) {
+    int g = p->node_group[parent_of[k]];
+    if (k && g == p->node_group[parent_of[k - 1]]) {
+      run++;
+      continue;
+    }
+    if (k && per == 0) per = run;
+    else if (k && run != per) return 0;
+    if (seen[g]) return 0; /* a group seen before: not one run */
+    seen[g] = 1;
+    run = 1;
+  }
+  if (per == 0) per = run;
+  else if (run != per) return 0;
+  return per < nn ? per : 0;
+}
+
+moecclResult_t moeccl_topo_subset(moeccl_topo_t* t, const moeccl_topo_t* p, const int* ranks,
+                                  int n) {
+  memset(t, 0, sizeof(*t));
+  if (!p || !ranks || n < 1) return moecclInvalidArgument;
+  int* rank_node = malloc(sizeof(int) * (size_t)n);
+  int* child_of = malloc(sizeof(int) * (size_t)p->nnodes);
+  int* parent_of = malloc(sizeof(int) * (size_t)p->nnodes);
+  unsigned char* seen = calloc((size_t)p->ngroups + 1, 1);
+  moecclResult_t rc = moecclSystemError;
+  if (rank_node && child_of && parent_of && seen) {
+    int nn = 0;
+    for (int k = 0; k < p->nnodes; k++) child_of[k] = -1;
+    for (int i = 0; i < n; i++) { /* nodes numbered in order of first appearance */
+      int pn = p->rank_node[ranks[i]];
+      if (child_of[pn] < 0) parent_of[nn] = pn, child_of[pn] = nn++;
+      rank_node[i] = child_of[pn];
+    }
+    rc = moeccl_topo_from_placement(t, n, nn, rank_node, group_run(p, parent_of, nn, seen),
+                                    p->nrails);
+  }
+  free(rank_node);
+  free(child_of);
+  free(parent_of);
+  free(seen);
+  if (rc != moecclSuccess) return rc;
+  memcpy(t->link, p->link, sizeof(t->link));
+  t->copy_GBps = p->copy_GBps, t->copy_overhead_us = p->copy_overhead_us;
+  snprintf(t->source, sizeof(t->source), "%s", p->source);
+  snprintf(t->hw, sizeof(t->hw), "%s", p->hw);
+  return moecclSuccess;
+}

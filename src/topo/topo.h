@@ -161,4 +161,55 @@ moecclResult_t moeccl_topo_configure(moeccl_topo_t* t, int nranks, const uint64_
                                      char* err, size_t errlen);
 void moeccl_topo_free(moeccl_topo_t* t);
 
+/* dst = a deep copy of src (dst's old contents are not freed).  No memory:
+ * moecclSystemError, dst left zeroed. */
+moecclResult_t moeccl_topo_copy(moeccl_topo_t* dst, const moeccl_topo_t* src);
+/* The topology of n of parent's ranks, member i being parent rank
+ * ranks[i] (every entry a distinct rank of parent; the caller checks):
+ * the members keep their nodes (numbered in order of first appearance),
+ * the rails and every cost of parent, and their groups where those still
+ * form consecutive runs of equal size over the members' nodes (groups are
+ * consecutive nodes); otherwise all their nodes form one group.  This is
+ * what a split communicator sees (tune/tuner.c).  t->source is parent's,
+ * for the caller to rename.  Errors: moecclInvalidArgument (n < 1),
+ * moecclSystemError (no memory); t is left zeroed. */
+moecclResult_t moeccl_topo_subset(moeccl_topo_t* t, const moeccl_topo_t* parent, const int* ranks,
+                                  int n);
+
+/* ---- modelled clusters (topo_presets.c) ------------------------------------
+ * A preset is a cluster shape and its link costs by name: perf/a2a_sim's
+ * --preset and moecclSimCreate (moeccl_sim.h) read the same table. */
+typedef struct {
+  const char* name;
+  const char* what; /* one line: what it models */
+  int nodes, ppn, group, rails;
+  moeccl_link_t link[MOECCL_LINK_NCLASSES];
+  double copy_overhead_us, copy_GBps;
+} moeccl_topo_preset_t;
+
+/* The i-th preset (0, 1, ...; NULL past the last), and the one called name
+ * (NULL: none). */
+const moeccl_topo_preset_t* moeccl_topo_preset_at(int i);
+const moeccl_topo_preset_t* moeccl_topo_preset_find(const char* name);
+/* p's shape with its costs; nodes, ppn (<= 0) and group, rails (< 0) take
+ * the preset's.  t->source is "preset NAME".  Errors: moeccl_topo_regular_shape's. */
+moecclResult_t moeccl_topo_preset_shape(moeccl_topo_t* t, const moeccl_topo_preset_t* p,
+                                        int nodes, int ppn, int group, int rails);
+/* The preset called name with nranks ranks (0: its own size; else a
+ * multiple of its ranks per node, at most MOECCL_TOPO_MAX_RANKS).  Errors
+ * (moecclInvalidArgument; moecclSystemError for no memory) explained in
+ * err; t left zeroed. */
+moecclResult_t moeccl_topo_preset(moeccl_topo_t* t, const char* name, int nranks, char* err,
+                                  size_t errlen);
+
+/* Cost overrides: the link class called name ("node", "group", "global"),
+ * or -1.  moeccl_topo_apply_costs applies list, "KEY=VALUE,KEY=VALUE..."
+ * (strtok'd in place), to class cls's link, or with cls -1 to the copy
+ * costs: keys latency_us, overhead_us, bw_GBps, rndv_bytes for a link,
+ * overhead_us and bw_GBps for copies; every value a finite number >= 0,
+ * a bandwidth > 0.  Returns 0, or -1 at the first bad pair (the pairs
+ * before it are applied). */
+int moeccl_topo_class_by_name(const char* name);
+int moeccl_topo_apply_costs(moeccl_topo_t* t, int cls, char* list);
+
 #endif

@@ -1,7 +1,7 @@
 /*
  * Tuner: builds the communicator's topology with its link costs, and picks
  * each call's all-to-all algorithm by pricing every candidate's schedule
- * with the cost model (model.h).
+ * with the cost model (cost_model.h) in the loop of pricing.c.
  *
  * Link costs come, in order of precedence, from MOECCL_TUNE_FILE, from
  * MOECCL_TOPO_FILE, or from what the transport that carries each class here
@@ -23,6 +23,7 @@
 #include "topo/topo.h"
 #include "transport/transport.h"
 #include "tune/cost_model.h"
+#include "tune/pricing.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -64,6 +65,7 @@ struct moeccl_tuner {
   int* machine_of;        /* [nranks] machine index */
   int* machine_cpus;      /* [machines] cores */
   double* machine_cpu_us; /* [machines] scratch while pricing */
+  double* rank_cpu_us;    /* [nranks] each rank's CPU time while pricing */
   int* meta_index;        /* [nranks] scratch: members of a count exchange priced */
   int nmachines;
   moeccl_forced_t forced; /* MOECCL_ALGO and the like (forced.c) */
@@ -104,47 +106,13 @@ static uint64_t topo_hash(const moeccl_topo_t* t) {
 /* A split communicator keeps its ranks' nodes, the rails and the link
  * costs of its parent (whose topology may have come from a file that
  * describes the parent's ranks, not the child's), and its groups where they
- * still form consecutive runs of equal size over the child's nodes (groups
- * are consecutive nodes, topo.h); otherwise all its nodes form one group. */
+ * still form consecutive runs of equal size over the child's nodes
+ * (moeccl_topo_subset). */
 static moecclResult_t inherit_topo(moeccl_comm_t* c) {
   const moeccl_topo_t* p = c->parent_topo;
-  int n = c->nranks;
-  uint64_t* node_of = malloc(sizeof(uint64_t) * (size_t)n);
-  if (!node_of) return moeccl_error(c, moecclSystemError, "out of memory");
-  for (int r = 0; r < n; r++) node_of[r] = (uint64_t)p->rank_node[c->parent_ranks[r]];
-  moecclResult_t rc = moeccl_topo_from_nodes(c->topo, n, node_of, 0, p->nrails);
-  if (rc != moecclSuccess) return free(node_of), moeccl_error(c, rc, "topology: cannot build it");
-  moeccl_topo_t* t = c->topo;
-  /* Parent group of each child node, in the child's node order. */
-  int per = 0, run = 0, consecutive = 1;
-  for (int k = 0; k < t->nnodes; k++) {
-    int g = p->node_group[node_of[t->node_ranks[t->node_first[k]]]];
-    int prev = k ? p->node_group[node_of[t->node_ranks[t->node_first[k - 1]]]] : -1;
-    if (k && g == prev) {
-      run++;
-      continue;
-    }
-    if (k) {
-      if (per == 0) per = run;
-      else if (run != per) consecutive = 0;
-    }
-    run = 1;
-    for (int j = 0; j < k && consecutive; j++) /* a group seen before: not one run */
-      if (p->node_group[node_of[t->node_ranks[t->node_first[j]]]] == g) consecutive = 0;
-  }
-  if (per == 0) per = run;
-  else if (run != per) consecutive = 0;
-  free(node_of);
-  int nodes_per_group = consecutive && per < t->nnodes ? per : 0;
-  if (nodes_per_group) {
-    t->nodes_per_group = nodes_per_group;
-    for (int k = 0; k < t->nnodes; k++) t->node_group[k] = k / nodes_per_group;
-    t->ngroups = t->nnodes / nodes_per_group;
-  }
-  memcpy(t->link, p->link, sizeof(t->link));
-  t->copy_GBps = p->copy_GBps, t->copy_overhead_us = p->copy_overhead_us;
-  snprintf(t->source, sizeof(t->source), "split of %.100s", p->source);
-  snprintf(t->hw, sizeof(t->hw), "%s", p->hw);
+  moecclResult_t rc = moeccl_topo_subset(c->topo, p, c->parent_ranks, c->nranks);
+  if (rc != moecclSuccess) return moeccl_error(c, rc, "topology: cannot build it");
+  snprintf(c->topo->source, sizeof(c->topo->source), "split of %.100s", p->source);
   return moecclSuccess;
 }
 
@@ -204,8 +172,9 @@ static moecclResult_t machines_init(moeccl_comm_t* c) {
   tu->machine_of = malloc(sizeof(int) * (size_t)n);
   tu->machine_cpus = calloc((size_t)n, sizeof(int));
   tu->machine_cpu_us = calloc((size_t)n, sizeof(double));
+  tu->rank_cpu_us = calloc((size_t)n, sizeof(double));
   int* count = calloc((size_t)n, sizeof(int));
-  if (!tu->machine_of || !tu->machine_cpus || !tu->machine_cpu_us || !count)
+  if (!tu->machine_of || !tu->machine_cpus || !tu->machine_cpu_us || !tu->rank_cpu_us || !count)
     return free(count), moeccl_error(c, moecclSystemError, "out of memory");
   for (int r = 0; r < n; r++) {
     int m = -1;
@@ -340,12 +309,19 @@ const moeccl_forced_t* moeccl_tuner_forced(const moeccl_comm_t* c) {
   return c->tuner ? &c->tuner->forced : &none;
 }
 
+int moeccl_tuner_machines(const moeccl_comm_t* c, const int** machine_of, const int** cores) {
+  if (!c->tuner || !c->tuner->oversubscribed) return 0;
+  *machine_of = c->tuner->machine_of, *cores = c->tuner->machine_cpus;
+  return c->tuner->nmachines;
+}
+
 void moeccl_tuner_fini(moeccl_comm_t* c) {
   if (c->tuner) {
     moeccl_sched_free(&c->tuner->sched);
     free(c->tuner->machine_of);
     free(c->tuner->machine_cpus);
     free(c->tuner->machine_cpu_us);
+    free(c->tuner->rank_cpu_us);
     free(c->tuner->meta_index);
   }
   free(c->tuner);
@@ -380,48 +356,12 @@ static int sample_ranks(const moeccl_topo_t* t, int* out) {
   return k;
 }
 
-/* ---- pricing: one loop for every kind of call ----------------------------- */
-
-/* A call as the pricing loop sees it: its candidates in pricing order, and
- * how to build and price one rank's schedule of one of them. */
-typedef struct pricing {
-  moeccl_comm_t* c;
-  const void* call; /* the call's description, as the functions below read it */
-  int root;         /* a rank always priced (trees and gathers load it most), or -1 */
-  const int* order; /* candidates (algorithm ids), in pricing order */
-  int n;
-  /* A later candidate wins only when cheaper by more than this fraction
-   * (0: any cheaper one wins). */
-  double tie;
-  const char* (*name)(int algo);
-  int (*applies)(const struct pricing* p, int algo);
-  /* Builds rank's schedule of algo into s, which has its standard buffers. */
-  moecclResult_t (*build)(const struct pricing* p, int algo, int rank, moeccl_sched_t* s);
-  /* Optional: adds what rank's algo runs besides its schedule (an
-   * alltoallv's count exchange) to *us and *cpu_us; may reuse s. */
-  moecclResult_t (*extra)(const struct pricing* p, int algo, int rank, moeccl_sched_t* s,
-                          double* us, double* cpu_us);
-} pricing_t;
-
-/* Failure of a price: a schedule could not be built (out of memory).  The
- * caller must fail, since dropping the candidate here alone would let
- * ranks choose differently. */
-#define PRICE_FAILED (-2.0)
-
-/* The ranks priced: the sample (sample_ranks) plus root, every rank when
- * oversubscribed (then ranks[] is not filled: rank i is i). */
-static int priced_ranks(moeccl_comm_t* c, int root, int* ranks) {
-  if (c->tuner->oversubscribed) return c->nranks;
-  int k = sample_ranks(c->topo, ranks), dup = root < 0;
-  for (int i = 0; i < k; i++) dup |= ranks[i] == root;
-  if (!dup) ranks[k++] = root;
-  return k;
-}
+/* ---- pricing (pricing.c): the sample, the oversubscribed machines ---------- */
 
 /* worst, or on oversubscribed machines their ranks' summed CPU time
  * (machine_cpu_us) over their cores where that is more: the ranks' CPU
  * work shares the cores. */
-static double machine_floor(const struct moeccl_tuner* tu, double worst) {
+static double machine_bound(const struct moeccl_tuner* tu, double worst) {
   for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) {
     double bound = tu->machine_cpus[m] > 0 ? tu->machine_cpu_us[m] / tu->machine_cpus[m] : 0.0;
     if (bound > worst) worst = bound;
@@ -429,94 +369,33 @@ static double machine_floor(const struct moeccl_tuner* tu, double worst) {
   return worst;
 }
 
-/* Predicted time of candidate algo: the slowest priced rank, with the
- * oversubscribed machines' floor; PRICE_FAILED as above. */
-static double price(const pricing_t* p, int algo) {
-  moeccl_comm_t* c = p->c;
-  struct moeccl_tuner* tu = c->tuner;
-  int ranks[MAX_SAMPLE + 1], k = priced_ranks(c, p->root, ranks);
-  double worst = -1.0;
-  for (int m = 0; tu->oversubscribed && m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
-  for (int i = 0; i < k; i++) {
-    int rank = tu->oversubscribed ? i : ranks[i];
-    moeccl_sched_t* s = &tu->sched;
-    moeccl_sched_reset(s);
-    uint32_t b;
-    for (int j = 0; j < MOECCL_BUF_NSTD; j++)
-      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return PRICE_FAILED;
-    s->scratch_buf = MOECCL_BUF_SCRATCH;
-    if (p->build(p, algo, rank, s) != moecclSuccess) return PRICE_FAILED;
-    moeccl_cost_t cost = {0};
-    double us = moeccl_model_price(c->topo, s, rank, &cost);
-    if (p->extra && p->extra(p, algo, rank, s, &us, &cost.cpu_us) != moecclSuccess)
-      return PRICE_FAILED;
-    if (tu->oversubscribed) tu->machine_cpu_us[tu->machine_of[rank]] += cost.cpu_us;
-    if (us > worst) worst = us;
-  }
-  return machine_floor(tu, worst);
+/* machine_bound over every rank's CPU time (cpu_us[r] of rank r: all are
+ * priced when a machine is oversubscribed). */
+static double machine_floor(const moeccl_pricing_t* p, const double* cpu_us, double worst) {
+  const struct moeccl_tuner* tu = p->ctx;
+  for (int m = 0; m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
+  for (int r = 0; r < p->nranks; r++) tu->machine_cpu_us[tu->machine_of[r]] += cpu_us[r];
+  return machine_bound(tu, worst);
 }
 
-/* Prices every candidate that applies and returns the cheapest (-1: none
- * applies; -2: PRICE_FAILED), with line[] listing the predictions. */
-static int cheapest(const pricing_t* p, char* line, size_t cap) {
-  int len = 0, best = -1;
-  double best_us = -1.0;
-  line[0] = '\0';
-  for (int o = 0; o < p->n; o++) {
-    int i = p->order[o];
-    if (!p->applies(p, i)) continue;
-    double us = price(p, i);
-    if (us == PRICE_FAILED) return -2;
-    if (us < 0) continue;
-    if (len < (int)cap)
-      len += snprintf(line + len, cap - (size_t)len, "%s%s %.1f", len ? ", " : "", p->name(i), us);
-    if (best_us < 0 || us < best_us * (1.0 - p->tie)) best_us = us, best = i;
+/* The ranks priced: the sample (sample_ranks) plus root, every rank when
+ * oversubscribed (then ranks[] is not filled: the pricing takes 0..n-1). */
+static void priced_ranks(moeccl_comm_t* c, int root, int* ranks, moeccl_pricing_t* p) {
+  struct moeccl_tuner* tu = c->tuner;
+  p->topo = c->topo;
+  p->sched = &tu->sched;
+  if (tu->oversubscribed) {
+    p->ranks = NULL, p->nranks = c->nranks;
+    p->cpu_us = tu->rank_cpu_us, p->bound = machine_floor, p->ctx = tu;
+    return;
   }
-  return best;
+  int k = sample_ranks(c->topo, ranks), dup = root < 0;
+  for (int i = 0; i < k; i++) dup |= ranks[i] == root;
+  if (!dup) ranks[k++] = root;
+  p->ranks = ranks, p->nranks = k;
 }
 
 /* ---- all-to-all ----------------------------------------------------------- */
-
-typedef struct {
-  moeccl_a2a_desc_t d; /* a uniform call of the priced block size */
-  int v;               /* an alltoallv: its count exchange, if any, priced too */
-} a2a_call_t;
-
-static const char* a2a_name(int algo) { return moeccl_a2a_algos[algo].name; }
-
-static int a2a_applies(const pricing_t* p, int algo) {
-  const a2a_call_t* call = p->call;
-  const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[algo];
-  /* bruck's alltoallv first gathers every rank's counts: not priced */
-  if (!a->schedule) return 0;
-  /* Past the cap, an alltoallv of bruck gathers no counts and runs
-   * pairwise, which is priced as itself. */
-  if (call->v && a->meta == MOECCL_META_ALL && p->c->nranks > MOECCL_META_ALL_MAX_RANKS) return 0;
-  return !a->applies || a->applies(&call->d);
-}
-
-static moecclResult_t a2a_build(const pricing_t* p, int algo, int rank, moeccl_sched_t* s) {
-  moeccl_a2a_desc_t d = ((const a2a_call_t*)p->call)->d;
-  d.rank = rank;
-  return moeccl_a2a_algos[algo].schedule(&d, s);
-}
-
-/* A v-call's count exchange, before the blocks move. */
-static moecclResult_t a2a_counts(const pricing_t* p, int algo, int rank, moeccl_sched_t* s,
-                                 double* us, double* cpu_us) {
-  const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[algo];
-  if (!((const a2a_call_t*)p->call)->v || a->meta == MOECCL_META_NONE) return moecclSuccess;
-  moeccl_comm_t* c = p->c;
-  moeccl_cost_t mc = {0};
-  uint32_t b;
-  moeccl_sched_reset(s);
-  moeccl_meta_members(c->topo, rank, a->meta, c->tuner->meta_index);
-  MOECCL_CHECK(moeccl_sched_add_buf(s, NULL, &b));
-  MOECCL_CHECK(moeccl_meta_schedule(c->topo, rank, a->meta, c->tuner->meta_index, b, s));
-  *us += moeccl_model_price(c->topo, s, rank, &mc);
-  *cpu_us += mc.cpu_us;
-  return moecclSuccess;
-}
 
 const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d) {
   if (c->tuner->forced.algo >= 0) return &moeccl_a2a_algos[c->tuner->forced.algo];
@@ -545,26 +424,19 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
     if (e->age < slot->age) slot = e;
   }
   /* Miss: price every candidate, in table order; a tie goes to the earlier. */
-  a2a_call_t call = {.d = {.nranks = c->nranks,
-                           .block_bytes = block,
-                           .elem_size = 1,
-                           .window = c->a2a_window,
-                           .topo = c->topo},
-                     .v = v};
-  int order[MOECCL_A2A_NALGOS];
-  for (int i = 0; i < MOECCL_A2A_NALGOS; i++) order[i] = i;
-  pricing_t p = {.c = c,
-                 .call = &call,
-                 .root = -1,
-                 .order = order,
-                 .n = MOECCL_A2A_NALGOS,
-                 .tie = 0.0,
-                 .name = a2a_name,
-                 .applies = a2a_applies,
-                 .build = a2a_build,
-                 .extra = a2a_counts};
+  moeccl_a2a_pricing_t call = {.d = {.nranks = c->nranks,
+                                     .block_bytes = block,
+                                     .elem_size = 1,
+                                     .window = c->a2a_window,
+                                     .topo = c->topo},
+                               .v = v,
+                               .meta_index = tu->meta_index};
+  moeccl_pricing_t p = {0};
+  int ranks[MAX_SAMPLE + 1];
+  priced_ranks(c, -1, ranks, &p);
+  moeccl_pricing_a2a(&p, &call);
   char line[640];
-  int best = cheapest(&p, line, sizeof(line));
+  int best = moeccl_pricing_cheapest(&p, line, sizeof(line), NULL);
   if (best == -2) return NULL;
   if (best < 0) best = MOECCL_A2A_DIRECT;
   slot->block = block, slot->v = v, slot->algo = best, slot->age = tu->clock;
@@ -577,21 +449,6 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
 }
 
 /* ---- the other collectives ------------------------------------------------ */
-
-static const char* coll_name(int algo) { return moeccl_coll_algos[algo].name; }
-
-static int coll_applies(const pricing_t* p, int algo) {
-  const moeccl_coll_desc_t* d = p->call;
-  const moeccl_coll_algo_t* a = &moeccl_coll_algos[algo];
-  return a->schedule[d->kind] && (!a->applies || a->applies(d));
-}
-
-static moecclResult_t coll_build(const pricing_t* p, int algo, int rank, moeccl_sched_t* s) {
-  moeccl_coll_desc_t d = *(const moeccl_coll_desc_t*)p->call;
-  d.rank = rank;
-  MOECCL_CHECK(moeccl_coll_algos[algo].schedule[d.kind](&d, s));
-  return moeccl_sched_end_step(s);
-}
 
 static int coll_hit(const coll_entry_t* e, const moeccl_coll_desc_t* d) {
   return e->algo >= 0 && e->kind == (int)d->kind && e->count == d->count &&
@@ -627,23 +484,12 @@ int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
    * rank prices the same schedules. */
   moeccl_coll_desc_t call = *d;
   call.in_place = 0;
-  /* Priced in this order, so a tie goes to the earlier row: direct keeps each
-   * rank's working slice smallest (its reductions stay in cache), which
-   * the model does not see. */
-  static const int order[MOECCL_COLL_NALGOS] = {MOECCL_COLL_DIRECT, MOECCL_COLL_RHD,
-                                                MOECCL_COLL_RING,   MOECCL_COLL_RD,
-                                                MOECCL_COLL_TREE,   MOECCL_COLL_HIER};
-  pricing_t p = {.c = c,
-                 .call = &call,
-                 .root = d->root,
-                 .order = order,
-                 .n = MOECCL_COLL_NALGOS,
-                 .tie = 1e-9,
-                 .name = coll_name,
-                 .applies = coll_applies,
-                 .build = coll_build};
+  moeccl_pricing_t p = {0};
+  int ranks[MAX_SAMPLE + 1];
+  priced_ranks(c, d->root, ranks, &p);
+  moeccl_pricing_coll(&p, &call); /* direct, rhd, ring, ...: a tie to the earlier */
   char line[640];
-  int best = cheapest(&p, line, sizeof(line));
+  int best = moeccl_pricing_cheapest(&p, line, sizeof(line), NULL);
   if (best == -2) return -1;
   if (best < 0) best = MOECCL_COLL_DIRECT; /* implements every collective */
   *slot = (coll_entry_t){(int)d->kind, d->root, best, d->count, d->elem_size, c->tuner->clock};
@@ -690,7 +536,7 @@ static double moe_path_price(moeccl_comm_t* c, const moeccl_moe_layout_t* l, int
   for (int m = 0; m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
   for (int r = 0; r < c->nranks; r++)
     tu->machine_cpu_us[tu->machine_of[r]] += moe_cpu(c, &l->cost_all[2 * r + path], rb);
-  return machine_floor(tu, us);
+  return machine_bound(tu, us);
 }
 
 int moeccl_tuner_pick_moe(moeccl_comm_t* c, const moeccl_moe_layout_t* l, size_t row_bytes,

@@ -28,6 +28,13 @@ void moeccl_forced_read(const moeccl_comm_t* comm, moeccl_forced_t* f);
 /* comm's forced choices (none forced before moeccl_tuner_init). */
 const moeccl_forced_t* moeccl_tuner_forced(const moeccl_comm_t* comm);
 
+/* When some machine holds more ranks than cores, every price is floored at
+ * each machine's summed CPU time over its cores: machine_of[r] is rank
+ * r's machine, cores[m] machine m's cores.  Returns the number of
+ * machines and points at the tuner's arrays (valid while comm lives), or
+ * returns 0 and writes nothing when no machine is oversubscribed. */
+int moeccl_tuner_machines(const moeccl_comm_t* comm, const int** machine_of, const int** cores);
+
 /* The algorithm for the call: MOECCL_ALGO, else the candidate whose schedule
  * the cost model prices cheapest.  Every rank picks the same one: uniform
  * calls are priced on the same sample of ranks everywhere, and v-calls at the

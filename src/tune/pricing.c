@@ -1,0 +1,209 @@
+/* Pricing the candidates of one call (pricing.h): the loop over candidates
+ * and ranks, the all-to-all and collective candidates, the samples. */
+#include "tune/pricing.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "tune/cost_model.h"
+
+double moeccl_pricing_price(moeccl_pricing_t* p, int algo) {
+  double worst = -1.0;
+  p->slowest = -1;
+  for (int i = 0; i < p->nranks; i++) {
+    int rank = p->ranks ? p->ranks[i] : i;
+    moeccl_sched_t* s = p->sched;
+    moeccl_sched_reset(s);
+    uint32_t b;
+    for (int j = 0; j < MOECCL_BUF_NSTD; j++)
+      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return MOECCL_PRICE_FAILED;
+    s->scratch_buf = MOECCL_BUF_SCRATCH;
+    if (p->build(p, algo, rank, s) != moecclSuccess) return MOECCL_PRICE_FAILED;
+    moeccl_cost_t cost = {0};
+    double us = moeccl_model_price(p->topo, s, rank, &cost);
+    if (p->extra && p->extra(p, algo, rank, s, &us, &cost.cpu_us) != moecclSuccess)
+      return MOECCL_PRICE_FAILED;
+    if (p->cpu_us) p->cpu_us[i] = cost.cpu_us;
+    if (us > worst) worst = us, p->slowest = rank;
+  }
+  return p->bound ? p->bound(p, p->cpu_us, worst) : worst;
+}
+
+int moeccl_pricing_cheapest(moeccl_pricing_t* p, char* line, size_t cap, double* best_us) {
+  int len = 0, best = -1;
+  double best_time = -1.0;
+  line[0] = '\0';
+  for (int o = 0; o < p->n; o++) {
+    int i = p->order ? p->order[o] : o;
+    if (!p->applies(p, i)) continue;
+    double us = moeccl_pricing_price(p, i);
+    if (us == MOECCL_PRICE_FAILED) return -2;
+    if (us < 0) continue;
+    if (len < (int)cap)
+      len += snprintf(line + len, cap - (size_t)len, "%s%s %.1f", len ? ", " : "", p->name(i), us);
+    if (best_time < 0 || us < best_time * (1.0 - p->tie)) best_time = us, best = i;
+  }
+  if (best_us) *best_us = best_time;
+  return best;
+}
+
+/* ---- all-to-all ----------------------------------------------------------- */
+
+static const char* a2a_name(int algo) { return moeccl_a2a_algos[algo].name; }
+
+/* Whether a's count exchange runs for a v-call on d's ranks
+ * (moeccl_a2a_needs_meta without needing d's counts). */
+static int a2a_meta_runs(const moeccl_a2a_algo_t* a, const moeccl_a2a_desc_t* d) {
+  if (a->meta == MOECCL_META_NONE) return 0;
+  if (a->meta == MOECCL_META_ALL && d->nranks > MOECCL_META_ALL_MAX_RANKS) return 0;
+  return !a->applies || a->applies(d);
+}
+
+static int a2a_applies(const moeccl_pricing_t* p, int algo) {
+  const moeccl_a2a_pricing_t* call = p->call;
+  const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[algo];
+  if (!a->schedule) return 0;
+  /* Past the cap, an alltoallv of bruck gathers no counts and runs
+   * pairwise, which is priced as itself. */
+  if (call->v && a->meta == MOECCL_META_ALL && call->d.nranks > MOECCL_META_ALL_MAX_RANKS) return 0;
+  return !a->applies || a->applies(&call->d);
+}
+
+static moecclResult_t a2a_build(const moeccl_pricing_t* p, int algo, int rank, moeccl_sched_t* s) {
+  const moeccl_a2a_pricing_t* call = p->call;
+  const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[algo];
+  moeccl_a2a_desc_t d = call->d;
+  d.rank = rank;
+  if (call->rank_part) {
+    call->rank_part(call->ctx, rank, &d);
+    if (!a2a_meta_runs(a, &d)) d.pair_bytes = NULL, d.pair_ctx = NULL;
+  }
+  return a->schedule(&d, s);
+}
+
+/* A v-call's count exchange, before the blocks move. */
+static moecclResult_t a2a_counts(const moeccl_pricing_t* p, int algo, int rank, moeccl_sched_t* s,
+                                 double* us, double* cpu_us) {
+  const moeccl_a2a_pricing_t* call = p->call;
+  const moeccl_a2a_algo_t* a = &moeccl_a2a_algos[algo];
+  if (!call->v || !a2a_meta_runs(a, &call->d)) return moecclSuccess;
+  moeccl_cost_t mc = {0};
+  uint32_t b;
+  moeccl_sched_reset(s);
+  moeccl_meta_members(p->topo, rank, a->meta, call->meta_index);
+  MOECCL_CHECK(moeccl_sched_add_buf(s, NULL, &b));
+  MOECCL_CHECK(moeccl_meta_schedule(p->topo, rank, a->meta, call->meta_index, b, s));
+  *us += moeccl_model_price(p->topo, s, rank, &mc);
+  *cpu_us += mc.cpu_us;
+  return moecclSuccess;
+}
+
+void moeccl_pricing_a2a(moeccl_pricing_t* p, const moeccl_a2a_pricing_t* call) {
+  p->call = call;
+  p->order = NULL; /* table order */
+  p->n = MOECCL_A2A_NALGOS;
+  p->tie = 0.0;
+  p->name = a2a_name;
+  p->applies = a2a_applies;
+  p->build = a2a_build;
+  p->extra = a2a_counts;
+}
+
+const char* moeccl_pricing_a2a_runs(const moeccl_a2a_algo_t* a, const moeccl_a2a_desc_t* d, int v) {
+  if (v && a->meta == MOECCL_META_ALL && d->nranks > MOECCL_META_ALL_MAX_RANKS)
+    return moeccl_a2a_algos[MOECCL_A2A_PAIRWISE].name;
+  if (a->applies && !a->applies(d)) return moeccl_a2a_algos[MOECCL_A2A_DIRECT].name;
+  return a->name;
+}
+
+/* ---- the other collectives ------------------------------------------------ */
+
+static const char* coll_name(int algo) { return moeccl_coll_algos[algo].name; }
+
+static int coll_applies(const moeccl_pricing_t* p, int algo) {
+  const moeccl_coll_desc_t* d = p->call;
+  const moeccl_coll_algo_t* a = &moeccl_coll_algos[algo];
+  return a->schedule[d->kind] && (!a->applies || a->applies(d));
+}
+
+static moecclResult_t coll_build(const moeccl_pricing_t* p, int algo, int rank, moeccl_sched_t* s) {
+  moeccl_coll_desc_t d = *(const moeccl_coll_desc_t*)p->call;
+  d.rank = rank;
+  MOECCL_CHECK(moeccl_coll_algos[algo].schedule[d.kind](&d, s));
+  return moeccl_sched_end_step(s);
+}
+
+void moeccl_pricing_coll(moeccl_pricing_t* p, const moeccl_coll_desc_t* call) {
+  /* Priced in this order, so a tie goes to the earlier row: direct keeps each
+   * rank's working slice smallest (its reductions stay in cache), which
+   * the model does not see. */
+  static const int order[MOECCL_COLL_NALGOS] = {MOECCL_COLL_DIRECT, MOECCL_COLL_RHD,
+                                                MOECCL_COLL_RING,   MOECCL_COLL_RD,
+                                                MOECCL_COLL_TREE,   MOECCL_COLL_HIER};
+  p->call = call;
+  p->order = order;
+  p->n = MOECCL_COLL_NALGOS;
+  p->tie = 1e-9;
+  p->name = coll_name;
+  p->applies = coll_applies;
+  p->build = coll_build;
+  p->extra = NULL;
+}
+
+/* ---- which ranks to price ------------------------------------------------- */
+
+int moeccl_pricing_sample_add(int rank, int n, unsigned char* seen, int* out, int k) {
+  if (rank < 0 || rank >= n || seen[rank]) return k;
+  seen[rank] = 1;
+  out[k++] = rank;
+  return k;
+}
+
+int moeccl_pricing_sample_spread(const moeccl_topo_t* t, int count, unsigned char* seen, int* out,
+                                 int k) {
+  int n = t->nranks;
+  k = moeccl_pricing_sample_add(0, n, seen, out, k);
+  k = moeccl_pricing_sample_add(n - 1, n, seen, out, k);
+  for (int i = 0; i < count; i++) {
+    int node = (int)((long long)i * t->nnodes / count);
+    int size = t->node_first[node + 1] - t->node_first[node];
+    k = moeccl_pricing_sample_add(t->node_ranks[t->node_first[node] + i % size], n, seen, out, k);
+  }
+  return k;
+}
+
+/* The top entries of v[0..n), heaviest first, the lower index first among
+ * equals, added to the sample. */
+static int add_top(const size_t* v, int n, int top, unsigned char* seen, int* out, int k) {
+  int best[16], nbest = 0;
+  size_t bestv[16];
+  if (top > 16) top = 16;
+  for (int a = 0; a < n && top > 0; a++) {
+    int i = nbest < top ? nbest++ : top;
+    if (i == top && v[a] <= bestv[top - 1]) continue;
+    if (i == top) i = top - 1;
+    for (; i > 0 && bestv[i - 1] < v[a]; i--) best[i] = best[i - 1], bestv[i] = bestv[i - 1];
+    best[i] = a, bestv[i] = v[a];
+  }
+  for (int i = 0; i < nbest; i++) k = moeccl_pricing_sample_add(best[i], n, seen, out, k);
+  return k;
+}
+
+int moeccl_pricing_sample_heavy(const size_t* counts, int n, int top, unsigned char* seen, int* out,
+                                int k) {
+  size_t* sent = calloc((size_t)n, sizeof(size_t));
+  size_t* received = calloc((size_t)n, sizeof(size_t));
+  if (sent && received) {
+    for (int a = 0; a < n; a++) {
+      const size_t* row = &counts[(size_t)a * (size_t)n];
+      for (int b = 0; b < n; b++) sent[a] += row[b], received[b] += row[b];
+    }
+    k = add_top(sent, n, top, seen, out, k);
+    k = add_top(received, n, top, seen, out, k);
+  }
+  free(sent);
+  free(received);
+  return k;
+}
