@@ -9,6 +9,8 @@ dist_man_MANS += \
 	man/coll_perf.1 \
 	man/gather_perf.1 \
 	man/moe_perf.1 \
+	man/moe_plan.1 \
+	man/moe_train.1 \
 	man/moeccl-env.7 \
 	man/moeccl-transports.7 \
 	man/moeccl-tuning.7 \
@@ -79,6 +81,8 @@ EXTRA_DIST += \
 	man/a2a_sim.1.md \
 	man/coll_perf.1.md \
 	man/moe_perf.1.md \
+	man/moe_plan.1.md \
+	man/moe_train.1.md \
 	man/moeccl-env.7.md \
 	man/moeccl-transports.7.md \
 	man/moeccl-tuning.7.md \

@@ -4,7 +4,7 @@
 # when configure found OpenBLAS.
 EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh tests/test_moe_train.sh \
 	tests/test_moe_public.sh tests/test_moe_layout.sh scripts/pp_timeline.py \
-	tests/test_moe_pipe.sh
+	tests/test_moe_pipe.sh tests/test_moe_plan.sh scripts/plan_calibrate.py
 # That rule, checked on the sources (with or without OpenBLAS).
 TESTS += tests/test_moe_public.sh
 if HAVE_OPENBLAS
@@ -13,7 +13,7 @@ MOE_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/moe
 noinst_LTLIBRARIES += moe/libmoe.la
 moe_libmoe_la_SOURCES = moe/model.c moe/model.h moe/adam.c moe/adam.h moe/npy.c moe/npy.h \
 	moe/backend.h moe/backend_blas.c moe/pp_sched.c moe/pp_sched.h moe/pp_sched_sim.c \
-	moe/pp_sched_int.h moe/placement.c moe/placement.h
+	moe/pp_sched_int.h moe/placement.c moe/placement.h moe/plan.c moe/plan.h moe/plan_probe.c
 moe_libmoe_la_CPPFLAGS = $(MOE_CPPFLAGS) $(OPENBLAS_CFLAGS)
 moe_libmoe_la_LIBADD = $(OPENBLAS_LIBS) -lm
 
@@ -21,9 +21,15 @@ bin_PROGRAMS += moe/moe_train
 moe_moe_train_SOURCES = moe/moe_train.c moe/train_options.c moe/train_options.h \
 	moe/train_loop.c moe/train_loop.h moe/train_layer.c moe/train_layer.h \
 	moe/train_dist.c moe/train_dist.h moe/train_io.c moe/train_io.h \
-	moe/train_pipe.c moe/train_pipe.h moe/train_place.c moe/train_place.h
+	moe/train_pipe.c moe/train_pipe.h moe/train_place.c moe/train_place.h \
+	moe/train_plan.c moe/train_plan.h
 moe_moe_train_CPPFLAGS = $(MOE_CPPFLAGS)
 moe_moe_train_LDADD = moe/libmoe.la libmoeccl.la
+# The planner on a modelled cluster (moeccl_sim.h): ranks the layouts.
+bin_PROGRAMS += moe/moe_plan
+moe_moe_plan_SOURCES = moe/moe_plan.c
+moe_moe_plan_CPPFLAGS = $(MOE_CPPFLAGS)
+moe_moe_plan_LDADD = moe/libmoe.la libmoeccl.la -lm
 # With MPI, moe_train also runs under mpirun (MPI launches the ranks and
 # carries the unique id, nothing else); without, only -n R (forked ranks).
 if HAVE_MPI
@@ -70,7 +76,7 @@ tests_test_pp_sched_LDADD = moe/libmoe.la -lm
 # The dumps of 1, 2, 4 and 8 ranks in P x D mixes equal (moe_npy_cmp
 # compares two dump folders), and training on 2 and 4 ranks.
 check_PROGRAMS += tests/moe_npy_cmp
-TESTS += tests/test_moe_layout.sh tests/test_moe_pipe.sh
+TESTS += tests/test_moe_layout.sh tests/test_moe_pipe.sh tests/test_moe_plan.sh
 tests_moe_npy_cmp_SOURCES = tests/moe_npy_cmp.c
 tests_moe_npy_cmp_CPPFLAGS = $(MOE_CPPFLAGS)
 tests_moe_npy_cmp_LDADD = moe/libmoe.la -lm

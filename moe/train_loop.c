@@ -20,6 +20,7 @@
 #include "train_io.h"
 #include "train_layer.h"
 #include "train_pipe.h"
+#include "train_plan.h"
 #include "train_place.h"
 
 /* --skew's direction: a unit vector of the seed's (seed + 3). */
@@ -123,6 +124,11 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
   if (wr != moecclSuccess) {
     fprintf(stderr, "moe_train: rank %d: moecclCommInitRank: %s: %s\n", rank,
             moecclGetErrorString(wr), moecclGetLastError(NULL));
+    return 1;
+  }
+  if (given->plan && train_plan(&planned, world, rank, nranks)) {
+    moecclCommAbort(world);
+    if (planned.layer_start != given->layer_start) free(planned.layer_start);
     return 1;
   }
   if (dist_init(&ds, o, rank, nranks, world)) {

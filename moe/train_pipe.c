@@ -208,11 +208,12 @@ static int run_backward(pipe_t* pp, const moe_backend_ops_t* be, const moe_confi
   return bwd_post(pp, c, ds, op, sl, grad_x);
 }
 
-/* Whether ops i (a forward) and i + 1 (a backward of another micro-batch on
- * as many layers) run overlapped (--overlap). */
+/* Whether ops i and i + 1, a forward and a backward (either first) of two
+ * micro-batches on as many layers, run overlapped (--overlap). */
 static int fusable(const pipe_t* pp, const dist_t* ds, int i) {
   if (!pp->overlap || i + 1 >= pp->nops) return 0;
   const pp_op_t *f = &pp->ops[i], *b = &pp->ops[i + 1];
+  if (f->kind == PP_B) f = b, b = &pp->ops[i];
   if (f->kind != PP_F || b->kind != PP_B || f->mb == b->mb) return 0;
   int jf = vstage(pp, ds, f->chunk), jb = vstage(pp, ds, b->chunk);
   return ds->layer_start[jf + 1] - ds->layer_start[jf] ==
@@ -224,6 +225,7 @@ static int run_fused(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t
                      const float* target, moe_params_t* g, float* out, float* grad_x,
                      double* sums, step_timing_t* tm) {
   const pp_op_t *f = &pp->ops[i], *b = &pp->ops[i + 1];
+  if (f->kind == PP_B) f = b, b = &pp->ops[i];
   int l0, l1, n;
   double auxw;
   pipe_slot_t* sb = bwd_pre(pp, c, ds, b, target);
@@ -287,20 +289,31 @@ int pipe_step(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t* c, co
     double a = train_now();
     int next = i + 1, failed = 0;
     double lsums[4] = {0, 0, 0, 0};
+    double x0 = tm->dispatch + tm->combine + tm->bexch;
     switch (op->kind) {
       case PP_F:
         if (fusable(pp, ds, i)) {
           failed = run_fused(pp, be, c, ds, p, i, x, target, g, out, grad_x, lsums, tm) != 0;
           pp->st.fused += train_now() - a, pp->st.nfused++;
+          pp->st.xfused += tm->dispatch + tm->combine + tm->bexch - x0;
           next = i + 2;
           break;
         }
         failed = run_forward(pp, be, c, ds, p, op, x, target, out, lsums, tm) != 0;
         pp->st.f += train_now() - a, pp->st.nf++;
+        pp->st.xf += tm->dispatch + tm->combine + tm->bexch - x0;
         break;
       case PP_B:
+        if (fusable(pp, ds, i)) {
+          failed = run_fused(pp, be, c, ds, p, i, x, target, g, out, grad_x, lsums, tm) != 0;
+          pp->st.fused += train_now() - a, pp->st.nfused++;
+          pp->st.xfused += tm->dispatch + tm->combine + tm->bexch - x0;
+          next = i + 2;
+          break;
+        }
         failed = run_backward(pp, be, c, ds, p, op, target, g, grad_x, tm) != 0;
         pp->st.b += train_now() - a, pp->st.nb++;
+        pp->st.xb += tm->dispatch + tm->combine + tm->bexch - x0;
         break;
       case PP_W: {
         pipe_slot_t* sl = need_slot(pp, ds, op);
@@ -339,7 +352,7 @@ static const char* kind_name(int kind) {
 }
 
 enum { REP_STEPS, REP_STEP, REP_F, REP_B, REP_W, REP_NF, REP_NB, REP_NW, REP_COMM, REP_PEAK,
-       REP_FUSED, REP_NFUSED, REP_N };
+       REP_FUSED, REP_NFUSED, REP_XF, REP_XB, REP_XFUSED, REP_N };
 
 /* The last step's ops of every stage, for scripts/pp_timeline.py. */
 static int write_timeline(const pipe_t* pp, const train_options_t* o, const dist_t* ds,
@@ -384,8 +397,9 @@ int pipe_report(pipe_t* pp, const train_options_t* o, const dist_t* ds, FILE* js
     return -1;
   }
   const pipe_stats_t* st = &pp->st;
-  double v[REP_N] = {st->steps, st->step, st->f,    st->b,    st->w,     st->nf,
-                     st->nb,    st->nw,   st->comm, pp->peak, st->fused, st->nfused};
+  double v[REP_N] = {st->steps, st->step, st->f,    st->b,     st->w,      st->nf,
+                     st->nb,    st->nw,   st->comm, pp->peak,  st->fused,  st->nfused,
+                     st->xf,    st->xb,   st->xfused};
   memcpy(mine, v, sizeof(v));
   memcpy(mine + REP_N, pp->ev, 2 * (size_t)pp->nops * sizeof(double));
   moecclResult_t r = moecclAllGather(mine, all, per, moecclFloat64, ds->world, NULL);
@@ -426,18 +440,37 @@ int pipe_report(pipe_t* pp, const train_options_t* o, const dist_t* ds, FILE* js
       idle_mean += idle / ds->S;
       printf(" %.1f%%", 100 * idle);
     }
-    printf(" (mean %.1f%%)\n# per stage, ms per step: forward backward weight send/recv idle; "
-           "peak activations held (the schedule's check)\n", 100 * idle_mean);
+    printf(" (mean %.1f%%)\n# per stage, ms per step: forward backward weight overlapped-pairs "
+           "send/recv idle; peak activations held (the schedule's check)\n", 100 * idle_mean);
     for (int s = 0; s < ds->S; s++) {
       const double* a = all + per * (size_t)(s * ds->Q);
       double k = a[REP_STEPS] > 0 ? 1e3 / a[REP_STEPS] : 0;
       double busy = a[REP_F] + a[REP_B] + a[REP_W] + a[REP_FUSED];
-      printf("#   stage %d: %.3f %.3f %.3f %.3f %.3f; %d (%d)\n", s, k * a[REP_F], k * a[REP_B],
-             k * a[REP_W], k * a[REP_COMM], k * (a[REP_STEP] - busy), (int)a[REP_PEAK],
+      printf("#   stage %d: %.3f %.3f %.3f %.3f %.3f %.3f; %d (%d)\n", s, k * a[REP_F],
+             k * a[REP_B], k * a[REP_W], k * a[REP_FUSED], k * a[REP_COMM],
+             k * (a[REP_STEP] - busy), (int)a[REP_PEAK],
              s < 64 ? pp->check.peak_act[s] : -1);
     }
+    /* --overlap: the exchanges a pair left exposed against what a forward
+     * and a backward on their own expose (the same run's) */
+    double hidden = -1, pair_x = 0, alone_x = 0;
+    int npairs = 0;
+    for (int s = 0; s < ds->S; s++) {
+      const double* a = all + per * (size_t)(s * ds->Q);
+      if (a[REP_NFUSED] < 1 || a[REP_NF] < 1 || a[REP_NB] < 1) continue;
+      pair_x += a[REP_XFUSED], npairs += (int)a[REP_NFUSED];
+      alone_x += (a[REP_XF] / a[REP_NF] + a[REP_XB] / a[REP_NB]) * a[REP_NFUSED];
+    }
+    if (npairs > 0 && alone_x > 0) {
+      hidden = 1 - pair_x / alone_x;
+      printf("# overlap: %d forward/backward pairs; EP exchanges exposed %.3f ms per pair, a "
+             "forward and a backward alone %.3f ms: %.0f%% hidden\n", npairs,
+             1e3 * pair_x / npairs, 1e3 * alone_x / npairs, 100 * hidden);
+    }
     if (json) {
-      fprintf(json, ", \"pipeline\": {\"schedule\": \"%s\", \"stages\": %d, \"vstages\": %d, "
+      fprintf(json, ", \"pipeline\": {\"overlap_pairs\": %d, \"overlap_hidden\": %.4f, ", npairs,
+              hidden);
+      fprintf(json, "\"schedule\": \"%s\", \"stages\": %d, \"vstages\": %d, "
               "\"microbatches\": %d, \"bubble_formula\": %.6f, \"bubble_simulated\": %.6f, "
               "\"idle_mean\": %.6f, \"stage\": [", pp_sched_name(pp->sc.id), ds->S, ds->V, ds->M,
               formula, simok ? sim.bubble : -1.0, idle_mean);

@@ -34,6 +34,8 @@ typedef struct pipe_stats {
   double comm;           /* seconds in the pipeline's send/receive groups */
   double fused;          /* seconds in overlapped forward + backward pairs */
   int nfused;
+  double xf, xb, xfused; /* EP exchanges not hidden (time split's dispatch, combine
+                            and backward exchanges) in forwards, backwards, pairs */
 } pipe_stats_t;
 
 typedef struct pipe {

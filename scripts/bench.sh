@@ -9,7 +9,8 @@
 #   with process_vm_readv;
 # then all_reduce_perf (moecclAllReduce against MPI_Allreduce) at 2 and 4
 # ranks, moecclMemAlloc buffers, float sum, 1 KiB to 64 MiB; then a short
-# training demo, moe_train on one rank, its loss every 20 steps.  moe_perf
+# training demo: moe_train --plan on two ranks (the planner's pick of the
+# layout, then the training), its loss every 20 steps.  moe_perf
 # (MoE dispatch + combine against permute + MPI_Alltoall(v), 4 ranks) runs
 # before the demo.
 # Every run also writes its rows as JSON and, with scripts/plot_perf.py, a
@@ -91,15 +92,21 @@ else
   echo "bench.sh: build/perf/moe_perf was not built; skipped" >&2
 fi
 
-# The training demo: moe_train learns a teacher MoE of its own shape on one
-# rank (about half a minute here); every 20th step's loss is shown.
+# The training demo: the planner picks the layout of the demo model on two
+# ranks of this machine (moe_train --plan: the ranking, the winner and why),
+# then moe_train trains with it (about a minute here); every 20th step's loss
+# is shown, and the last step's pipeline ops are drawn per stage.
 if [ -x build/moe/moe_train ]; then
-  echo "==== moe_train: 1 rank, L=4 E=16 K=2 H=128 F=256, 1,024 tokens, 200 steps, lr 0.001 (loss falling)"
-  if ! build/moe/moe_train --layers 4 --experts 16 --topk 2 --hidden 128 --ffn 256 \
-      --tokens 1024 --steps 200 --lr 0.001 --json "$out/moe_train.json" |
+  echo "==== moe_train --plan: 2 ranks, L=4 E=16 K=2 H=128 F=256, 1,024 tokens, 200 steps, lr 0.001 (the planner's pick, then the loss falling)"
+  if ! build/moe/moe_train -n 2 --plan --layers 4 --experts 16 --topk 2 --hidden 128 --ffn 256 \
+      --tokens 1024 --steps 200 --lr 0.001 --json "$out/moe_train.json" \
+      --timeline "$out/moe_timeline.json" |
       awk '/^#/ || $1 == 1 || $1 % 20 == 0'; then
     echo "bench.sh: moe_train FAILED" >&2
     failed=1
+  elif [ -n "$plot_py" ] && [ -s "$out/moe_timeline.json" ]; then
+    "$plot_py" scripts/pp_timeline.py "$out/moe_timeline.json" -o "$out/moe_timeline.png" &&
+      echo "==== plot: $out/moe_timeline.png"
   fi
 else
   echo "bench.sh: build/moe/moe_train was not built (no OpenBLAS?); the training demo is skipped" >&2

@@ -1,0 +1,150 @@
+/* moe_train --plan (train_plan.h). */
+#define _GNU_SOURCE
+#include "train_plan.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "moeccl_sim.h"
+#include "plan.h"
+#include "train_layer.h"
+
+/* Whether moe_train can run the layout with o's other flags. */
+static int runnable(const train_options_t* o, const plan_layout_t* l) {
+  int X = o->replicas;
+  if ((o->cfg.experts + X) % l->P || X > o->cfg.experts * (l->P - 1)) return 0;
+  return !(l->overlap && l->C > 1);
+}
+
+static int write_json(const char* path, const plan_pred_t* p, int n) {
+  FILE* f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "moe_train: --plan-json %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  char flags[160];
+  fprintf(f, "{\"layouts\": [");
+  for (int i = 0; i < n; i++)
+    fprintf(f, "%s\n  {\"flags\": \"%s\", \"fits\": %d, \"step_s\": %.9g, \"compute_s\": %.9g, "
+            "\"comm_s\": %.9g, \"comm_exposed_s\": %.9g, \"bubble\": %.6f, \"allreduce_s\": "
+            "%.9g, \"optimizer_s\": %.9g, \"cpu_floor_s\": %.9g, \"mem_bytes\": %.6g}",
+            i ? "," : "", plan_flags(&p[i].lay, flags, sizeof(flags)), p[i].fits, p[i].step,
+            p[i].compute, p[i].comm, p[i].comm_exposed, p[i].bubble, p[i].allreduce,
+            p[i].optimizer, p[i].cpu_floor, p[i].mem);
+  fprintf(f, "\n]}\n");
+  if (fclose(f)) {
+    fprintf(stderr, "moe_train: --plan-json %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* What a small exchange costs on world (every rank), per call, on rank 0:
+ * 40 all-to-alls of 64 bytes per peer after 5 unmeasured; -1 on failure. */
+static double call_time(moecclComm_t world, int nranks) {
+  size_t cnt = 64 * (size_t)nranks;
+  char *a = calloc(cnt, 1), *b = calloc(cnt, 1);
+  double t = -1;
+  if (a && b) {
+    moecclResult_t r = moecclSuccess;
+    double t0 = 0;
+    for (int i = 0; i < 45 && r == moecclSuccess; i++) {
+      if (i == 5) t0 = train_now();
+      r = moecclAlltoAll(a, b, 64, moecclInt8, world, NULL);
+    }
+    if (r == moecclSuccess) t = (train_now() - t0) / 40;
+  }
+  free(a), free(b);
+  return t;
+}
+
+/* Rank 0's plan: the winner's layout in lay[8], or lay[0] = 0.  call: the
+ * measured time of a small all-to-all. */
+static void plan_here(const train_options_t* o, moecclComm_t world, int nranks, double call,
+                      const plan_machine_t* probed, int lay[8]) {
+  plan_machine_t mc = {0};
+  plan_pred_t* p = NULL;
+  if (moecclSimCreateFromComm(&mc.sim, world) != moecclSuccess) {
+    fprintf(stderr, "moe_train: --plan: %s\n", moecclGetLastError(NULL));
+    return;
+  }
+  const moe_config_t* c = &o->cfg;
+  plan_model_t m = {c->layers, c->experts, c->topk, c->hidden, c->ffn, o->tokens, 4, 0, 0};
+  mc.ranks = nranks;
+  mc.ranks_per_node = nranks;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES);
+  mc.cores = cores > 0 ? (int)cores : 1;
+  mc.mem = pages > 0 ? (double)pages * sysconf(_SC_PAGESIZE) / nranks : 0;
+  mc.param_bytes = 4;
+  mc.name = "this host (probed), this communicator's costs";
+  mc.nrates = probed->nrates;
+  memcpy(mc.rate_rows, probed->rate_rows, sizeof(mc.rate_rows));
+  memcpy(mc.rate, probed->rate, sizeof(mc.rate));
+  mc.elem_rate = probed->elem_rate, mc.adam_rate = probed->adam_rate;
+  /* the part of a call the cost model does not price */
+  int* all = calloc(nranks, sizeof(int));
+  double priced = 0;
+  for (int i = 0; all && i < nranks; i++) all[i] = i;
+  if (all && nranks > 1 && moecclSimAlltoAll(mc.sim, all, nranks, 64, NULL, &priced, NULL))
+    priced = 0;
+  free(all);
+  mc.call_s = call > priced ? call - priced : 0;
+  mc.peak = mc.nrates ? mc.rate[mc.nrates - 1] : 0;
+  int n = plan_search(&m, &mc, &p);
+  int w = -1;
+  for (int i = 0; i < n && w < 0; i++)
+    if (p[i].fits && runnable(o, &p[i].lay)) w = i;
+  if (w < 0) {
+    fprintf(stderr, "moe_train: --plan: no layout of %d ranks fits\n", nranks);
+  } else {
+    if (w > 0) { /* the first moe_train can run with the other flags goes first */
+      plan_pred_t t = p[w];
+      memmove(p + 1, p, w * sizeof(*p));
+      p[0] = t;
+    }
+    plan_report(stdout, &m, &mc, p, n, 10);
+    char flags[160];
+    printf("# plan: training with %s\n", plan_flags(&p[0].lay, flags, sizeof(flags)));
+    fflush(stdout);
+    const plan_layout_t* l = &p[0].lay;
+    int v[8] = {l->S, l->P, l->D, l->V, l->M, l->C, l->schedule, l->overlap};
+    if (!o->plan_json || write_json(o->plan_json, p, n) == 0) memcpy(lay, v, sizeof(v));
+  }
+  free(p);
+  moecclSimDestroy(mc.sim);
+}
+
+int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
+  int lay[8] = {0};
+  double call = call_time(world, nranks);
+  /* The compute is probed on as many ranks at once as the layout will run
+   * at once (up to the cores): ranks sharing a machine's caches and memory
+   * compute slower together than one alone. */
+  plan_machine_t probed = {0};
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (rank < (cores > 0 ? cores : 1))
+    plan_probe(moe_backend_blas(o->threads), o->cfg.hidden, o->cfg.ffn, &probed);
+  moecclResult_t b = moecclAllReduce(&call, &call, 1, moecclFloat64, moecclMax, world, NULL);
+  if (b != moecclSuccess) {
+    fprintf(stderr, "moe_train: rank %d: --plan: moecclAllReduce: %s\n", rank,
+            moecclGetLastError(world));
+    return -1;
+  }
+  if (rank == 0) plan_here(o, world, nranks, call, &probed, lay);
+  moecclResult_t r = moecclBroadcast(lay, lay, 8, moecclInt32, 0, world, NULL);
+  if (r != moecclSuccess) {
+    fprintf(stderr, "moe_train: rank %d: --plan: moecclBroadcast: %s\n", rank,
+            moecclGetLastError(world));
+    return -1;
+  }
+  if (lay[0] == 0) return -1;
+  o->pp = lay[0], o->ep = lay[1], o->dp = lay[2], o->vstages = lay[3];
+  o->microbatches = lay[4], o->chunks = lay[5], o->schedule = lay[6], o->overlap = lay[7];
+  o->split = NULL;
+  o->layer_start = NULL; /* resolve_layout makes the split again */
+  return resolve_layout(o, nranks);
+}
