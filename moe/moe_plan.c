@@ -70,8 +70,9 @@ static int parse_rates(const char* s, plan_machine_t* mc) {
   return mc->nrates > 0 ? 0 : -1;
 }
 
-/* --layout's flags into a layout. */
-static int parse_layout(const char* text, plan_layout_t* lay) {
+/* --layout's flags into a layout; P and D not given are filled in as
+ * moe_train does (D = 1, or one from the other and R / S). */
+static int parse_layout(const char* text, int ranks, plan_layout_t* lay) {
   *lay = (plan_layout_t){1, 0, 0, 1, 1, 1, PP_1F1B, 0};
   char* dup = strdup(text);
   if (!dup) return -1;
@@ -93,7 +94,12 @@ static int parse_layout(const char* text, plan_layout_t* lay) {
     else rc = -1;
   }
   free(dup);
-  return rc;
+  if (rc || lay->S < 1) return -1;
+  int Q = ranks / lay->S;
+  if (!lay->P && !lay->D) lay->P = Q, lay->D = 1;
+  else if (!lay->P) lay->P = lay->D > 0 ? Q / lay->D : 0;
+  else if (!lay->D) lay->D = Q / lay->P;
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -190,6 +196,11 @@ int main(int argc, char** argv) {
   } else {
     plan_probe(moe_backend_blas(1), m.hidden, m.ffn, &mc);
     mc.param_bytes = 4;
+    if (mc.nrates < 1) {
+      fprintf(stderr, "moe_plan: --gpu host: the probe found no memory\n");
+      moecclSimDestroy(mc.sim);
+      return 1;
+    }
     mc.peak = mc.rate[mc.nrates - 1];
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     mc.cores = n > 0 ? (int)n : 1;
@@ -209,9 +220,11 @@ int main(int argc, char** argv) {
   int n;
   if (layout) {
     plan_layout_t lay;
-    char err[256];
+    char err[256] = "unknown or incomplete flags (want --pp, --ep, --dp, --vstages, "
+                    "--microbatches, --chunks, --schedule NAME, --overlap)";
     p = calloc(1, sizeof(*p));
-    if (!p || parse_layout(layout, &lay) || plan_predict(&m, &mc, &lay, p, err, sizeof(err))) {
+    if (!p || parse_layout(layout, mc.ranks, &lay) ||
+        plan_predict(&m, &mc, &lay, p, err, sizeof(err))) {
       fprintf(stderr, "moe_plan: --layout %s: %s\n", layout, p ? err : "out of memory");
       free(p);
       moecclSimDestroy(mc.sim);

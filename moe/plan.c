@@ -241,10 +241,15 @@ int plan_predict(const plan_model_t* m, const plan_machine_t* mc, const plan_lay
   out->peak_act = 0;
   for (int s = 0; s < S && s < 64; s++)
     if (chk.peak_act[s] > out->peak_act) out->peak_act = chk.peak_act[s];
-  double act_layer = n * H + n * E + 2.0 * n * K + rows * (2 * H + 3 * F) +
-                     (sc.split_w ? rows * (H + 2 * F) + n * E : 0);
+  /* the row buffers a piece keeps per layer: moe_train on a host sizes
+   * them for the worst routing (P ranks' chunk tokens, min(K, E/P) rows
+   * each, in each of C chunks); at scale a capacity of 1.25 x even routing */
+  double kr = K < nexp ? K : nexp;
+  double rows_buf = mc->cores > 0 ? P * ceil(n / C) * kr * C : 1.25 * rows;
+  double act_layer = n * H + n * E + 2.0 * n * K + rows_buf * (2 * H + 3 * F) +
+                     (sc.split_w ? rows_buf * (H + 2 * F) + n * E : 0);
   out->mem_act = out->peak_act * (nl * act_layer + n * H) * ab;
-  out->mem_buf = ab * (3 * n * H + n * (E + K) + (rows / C) * (4 * H + 3 * F));
+  out->mem_buf = ab * (3 * n * H + n * (E + K) + (rows_buf / C) * (4 * H + 3 * F));
   out->mem = out->mem_weights + out->mem_optim + out->mem_act + out->mem_buf;
   out->fits = mc->mem <= 0 || out->mem <= mc->mem;
   out->flops = 3.0 * m->tokens * L * (2 * H * E + K * 6 * H * F + m->dense_flops_tok);

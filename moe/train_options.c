@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -83,8 +84,8 @@ static int parse_float(const char* name, const char* text, float* out) {
   char* end;
   errno = 0;
   float v = strtof(text, &end);
-  if (errno || *end || !(v >= 0.0f)) {
-    fprintf(stderr, "moe_train: --%s %s: want a number >= 0\n", name, text);
+  if (errno || *end || !(v >= 0.0f) || !isfinite(v)) {
+    fprintf(stderr, "moe_train: --%s %s: want a finite number >= 0\n", name, text);
     return -1;
   }
   *out = v;
@@ -303,7 +304,23 @@ int resolve_layout(train_options_t* o, int launched) {
     return -1;
   }
   int S = o->pp;
-  if (!R) R = S * (o->ep ? o->ep : 1) * (o->dp ? o->dp : 1);
+  if (!R) {
+    long long r = (long long)S * (o->ep ? o->ep : 1) * (o->dp ? o->dp : 1);
+    if (r > 256) {
+      fprintf(stderr, "moe_train: --pp %d x --ep %d x --dp %d ranks: at most 256\n", S, o->ep,
+              o->dp);
+      return -1;
+    }
+    R = (int)r;
+  }
+  if (R > 256) {
+    fprintf(stderr, "moe_train: %d ranks: at most 256\n", R);
+    return -1;
+  }
+  if (o->plan) { /* the planner picks the layout on the ranks; only R is needed now */
+    o->ranks = R;
+    return 0;
+  }
   if (R % S) {
     fprintf(stderr, "moe_train: %d ranks do not split into --pp %d stages\n", R, S);
     return -1;
@@ -323,15 +340,12 @@ int resolve_layout(train_options_t* o, int launched) {
             o->cfg.experts);
     return -1;
   }
-  if (R > 256) {
-    fprintf(stderr, "moe_train: %d ranks: at most 256\n", R);
-    return -1;
-  }
   if (o->vstages > 1 && o->schedule != PP_INTERLEAVED) {
     fprintf(stderr, "moe_train: --vstages %d needs --schedule interleaved\n", o->vstages);
     return -1;
   }
-  if ((o->cfg.experts + o->replicas) % o->ep || o->replicas > o->cfg.experts * (o->ep - 1)) {
+  if ((o->cfg.experts + (long long)o->replicas) % o->ep ||
+      o->replicas > (long long)o->cfg.experts * (o->ep - 1)) {
     fprintf(stderr,
             "moe_train: --replicas %d: the %d experts and their copies must fill --ep %d ranks "
             "evenly, at most one copy of an expert per rank\n",
@@ -352,15 +366,22 @@ int resolve_layout(train_options_t* o, int launched) {
             o->tokens);
     return -1;
   }
+  if ((long long)S * o->vstages > o->cfg.layers) {
+    fprintf(stderr, "moe_train: %d layers do not fill %d x %d virtual stages (--pp x --vstages)\n",
+            o->cfg.layers, S, o->vstages);
+    return -1;
+  }
+  if (split_layers(o, S * o->vstages)) return -1;
   /* the schedule itself says what it refuses (interleaved's M % S, ...) */
   pp_sched_t sc;
   char err[256];
   if (pp_sched_build(&sc, o->schedule, S, o->vstages, o->microbatches, err, sizeof(err))) {
     fprintf(stderr, "moe_train: %s\n", err);
+    free(o->layer_start);
+    o->layer_start = NULL;
     return -1;
   }
   pp_sched_free(&sc);
-  if (split_layers(o, S * o->vstages)) return -1;
   o->ranks = R;
   return 0;
 }

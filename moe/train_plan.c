@@ -45,21 +45,15 @@ static int write_json(const char* path, const plan_pred_t* p, int n) {
 
 /* What a small exchange costs on world (every rank), per call, on rank 0:
  * 40 all-to-alls of 64 bytes per peer after 5 unmeasured; -1 on failure. */
-static double call_time(moecclComm_t world, int nranks) {
-  size_t cnt = 64 * (size_t)nranks;
-  char *a = calloc(cnt, 1), *b = calloc(cnt, 1);
-  double t = -1;
-  if (a && b) {
-    moecclResult_t r = moecclSuccess;
-    double t0 = 0;
-    for (int i = 0; i < 45 && r == moecclSuccess; i++) {
-      if (i == 5) t0 = train_now();
-      r = moecclAlltoAll(a, b, 64, moecclInt8, world, NULL);
-    }
-    if (r == moecclSuccess) t = (train_now() - t0) / 40;
+static double call_time(moecclComm_t world) {
+  static char a[64 * 256], b[64 * 256]; /* at most 256 ranks: no allocation to fail */
+  moecclResult_t r = moecclSuccess;
+  double t0 = 0;
+  for (int i = 0; i < 45 && r == moecclSuccess; i++) {
+    if (i == 5) t0 = train_now();
+    r = moecclAlltoAll(a, b, 64, moecclInt8, world, NULL);
   }
-  free(a), free(b);
-  return t;
+  return r == moecclSuccess ? (train_now() - t0) / 40 : -1;
 }
 
 /* Rank 0's plan: the winner's layout in lay[8], or lay[0] = 0.  call: the
@@ -120,7 +114,7 @@ static void plan_here(const train_options_t* o, moecclComm_t world, int nranks, 
 
 int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
   int lay[8] = {0};
-  double call = call_time(world, nranks);
+  double call = call_time(world);
   /* The compute is probed on as many ranks at once as the layout will run
    * at once (up to the cores): ranks sharing a machine's caches and memory
    * compute slower together than one alone. */
@@ -146,5 +140,6 @@ int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
   o->microbatches = lay[4], o->chunks = lay[5], o->schedule = lay[6], o->overlap = lay[7];
   o->split = NULL;
   o->layer_start = NULL; /* resolve_layout makes the split again */
+  o->plan = 0;           /* now the layout is the winner's: check it all */
   return resolve_layout(o, nranks);
 }
