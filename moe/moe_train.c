@@ -108,6 +108,7 @@ static int run_forked(const train_options_t* o, int nranks) {
       close(pfd[0]);
       int rc = train_rank(o, r, nranks, id);
       free(pids), free(fds);
+      free(o->layer_start); /* the child's copy of the launcher's split */
       exit(rc);
     }
     close(pfd[0]);
@@ -185,14 +186,24 @@ int main(int argc, char** argv) {
     }
     MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     rc = train_rank(&o, me, size, id);
+    free(o.layer_start);
     if (rc) MPI_Abort(MPI_COMM_WORLD, rc);
     MPI_Finalize();
     return rc;
   }
 #endif
   if (resolve_layout(&o, 0)) return 2;
-  if (o.ranks > 1) return run_forked(&o, o.ranks);
+  if (o.ranks > 1) {
+    rc = run_forked(&o, o.ranks);
+    free(o.layer_start);
+    return rc;
+  }
   moecclUniqueId id;
-  if (unique_id(&id)) return 1;
-  return train_rank(&o, 0, 1, id);
+  if (unique_id(&id)) {
+    free(o.layer_start);
+    return 1;
+  }
+  rc = train_rank(&o, 0, 1, id);
+  free(o.layer_start);
+  return rc;
 }

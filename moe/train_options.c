@@ -267,6 +267,8 @@ static int split_layers(train_options_t* o, int nv) {
     if (L < nv) {
       fprintf(stderr, "moe_train: %d layers do not fill %d virtual stages (--pp x --vstages)\n",
               L, nv);
+      free(o->layer_start);
+      o->layer_start = NULL;
       return -1;
     }
     for (int j = 0; j <= nv; j++) o->layer_start[j] = j * (L / nv) + (j < L % nv ? j : L % nv);
@@ -282,6 +284,8 @@ static int split_layers(train_options_t* o, int nv) {
               "moe_train: --split %s: want %d layer counts >= 1 separated by commas (one per "
               "virtual stage, S x V)\n",
               o->split, nv);
+      free(o->layer_start);
+      o->layer_start = NULL;
       return -1;
     }
     o->layer_start[j + 1] = o->layer_start[j] + (int)v;
@@ -290,6 +294,8 @@ static int split_layers(train_options_t* o, int nv) {
   if (o->layer_start[nv] != L) {
     fprintf(stderr, "moe_train: --split %s: %d layers, the model has %d\n", o->split,
             o->layer_start[nv], L);
+    free(o->layer_start);
+    o->layer_start = NULL;
     return -1;
   }
   return 0;
