@@ -201,7 +201,8 @@ int main(int argc, char** argv) {
       moecclSimDestroy(mc.sim);
       return 1;
     }
-    mc.peak = mc.rate[mc.nrates - 1];
+    for (int i = 0; i < mc.nrates; i++) /* MFU's peak: the fastest the probe saw */
+      if (mc.rate[i] > mc.peak) mc.peak = mc.rate[i];
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     mc.cores = n > 0 ? (int)n : 1;
     mc.name = "this host's cores (probed)";

@@ -87,7 +87,8 @@ static void plan_here(const train_options_t* o, moecclComm_t world, int nranks, 
     priced = 0;
   free(all);
   mc.call_s = call > priced ? call - priced : 0;
-  mc.peak = mc.nrates ? mc.rate[mc.nrates - 1] : 0;
+  for (int i = 0; i < mc.nrates; i++) /* MFU's peak: the fastest the probe saw */
+    if (mc.rate[i] > mc.peak) mc.peak = mc.rate[i];
   int n = plan_search(&m, &mc, &p);
   int w = -1;
   for (int i = 0; i < n && w < 0; i++)
