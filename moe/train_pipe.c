@@ -290,27 +290,20 @@ int pipe_step(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t* c, co
     int next = i + 1, failed = 0;
     double lsums[4] = {0, 0, 0, 0};
     double x0 = tm->dispatch + tm->combine + tm->bexch;
-    switch (op->kind) {
+    int kind = fusable(pp, ds, i) ? -1 : op->kind; /* -1: the pair of ops i, i + 1 */
+    switch (kind) {
+      case -1:
+        failed = run_fused(pp, be, c, ds, p, i, x, target, g, out, grad_x, lsums, tm) != 0;
+        pp->st.fused += train_now() - a, pp->st.nfused++;
+        pp->st.xfused += tm->dispatch + tm->combine + tm->bexch - x0;
+        next = i + 2;
+        break;
       case PP_F:
-        if (fusable(pp, ds, i)) {
-          failed = run_fused(pp, be, c, ds, p, i, x, target, g, out, grad_x, lsums, tm) != 0;
-          pp->st.fused += train_now() - a, pp->st.nfused++;
-          pp->st.xfused += tm->dispatch + tm->combine + tm->bexch - x0;
-          next = i + 2;
-          break;
-        }
         failed = run_forward(pp, be, c, ds, p, op, x, target, out, lsums, tm) != 0;
         pp->st.f += train_now() - a, pp->st.nf++;
         pp->st.xf += tm->dispatch + tm->combine + tm->bexch - x0;
         break;
       case PP_B:
-        if (fusable(pp, ds, i)) {
-          failed = run_fused(pp, be, c, ds, p, i, x, target, g, out, grad_x, lsums, tm) != 0;
-          pp->st.fused += train_now() - a, pp->st.nfused++;
-          pp->st.xfused += tm->dispatch + tm->combine + tm->bexch - x0;
-          next = i + 2;
-          break;
-        }
         failed = run_backward(pp, be, c, ds, p, op, target, g, grad_x, tm) != 0;
         pp->st.b += train_now() - a, pp->st.nb++;
         pp->st.xb += tm->dispatch + tm->combine + tm->bexch - x0;
