@@ -28,6 +28,25 @@ static double gemm(const plan_machine_t* mc, double flops, double m) {
   return m > 0 && flops > 0 ? flops / rate_at(mc, m) : 0.0;
 }
 
+/* Whether a node's ranks outnumber its cores. */
+static int shared(const plan_machine_t* mc) {
+  int rpn = mc->ranks_per_node < mc->ranks ? mc->ranks_per_node : mc->ranks;
+  return mc->cores > 0 && rpn > mc->cores;
+}
+
+/* What a call among g ranks costs beyond its price: call2_s for 2, call_s
+ * for all ranks, between by log2 g.  On ranks that share cores the measured
+ * costs are mostly waits for peers the scheduler has not run: a call of one
+ * rank has none. */
+static double call_cost(const plan_machine_t* mc, int g) {
+  if (g <= 1 && shared(mc)) return 0;
+  if (mc->call2_s <= 0) return mc->call_s;
+  if (g <= 2 || mc->ranks <= 2) return mc->call2_s;
+  if (g >= mc->ranks) return mc->call_s;
+  double t = log((double)g / 2) / log(mc->ranks / 2.0);
+  return mc->call2_s + t * (mc->call_s - mc->call2_s);
+}
+
 static double elem(const plan_machine_t* mc, double bytes) {
   return mc->elem_rate > 0 ? bytes / mc->elem_rate : 0.0;
 }
@@ -150,9 +169,17 @@ int plan_predict(const plan_model_t* m, const plan_machine_t* mc, const plan_lay
   /* an accelerator's rates are its GEMMs': the elementwise work (SwiGLU,
    * softmaxes, residual) is added at its memory rate */
   double ew = mc->cores == 0 ? elem(mc, ab * (6 * rows * F + 3 * n * H + 4 * n * E)) : 0;
-  double lf = router + gemm(mc, 6 * rows * H * F, rows_e) + gemm(mc, dense, n) + ew;
+  /* Ranks that outnumber their node's cores run at their share of a core
+   * all step: a waiting rank spins and yields before it sleeps, and its
+   * peers wait for it in turn (measured: a 2-stage pipeline of 4 ranks on 2
+   * cores takes its bubble at the shared rate, not at the floor of all
+   * work over the cores); what a call's wait adds beyond that is in
+   * call_s, measured with the ranks computing between calls. */
+  int rpn = mc->ranks_per_node < R ? mc->ranks_per_node : R;
+  double sl = mc->cores > 0 && rpn > mc->cores ? (double)rpn / mc->cores : 1;
+  double lf = sl * (router + gemm(mc, 6 * rows * H * F, rows_e) + gemm(mc, dense, n) + ew);
   double lb = lf;
-  double lw = router + gemm(mc, 6 * rows * H * F, rows_e) + gemm(mc, dense, n);
+  double lw = sl * (router + gemm(mc, 6 * rows * H * F, rows_e) + gemm(mc, dense, n));
 
   /* the EP exchanges of one layer on one micro-batch, on EP group 0 of
    * stage 0 (ranks d * P + p, as moe_train lays them out), with even
@@ -168,27 +195,29 @@ int plan_predict(const plan_model_t* m, const plan_machine_t* mc, const plan_lay
   }
   if (Q > 1) SIM_TRY(price(mc->sim, K_AR, Q, 1, (2.0 * E + 1) * 4, &stats, NULL));
   if (S > 1) SIM_TRY(price(mc->sim, K_P2P, Q, 0, n * H * ab, &p2p, NULL));
+  a2a *= sl, lay_t *= sl, stats *= sl, p2p *= sl;
   /* the gradients' sums after the step: the routers' over the stage, each
    * expert's over its D replicas (ranks p + d * P), per layer of a stage */
-  double ar_router = 0, ar_exp = 0, cs = mc->call_s;
+  double ar_router = 0, ar_exp = 0, cs = call_cost(mc, P);
   if (Q > 1) SIM_TRY(price(mc->sim, K_AR, Q, 1, H * E * 4, &ar_router, NULL));
   if (D > 1) SIM_TRY(price(mc->sim, K_AR, D, P, (double)nexp * H * F * 4, &ar_exp, NULL));
-  ar = nl * V * ((Q > 1) * (ar_router + cs) + (D > 1) * 3 * (ar_exp + cs));
+  ar = nl * V * ((Q > 1) * (sl * ar_router + call_cost(mc, Q)) +
+                 (D > 1) * 3 * (sl * ar_exp + call_cost(mc, D)));
 
   /* Hiding needs a core for the stream's thread (or an accelerator whose
    * copies and network run beside its compute). */
-  int rpn = mc->ranks_per_node < R ? mc->ranks_per_node : R;
   int hide = mc->cores == 0 || mc->cores >= 2 * rpn;
   piece_cost_t pc;
   pc.f = nl * lf, pc.b = nl * lb, pc.w = nl * lw;
   /* per layer and chunk: the forward's layout, dispatch and combine, the
    * backward's two exchanges; per layer the statistics' sum; each call also
    * pays call_s */
-  pc.cf_a2a = pc.cb_a2a = nl * C * 2 * (a2a + cs);
+  double csx = (C > 1 || lay->overlap) && mc->stream_call_s > 0 ? mc->stream_call_s : cs;
+  pc.cf_a2a = pc.cb_a2a = nl * C * 2 * (a2a + csx);
   pc.cf = pc.cf_a2a + nl * (C * (lay_t + cs) + stats + cs), pc.cb = pc.cb_a2a;
   double exf = pc.cf, exb = pc.cb;
   if (C > 1 && hide) { /* chunk k's experts under k+1's dispatch and k-1's combine */
-    double ef = nl * gemm(mc, 6 * rows * H * F, rows_e), eb = 2 * ef;
+    double ef = sl * nl * gemm(mc, 6 * rows * H * F, rows_e), eb = 2 * ef;
     exf -= fmin(pc.cf_a2a * (C - 1) / C, ef);
     exb -= fmin(pc.cb_a2a * (C - 1) / C, eb);
   }
@@ -212,7 +241,7 @@ int plan_predict(const plan_model_t* m, const plan_machine_t* mc, const plan_lay
     t.b[s] = pc.b + exb + (sc.split_w ? 0 : pc.w);
     t.w[s] = sc.split_w ? pc.w : 0;
   }
-  t.comm = S > 1 ? p2p + cs : 0;
+  t.comm = S > 1 ? p2p + call_cost(mc, 2) : 0;
   pp_sim_t sim;
   if (pp_sched_simulate(&sc, &t, 0, &sim, err, len)) goto fail;
   out->pipe = sim.makespan;
@@ -225,15 +254,8 @@ int plan_predict(const plan_model_t* m, const plan_machine_t* mc, const plan_lay
   out->allreduce = ar;
   /* Adam over the parameters a rank holds: 4 reads and 3 writes each */
   double params = nl * V * (H * E + 3.0 * nexp * H * F + m->dense_params);
-  out->optimizer = mc->adam_rate > 0 ? params / mc->adam_rate : elem(mc, 28.0 * params);
-  if (mc->cores > 0 && rpn > mc->cores) { /* the ranks share the cores */
-    double work = rpn * (out->compute + out->comm + out->p2p + out->allreduce + out->optimizer);
-    out->cpu_floor = work / mc->cores;
-    out->optimizer *= (double)rpn / mc->cores;
-    out->allreduce *= (double)rpn / mc->cores;
-  }
-  double busy = out->pipe + out->allreduce + out->optimizer;
-  out->step = busy > out->cpu_floor ? busy : out->cpu_floor;
+  out->optimizer = sl * (mc->adam_rate > 0 ? params / mc->adam_rate : elem(mc, 28.0 * params));
+  out->step = out->pipe + out->allreduce + out->optimizer;
   /* memory per rank */
   double pb = mc->param_bytes;
   out->mem_weights = params * pb;
@@ -325,13 +347,11 @@ static void gib(char* buf, size_t len, double bytes) {
  * difference. */
 static void why(FILE* f, const plan_pred_t* a, const plan_pred_t* b) {
   const char* names[] = {"pipeline compute", "exposed EP communication", "pipeline bubble",
-                         "gradient all-reduce", "optimizer", "cores shared (CPU floor)"};
-  double da[6] = {a->compute, a->comm_exposed,
-                  a->pipe * a->bubble, a->allreduce, a->optimizer, a->cpu_floor};
-  double db[6] = {b->compute, b->comm_exposed, b->pipe * b->bubble, b->allreduce, b->optimizer,
-                  b->cpu_floor};
+                         "gradient all-reduce", "optimizer"};
+  double da[5] = {a->compute, a->comm_exposed, a->pipe * a->bubble, a->allreduce, a->optimizer};
+  double db[5] = {b->compute, b->comm_exposed, b->pipe * b->bubble, b->allreduce, b->optimizer};
   int worst = 0;
-  for (int i = 1; i < 6; i++)
+  for (int i = 1; i < 5; i++)
     if (db[i] - da[i] > db[worst] - da[worst]) worst = i;
   fprintf(f, "# the runner-up is %.1f%% slower, most of it in %s (%.3f ms against %.3f ms)\n",
           a->step > 0 ? 100 * (b->step / a->step - 1) : 0, names[worst], 1e3 * db[worst],
@@ -347,9 +367,15 @@ void plan_report(FILE* f, const plan_model_t* m, const plan_machine_t* mc, const
   fprintf(f, "# compute: GFLOP/s of the experts by rows per expert");
   for (int i = 0; i < mc->nrates; i++)
     fprintf(f, "%s %d: %.1f", i ? "," : "", mc->rate_rows[i], mc->rate[i] / 1e9);
-  fprintf(f, "; elementwise %.2f GB/s; Adam %.0f M parameters/s; %.1f us a call beyond its "
-          "price; %s\n", mc->elem_rate / 1e9, mc->adam_rate / 1e6, 1e6 * mc->call_s,
-          mc->cores ? "ranks share the cores" : "a device per rank");
+  fprintf(f, "; elementwise %.2f GB/s; Adam %.0f M parameters/s; a call beyond its price: "
+          "%.1f us", mc->elem_rate / 1e9, mc->adam_rate / 1e6, 1e6 * mc->call_s);
+  if (mc->call2_s > 0 && mc->ranks > 2)
+    fprintf(f, " (%.1f us between 2 ranks)", 1e6 * mc->call2_s);
+  if (mc->stream_call_s > 0) fprintf(f, ", %.1f us on a host stream", 1e6 * mc->stream_call_s);
+  fprintf(f, "; %s\n",
+          !mc->cores   ? "a device per rank"
+          : shared(mc) ? "ranks share the cores (each runs at its share all step)"
+                       : "a core per rank");
   fprintf(f, "# %4s %10s %8s %8s %8s %8s %8s %10s %6s  %s\n", "rank", "step ms", "compute",
           "comm", "exposed", "bubble%", "a2a", "mem/rank", "MFU%", "layout (moe_train flags)");
   for (int i = 0; i < n && i < top; i++) {
@@ -370,8 +396,7 @@ void plan_report(FILE* f, const plan_model_t* m, const plan_machine_t* mc, const
           plan_flags(&w->lay, flags, sizeof(flags)), 1e3 * w->step, 1e3 * w->pipe,
           1e3 * w->compute, 1e3 * w->comm, 1e3 * w->comm_exposed, 1e3 * w->p2p, 100 * w->bubble,
           1e3 * w->allreduce, 1e3 * w->optimizer,
-          w->cpu_floor > w->pipe + w->allreduce + w->optimizer ? " (held up by the shared cores)"
-                                                               : "");
+          shared(mc) ? " (every part at the ranks' share of the cores)" : "");
   fprintf(f, "#   memory per rank: weights %s, gradients and Adam %s, activations %s (%d in "
           "flight), buffers %s\n", a, b, c, w->peak_act, d);
   if (n > 1) why(f, w, &p[1]);

@@ -6,9 +6,8 @@
  * parameters a rank holds; the activations its pipeline schedule keeps in
  * flight; the dispatch's row buffers).  Compute: GEMM FLOPs over a rate
  * measured by the GEMM's row count (skinny GEMMs are slower) plus the
- * elementwise work over a memory rate; on a host whose ranks share cores,
- * the cores are a resource too (the step cannot be shorter than all ranks'
- * work over the cores).  Communication: moeccl's own schedules of the
+ * elementwise work over a memory rate; on a host whose ranks outnumber its
+ * cores, every rank runs at its share of a core all step.  Communication: moeccl's own schedules of the
  * dispatch and combine (an all-to-allv of the expected row counts), the
  * statistics' all-reduce, the pipeline's sends and the gradients'
  * all-reduces, priced by the library's cost model on the cluster
@@ -54,6 +53,11 @@ typedef struct plan_machine {
   double call_s;    /* seconds a communication call costs beyond the cost model's
                        price (the host's issue and completion path), measured by
                        moe_train --plan, given to moe_plan (--call-us) */
+  double call2_s;   /* the same for a call among 2 ranks (0: call_s); between 2
+                       and all ranks, by log2 of the group's size */
+  double stream_call_s; /* the same for an exchange queued on a host stream
+                           and waited for, the ranks computing between calls
+                           (0: call_s): what --chunks and --overlap pay */
   double peak;      /* FLOP/s the MFU is a share of */
   int param_bytes;  /* bytes of a weight */
   int mixed;        /* mixed precision with a distributed optimizer (Megatron's,
@@ -81,7 +85,6 @@ typedef struct plan_pred {
   double p2p;            /* the pipeline's sends of a step */
   double bubble;         /* the schedule's idle share (simulated) */
   double allreduce, optimizer;
-  double cpu_floor;      /* all ranks' work over the cores (0 without sharing) */
   double mem_weights, mem_optim, mem_act, mem_buf, mem; /* bytes per rank */
   double flops;          /* model FLOPs of a step (all ranks) */
   double mfu;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -31,10 +32,10 @@ static int write_json(const char* path, const plan_pred_t* p, int n) {
   for (int i = 0; i < n; i++)
     fprintf(f, "%s\n  {\"flags\": \"%s\", \"fits\": %d, \"step_s\": %.9g, \"compute_s\": %.9g, "
             "\"comm_s\": %.9g, \"comm_exposed_s\": %.9g, \"bubble\": %.6f, \"allreduce_s\": "
-            "%.9g, \"optimizer_s\": %.9g, \"cpu_floor_s\": %.9g, \"mem_bytes\": %.6g}",
+            "%.9g, \"optimizer_s\": %.9g, \"mem_bytes\": %.6g}",
             i ? "," : "", plan_flags(&p[i].lay, flags, sizeof(flags)), p[i].fits, p[i].step,
             p[i].compute, p[i].comm, p[i].comm_exposed, p[i].bubble, p[i].allreduce,
-            p[i].optimizer, p[i].cpu_floor, p[i].mem);
+            p[i].optimizer, p[i].mem);
   fprintf(f, "\n]}\n");
   if (fclose(f)) {
     fprintf(stderr, "moe_train: --plan-json %s: %s\n", path, strerror(errno));
@@ -43,23 +44,61 @@ static int write_json(const char* path, const plan_pred_t* p, int n) {
   return 0;
 }
 
-/* What a small exchange costs on world (every rank), per call, on rank 0:
- * 40 all-to-alls of 64 bytes per peer after 5 unmeasured; -1 on failure. */
-static double call_time(moecclComm_t world) {
-  static char a[64 * 256], b[64 * 256]; /* at most 256 ranks: no allocation to fail */
-  moecclResult_t r = moecclSuccess;
-  double t0 = 0;
-  for (int i = 0; i < 45 && r == moecclSuccess; i++) {
-    if (i == 5) t0 = train_now();
-    r = moecclAlltoAll(a, b, 64, moecclInt8, world, NULL);
-  }
-  return r == moecclSuccess ? (train_now() - t0) / 40 : -1;
+/* CPU seconds this thread has run. */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* Rank 0's plan: the winner's layout in lay[8], or lay[0] = 0.  call: the
- * measured time of a small all-to-all. */
-static void plan_here(const train_options_t* o, moecclComm_t world, int nranks, double call,
-                      const plan_machine_t* probed, int lay[8]) {
+/* What a small exchange costs on comm (every rank), per call, on rank 0:
+ * 40 all-to-alls of 64 bytes per peer after 5 unmeasured; -1 on failure.
+ * When the ranks outnumber the cores (share: ranks per core, > 1) a call
+ * also waits for peers the scheduler has not run yet: then each rank
+ * computes BURST CPU seconds before each of 16 calls (after 3 unmeasured),
+ * as training computes between its exchanges, and a call costs what an
+ * iteration takes beyond that work at its share of a core.  With a stream
+ * each call is queued on it before the work and waited for after (as
+ * --chunks runs a chunk's exchange under another's experts): what the
+ * stream's thread, competing with the work for a core, adds. */
+#define BURST 0.004
+static double call_time(moecclComm_t comm, double share, moecclStream_t stream) {
+  static char a[64 * 256], b[64 * 256]; /* at most 256 ranks: no allocation to fail */
+  moecclResult_t r = moecclSuccess;
+  int busy = share > 1 || stream, warm = busy ? 3 : 5, n = busy ? 16 : 40;
+  double t0 = 0;
+  volatile double sink = 0;
+  for (int i = 0; i < warm + n && r == moecclSuccess; i++) {
+    if (i == warm) t0 = train_now();
+    if (stream) r = moecclAlltoAll(a, b, 64, moecclInt8, comm, stream);
+    if (busy)
+      for (double c0 = cpu_now(); cpu_now() - c0 < BURST;)
+        for (int k = 0; k < 1000; k++) sink += k * 1e-9;
+    if (r == moecclSuccess)
+      r = stream ? moecclHostStreamSynchronize(stream)
+                 : moecclAlltoAll(a, b, 64, moecclInt8, comm, NULL);
+  }
+  if (r != moecclSuccess) return -1;
+  double t = (train_now() - t0) / n - (busy ? BURST * (share > 1 ? share : 1) : 0);
+  return t > 0 ? t : 0;
+}
+
+/* The part of a call of n ranks the cost model does not price: measured
+ * less the price of the same all-to-all on ranks 0..n-1. */
+static double unpriced(moecclSim_t sim, int n, double measured) {
+  int* all = calloc(n, sizeof(int));
+  double priced = 0;
+  for (int i = 0; all && i < n; i++) all[i] = i;
+  if (all && n > 1 && moecclSimAlltoAll(sim, all, n, 64, NULL, &priced, NULL)) priced = 0;
+  free(all);
+  return measured > priced ? measured - priced : 0;
+}
+
+/* Rank 0's plan: the winner's layout in lay[8], or lay[0] = 0.  calls: the
+ * measured times of a small all-to-all of every rank, of 2 ranks, and of
+ * every rank queued on a host stream. */
+static void plan_here(const train_options_t* o, moecclComm_t world, int nranks,
+                      const double calls[3], const plan_machine_t* probed, int lay[8]) {
   plan_machine_t mc = {0};
   plan_pred_t* p = NULL;
   if (moecclSimCreateFromComm(&mc.sim, world) != moecclSuccess) {
@@ -79,14 +118,9 @@ static void plan_here(const train_options_t* o, moecclComm_t world, int nranks, 
   memcpy(mc.rate_rows, probed->rate_rows, sizeof(mc.rate_rows));
   memcpy(mc.rate, probed->rate, sizeof(mc.rate));
   mc.elem_rate = probed->elem_rate, mc.adam_rate = probed->adam_rate;
-  /* the part of a call the cost model does not price */
-  int* all = calloc(nranks, sizeof(int));
-  double priced = 0;
-  for (int i = 0; all && i < nranks; i++) all[i] = i;
-  if (all && nranks > 1 && moecclSimAlltoAll(mc.sim, all, nranks, 64, NULL, &priced, NULL))
-    priced = 0;
-  free(all);
-  mc.call_s = call > priced ? call - priced : 0;
+  mc.call_s = unpriced(mc.sim, nranks, calls[0]);
+  mc.call2_s = nranks > 2 ? unpriced(mc.sim, 2, calls[1]) : 0;
+  mc.stream_call_s = unpriced(mc.sim, nranks, calls[2]);
   for (int i = 0; i < mc.nrates; i++) /* MFU's peak: the fastest the probe saw */
     if (mc.rate[i] > mc.peak) mc.peak = mc.rate[i];
   int n = plan_search(&m, &mc, &p);
@@ -115,21 +149,42 @@ static void plan_here(const train_options_t* o, moecclComm_t world, int nranks, 
 
 int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
   int lay[8] = {0};
-  double call = call_time(world);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  double share = cores > 0 ? (double)nranks / cores : 1;
   /* The compute is probed on as many ranks at once as the layout will run
    * at once (up to the cores): ranks sharing a machine's caches and memory
    * compute slower together than one alone. */
   plan_machine_t probed = {0};
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  double go = 0; /* all start together, or the first probes alone */
+  if (moecclAllReduce(&go, &go, 1, moecclFloat64, moecclSum, world, NULL) != moecclSuccess) {
+    fprintf(stderr, "moe_train: rank %d: --plan: moecclAllReduce: %s\n", rank,
+            moecclGetLastError(world));
+    return -1;
+  }
   if (rank < (cores > 0 ? cores : 1))
     plan_probe(moe_backend_blas(o->threads), o->cfg.hidden, o->cfg.ffn, &probed);
-  moecclResult_t b = moecclAllReduce(&call, &call, 1, moecclFloat64, moecclMax, world, NULL);
+  /* then the calls (the first waits for the probe: its warm-up) */
+  double call = call_time(world, share, NULL), call2 = call, scall = -1;
+  if (nranks > 2 && call >= 0) { /* and among 2 ranks, every pair at once */
+    moecclComm_t pair = NULL;
+    int color = nranks % 2 && rank == nranks - 1 ? MOECCL_SPLIT_NOCOLOR : rank / 2;
+    moecclResult_t s = moecclCommSplit(world, color, rank, &pair, NULL);
+    call2 = s != moecclSuccess ? -1 : pair ? call_time(pair, share, NULL) : 0;
+    if (pair) moecclCommDestroy(pair);
+  }
+  moecclStream_t st = NULL;
+  if (call >= 0 && moecclHostStreamCreate(&st) == moecclSuccess) {
+    scall = call_time(world, share, st);
+    moecclHostStreamDestroy(st);
+  }
+  double calls[3] = {call, call2, scall};
+  moecclResult_t b = moecclAllReduce(calls, calls, 3, moecclFloat64, moecclMax, world, NULL);
   if (b != moecclSuccess) {
     fprintf(stderr, "moe_train: rank %d: --plan: moecclAllReduce: %s\n", rank,
             moecclGetLastError(world));
     return -1;
   }
-  if (rank == 0) plan_here(o, world, nranks, call, &probed, lay);
+  if (rank == 0) plan_here(o, world, nranks, calls, &probed, lay);
   moecclResult_t r = moecclBroadcast(lay, lay, 8, moecclInt32, 0, world, NULL);
   if (r != moecclSuccess) {
     fprintf(stderr, "moe_train: rank %d: --plan: moecclBroadcast: %s\n", rank,

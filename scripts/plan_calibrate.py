@@ -4,7 +4,10 @@ model (1 to 8 ranks, with and without pipeline stages, chunks, overlap and
 each schedule), the step time moe_train --plan predicts for each layout
 (its --plan-json, one planning run per rank count, on those ranks'
 communicator) next to the step time moe_train measures with that layout
-(the mean of the steps after the first, the median of --reps runs).
+(the mean of the steps after the first).  Interleaved: each of --reps
+rounds plans every rank count once (the probe sees the machine of that
+round) and runs every layout once; the medians over the rounds are
+compared.
 
   scripts/plan_calibrate.py BUILD_DIR [--steps 8] [--reps 3] [--json FILE]
 
@@ -73,19 +76,20 @@ def main():
     a = ap.parse_args()
     train = os.path.join(a.build, "moe", "moe_train")
     tmp = tempfile.mkdtemp(prefix="plan_calibrate.")
-    predicted = {}
-    for ranks in sorted({r for r, _ in LAYOUTS}):
-        path = os.path.join(tmp, "plan%d.json" % ranks)
-        run([train, "-n", str(ranks)] + MODEL + ["--plan-json", path, "--steps", "0"], 600)
-        with open(path) as f:
-            for lay in json.load(f)["layouts"]:
-                predicted[(ranks, lay["flags"])] = lay["step_s"]
+    preds = {}
     rows = []
     times = {k: [] for k in LAYOUTS}
-    for rep in range(a.reps):  # interleaved: every layout once per round
+    for rep in range(a.reps):  # interleaved: every plan and every layout once per round
+        for ranks in sorted({r for r, _ in LAYOUTS}):
+            path = os.path.join(tmp, "plan%d.json" % ranks)
+            run([train, "-n", str(ranks)] + MODEL + ["--plan-json", path, "--steps", "0"], 600)
+            with open(path) as f:
+                for lay in json.load(f)["layouts"]:
+                    preds.setdefault((ranks, lay["flags"]), []).append(lay["step_s"])
         for r, flags in LAYOUTS:
             times[(r, flags)].append(measure(train, r, flags, a.steps))
-    print("# model: %s; %d steps per run, median of %d runs, interleaved" %
+    predicted = {k: statistics.median(v) for k, v in preds.items() if len(v) == a.reps}
+    print("# model: %s; %d steps per run, medians of %d rounds, interleaved" %
           (" ".join(MODEL), a.steps, a.reps))
     print("# %5s %10s %10s %7s  %s" % ("ranks", "predicted", "measured", "error", "layout"))
     within = 0
@@ -96,7 +100,8 @@ def main():
         err = (p - m) / m
         within += abs(err) <= 0.2
         rows.append({"ranks": r, "flags": flags, "predicted_s": p, "measured_s": m,
-                     "runs_s": times[(r, flags)], "error": err})
+                     "runs_s": times[(r, flags)], "predictions_s": preds[(r, flags)],
+                     "error": err})
         print("  %5d %10.3f %10.3f %+6.1f%%  %s" % (r, 1e3 * p, 1e3 * m, 100 * err, flags))
     ok = within == len(rows)
     print("# within 20%%: %d of %d layouts" % (within, len(rows)))
