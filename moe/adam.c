@@ -32,21 +32,19 @@ void moe_adam_begin(moe_adam_t* adam) {
   adam->step++;
 }
 
-void moe_adam_range(moe_adam_t* adam, float* param, const float* grad, size_t off, size_t count) {
+void moe_adam_range(moe_adam_t* adam, const moe_backend_ops_t* be, float* param,
+                    const float* grad, size_t off, size_t count) {
   float b1 = adam->beta1, b2 = adam->beta2;
   /* the corrections in double: 1 - b2^t is small for the first steps */
   float c1 = (float)(1.0 / (1.0 - pow(b1, (double)adam->step)));
   float c2 = (float)(1.0 / (1.0 - pow(b2, (double)adam->step)));
-  float *m = adam->m, *v = adam->v;
-  for (size_t i = off; i < off + count && i < adam->count; i++) {
-    float g = grad[i];
-    m[i] = b1 * m[i] + (1.0f - b1) * g;
-    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-    param[i] -= adam->lr * (m[i] * c1) / (sqrtf(v[i] * c2) + adam->eps);
-  }
+  if (off >= adam->count) return;
+  if (count > adam->count - off) count = adam->count - off;
+  be->adam(count, adam->lr, b1, b2, adam->eps, c1, c2, param + off, grad + off, adam->m + off,
+           adam->v + off);
 }
 
-void moe_adam_step(moe_adam_t* adam, float* param, const float* grad) {
+void moe_adam_step(moe_adam_t* adam, const moe_backend_ops_t* be, float* param, const float* grad) {
   moe_adam_begin(adam);
-  moe_adam_range(adam, param, grad, 0, adam->count);
+  moe_adam_range(adam, be, param, grad, 0, adam->count);
 }

@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "backend.h"
+
 typedef struct moe_adam {
   float lr, beta1, beta2, eps;
   long step; /* t of the last update */
@@ -17,13 +19,14 @@ typedef struct moe_adam {
  * 0, or -1 without memory. */
 int moe_adam_init(moe_adam_t* adam, size_t count, float lr);
 void moe_adam_free(moe_adam_t* adam);
-/* One update of param [count] from grad [count]. */
-void moe_adam_step(moe_adam_t* adam, float* param, const float* grad);
+/* One update of param [count] from grad [count], computed by be. */
+void moe_adam_step(moe_adam_t* adam, const moe_backend_ops_t* be, float* param, const float* grad);
 /* The same in parts, for a rank that updates only the parameters it holds:
  * moe_adam_begin starts an update (t + 1), then moe_adam_range updates
  * elements [off, off + count) of param from grad (whole arrays, the same
  * offsets as the moments). */
 void moe_adam_begin(moe_adam_t* adam);
-void moe_adam_range(moe_adam_t* adam, float* param, const float* grad, size_t off, size_t count);
+void moe_adam_range(moe_adam_t* adam, const moe_backend_ops_t* be, float* param,
+                    const float* grad, size_t off, size_t count);
 
 #endif

@@ -1,16 +1,21 @@
-/* The compute backend of the moe/ layer: the few dense operations the router
- * and the experts need, behind one ops table, so that a GPU backend (cuBLAS
- * and its kernels) can take the host backend's place without the layer code
- * changing.  Every pointer an op receives lies in the backend's memory (host
- * memory for the BLAS backend).  Matrices are row-major, float32.
+/* The compute backend of the moe/ layer: every operation the router, the
+ * local dispatch/combine, the experts, the residual stream and Adam do on
+ * activations, gradients and parameters, behind one ops table, so that a
+ * GPU backend (cuBLAS and its kernels) can take the host backend's place
+ * without the layer code changing.  Every float pointer an op receives lies
+ * in the backend's memory (host memory for the BLAS backend); the index
+ * arrays (expert ids, the local plan's row_of and token_of) too.  Matrices
+ * are row-major, float32.  Ops are synchronous and never fail.
  *
- * The router's top-K and softmaxes and the local dispatch/combine of
- * model.c still run on the host over these pointers; a device backend adds
- * ops for them here (and memory allocation) when it comes. */
+ * What stays on the host: the local plan's counting sort (model.c builds it
+ * from the expert ids), the per-expert row counts the GEMM loop walks, and
+ * the router statistics' aux-loss coefficients (E floats).  Allocation is
+ * still the callers' (calloc); a device backend adds memory ops here. */
 #ifndef MOE_BACKEND_H_
 #define MOE_BACKEND_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct moe_backend_ops {
   size_t size; /* sizeof(moe_backend_ops_t) of the backend's build */
@@ -31,6 +36,59 @@ typedef struct moe_backend_ops {
    * (overwritten, not accumulated).  da and db may alias neither input. */
   void (*swiglu_backward)(size_t count, const float* a, const float* b, const float* dh, float* da,
                           float* db);
+
+  /* The router over n tokens' logits [n][e] (probs, in place): per token
+   * the k largest in order, ties to the lower id, into expert [n][k]; the
+   * softmax over those k into gate [n][k]; then the softmax over all e into
+   * probs.  stats (MOE_STATS_LEN(e)) accumulates the tokens sent to each
+   * expert [0, e), the probabilities' sums [e, 2e) and the token count [2e]. */
+  void (*router_select)(int n, int e, int k, float* probs, int32_t* expert, float* gate,
+                        float* stats);
+
+  /* dL/dlogits [n][e] of those softmaxes: the gate softmax's backward on
+   * the chosen ids (from dgate = dL/dgate [n][k]) plus the full softmax's
+   * from g [e], the same dL/dp_e for every token (the aux loss's).  An
+   * expert id < 0 is a dropped slot. */
+  void (*router_dlogits)(int n, int e, int k, const float* probs, const int32_t* expert,
+                         const float* gate, const float* dgate, const float* g, float* dlogits);
+
+  /* out[r] = x[token_of[r]] for r < rows, rows of h floats. */
+  void (*gather_rows)(int rows, int h, const int32_t* token_of, const float* x, float* out);
+
+  /* out[s / k] += gate[s] * y[row_of[s]] for the slots s < slots whose
+   * row_of[s] >= 0, in slot order. */
+  void (*combine_rows)(size_t slots, int k, int h, const int32_t* row_of, const float* gate,
+                       const float* y, float* out);
+
+  /* Its backward: dy[row_of[s]] = gate[s] * dout[s / k] and dgate[s] = the
+   * dot of dout[s / k] and y[row_of[s]] (0 where row_of[s] < 0). */
+  void (*combine_rows_backward)(size_t slots, int k, int h, const int32_t* row_of,
+                                const float* gate, const float* dout, const float* y, float* dy,
+                                float* dgate);
+
+  /* dx[token_of[r]] += src[r] for r < rows, in row order. */
+  void (*scatter_add_rows)(int rows, int h, const int32_t* token_of, const float* src, float* dx);
+
+  /* dst = src over count floats (they do not overlap). */
+  void (*copy)(size_t count, const float* src, float* dst);
+
+  /* dst = 0 over count floats. */
+  void (*zero)(size_t count, float* dst);
+
+  /* The sum of (a - b)^2 over count floats, in double, in index order. */
+  double (*sq_dist)(size_t count, const float* a, const float* b);
+
+  /* out = scale (a - b) over count floats. */
+  void (*scaled_diff)(size_t count, float scale, const float* a, const float* b, float* out);
+
+  /* out = a + b over count floats (out may be a or b). */
+  void (*add)(size_t count, const float* a, const float* b, float* out);
+
+  /* One Adam update of count parameters (moe/adam.h):
+   * m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+   * p -= lr (m c1) / (sqrt(v c2) + eps), c1 and c2 the bias corrections. */
+  void (*adam)(size_t count, float lr, float b1, float b2, float eps, float c1, float c2, float* p,
+               const float* g, float* m, float* v);
 
   /* One line saying what computes (library, version, threads) into buf;
    * returns buf. */

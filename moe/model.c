@@ -109,55 +109,12 @@ double moe_stats_aux_loss(const moe_config_t* cfg, const float* stats) {
 
 /* --- router ----------------------------------------------------------------------- */
 
-/* The K largest of logits[0..E) in order, ties to the lower id (a strict >
- * keeps the first maximum), and the softmax over them. */
-static void router_topk(const float* logits, int e_count, int k, int32_t* expert, float* gate) {
-  unsigned char taken[e_count];
-  memset(taken, 0, sizeof(taken));
-  for (int j = 0; j < k; j++) { /* O(K E): K is small */
-    int best = -1;
-    for (int e = 0; e < e_count; e++)
-      if (!taken[e] && (best < 0 || logits[e] > logits[best])) best = e;
-    expert[j] = best;
-    taken[best] = 1;
-  }
-  float top = logits[expert[0]], sum = 0.0f;
-  for (int j = 0; j < k; j++) sum += gate[j] = expf(logits[expert[j]] - top);
-  for (int j = 0; j < k; j++) gate[j] /= sum;
-}
-
-static void softmax_inplace(float* v, int count) {
-  float top = v[0], sum = 0.0f;
-  for (int i = 1; i < count; i++) top = v[i] > top ? v[i] : top;
-  for (int i = 0; i < count; i++) sum += v[i] = expf(v[i] - top);
-  for (int i = 0; i < count; i++) v[i] /= sum;
-}
-
 void moe_router_forward(const moe_backend_ops_t* be, const moe_config_t* cfg, const float* wg,
                         const float* x, int n, float* probs, int32_t* expert, float* gate,
                         float* stats) {
   int e_count = cfg->experts, k = cfg->topk;
   be->sgemm(0, 0, n, e_count, cfg->hidden, 1.0f, x, cfg->hidden, wg, e_count, 0.0f, probs, e_count);
-  for (int t = 0; t < n; t++) {
-    float* row = probs + (size_t)t * e_count;
-    router_topk(row, e_count, k, expert + (size_t)t * k, gate + (size_t)t * k);
-    softmax_inplace(row, e_count);
-    for (int j = 0; j < k; j++) stats[expert[(size_t)t * k + j]] += 1.0f;
-    for (int e = 0; e < e_count; e++) stats[e_count + e] += row[e];
-  }
-  stats[2 * e_count] += (float)n;
-}
-
-/* dL/dlogits of one token: the gate softmax's backward on the chosen ids
- * plus the aux loss's through the full softmax, where dL/dp_e = g[e]. */
-static void router_dlogits(int e_count, int k, const float* p, const int32_t* expert,
-                           const float* gate, const float* dgate, const float* g, float* dl) {
-  float pg = 0.0f, wd = 0.0f;
-  for (int e = 0; e < e_count; e++) pg += p[e] * g[e];
-  for (int e = 0; e < e_count; e++) dl[e] = p[e] * (g[e] - pg);
-  for (int j = 0; j < k; j++) wd += gate[j] * dgate[j];
-  for (int j = 0; j < k; j++)
-    if (expert[j] >= 0) dl[expert[j]] += gate[j] * (dgate[j] - wd);
+  be->router_select(n, e_count, k, probs, expert, gate, stats);
 }
 
 void moe_router_backward_input(const moe_backend_ops_t* be, const moe_config_t* cfg,
@@ -170,9 +127,7 @@ void moe_router_backward_input(const moe_backend_ops_t* be, const moe_config_t* 
   /* aux * E * sum_e f_e P_e with P_e = sum_t p_te / N: d/dp_te = aux E f_e / N */
   for (int e = 0; e < e_count; e++)
     g[e] = nglob > 0.0 ? (float)(cfg->aux * e_count * (stats[e] / (nglob * k)) / nglob) : 0.0f;
-  for (int t = 0; t < n; t++)
-    router_dlogits(e_count, k, probs + (size_t)t * e_count, expert + (size_t)t * k,
-                   gate + (size_t)t * k, dgate + (size_t)t * k, g, dlogits + (size_t)t * e_count);
+  be->router_dlogits(n, e_count, k, probs, expert, gate, dgate, g, dlogits);
   be->sgemm(0, 1, n, h, e_count, 1.0f, dlogits, e_count, wg, e_count, 1.0f, dx, h);
 }
 
@@ -237,48 +192,27 @@ void moe_local_plan_build(moe_local_plan_t* plan, const int32_t* expert, int n) 
   plan->rows = plan->offsets[e_count];
 }
 
-void moe_local_dispatch(const moe_local_plan_t* plan, int hidden, const float* x, float* rows) {
-  for (int r = 0; r < plan->rows; r++)
-    memcpy(rows + (size_t)r * hidden, x + (size_t)plan->token_of[r] * hidden,
-           hidden * sizeof(float));
+void moe_local_dispatch(const moe_backend_ops_t* be, const moe_local_plan_t* plan, int hidden,
+                        const float* x, float* rows) {
+  be->gather_rows(plan->rows, hidden, plan->token_of, x, rows);
 }
 
-void moe_local_combine(const moe_local_plan_t* plan, int hidden, const float* gate,
-                       const float* y_rows, float* out) {
-  size_t slots = (size_t)plan->tokens * plan->topk;
-  for (size_t s = 0; s < slots; s++) {
-    if (plan->row_of[s] < 0) continue;
-    const float* y = y_rows + (size_t)plan->row_of[s] * hidden;
-    float *o = out + (s / plan->topk) * hidden, w = gate[s];
-    for (int i = 0; i < hidden; i++) o[i] += w * y[i];
-  }
+void moe_local_combine(const moe_backend_ops_t* be, const moe_local_plan_t* plan, int hidden,
+                       const float* gate, const float* y_rows, float* out) {
+  be->combine_rows((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->row_of, gate,
+                   y_rows, out);
 }
 
-void moe_local_combine_backward(const moe_local_plan_t* plan, int hidden, const float* gate,
-                                const float* dout, const float* y_rows, float* dy_rows,
-                                float* dgate) {
-  size_t slots = (size_t)plan->tokens * plan->topk;
-  for (size_t s = 0; s < slots; s++) {
-    dgate[s] = 0.0f;
-    if (plan->row_of[s] < 0) continue;
-    const float* d = dout + (s / plan->topk) * hidden;
-    const float* y = y_rows + (size_t)plan->row_of[s] * hidden;
-    float *dy = dy_rows + (size_t)plan->row_of[s] * hidden, w = gate[s], dot = 0.0f;
-    for (int i = 0; i < hidden; i++) {
-      dy[i] = w * d[i];
-      dot += d[i] * y[i];
-    }
-    dgate[s] = dot;
-  }
+void moe_local_combine_backward(const moe_backend_ops_t* be, const moe_local_plan_t* plan,
+                                int hidden, const float* gate, const float* dout,
+                                const float* y_rows, float* dy_rows, float* dgate) {
+  be->combine_rows_backward((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->row_of,
+                            gate, dout, y_rows, dy_rows, dgate);
 }
 
-void moe_local_dispatch_backward(const moe_local_plan_t* plan, int hidden, const float* dx_rows,
-                                 float* dx) {
-  for (int r = 0; r < plan->rows; r++) {
-    const float* src = dx_rows + (size_t)r * hidden;
-    float* dst = dx + (size_t)plan->token_of[r] * hidden;
-    for (int i = 0; i < hidden; i++) dst[i] += src[i];
-  }
+void moe_local_dispatch_backward(const moe_backend_ops_t* be, const moe_local_plan_t* plan,
+                                 int hidden, const float* dx_rows, float* dx) {
+  be->scatter_add_rows(plan->rows, hidden, plan->token_of, dx_rows, dx);
 }
 
 /* --- experts ------------------------------------------------------------------------ */
@@ -459,13 +393,13 @@ static int layer_forward(const moe_backend_ops_t* be, const moe_config_t* cfg,
   if (hook->sum(hook->ctx, c->stats, MOE_STATS_LEN(cfg->experts))) return -1;
   double t1 = now();
   moe_local_plan_build(&c->plan, c->expert, n);
-  moe_local_dispatch(&c->plan, cfg->hidden, x, c->x_rows);
+  moe_local_dispatch(be, &c->plan, cfg->hidden, x, c->x_rows);
   double t2 = now();
   moe_experts_forward(be, cfg, cfg->experts, c->plan.counts, w->w1, w->w3, w->w2, c->x_rows, c->a,
                       c->b, c->h, c->y_rows);
   double t3 = now();
-  memcpy(y, x, (size_t)n * cfg->hidden * sizeof(float));
-  moe_local_combine(&c->plan, cfg->hidden, c->gate, c->y_rows, y);
+  be->copy((size_t)n * cfg->hidden, x, y); /* the residual */
+  moe_local_combine(be, &c->plan, cfg->hidden, c->gate, c->y_rows, y);
   double t4 = now();
   tm->router += t1 - t0;
   tm->dispatch += t2 - t1;
@@ -482,7 +416,7 @@ int moe_model_forward(const moe_backend_ops_t* be, const moe_params_t* p, moe_wo
   if (!hook) hook = &moe_sum_local;
   if (n < 0 || n > ws->capacity) return -1;
   ws->tokens = n;
-  memcpy(layer_act(ws, 0), x, (size_t)n * cfg->hidden * sizeof(float));
+  be->copy((size_t)n * cfg->hidden, x, layer_act(ws, 0));
   double aux = 0.0;
   for (int l = 0; l < cfg->layers; l++) {
     if (layer_forward(be, cfg, &p->layer[l], &ws->layer[l], layer_act(ws, l), n, hook,
@@ -491,11 +425,7 @@ int moe_model_forward(const moe_backend_ops_t* be, const moe_params_t* p, moe_wo
     aux += moe_stats_aux_loss(cfg, ws->layer[l].stats);
   }
   const float* out = layer_act(ws, cfg->layers);
-  double sq = 0.0;
-  for (size_t i = 0; i < (size_t)n * cfg->hidden; i++) {
-    double d = (double)out[i] - target[i];
-    sq += d * d;
-  }
+  double sq = be->sq_dist((size_t)n * cfg->hidden, out, target);
   float sums[2] = {(float)sq, (float)n};
   if (hook->sum(hook->ctx, sums, 2)) return -1;
   ws->global_tokens = sums[1];
@@ -515,13 +445,13 @@ static void layer_backward(const moe_backend_ops_t* be, const moe_config_t* cfg,
                            const moe_layer_params_t* w, moe_layer_params_t* gw,
                            moe_layer_cache_t* c, moe_workspace_t* ws, const float* x, int n,
                            const float* dout, float* dx) {
-  moe_local_combine_backward(&c->plan, cfg->hidden, c->gate, dout, c->y_rows, ws->dy_rows,
+  moe_local_combine_backward(be, &c->plan, cfg->hidden, c->gate, dout, c->y_rows, ws->dy_rows,
                              ws->dgate);
   moe_experts_backward(be, cfg, cfg->experts, c->plan.counts, w->w1, w->w3, w->w2, c->x_rows, c->a,
                        c->b, c->h, ws->dy_rows, gw->w1, gw->w3, gw->w2, ws->dx_rows, ws->da, ws->db,
                        ws->dh);
-  memcpy(dx, dout, (size_t)n * cfg->hidden * sizeof(float)); /* the residual */
-  moe_local_dispatch_backward(&c->plan, cfg->hidden, ws->dx_rows, dx);
+  be->copy((size_t)n * cfg->hidden, dout, dx); /* the residual */
+  moe_local_dispatch_backward(be, &c->plan, cfg->hidden, ws->dx_rows, dx);
   moe_router_backward(be, cfg, w->wg, x, n, c->probs, c->expert, c->gate, ws->dgate, c->stats,
                       ws->dlogits, gw->wg, dx);
 }
@@ -532,10 +462,10 @@ void moe_model_backward(const moe_backend_ops_t* be, const moe_params_t* p, moe_
   const moe_config_t* cfg = &ws->cfg;
   int n = ws->tokens, hd = cfg->hidden;
   double t0 = now();
-  memset(grads->data, 0, grads->count * sizeof(float));
+  be->zero(grads->count, grads->data);
   const float* out = layer_act(ws, cfg->layers);
   float scale = ws->global_tokens > 0.0f ? 2.0f / (ws->global_tokens * hd) : 0.0f;
-  for (size_t i = 0; i < (size_t)n * hd; i++) ws->grad[i] = scale * (out[i] - target[i]);
+  be->scaled_diff((size_t)n * hd, scale, out, target, ws->grad);
   for (int l = cfg->layers - 1; l >= 0; l--) {
     layer_backward(be, cfg, &p->layer[l], &grads->layer[l], &ws->layer[l], ws, layer_act(ws, l), n,
                    ws->grad, ws->grad_next);
@@ -543,6 +473,6 @@ void moe_model_backward(const moe_backend_ops_t* be, const moe_params_t* p, moe_
     ws->grad = ws->grad_next;
     ws->grad_next = swap;
   }
-  if (grad_x) memcpy(grad_x, ws->grad, (size_t)n * hd * sizeof(float));
+  if (grad_x) be->copy((size_t)n * hd, ws->grad, grad_x);
   if (timing) timing->backward = now() - t0;
 }

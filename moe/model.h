@@ -147,18 +147,19 @@ void moe_local_plan_free(moe_local_plan_t* plan);
 /* Rows ordered by expert, then by (token, j); ids of -1 get no row. */
 void moe_local_plan_build(moe_local_plan_t* plan, const int32_t* expert, int n);
 /* rows[r] = x[token_of[r]]  (rows: [plan->rows][H]) */
-void moe_local_dispatch(const moe_local_plan_t* plan, int hidden, const float* x, float* rows);
+void moe_local_dispatch(const moe_backend_ops_t* be, const moe_local_plan_t* plan, int hidden,
+                        const float* x, float* rows);
 /* out[t] += sum_j gate[t][j] * y_rows[row_of[t][j]] */
-void moe_local_combine(const moe_local_plan_t* plan, int hidden, const float* gate,
-                       const float* y_rows, float* out);
+void moe_local_combine(const moe_backend_ops_t* be, const moe_local_plan_t* plan, int hidden,
+                       const float* gate, const float* y_rows, float* out);
 /* From dout [n][H]: dy_rows[row(t,j)] = gate[t][j] * dout[t] (overwritten)
  * and dgate[t][j] = dout[t] . y_rows[row(t,j)] (overwritten; 0 without a row). */
-void moe_local_combine_backward(const moe_local_plan_t* plan, int hidden, const float* gate,
-                                const float* dout, const float* y_rows, float* dy_rows,
-                                float* dgate);
+void moe_local_combine_backward(const moe_backend_ops_t* be, const moe_local_plan_t* plan,
+                                int hidden, const float* gate, const float* dout,
+                                const float* y_rows, float* dy_rows, float* dgate);
 /* dx[token_of[r]] += dx_rows[r] */
-void moe_local_dispatch_backward(const moe_local_plan_t* plan, int hidden, const float* dx_rows,
-                                 float* dx);
+void moe_local_dispatch_backward(const moe_backend_ops_t* be, const moe_local_plan_t* plan,
+                                 int hidden, const float* dx_rows, float* dx);
 
 /* --- experts: expert-major rows ---------------------------------------------- */
 

@@ -97,7 +97,7 @@ void plan_probe(const moe_backend_ops_t* be, int hidden, int ffn, plan_machine_t
         double t0 = now(), t;
         int reps = 0;
         do {
-          moe_adam_step(&adam, p, g);
+          moe_adam_step(&adam, be, p, g);
           reps++;
         } while ((t = now() - t0) < 0.02);
         if (np * reps / t > best) best = np * reps / t;

@@ -142,23 +142,23 @@ int grad_allreduce(const moe_config_t* c, const dist_t* ds, moe_params_t* g) {
   return 0;
 }
 
-void adam_held(const moe_config_t* c, const dist_t* ds, moe_adam_t* adam, moe_params_t* p,
-               const moe_params_t* g) {
+void adam_held(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+               moe_adam_t* adam, moe_params_t* p, const moe_params_t* g) {
   size_t HF = (size_t)c->hidden * c->ffn, HE = (size_t)c->hidden * c->experts;
   size_t cnt = (size_t)ds->nexp * HF;
   moe_adam_begin(adam);
   for (int l = 0; l < c->layers; l++) {
     if (!dist_has_layer(ds, l)) continue;
     const moe_layer_params_t* pl = &p->layer[l];
-    moe_adam_range(adam, p->data, g->data, (size_t)(pl->wg - p->data), HE);
+    moe_adam_range(adam, be, p->data, g->data, (size_t)(pl->wg - p->data), HE);
     const float* w[3] = {pl->w1, pl->w3, pl->w2};
     if (!ds->place)
       for (int i = 0; i < 3; i++)
-        moe_adam_range(adam, p->data, g->data, (size_t)(w[i] - p->data) + ds->e0 * HF, cnt);
+        moe_adam_range(adam, be, p->data, g->data, (size_t)(w[i] - p->data) + ds->e0 * HF, cnt);
     else
       for (int k = 0; k < ds->nlocal; k++)
         for (int i = 0; i < 3; i++)
-          moe_adam_range(adam, p->data, g->data,
+          moe_adam_range(adam, be, p->data, g->data,
                          (size_t)(w[i] - p->data) + (size_t)local_expert(ds, l, k) * HF, HF);
   }
 }

@@ -83,8 +83,8 @@ int grad_allreduce(const moe_config_t* c, const dist_t* ds, moe_params_t* g);
  * experts in them (every rank keeps whole arrays; the rest stays as it
  * was, unused here). */
 struct moe_adam;
-void adam_held(const moe_config_t* c, const dist_t* ds, struct moe_adam* adam, moe_params_t* p,
-               const moe_params_t* g);
+void adam_held(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+               struct moe_adam* adam, moe_params_t* p, const moe_params_t* g);
 
 /* Sums on rank 0 the full shapes of --dump: every layer's gradients (from
  * the stage that holds it: the router's from its q = 0, each expert's from

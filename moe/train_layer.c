@@ -301,7 +301,7 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
     if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
     tm->combine += train_now() - t3;
     double t4 = train_now();
-    for (size_t i = 0; i < (size_t)n * H; i++) out[i] = xin[i] + w->tok[i];
+    be->add((size_t)n * H, xin, w->tok, out);
     tm->combine += train_now() - t4;
     *aux += moe_stats_aux_loss(&cm, y->stats);
   }
@@ -358,7 +358,7 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
                  moecclMoeDispatchBackward(last->plan, w->dx_rows[(C - 1) % 2], w->cap,
                                            w->tok + last->t0 * H, H, moecclFloat32, st)));
     if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
-    for (size_t i = 0; i < n * H; i++) w->grad_next[i] = w->grad[i] + w->tok[i]; /* residual */
+    be->add(n * H, w->grad, w->tok, w->grad_next); /* residual */
     float* dlogits = y->dlogits ? y->dlogits : w->dlogits;
     moe_router_backward_input(be, &cm, wl->wg, (int)n, y->probs, y->expert, y->gate, w->dgate,
                               y->stats, dlogits, w->grad_next);
@@ -475,7 +475,7 @@ int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
                                     moecclFloat32, st));
     t0 = train_now();
     size_t nb = wb->n;
-    for (size_t i = 0; i < nb * H; i++) wb->grad_next[i] = wb->grad[i] + wb->tok[i];
+    be->add(nb * H, wb->grad, wb->tok, wb->grad_next);
     float* dlogits = yb->dlogits ? yb->dlogits : wb->dlogits;
     moe_router_backward_input(be, &cb, wl->wg, (int)nb, yb->probs, yb->expert, yb->gate,
                               wb->dgate, yb->stats, dlogits, wb->grad_next);
@@ -496,7 +496,7 @@ int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
     }
     t0 = train_now();
     float* out = act_of(wf, H, k + 1);
-    for (size_t i = 0; i < (size_t)n * H; i++) out[i] = xin[i] + wf->tok[i];
+    be->add((size_t)n * H, xin, wf->tok, out);
     *aux += moe_stats_aux_loss(&cf, yf->stats);
     tm->combine += train_now() - t0;
     if (k + 1 < nl) {

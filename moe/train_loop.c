@@ -252,7 +252,7 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
     }
     if (step > o->steps) break;
     double t2 = train_now();
-    adam_held(c, &ds, &adam, &p, &g);
+    adam_held(be, c, &ds, &adam, &p, &g);
     double t3 = train_now();
     tm.optimizer = t3 - t2;
     double imb = 1.0;

@@ -113,9 +113,9 @@ static pipe_slot_t* need_slot(pipe_t* pp, const dist_t* ds, const pp_op_t* op) {
 
 /* Before a forward of (mb, chunk): its slot, and the input of virtual
  * stage 0.  Its layers and rows in *l0, *l1, *n, its loss weight *auxw. */
-static pipe_slot_t* fwd_pre(pipe_t* pp, const moe_config_t* c, const dist_t* ds,
-                            const pp_op_t* op, const float* x, int* l0, int* l1, int* n,
-                            double* auxw) {
+static pipe_slot_t* fwd_pre(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t* c,
+                            const dist_t* ds, const pp_op_t* op, const float* x, int* l0,
+                            int* l1, int* n, double* auxw) {
   size_t H = c->hidden;
   int j = vstage(pp, ds, op->chunk), m = op->mb;
   pipe_slot_t* sl = get_slot(pp, c, ds, m, op->chunk);
@@ -124,7 +124,7 @@ static pipe_slot_t* fwd_pre(pipe_t* pp, const moe_config_t* c, const dist_t* ds,
   sl->w.g0 = ds->mb_g0[m];
   sl->w.rows = 0;
   if (j == 0)
-    memcpy(act_of(&sl->w, H, 0), x + (size_t)ds->mb_off[m] * H, (size_t)*n * H * sizeof(float));
+    be->copy((size_t)*n * H, x + (size_t)ds->mb_off[m] * H, act_of(&sl->w, H, 0));
   int gm0 = row_start(m, ds->M, pp->tokens), gm1 = row_start(m + 1, ds->M, pp->tokens);
   *auxw = (double)(gm1 - gm0) / pp->tokens;
   *l0 = ds->layer_start[j], *l1 = ds->layer_start[j + 1];
@@ -133,9 +133,9 @@ static pipe_slot_t* fwd_pre(pipe_t* pp, const moe_config_t* c, const dist_t* ds,
 
 /* After it: the last virtual stage adds the micro-batch's loss terms; a
  * piece followed by another on this stage hands it its input. */
-static int fwd_post(pipe_t* pp, const moe_config_t* c, const dist_t* ds, const pp_op_t* op,
-                    pipe_slot_t* sl, const float* x, const float* target, float* out,
-                    double* sums) {
+static int fwd_post(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t* c,
+                    const dist_t* ds, const pp_op_t* op, pipe_slot_t* sl, const float* x,
+                    const float* target, float* out, double* sums) {
   size_t H = c->hidden;
   int j = vstage(pp, ds, op->chunk), nv = ds->S * ds->V, m = op->mb;
   size_t n = ds->mb_n[m], off = (size_t)ds->mb_off[m] * H;
@@ -143,24 +143,21 @@ static int fwd_post(pipe_t* pp, const moe_config_t* c, const dist_t* ds, const p
   pp->rows += sl->w.rows;
   if (j == nv - 1) {
     const float *t = target + off, *xi = x + off;
-    for (size_t i = 0; i < n * H; i++) {
-      double d = (double)y[i] - t[i], b = (double)xi[i] - t[i];
-      sums[0] += d * d;
-      sums[2] += b * b;
-    }
+    sums[0] += be->sq_dist(n * H, y, t);
+    sums[2] += be->sq_dist(n * H, xi, t);
     sums[1] += (double)n;
-    memcpy(out + off, y, n * H * sizeof(float));
+    be->copy(n * H, y, out + off);
   } else if (ds->S == 1) { /* the next piece is on this stage too */
     pipe_slot_t* nx = get_slot(pp, c, ds, m, op->chunk + 1);
     if (!nx) return -1;
-    memcpy(act_of(&nx->w, H, 0), y, n * H * sizeof(float));
+    be->copy(n * H, y, act_of(&nx->w, H, 0));
   }
   return 0;
 }
 
 /* Before a backward: the last virtual stage starts from the loss. */
-static pipe_slot_t* bwd_pre(pipe_t* pp, const moe_config_t* c, const dist_t* ds,
-                            const pp_op_t* op, const float* target) {
+static pipe_slot_t* bwd_pre(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t* c,
+                            const dist_t* ds, const pp_op_t* op, const float* target) {
   size_t H = c->hidden;
   int j = vstage(pp, ds, op->chunk), nv = ds->S * ds->V, m = op->mb;
   pipe_slot_t* sl = need_slot(pp, ds, op);
@@ -169,23 +166,23 @@ static pipe_slot_t* bwd_pre(pipe_t* pp, const moe_config_t* c, const dist_t* ds,
   if (j == nv - 1) {
     const float *y = act_of(&sl->w, H, sl->w.l1 - sl->w.l0), *t = target + off;
     float scale = pp->tokens > 0 ? 2.0f / ((float)pp->tokens * (float)H) : 0.0f;
-    for (size_t i = 0; i < n * H; i++) sl->w.grad[i] = scale * (y[i] - t[i]);
+    be->scaled_diff(n * H, scale, y, t, sl->w.grad);
   }
   return sl;
 }
 
 /* After it: dL/dx of virtual stage 0, or the piece before on this stage. */
-static int bwd_post(pipe_t* pp, const moe_config_t* c, const dist_t* ds, const pp_op_t* op,
-                    pipe_slot_t* sl, float* grad_x) {
+static int bwd_post(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t* c,
+                    const dist_t* ds, const pp_op_t* op, pipe_slot_t* sl, float* grad_x) {
   size_t H = c->hidden;
   int j = vstage(pp, ds, op->chunk), m = op->mb;
   size_t n = ds->mb_n[m], off = (size_t)ds->mb_off[m] * H;
   if (j == 0) {
-    memcpy(grad_x + off, sl->w.grad, n * H * sizeof(float));
+    be->copy(n * H, sl->w.grad, grad_x + off);
   } else if (ds->S == 1) { /* the piece before is on this stage too */
     pipe_slot_t* pr = find_slot(pp, m, op->chunk - 1);
     if (!pr) return -1;
-    memcpy(pr->w.grad, sl->w.grad, n * H * sizeof(float));
+    be->copy(n * H, sl->w.grad, pr->w.grad);
   }
   return 0;
 }
@@ -195,17 +192,17 @@ static int run_forward(pipe_t* pp, const moe_backend_ops_t* be, const moe_config
                        const float* target, float* out, double* sums, step_timing_t* tm) {
   int l0, l1, n;
   double auxw;
-  pipe_slot_t* sl = fwd_pre(pp, c, ds, op, x, &l0, &l1, &n, &auxw);
+  pipe_slot_t* sl = fwd_pre(pp, be, c, ds, op, x, &l0, &l1, &n, &auxw);
   if (!sl || piece_forward(be, c, ds, p, &sl->w, l0, l1, n, auxw, &sums[3], tm)) return -1;
-  return fwd_post(pp, c, ds, op, sl, x, target, out, sums);
+  return fwd_post(pp, be, c, ds, op, sl, x, target, out, sums);
 }
 
 static int run_backward(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t* c,
                         const dist_t* ds, const moe_params_t* p, const pp_op_t* op,
                         const float* target, moe_params_t* g, float* grad_x, step_timing_t* tm) {
-  pipe_slot_t* sl = bwd_pre(pp, c, ds, op, target);
+  pipe_slot_t* sl = bwd_pre(pp, be, c, ds, op, target);
   if (!sl || piece_backward(be, c, ds, p, &sl->w, g, tm)) return -1;
-  return bwd_post(pp, c, ds, op, sl, grad_x);
+  return bwd_post(pp, be, c, ds, op, sl, grad_x);
 }
 
 /* Whether ops i and i + 1, a forward and a backward (either first) of two
@@ -228,12 +225,12 @@ static int run_fused(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t
   if (f->kind == PP_B) f = b, b = &pp->ops[i];
   int l0, l1, n;
   double auxw;
-  pipe_slot_t* sb = bwd_pre(pp, c, ds, b, target);
-  pipe_slot_t* sf = sb ? fwd_pre(pp, c, ds, f, x, &l0, &l1, &n, &auxw) : NULL;
+  pipe_slot_t* sb = bwd_pre(pp, be, c, ds, b, target);
+  pipe_slot_t* sf = sb ? fwd_pre(pp, be, c, ds, f, x, &l0, &l1, &n, &auxw) : NULL;
   if (!sf || pieces_fused(be, c, ds, p, &sf->w, l0, l1, n, auxw, &sums[3], &sb->w, g, tm))
     return -1;
-  return fwd_post(pp, c, ds, f, sf, x, target, out, sums) ||
-         bwd_post(pp, c, ds, b, sb, grad_x);
+  return fwd_post(pp, be, c, ds, f, sf, x, target, out, sums) ||
+         bwd_post(pp, be, c, ds, b, sb, grad_x);
 }
 
 /* The ops of one group, posted together; returns the index after it. */

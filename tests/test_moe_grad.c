@@ -395,7 +395,7 @@ static void check_pieces(const moe_backend_ops_t* be) {
                        stats);
   }
   moe_local_plan_build(&plan, ids, N);
-  moe_local_dispatch(&plan, H, x, x_rows);
+  moe_local_dispatch(be, &plan, H, x, x_rows);
   for (int e0 = 0; e0 < E; e0 += half) {
     size_t r0 = plan.offsets[e0];
     moe_experts_forward(be, &c, half, plan.counts + e0, w->w1 + e0 * hf, w->w3 + e0 * hf,
@@ -403,11 +403,11 @@ static void check_pieces(const moe_backend_ops_t* be) {
                         y_rows + r0 * H);
   }
   memcpy(y, x, sizeof(y));
-  moe_local_combine(&plan, H, gate, y_rows, y);
+  moe_local_combine(be, &plan, H, gate, y_rows, y);
   for (int i = 0; i < N * H; i++) dout[i] = 2.0f * (y[i] - target[i]) / (N * H);
 
   memset(g.data, 0, g.count * sizeof(float));
-  moe_local_combine_backward(&plan, H, gate, dout, y_rows, dy_rows, dgate);
+  moe_local_combine_backward(be, &plan, H, gate, dout, y_rows, dy_rows, dgate);
   for (int e0 = 0; e0 < E; e0 += half) {
     size_t r0 = plan.offsets[e0];
     moe_experts_backward(be, &c, half, plan.counts + e0, w->w1 + e0 * hf, w->w3 + e0 * hf,
@@ -416,7 +416,7 @@ static void check_pieces(const moe_backend_ops_t* be) {
                          dx_rows + r0 * H, da + r0 * F, db + r0 * F, dh + r0 * F);
   }
   memcpy(dx, dout, sizeof(dx));
-  moe_local_dispatch_backward(&plan, H, dx_rows, dx);
+  moe_local_dispatch_backward(be, &plan, H, dx_rows, dx);
   for (int ch = 0; ch < 2; ch++) {
     int t0 = chunk_first[ch], n = chunk_first[ch + 1] - t0;
     moe_router_backward(be, &c, w->wg, x + t0 * H, n, probs + t0 * E, ids + t0 * K, gate + t0 * K,

@@ -103,7 +103,7 @@ static void check_adam(void) {
   for (int i = 0; i < 3; i++) ref[i] = p[i];
   for (int t = 1; t <= 2; t++) {
     const float* g = t == 1 ? g1 : g2;
-    moe_adam_step(&adam, p, g);
+    moe_adam_step(&adam, moe_backend_blas(1), p, g);
     for (int i = 0; i < 3; i++) {
       m[i] = 0.9 * m[i] + 0.1 * g[i];
       v[i] = 0.999 * v[i] + 0.001 * (double)g[i] * g[i];
