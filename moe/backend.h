@@ -5,7 +5,11 @@
  * without the layer code changing.  Every float pointer an op receives lies
  * in the backend's memory (host memory for the BLAS backend); the index
  * arrays (expert ids, the local plan's row_of and token_of) too.  Matrices
- * are row-major, float32.  Ops are synchronous and never fail.
+ * are row-major, float32.  Ops run in the order they are called (the host
+ * backend's are done when they return; a device backend's are queued on its
+ * stream, and every op that returns a value to the host waits for them).
+ * An op does not fail on the host; a device backend's failure (a launch the
+ * driver refused) is kept, later ops do nothing, and failed() says why.
  *
  * What stays on the host: the local plan's counting sort (model.c builds it
  * from the expert ids), the per-expert row counts the GEMM loop walks, and
@@ -66,8 +70,10 @@ typedef struct moe_backend_ops {
                                 const float* gate, const float* dout, const float* y, float* dy,
                                 float* dgate);
 
-  /* dx[token_of[r]] += src[r] for r < rows, in row order. */
-  void (*scatter_add_rows)(int rows, int h, const int32_t* token_of, const float* src, float* dx);
+  /* dx[s / k] += src[row_of[s]] for the slots s < slots whose row_of[s] >= 0,
+   * a token's rows added in increasing row order. */
+  void (*scatter_add_rows)(size_t slots, int k, int h, const int32_t* row_of, const float* src,
+                           float* dx);
 
   /* dst = src over count floats (they do not overlap). */
   void (*copy)(size_t count, const float* src, float* dst);
@@ -90,10 +96,19 @@ typedef struct moe_backend_ops {
   void (*adam)(size_t count, float lr, float b1, float b2, float eps, float c1, float c2, float* p,
                const float* g, float* m, float* v);
 
+  /* NULL, or what made an op fail (the first failure; sticky). */
+  const char* (*failed)(void);
+
   /* One line saying what computes (library, version, threads) into buf;
    * returns buf. */
   const char* (*describe)(char* buf, size_t len);
 } moe_backend_ops_t;
+
+/* The CUDA backend over api (cuda_api.h: the GPU's, or the host stand-in
+ * the tests run): cuBLAS for the products, kernels.cu for the rest.  One per
+ * process; returns the table (static storage). */
+struct moe_cuda_api;
+const moe_backend_ops_t* moe_backend_cuda(const struct moe_cuda_api* api);
 
 /* The host backend: OpenBLAS's cblas_sgemm and plain loops.  threads > 0
  * sets OpenBLAS's thread count; 0 keeps one thread unless OPENBLAS_NUM_THREADS

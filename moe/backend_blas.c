@@ -2,6 +2,7 @@
  * rest (the router's selection and softmaxes, the row gathers and sums,
  * SwiGLU, Adam). */
 #include "backend.h"
+#include "kern_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -28,73 +29,30 @@ static void blas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alph
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-static float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
-
 static void blas_swiglu_forward(size_t count, const float* a, const float* b, float* h) {
-  for (size_t i = 0; i < count; i++) h[i] = a[i] * sigmoid(a[i]) * b[i];
+  for (size_t i = 0; i < count; i++) h[i] = moe_k_swiglu(a[i], b[i]);
 }
 
-/* silu'(z) = s + z s (1 - s) with s = sigmoid(z). */
 static void blas_swiglu_backward(size_t count, const float* a, const float* b, const float* dh,
                                  float* da, float* db) {
-  for (size_t i = 0; i < count; i++) {
-    float s = sigmoid(a[i]);
-    float silu = a[i] * s;
-    da[i] = dh[i] * b[i] * (s + silu * (1.0f - s));
-    db[i] = dh[i] * silu;
-  }
+  for (size_t i = 0; i < count; i++) moe_k_swiglu_back(a[i], b[i], dh[i], &da[i], &db[i]);
 }
 
-/* The K largest of logits[0..E) in order, ties to the lower id (a strict >
- * keeps the first maximum), and the softmax over them. */
-static void topk(const float* logits, int e_count, int k, int32_t* expert, float* gate) {
-  unsigned char taken[e_count];
-  memset(taken, 0, sizeof(taken));
-  for (int j = 0; j < k; j++) { /* O(K E): K is small */
-    int best = -1;
-    for (int e = 0; e < e_count; e++)
-      if (!taken[e] && (best < 0 || logits[e] > logits[best])) best = e;
-    expert[j] = best;
-    taken[best] = 1;
-  }
-  float top = logits[expert[0]], sum = 0.0f;
-  for (int j = 0; j < k; j++) sum += gate[j] = expf(logits[expert[j]] - top);
-  for (int j = 0; j < k; j++) gate[j] /= sum;
+static void blas_router_select(int n, int e, int k, float* probs, int32_t* expert, float* gate,
+                               float* stats) {
+  for (int t = 0; t < n; t++)
+    moe_k_router_token(e, k, probs + (size_t)t * e, expert + (size_t)t * k, gate + (size_t)t * k);
+  for (int x = 0; x < e; x++)
+    moe_k_router_stat(n, e, k, x, probs, expert, &stats[x], &stats[e + x]);
+  stats[2 * e] += (float)n;
 }
 
-static void softmax_inplace(float* v, int count) {
-  float top = v[0], sum = 0.0f;
-  for (int i = 1; i < count; i++) top = v[i] > top ? v[i] : top;
-  for (int i = 0; i < count; i++) sum += v[i] = expf(v[i] - top);
-  for (int i = 0; i < count; i++) v[i] /= sum;
-}
-
-static void blas_router_select(int n, int e_count, int k, float* probs, int32_t* expert,
-                               float* gate, float* stats) {
-  for (int t = 0; t < n; t++) {
-    float* row = probs + (size_t)t * e_count;
-    topk(row, e_count, k, expert + (size_t)t * k, gate + (size_t)t * k);
-    softmax_inplace(row, e_count);
-    for (int j = 0; j < k; j++) stats[expert[(size_t)t * k + j]] += 1.0f;
-    for (int e = 0; e < e_count; e++) stats[e_count + e] += row[e];
-  }
-  stats[2 * e_count] += (float)n;
-}
-
-static void blas_router_dlogits(int n, int e_count, int k, const float* probs,
-                                const int32_t* experts, const float* gates, const float* dgates,
-                                const float* g, float* dlogits) {
-  for (int t = 0; t < n; t++) {
-    const float *p = probs + (size_t)t * e_count, *gate = gates + (size_t)t * k;
-    const float* dgate = dgates + (size_t)t * k;
-    const int32_t* expert = experts + (size_t)t * k;
-    float *dl = dlogits + (size_t)t * e_count, pg = 0.0f, wd = 0.0f;
-    for (int e = 0; e < e_count; e++) pg += p[e] * g[e];
-    for (int e = 0; e < e_count; e++) dl[e] = p[e] * (g[e] - pg);
-    for (int j = 0; j < k; j++) wd += gate[j] * dgate[j];
-    for (int j = 0; j < k; j++)
-      if (expert[j] >= 0) dl[expert[j]] += gate[j] * (dgate[j] - wd);
-  }
+static void blas_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert,
+                                const float* gate, const float* dgate, const float* g,
+                                float* dlogits) {
+  for (int t = 0; t < n; t++)
+    moe_k_router_dlogits(e, k, probs + (size_t)t * e, expert + (size_t)t * k,
+                         gate + (size_t)t * k, dgate + (size_t)t * k, g, dlogits + (size_t)t * e);
 }
 
 static void blas_gather_rows(int rows, int h, const int32_t* token_of, const float* x, float* out) {
@@ -103,39 +61,23 @@ static void blas_gather_rows(int rows, int h, const int32_t* token_of, const flo
 }
 
 static void blas_combine_rows(size_t slots, int k, int h, const int32_t* row_of,
-                              const float* gate, const float* y_rows, float* out) {
-  for (size_t s = 0; s < slots; s++) {
-    if (row_of[s] < 0) continue;
-    const float* y = y_rows + (size_t)row_of[s] * h;
-    float *o = out + (s / k) * h, w = gate[s];
-    for (int i = 0; i < h; i++) o[i] += w * y[i];
-  }
+                              const float* gate, const float* y, float* out) {
+  for (size_t t = 0; t < slots / k; t++)
+    for (int i = 0; i < h; i++)
+      out[t * h + i] = moe_k_combine_elem(k, h, i, row_of + t * k, gate + t * k, y, out[t * h + i]);
 }
 
 static void blas_combine_rows_backward(size_t slots, int k, int h, const int32_t* row_of,
-                                       const float* gate, const float* dout, const float* y_rows,
-                                       float* dy_rows, float* dgate) {
-  for (size_t s = 0; s < slots; s++) {
-    dgate[s] = 0.0f;
-    if (row_of[s] < 0) continue;
-    const float* d = dout + (s / k) * h;
-    const float* y = y_rows + (size_t)row_of[s] * h;
-    float *dy = dy_rows + (size_t)row_of[s] * h, w = gate[s], dot = 0.0f;
-    for (int i = 0; i < h; i++) {
-      dy[i] = w * d[i];
-      dot += d[i] * y[i];
-    }
-    dgate[s] = dot;
-  }
+                                       const float* gate, const float* dout, const float* y,
+                                       float* dy, float* dgate) {
+  for (size_t s = 0; s < slots; s++)
+    dgate[s] = moe_k_combine_back_slot(h, row_of[s], gate[s], dout + (s / k) * h, y, dy);
 }
 
-static void blas_scatter_add_rows(int rows, int h, const int32_t* token_of, const float* src,
-                                  float* dx) {
-  for (int r = 0; r < rows; r++) {
-    const float* s = src + (size_t)r * h;
-    float* d = dx + (size_t)token_of[r] * h;
-    for (int i = 0; i < h; i++) d[i] += s[i];
-  }
+static void blas_scatter_add_rows(size_t slots, int k, int h, const int32_t* row_of,
+                                  const float* src, float* dx) {
+  for (size_t t = 0; t < slots / k; t++)
+    moe_k_scatter_token(k, h, row_of + t * k, src, dx + t * h);
 }
 
 static void blas_copy(size_t count, const float* src, float* dst) {
@@ -164,13 +106,10 @@ static void blas_add(size_t count, const float* a, const float* b, float* out) {
 
 static void blas_adam(size_t count, float lr, float b1, float b2, float eps, float c1, float c2,
                       float* p, const float* g, float* m, float* v) {
-  for (size_t i = 0; i < count; i++) {
-    float gi = g[i];
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    p[i] -= lr * (m[i] * c1) / (sqrtf(v[i] * c2) + eps);
-  }
+  for (size_t i = 0; i < count; i++) moe_k_adam(lr, b1, b2, eps, c1, c2, &p[i], g[i], &m[i], &v[i]);
 }
+
+static const char* blas_failed(void) { return NULL; }
 
 static const char* blas_describe(char* buf, size_t len) {
   snprintf(buf, len, "OpenBLAS (%s), %d thread(s)", openblas_get_config(),
@@ -196,6 +135,7 @@ static const moe_backend_ops_t blas_ops = {
     .scaled_diff = blas_scaled_diff,
     .add = blas_add,
     .adam = blas_adam,
+    .failed = blas_failed,
     .describe = blas_describe,
 };
 

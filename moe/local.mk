@@ -15,7 +15,34 @@ moe_libmoe_la_SOURCES = moe/model.c moe/model.h moe/adam.c moe/adam.h moe/npy.c 
 	moe/backend.h moe/backend_blas.c moe/pp_sched.c moe/pp_sched.h moe/pp_sched_sim.c \
 	moe/pp_sched_int.h moe/placement.c moe/placement.h moe/plan.c moe/plan.h moe/plan_probe.c
 moe_libmoe_la_CPPFLAGS = $(MOE_CPPFLAGS) $(OPENBLAS_CFLAGS)
-moe_libmoe_la_LIBADD = $(OPENBLAS_LIBS) -lm
+moe_libmoe_la_LIBADD = $(OPENBLAS_LIBS) -lm -ldl
+# The CUDA backend: its kernels (moe/kernels.cu) built by nvcc into one
+# fatbin (sm_80, sm_90, and PTX for newer) embedded as a byte array, loaded
+# at run time with libcuda (dlopen: no link-time CUDA dependency); without
+# nvcc the array is empty and only the backend's host stand-in runs.
+moe_libmoe_la_SOURCES += moe/kern_math.h moe/cuda_api.h moe/backend_cuda.c moe/cuda_standin.c \
+	moe/cuda_real.c
+EXTRA_DIST += moe/kernels.cu moe/kernels_nofatbin.c
+if HAVE_NVCC
+MOE_NVCC_ARCH = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90
+nodist_moe_libmoe_la_SOURCES = moe/kernels_fatbin.c
+CLEANFILES += moe/kernels.fatbin moe/kernels_fatbin.c
+moe/kernels.fatbin: moe/kernels.cu moe/kern_math.h moe/cuda_api.h
+	@$(MKDIR_P) moe
+	$(AM_V_GEN)$(NVCC) -fatbin -fmad=false -I$(top_srcdir)/moe $(MOE_NVCC_ARCH) -o $@ \
+		$(top_srcdir)/moe/kernels.cu
+moe/kernels_fatbin.c: moe/kernels.fatbin
+	$(AM_V_GEN){ echo '/* Generated from moe/kernels.cu by nvcc (moe/local.mk). */'; \
+	  echo '#include <stddef.h>'; \
+	  echo 'const unsigned char moe_kernels_fatbin[] __attribute__((aligned(8))) = {'; \
+	  od -An -v -tx1 moe/kernels.fatbin | sed 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '};'; \
+	  echo 'const size_t moe_kernels_fatbin_len = sizeof(moe_kernels_fatbin);'; } >$@.tmp && \
+	  mv $@.tmp $@
+else
+moe_libmoe_la_SOURCES += moe/kernels_nofatbin.c
+endif
 
 bin_PROGRAMS += moe/moe_train
 moe_moe_train_SOURCES = moe/moe_train.c moe/train_options.c moe/train_options.h \
@@ -40,10 +67,15 @@ endif
 
 # Gradients against float64 finite differences; .npy and Adam; the expert
 # placements; the first step against an independent NumPy implementation
-# (skips without numpy); the synthetic training run with the defaults.
-check_PROGRAMS += tests/test_moe_grad tests/test_moe_io tests/test_placement
+# (skips without numpy); the synthetic training run with the defaults; the
+# CUDA backend op by op against the host one (its stand-in; a GPU if found).
+check_PROGRAMS += tests/test_moe_grad tests/test_moe_io tests/test_placement \
+	tests/test_moe_backend
 TESTS += tests/test_moe_grad tests/test_moe_io tests/test_placement tests/test_moe_ref.sh \
-	tests/test_moe_train.sh
+	tests/test_moe_train.sh tests/test_moe_backend
+tests_test_moe_backend_SOURCES = tests/test_moe_backend.c tests/unit_check.h
+tests_test_moe_backend_CPPFLAGS = $(MOE_CPPFLAGS)
+tests_test_moe_backend_LDADD = moe/libmoe.la -lm
 tests_test_moe_grad_SOURCES = tests/test_moe_grad.c tests/unit_check.h
 tests_test_moe_grad_CPPFLAGS = $(MOE_CPPFLAGS)
 tests_test_moe_grad_LDADD = moe/libmoe.la -lm

@@ -212,7 +212,8 @@ void moe_local_combine_backward(const moe_backend_ops_t* be, const moe_local_pla
 
 void moe_local_dispatch_backward(const moe_backend_ops_t* be, const moe_local_plan_t* plan,
                                  int hidden, const float* dx_rows, float* dx) {
-  be->scatter_add_rows(plan->rows, hidden, plan->token_of, dx_rows, dx);
+  be->scatter_add_rows((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->row_of,
+                       dx_rows, dx);
 }
 
 /* --- experts ------------------------------------------------------------------------ */

@@ -1,0 +1,155 @@
+/* The CUDA compute backend (backend.h) over a cuda_api.h table: the row-major
+ * products as cuBLAS's column-major ones, every other op one or two kernels
+ * of kernels.cu, all queued in order on the table's stream. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_api.h"
+
+static const moe_cuda_api_t* api;
+static char failure[256]; /* the first failure, sticky */
+static double* partial;   /* sq_dist's block sums, on the device */
+static size_t partial_n;
+static double* partial_host;
+
+/* Runs call unless an earlier op failed; keeps the first failure. */
+#define RUN(what, call)                                                                         \
+  do {                                                                                          \
+    if (!failure[0] && (call))                                                                  \
+      snprintf(failure, sizeof(failure), "%s: %s: %s", api->name, what, api->last_error());     \
+  } while (0)
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
+ * memory, the operands swapped. */
+static void cu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+                     int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  RUN("sgemm", api->sgemm(trans_b, trans_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc));
+}
+
+static void cu_swiglu_forward(size_t count, const float* a, const float* b, float* h) {
+  if (count) RUN("swiglu", api->swiglu(count, a, b, h));
+}
+
+static void cu_swiglu_backward(size_t count, const float* a, const float* b, const float* dh,
+                               float* da, float* db) {
+  if (count) RUN("swiglu_back", api->swiglu_back(count, a, b, dh, da, db));
+}
+
+static void cu_router_select(int n, int e, int k, float* probs, int32_t* expert, float* gate,
+                             float* stats) {
+  if (n > 0) RUN("router_token", api->router_token(n, e, k, probs, expert, gate));
+  RUN("router_stat", api->router_stat(n, e, k, probs, expert, stats));
+}
+
+static void cu_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert,
+                              const float* gate, const float* dgate, const float* g,
+                              float* dlogits) {
+  if (n > 0) RUN("router_dlogits", api->router_dlogits(n, e, k, probs, expert, gate, dgate, g,
+                                                       dlogits));
+}
+
+static void cu_gather_rows(int rows, int h, const int32_t* token_of, const float* x, float* out) {
+  if (rows > 0) RUN("gather", api->gather(rows, h, token_of, x, out));
+}
+
+static void cu_combine_rows(size_t slots, int k, int h, const int32_t* row_of, const float* gate,
+                            const float* y, float* out) {
+  if (slots) RUN("combine", api->combine(slots / k, k, h, row_of, gate, y, out));
+}
+
+static void cu_combine_rows_backward(size_t slots, int k, int h, const int32_t* row_of,
+                                     const float* gate, const float* dout, const float* y,
+                                     float* dy, float* dgate) {
+  if (slots) RUN("combine_back", api->combine_back(slots, k, h, row_of, gate, dout, y, dy, dgate));
+}
+
+static void cu_scatter_add_rows(size_t slots, int k, int h, const int32_t* row_of,
+                                const float* src, float* dx) {
+  if (slots) RUN("scatter", api->scatter(slots / k, k, h, row_of, src, dx));
+}
+
+static void cu_copy(size_t count, const float* src, float* dst) {
+  if (count) RUN("copy", api->copy(dst, src, count * sizeof(float)));
+}
+
+static void cu_zero(size_t count, float* dst) {
+  if (count) RUN("zero", api->zero(dst, count * sizeof(float)));
+}
+
+/* The block sums on the device, then their sum on the host in order. */
+static double cu_sq_dist(size_t count, const float* a, const float* b) {
+  size_t blocks = (count + MOE_CUDA_BLOCK - 1) / MOE_CUDA_BLOCK;
+  if (!count || failure[0]) return 0.0;
+  if (blocks > partial_n) {
+    double* h = realloc(partial_host, blocks * sizeof(double));
+    if (!h) {
+      snprintf(failure, sizeof(failure), "%s: sq_dist: out of host memory", api->name);
+      return 0.0;
+    }
+    partial_host = h;
+    if (partial) api->free(partial);
+    partial = NULL, partial_n = 0;
+    RUN("alloc", api->alloc((void**)&partial, blocks * sizeof(double)));
+    if (failure[0]) return 0.0;
+    partial_n = blocks;
+  }
+  RUN("sq_dist", api->sq_dist_blocks(count, a, b, partial));
+  RUN("to_host", api->to_host(partial_host, partial, blocks * sizeof(double)));
+  RUN("sync", api->sync());
+  double sq = 0.0;
+  for (size_t i = 0; !failure[0] && i < blocks; i++) sq += partial_host[i];
+  return failure[0] ? 0.0 : sq;
+}
+
+static void cu_scaled_diff(size_t count, float scale, const float* a, const float* b,
+                           float* out) {
+  if (count) RUN("scaled_diff", api->scaled_diff(count, scale, a, b, out));
+}
+
+static void cu_add(size_t count, const float* a, const float* b, float* out) {
+  if (count) RUN("add", api->add(count, a, b, out));
+}
+
+static void cu_adam(size_t count, float lr, float b1, float b2, float eps, float c1, float c2,
+                    float* p, const float* g, float* m, float* v) {
+  if (count) RUN("adam", api->adam(count, lr, b1, b2, eps, c1, c2, p, g, m, v));
+}
+
+static const char* cu_failed(void) { return failure[0] ? failure : NULL; }
+
+static const char* cu_describe(char* buf, size_t len) { return api->describe(buf, len); }
+
+static const moe_backend_ops_t cuda_ops = {
+    .size = sizeof(moe_backend_ops_t),
+    .name = "cuda",
+    .sgemm = cu_sgemm,
+    .swiglu_forward = cu_swiglu_forward,
+    .swiglu_backward = cu_swiglu_backward,
+    .router_select = cu_router_select,
+    .router_dlogits = cu_router_dlogits,
+    .gather_rows = cu_gather_rows,
+    .combine_rows = cu_combine_rows,
+    .combine_rows_backward = cu_combine_rows_backward,
+    .scatter_add_rows = cu_scatter_add_rows,
+    .copy = cu_copy,
+    .zero = cu_zero,
+    .sq_dist = cu_sq_dist,
+    .scaled_diff = cu_scaled_diff,
+    .add = cu_add,
+    .adam = cu_adam,
+    .failed = cu_failed,
+    .describe = cu_describe,
+};
+
+const moe_backend_ops_t* moe_backend_cuda(const moe_cuda_api_t* with) {
+  if (api != with) { /* another table: the scratch was the old one's */
+    if (api && partial) api->free(partial);
+    partial = NULL, partial_n = 0;
+    failure[0] = 0;
+  }
+  api = with;
+  return &cuda_ops;
+}
