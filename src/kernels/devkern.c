@@ -191,6 +191,8 @@ typedef struct {
   const moeccl_rows_t* p;
   int k;
   void* fn;
+  const float* host_w; /* SUM's weights in host memory: they go with the terms */
+  size_t nw;
   moeccl_krows_args_t args;
 } rows_launch_t;
 
@@ -201,7 +203,7 @@ static moecclResult_t fill_terms(rows_launch_t* l) {
   if (l->k == MOECCL_K_ROWS_SUM)
     for (size_t i = 0; i < p->nterms; i++)
       ngroups += i == 0 || p->terms[i].dst != p->terms[i - 1].dst;
-  size_t need = p->nterms * sizeof(dm_term_t) + (ngroups + 1) * sizeof(uint32_t);
+  size_t need = p->nterms * sizeof(dm_term_t) + (ngroups + 1) * sizeof(uint32_t) + l->nw * 4;
   if (scratch_owner != getpid()) scratch = NULL, scratch_bytes = 0; /* forked: not ours */
   if (need > scratch_bytes) {
     size_t want = need > 2 * scratch_bytes ? need : 2 * scratch_bytes;
@@ -217,6 +219,11 @@ static moecclResult_t fill_terms(rows_launch_t* l) {
   for (size_t i = 0; l->k == MOECCL_K_ROWS_SUM && i < p->nterms; i++)
     if (i == 0 || p->terms[i].dst != p->terms[i - 1].dst) first[g++] = (uint32_t)i;
   first[g] = (uint32_t)p->nterms;
+  if (l->host_w) {
+    float* w = (float*)(first + g + 1);
+    memcpy(w, l->host_w, l->nw * sizeof(float));
+    l->args.aux = w;
+  }
   l->args.terms = t, l->args.first = first, l->args.ngroups = ngroups;
   return moecclSuccess;
 }
@@ -250,8 +257,12 @@ moecclResult_t moeccl_devkern_rows(const moeccl_rows_t* p, void* dst, const void
   int uses_aux = aux && (p->mode == MOECCL_ROWS_SUM || p->mode == MOECCL_ROWS_DOT);
   uint32_t s0, s1;
   span_of(p, 1, &s0, &s1);
-  if (!on_device(dst) || (s0 <= s1 && !on_device(src)) || (uses_aux && !on_device(aux)) ||
-      (s0 <= s1 && rows_overlap(p, dst, src)) || p->elems == 0)
+  /* SUM's weights may be host memory (the caller's, as moecclMoeCombine
+   * takes them): read where the terms are */
+  int host_w = uses_aux && p->mode == MOECCL_ROWS_SUM && !on_device(aux);
+  if (!on_device(dst) || (s0 <= s1 && !on_device(src)) ||
+      (uses_aux && !host_w && !on_device(aux)) || (s0 <= s1 && rows_overlap(p, dst, src)) ||
+      p->elems == 0)
     return moecclSuccess;
   static const int k_of[] = {[MOECCL_ROWS_SUM] = MOECCL_K_ROWS_SUM,
                              [MOECCL_ROWS_DOT] = MOECCL_K_ROWS_DOT,
@@ -271,7 +282,13 @@ moecclResult_t moeccl_devkern_rows(const moeccl_rows_t* p, void* dst, const void
                                  .type = (int32_t)p->type,
                                  .unit = 1};
   if (p->mode == MOECCL_ROWS_COPY) l.args.unit = copy_unit(p->elems, dst, src);
-  l.args.serial = repeats; /* ADD: a column's terms in order in one thread */
+  l.args.serial = repeats;
+  if (host_w) {
+    uint32_t a0, a1;
+    span_of(p, 2, &a0, &a1);
+    l.host_w = aux, l.nw = a0 <= a1 ? (size_t)a1 + 1 : 0;
+    if (!l.nw) l.host_w = NULL, l.args.aux = NULL; /* no term is weighted */
+  } /* ADD: a column's terms in order in one thread */
   *ran = 1;
   return moeccl_device_run(queue_rows, &l);
 }
