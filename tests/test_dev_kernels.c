@@ -6,7 +6,8 @@
  * (NaN, inf, subnormals included); the MoE row programs (SUM with weights,
  * missing rows and groups, DOT, COPY, ADD with and without repeated rows)
  * on float32, bfloat16 and float16 rows; a launch in stream order behind a
- * flag wait and a copy, before a copy.  On the emulation (the default) the
+ * flag wait and a copy, before a copy; the staging path where no kernel
+ * applies (a host operand, rows in place).  On the emulation (the default) the
  * twins run; MOECCL_DEVICE=cuda runs the CUDA kernels on a GPU
  * (scripts/gpu-check.sh).  A NaN result equals any NaN (its sign and
  * payload are the hardware's).  It prints the kernels launched and the bytes
@@ -278,6 +279,47 @@ static void rows(void) {
   }
 }
 
+/* Where no kernel applies the device table stages through host memory,
+ * with the same results: an operand in host memory, a row program whose
+ * destination overlaps its sources. */
+static void fallbacks(void) {
+  moeccl_mem_device_counts_t before, after;
+  moeccl_mem_device_counts(&before);
+  enum { N = 777 };
+  float ha[N], hb[N], want[N], got[N];
+  for (int i = 0; i < N; i++) ha[i] = randf(), hb[i] = randf();
+  float* da = dalloc(sizeof ha);
+  put(da, ha, sizeof ha);
+  moeccl_red_t r;
+  OK(moeccl_red_init(&r, moecclFloat32, MOECCL_RED_SUM));
+  moeccl_reduce(&r, want, ha, hb, N, 0);
+  OK(M->reduce(&r, da, da, hb, N, 0)); /* b: pageable host memory */
+  get(got, da, sizeof got);
+  CHECK(memcmp(got, want, sizeof got) == 0, "a reduction with a host operand differs");
+  /* SUM in place: row i = row i + row i+1, in term order */
+  static moeccl_row_term_t t[2 * 16];
+  for (uint32_t i = 0; i < 16; i++)
+    t[2 * i] = (moeccl_row_term_t){i, i, MOECCL_ROW_NONE},
+          t[2 * i + 1] = (moeccl_row_term_t){i, i + 1, MOECCL_ROW_NONE};
+  moeccl_rows_t p = {
+      .mode = MOECCL_ROWS_SUM, .type = moecclFloat32, .elems = 40, .terms = t, .nterms = 32};
+  float rows_h[17 * 40];
+  fill_rows(moecclFloat32, rows_h, 17 * 40);
+  float* dr = dalloc(sizeof rows_h);
+  put(dr, rows_h, sizeof rows_h);
+  moeccl_rows_run(&p, rows_h, rows_h, NULL);
+  OK(M->rows(&p, dr, dr, NULL));
+  float rows_got[17 * 40];
+  get(rows_got, dr, sizeof rows_got);
+  CHECK(memcmp(rows_got, rows_h, sizeof rows_h) == 0, "a row program in place differs");
+  moeccl_mem_device_counts(&after);
+  CHECK(after.staged_bytes > before.staged_bytes, "the fallbacks staged nothing");
+  printf("test_dev_kernels: fallbacks (host operand, rows in place): %llu bytes staged\n",
+         (unsigned long long)(after.staged_bytes - before.staged_bytes));
+  OK(D->free(da));
+  OK(D->free(dr));
+}
+
 /* A launch on the test's stream behind a flag wait and a copy into its
  * operand, followed by a copy out: it runs in stream order. */
 static void stream_order(void) {
@@ -350,6 +392,7 @@ int main(void) {
     CHECK(launched > 0, "no kernel was launched");
     CHECK(staged == 0, "%llu bytes went through host memory", (unsigned long long)staged);
   }
+  fallbacks();
   stream_order();
   OK(D->stream_destroy(S));
   printf("test_dev_kernels: %d checks, %d failed\n", checks, failures);

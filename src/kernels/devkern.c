@@ -282,13 +282,13 @@ moecclResult_t moeccl_devkern_rows(const moeccl_rows_t* p, void* dst, const void
                                  .type = (int32_t)p->type,
                                  .unit = 1};
   if (p->mode == MOECCL_ROWS_COPY) l.args.unit = copy_unit(p->elems, dst, src);
-  l.args.serial = repeats;
+  l.args.serial = repeats; /* ADD: a column's terms in order in one thread */
   if (host_w) {
     uint32_t a0, a1;
     span_of(p, 2, &a0, &a1);
     l.host_w = aux, l.nw = a0 <= a1 ? (size_t)a1 + 1 : 0;
     if (!l.nw) l.host_w = NULL, l.args.aux = NULL; /* no term is weighted */
-  } /* ADD: a column's terms in order in one thread */
+  }
   *ran = 1;
   return moeccl_device_run(queue_rows, &l);
 }
