@@ -22,6 +22,11 @@
 #                the CUDA backend loads libcuda.so.1 with dlopen)
 #   probe        gpu-carry/ipc_probe, the capability probe, when carried
 #   device       tests/test_device on the CUDA backend
+#   kernels      tests/test_dev_kernels: the device kernels (the embedded
+#                fatbin, loaded with cuModuleLoadData) against the host
+#                kernels, every datatype and operation and the MoE row
+#                programs; prints the kernels launched and the bytes staged
+#                in host memory (0 when the kernels ran)
 #   mp_device    tests/mp_device on 2, 4 and 8 ranks of the one GPU
 #   shim         the NCCL drop-in's own test (host memory)
 #   torch_N      tests/test_torch_dropin.py: PyTorch's torch.distributed,
@@ -161,6 +166,7 @@ export MOECCL_DEVICE=$DEV
 # ---- correctness, once, without MPS
 if [ -x "$CARRY/ipc_probe" ] && [ "$DEV" = cuda ]; then stage probe 60 "$CARRY/ipc_probe"; fi
 stage device 60 env MOECCL_DEBUG=INFO MOECCL_DEBUG_SUBSYS=INIT "$(bin test_device)"
+stage kernels 30 env MOECCL_DEBUG=INFO MOECCL_DEBUG_SUBSYS=INIT "$(bin test_dev_kernels)"
 stage mp_device 150 env MP_VARIANTS=0 "$(bin mp_device)" 2 4 8
 stage shim 40 env MOECCL_DEVICE=none "$(bin test_nccl_shim)" # host memory: ncclMemAlloc's is touched by the host
 for n in 2 4; do

@@ -5,11 +5,15 @@
 # GPU path only (the network transports need libfabric or UCX, which the
 # autotools build finds).  CUDA's backend is built when cuda.h is found
 # ($CUDA_HOME, default /usr/local/cuda); it loads libcuda.so.1 at run time.
+# The device kernels (src/kernels/kernels.cu) are compiled by
+# $CUDA_HOME/bin/nvcc, where it is, into the fatbin libmoeccl embeds (as
+# src/local.mk does); without nvcc the library has none (nofatbin.c).
 #
 #   scripts/plain-build.sh [OUTDIR]     (default build-plain)
 #
 # OUTDIR/lib: libmoeccl.so.0 and the NCCL drop-in libnccl.so.2;
-# OUTDIR/bin: test_device, mp_device, test_nccl_shim, a2a_dev_perf.
+# OUTDIR/bin: test_device, test_dev_kernels, mp_device, test_nccl_shim,
+# a2a_dev_perf.
 # Objects are rebuilt only when a source is newer.  PLAIN_CFLAGS adds flags
 # (CFLAGS is left alone: a sanitizer build exports it to its tests).
 set -eu
@@ -48,9 +52,27 @@ for f in src/*.c src/*/*.c src/*/*/*.c; do
   case $f in
     src/transport/ofi/* | src/transport/ucx/* | src/transport/net_*.c) continue ;;
     src/device/cuda.c) [ -n "$cuda_flags" ] || continue ;;
+    src/kernels/nofatbin.c) [ -x "$CUDA_HOME/bin/nvcc" ] && continue ;;
   esac
   srcs+=("$f")
 done
+# the device kernels' fatbin as a C array (src/local.mk's rule)
+if [ -x "$CUDA_HOME/bin/nvcc" ]; then
+  fb=$out/obj/kernels.fatbin
+  if [ ! -f "$fb" ] || [ ! -f "$out/fatbin.c" ] || [ src/kernels/kernels.cu -nt "$fb" ] || [ src/kernels/devmath.h -nt "$fb" ] ||
+    [ src/kernels/floatfmt.h -nt "$fb" ]; then
+    "$CUDA_HOME/bin/nvcc" -fatbin -gencode arch=compute_80,code=sm_80 \
+      -gencode arch=compute_90,code=[sm_90,compute_90] -Isrc -o "$fb" src/kernels/kernels.cu
+    {
+      echo '#include "kernels/devkern.h"'
+      echo '__attribute__((aligned(64))) const unsigned char moeccl_kernels_fatbin[] = {'
+      od -An -v -tx1 "$fb" | sed 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'
+      echo '};'
+      echo 'const size_t moeccl_kernels_fatbin_bytes = sizeof moeccl_kernels_fatbin;'
+    } >"$out/fatbin.c"
+  fi
+  srcs+=("$out/fatbin.c")
+fi
 
 compile() { # compile SRC OBJ FLAGS...
   local src=$1 obj=$2
@@ -89,10 +111,12 @@ $CC $CFLAGS -Iinclude -fvisibility=hidden -shared -o "$out/lib/libnccl.so.2" \
 # programs that reach the device seam link the objects themselves
 tflags="$CFLAGS -Iinclude -Isrc -Itests"
 $CC $tflags -o "$out/bin/test_device" tests/test_device.c "$out/lib/libmoeccl_core.a" $libs
+$CC $tflags -o "$out/bin/test_dev_kernels" tests/test_dev_kernels.c "$out/lib/libmoeccl_core.a" $libs
 $CC $tflags -o "$out/bin/mp_device" tests/mp_device.c tests/mp_harness.c \
   "$out/lib/libmoeccl_core.a" $libs
 $CC $tflags -o "$out/bin/a2a_dev_perf" perf/dev_perf.c perf/perf_parse.c \
   "$out/lib/libmoeccl_core.a" $libs
 $CC $CFLAGS -Iinclude -Ishim -Itests -o "$out/bin/test_nccl_shim" tests/test_nccl_shim.c \
   -L"$out/lib" -lnccl -Wl,-rpath,'$ORIGIN/../lib' $libs
-echo "plain-build: $out/lib and $out/bin ready (CUDA backend: $([ -n "$cuda_flags" ] && echo yes || echo no))"
+echo "plain-build: $out/lib and $out/bin ready (CUDA backend: $([ -n "$cuda_flags" ] && echo yes || echo no)," \
+  "kernels' fatbin: $([ -x "$CUDA_HOME/bin/nvcc" ] && echo yes || echo no))"

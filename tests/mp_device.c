@@ -27,13 +27,16 @@
  *             queued after the call reads the result; a group of
  *             send/recv and an all-to-all follow on the same stream
  *   reduce    the reductions on device buffers (the copy engine and the
- *             host kernels): AllReduce (float sum, int32 max, int32 Avg,
- *             a PreMulSum, in place), ReduceScatter, Reduce to every root,
- *             and AllReduce and ReduceScatter from device inputs into host
- *             results, with exact values
+ *             device kernels, the C twins on the emulation): AllReduce
+ *             (float sum, int32 max, int32 Avg, a PreMulSum, in place),
+ *             ReduceScatter, Reduce to every root, and AllReduce and
+ *             ReduceScatter from device inputs into host results, with
+ *             exact values; on device buffers only, kernels run and no
+ *             byte goes through host memory (counted and printed)
  *   moe       MoE dispatch, combine and dispatch backward on device token
  *             and row buffers give bit for bit what they give on host
- *             buffers (the same plan, -1 slots included); the combine
+ *             buffers (the same plan, -1 slots included), by kernels with
+ *             no byte through host memory (counted and printed); the combine
  *             backward, which reads the forward's expert rows on the host,
  *             refuses device ones with a text
  *   refused   moecclMemAllocDevice of a bad device, moecclMemFree of a
@@ -72,6 +75,7 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "kernels/mem.h"
 #include "moeccl_moe.h"
 #include "mp_harness.h"
 #include "transport/transport.h"
@@ -510,6 +514,34 @@ static int32_t want_max(size_t i, int n) { return (int32_t)(i % 7) + n - 1; }
 static int32_t want_avg(size_t i, int n) { return want_sum(i, n) / n; }
 static int32_t want_premul(size_t i, int n) { return 3 * want_sum(i, n); }
 
+/* What the device memory kind and the emulation did in this process. */
+typedef struct {
+  moeccl_mem_device_counts_t mem;
+  moeccl_device_emu_counts_t emu;
+} kcount_t;
+
+static void kc_snap(kcount_t* k) {
+  moeccl_mem_device_counts(&k->mem);
+  moeccl_device_emu_counts(&k->emu);
+}
+
+/* Since *a: kernels ran, nothing was staged in host memory; rank 0 prints
+ * the counts. */
+static int kc_report(const char* what, int rank, int n, const kcount_t* a, int calls) {
+  kcount_t b;
+  kc_snap(&b);
+  unsigned long long launches = b.mem.launches - a->mem.launches;
+  unsigned long long staged = b.mem.staged_bytes - a->mem.staged_bytes;
+  unsigned long long syncs = b.emu.syncs - a->emu.syncs;
+  if (rank == 0)
+    printf("kernels: %s, rank 0 of %d, %d calls: %llu kernels launched, %llu bytes staged through "
+           "host memory, %llu host waits for a stream\n",
+           what, n, calls, launches, staged, syncs);
+  MP_CHECK(launches > 0, "%s: no kernel launched", what);
+  MP_CHECK(staged == 0, "%s: %llu bytes went through host memory", what, staged);
+  return 0;
+}
+
 static int reduce(moecclComm_t comm, int rank, int n) {
   size_t count = 70000, bytes = count * 4;
   int32_t* hi = mp_xmalloc(bytes);
@@ -519,6 +551,8 @@ static int reduce(moecclComm_t comm, int rank, int n) {
   void* r = dev_alloc(comm, bytes);
   MP_CHECK(s && r, "no device memory");
   int32_t* out = mp_xmalloc(bytes);
+  kcount_t k0;
+  kc_snap(&k0);
   /* float sum */
   MP_CHECK(to_dev(s, hf, bytes) == 0, "fill");
   MP_OK_COMM(comm, moecclAllReduce(s, r, count, moecclFloat32, moecclSum, comm, NULL));
@@ -549,6 +583,7 @@ static int reduce(moecclComm_t comm, int rank, int n) {
   MP_OK_COMM(comm, moecclReduceScatter(s, r, per, moecclInt32, moecclSum, comm, NULL));
   MP_CHECK(from_dev(out, r, per * 4) == 0, "read");
   if (check_i32("device ReduceScatter int32 sum", out, per, (size_t)rank * per, want_sum, n)) return 1;
+  if (kc_report("AllReduce x4, ReduceScatter on device buffers", rank, n, &k0, 5)) return 1;
   /* Device inputs, host results: peers' device messages reduced into host memory. */
   int32_t* hr = mp_xmalloc(bytes);
   MP_OK_COMM(comm, moecclAllReduce(s, hr, count, moecclInt32, moecclSum, comm, NULL));
@@ -558,6 +593,7 @@ static int reduce(moecclComm_t comm, int rank, int n) {
     return 1;
   free(hr);
   /* Reduce to every root. */
+  kc_snap(&k0);
   for (int root = 0; root < n; root++) {
     MP_OK_COMM(comm, moecclReduce(s, r, count, moecclInt32, moecclSum, root, comm, NULL));
     if (rank != root) continue;
@@ -566,6 +602,7 @@ static int reduce(moecclComm_t comm, int rank, int n) {
     snprintf(what, sizeof(what), "device Reduce int32 sum to root %d", root);
     if (check_i32(what, out, count, 0, want_sum, n)) return 1;
   }
+  if (n > 1 && kc_report("Reduce to every root on device buffers", rank, n, &k0, n)) return 1;
   free(hi), free(hf), free(out);
   MP_OK_COMM(comm, moecclMemFree(s));
   MP_OK_COMM(comm, moecclMemFree(r));
@@ -609,9 +646,13 @@ static int moe(moecclComm_t comm, int rank, int n) {
   void* dout = dev_alloc(comm, T * row);
   void* dgrad = dev_alloc(comm, T * row);
   MP_CHECK(dtok && drows && dout && dgrad, "no device memory");
+  kcount_t k0;
+  kc_snap(&k0);
   MP_OK_COMM(comm, moecclMoeDispatch(plan, dtok, drows, cap, H, moecclFloat32, NULL));
   MP_OK_COMM(comm, moecclMoeCombine(plan, drows, cap, w, dout, H, moecclFloat32, NULL));
   MP_OK_COMM(comm, moecclMoeDispatchBackward(plan, drows, cap, dgrad, H, moecclFloat32, NULL));
+  if (kc_report("MoE dispatch, combine, dispatch backward on device buffers", rank, n, &k0, 3))
+    return 1;
   unsigned char *r1 = dev_read(drows, R * row), *r2 = dev_read(dout, T * row), *r3 = dev_read(dgrad, T * row);
   MP_CHECK(r1 && r2 && r3, "reading device memory back failed");
   MP_CHECK(memcmp(r1, rows_h, R * row) == 0, "device dispatch rows differ from host ones (%zu rows)", R);

@@ -14,7 +14,7 @@ OUT=$out PLAIN_DIR=$out/plain GPU_CHECK_DEVICE=emu DEV_PERF_MAX=4M GPU_CHECK_BUD
   timeout -k 5 450 "$srcdir/scripts/gpu-check.sh" >"$out.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || { echo "FAIL: gpu-check.sh exit status $rc"; tail -n 30 "$out.log"; fail=1; }
-for s in build device mp_device shim dev_perf_2 dev_perf_4 dev_perf_8; do
+for s in build device kernels mp_device shim dev_perf_2 dev_perf_4 dev_perf_8; do
   grep -q "^$s 0 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s did not pass"; fail=1; }
 done
 for s in torch_2 torch_4 baseline; do

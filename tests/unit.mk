@@ -85,3 +85,10 @@ check_PROGRAMS += tests/test_net_lazy
 TESTS += tests/test_net_lazy
 tests_test_net_lazy_SOURCES = tests/test_net_lazy.c $(LAZY_HARNESS_SOURCES)
 tests_test_net_lazy_LDADD = libmoeccl.la
+
+# The device kernels (src/kernels/kernels.cu) against the host tables: their
+# C twins on the emulation, the CUDA kernels with MOECCL_DEVICE=cuda.
+check_PROGRAMS += tests/test_dev_kernels
+TESTS += tests/test_dev_kernels
+tests_test_dev_kernels_SOURCES = tests/test_dev_kernels.c tests/unit_check.h
+tests_test_dev_kernels_LDADD = libmoeccl_core.la

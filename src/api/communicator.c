@@ -61,6 +61,7 @@ static void comm_free(moeccl_comm_t* comm) {
   for (int i = 0; i < comm->ndev_scratch_old; i++) moeccl_device()->free(comm->dev_scratch_old[i]);
   free(comm->dev_scratch_old);
   free(comm->staging);
+  if (comm->dev_staging) moeccl_device()->free(comm->dev_staging);
   free(comm->redops);
   free(comm->peers);
   free(comm->local_ranks);

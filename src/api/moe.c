@@ -289,6 +289,14 @@ static void* send_area(moecclMoePlan_t p, size_t rb) {
   return q;
 }
 
+/* A call on device buffers packs in the schedule's scratch, which is device
+ * memory then (the send area is host memory), so that its row programs run
+ * as device kernels. */
+static int on_device(const moe_args_t* a) {
+  return moeccl_mem_of(a->out).kind == MOECCL_MEM_DEVICE ||
+         (a->in && moeccl_mem_of(a->in).kind == MOECCL_MEM_DEVICE);
+}
+
 /* The tuner's path for rows of rb bytes, logged at ALGO when it changes. */
 static int pick_path(moecclMoePlan_t p, const moe_args_t* a, size_t rb) {
   double us[2];
@@ -325,7 +333,7 @@ static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
                                  .grad_weights = a->grad_weights,
                                  .progs = p->progs,
                                  .nprogs_cap = MOECCL_MOE_MAX_PROGS + 2 * (size_t)p->comm->nranks,
-                                 .send_area = send_area(p, rb)};
+                                 .send_area = on_device(a) ? NULL : send_area(p, rb)};
   return moeccl_call_issue(p->comm, &call, a->stream);
 }
 

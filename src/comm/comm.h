@@ -127,6 +127,8 @@ struct moecclComm {
   int ndev_scratch_old;
   void* staging; /* reducing receives from transports that cannot reduce */
   size_t staging_bytes;
+  void* dev_staging; /* the same for receives into device memory (device memory) */
+  size_t dev_staging_bytes;
 
   volatile moecclResult_t async_error; /* sticky: set when the comm broke */
   char last_error[512];

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/debug.h"
 #include "device/device.h"
 
 #define CU_FN(name) static __typeof__(&name) p_##name
@@ -58,6 +59,9 @@ CU_FN(cuMemHostUnregister);
 CU_FN(cuMemHostGetDevicePointer);
 CU_FN(cuStreamBatchMemOp);
 CU_FN(cuMemcpyBatchAsync);
+CU_FN(cuModuleLoadData);
+CU_FN(cuModuleGetFunction);
+CU_FN(cuLaunchKernel);
 
 #define MAX_DEVICES 64
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -115,6 +119,9 @@ static void load(void) {
   LOAD(lib, cuMemHostRegister, "cuMemHostRegister_v2");
   LOAD(lib, cuMemHostUnregister, "cuMemHostUnregister");
   LOAD(lib, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+  LOAD(lib, cuModuleLoadData, "cuModuleLoadData");
+  LOAD(lib, cuModuleGetFunction, "cuModuleGetFunction");
+  LOAD(lib, cuLaunchKernel, "cuLaunchKernel");
   /* optional: without it, mem_ops queues one operation per call */
   p_cuStreamBatchMemOp = (__typeof__(p_cuStreamBatchMemOp))dlsym(lib, "cuStreamBatchMemOp_v2");
   /* optional (CUDA 13's form): without it, copy_batch makes one call per copy */
@@ -529,6 +536,39 @@ static moecclResult_t cu_sync_all(void) {
   return res(p_cuCtxSynchronize());
 }
 
+/* Kernels: the image's fatbin, loaded into the current context (the
+ * caller keeps a module per device); a launch passes the argument struct
+ * as the kernel's one parameter (cuLaunchKernel copies it). */
+static moecclResult_t cu_module_load(const moeccl_dev_image_t* image, void** module) {
+  if (!image || !image->fatbin || !image->fatbin_bytes) return moecclInvalidUsage;
+  MOECCL_CHECK(use_device(-1));
+  CUmodule m;
+  CUresult rc = p_cuModuleLoadData(&m, image->fatbin);
+  if (rc != CUDA_SUCCESS) {
+    WARN(INIT, "device: cuModuleLoadData of the kernels' fatbin failed (CUresult %d)", (int)rc);
+    return moecclUnhandledCudaError;
+  }
+  *module = m;
+  return moecclSuccess;
+}
+
+static moecclResult_t cu_function(void* module, const char* name, void** fn) {
+  CUfunction f;
+  if (p_cuModuleGetFunction(&f, (CUmodule)module, name) != CUDA_SUCCESS)
+    return moecclInvalidArgument;
+  *fn = f;
+  return moecclSuccess;
+}
+
+static moecclResult_t cu_launch(void* fn, unsigned grid, unsigned block, const void* args,
+                                size_t args_bytes, void* stream) {
+  if (!fn || !grid || !block || !args || !args_bytes) return moecclInvalidArgument;
+  MOECCL_CHECK(use_device(-1));
+  void* params[1] = {(void*)(uintptr_t)args};
+  return res(p_cuLaunchKernel((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, (CUstream)stream, params,
+                              NULL));
+}
+
 const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .name = "cuda",
     .count = cu_count,
@@ -562,4 +602,7 @@ const moeccl_device_ops_t moeccl_device_cuda_ops = {
     .query = cu_query,
     .synchronize = cu_synchronize,
     .sync_all = cu_sync_all,
+    .module_load = cu_module_load,
+    .function = cu_function,
+    .launch = cu_launch,
 };

@@ -58,10 +58,9 @@ static void* copy_stream;
 
 static pid_t copy_owner; /* a forked child inherits the pointer, not the stream */
 
-moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes) {
+moecclResult_t moeccl_device_run(moecclResult_t (*queue)(void* stream, void* arg), void* arg) {
   const moeccl_device_ops_t* d = moeccl_device();
   if (!d) return moecclInvalidUsage;
-  if (!bytes) return moecclSuccess;
   pthread_mutex_lock(&copy_lock);
   moecclResult_t rc = moecclSuccess;
   if (copy_stream && copy_owner != getpid()) copy_stream = NULL; /* forked: make our own */
@@ -73,9 +72,28 @@ moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes) {
       copy_stream = NULL;
     }
   }
-  if (rc == moecclSuccess) rc = d->copy_async(dst, src, bytes, copy_stream);
+  if (rc == moecclSuccess) rc = queue(copy_stream, arg);
   if (rc == moecclSuccess) rc = d->synchronize(copy_stream);
   pthread_mutex_unlock(&copy_lock);
+  return rc;
+}
+
+typedef struct {
+  void* dst;
+  const void* src;
+  size_t bytes;
+} copy_arg_t;
+
+static moecclResult_t queue_copy(void* stream, void* arg) {
+  copy_arg_t* c = arg;
+  return moeccl_device()->copy_async(c->dst, c->src, c->bytes, stream);
+}
+
+moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes) {
+  if (!moeccl_device()) return moecclInvalidUsage;
+  if (!bytes) return moecclSuccess;
+  copy_arg_t c = {dst, src, bytes};
+  moecclResult_t rc = moeccl_device_run(queue_copy, &c);
   if (rc != moecclSuccess)
     WARN(INIT, "device: a copy of %zu bytes from %p to %p failed (%s)", bytes, src, dst,
          moecclGetErrorString(rc));

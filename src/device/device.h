@@ -36,6 +36,23 @@ typedef struct moeccl_dev_memop {
 } moeccl_dev_memop_t;
 #define MOECCL_DEV_MEMOPS_MAX 255
 
+/* Kernels.  An image holds the same kernels in two forms: the fatbin nvcc
+ * built (CUDA: cuModuleLoadData; fatbin_bytes 0 in a build without nvcc)
+ * and their C twins by name (the emulation).  A twin runs every work item
+ * of a launch on the host; map turns a device address into one the host
+ * may use (the emulation's shadow mapping; host memory maps to itself). */
+typedef void (*moeccl_dev_twin_fn_t)(const void* args, void* (*map)(const void* ptr));
+typedef struct {
+  const char* name;
+  moeccl_dev_twin_fn_t fn;
+} moeccl_dev_twin_t;
+typedef struct moeccl_dev_image {
+  const void* fatbin;
+  size_t fatbin_bytes;
+  const moeccl_dev_twin_t* twins;
+  int ntwins;
+} moeccl_dev_image_t;
+
 typedef struct moeccl_device_ops {
   const char* name;
   /* Devices this process sees (0 when none). */
@@ -126,6 +143,18 @@ typedef struct moeccl_device_ops {
   /* Waits for the work of every stream of this process's current device
    * (cuCtxSynchronize), as cudaFree does before it frees. */
   moecclResult_t (*sync_all)(void);
+  /* Loads image into the current device's context (*module; kept for the
+   * process's life: no unload, nothing at exit); moecclInvalidUsage when
+   * the image has no form this backend runs (CUDA: an empty fatbin).
+   * function finds a kernel of it by name (*fn). */
+  moecclResult_t (*module_load)(const moeccl_dev_image_t* image, void** module);
+  moecclResult_t (*function)(void* module, const char* name, void** fn);
+  /* Queues fn on stream over grid blocks of block threads, with one
+   * argument: the args_bytes at args (a struct passed by value, copied
+   * before launch returns, as CUDA copies kernel parameters).  In stream
+   * order with the copies, flag operations and host functions. */
+  moecclResult_t (*launch)(void* fn, unsigned grid, unsigned block, const void* args,
+                           size_t args_bytes, void* stream);
 } moeccl_device_ops_t;
 
 extern const moeccl_device_ops_t moeccl_device_emu_ops;
@@ -137,6 +166,7 @@ void moeccl_device_emu_teardown(void);
 /* What the emulation was asked to do in this process (tests count it). */
 typedef struct {
   uint64_t copies, memops, host_fns, syncs; /* syncs: synchronize and sync_all calls */
+  uint64_t launches;                        /* kernels (their C twins) */
 } moeccl_device_emu_counts_t;
 void moeccl_device_emu_counts(moeccl_device_emu_counts_t* out);
 #ifdef MOECCL_HAVE_CUDA
@@ -154,5 +184,9 @@ const moeccl_device_ops_t* moeccl_device(void);
  * stream of the library's, one per process, serialised).  Either side may
  * be device or host memory. */
 moecclResult_t moeccl_device_copy(void* dst, const void* src, size_t bytes);
+/* Runs queue(stream, arg) on the library's copy stream (the one
+ * moeccl_device_copy uses, so in order with its copies), then waits for
+ * the stream: done when it returns.  Serialised with the copies. */
+moecclResult_t moeccl_device_run(moecclResult_t (*queue)(void* stream, void* arg), void* arg);
 
 #endif

@@ -219,6 +219,7 @@ void moeccl_device_emu_counts(moeccl_device_emu_counts_t* out) {
   out->memops = __atomic_load_n(&counts.memops, __ATOMIC_RELAXED);
   out->host_fns = __atomic_load_n(&counts.host_fns, __ATOMIC_RELAXED);
   out->syncs = __atomic_load_n(&counts.syncs, __ATOMIC_RELAXED);
+  out->launches = __atomic_load_n(&counts.launches, __ATOMIC_RELAXED);
 }
 #define COUNT(what, n) __atomic_fetch_add(&counts.what, (n), __ATOMIC_RELAXED)
 
@@ -300,7 +301,7 @@ static void emu_host_unregister(void* ptr) {
 /* ---- streams ------------------------------------------------------------ */
 
 /* A stream is a queue (base/queue.h) of these operations. */
-typedef enum { EMU_COPY, EMU_WAIT, EMU_WRITE, EMU_FN, EMU_FREE } emu_kind_t;
+typedef enum { EMU_COPY, EMU_WAIT, EMU_WRITE, EMU_FN, EMU_FREE, EMU_KERNEL } emu_kind_t;
 
 typedef struct {
   moeccl_queue_item_t item; /* first: the queue's view of it */
@@ -311,7 +312,8 @@ typedef struct {
   volatile uint64_t* addr;
   uint64_t value;
   void (*fn)(void*);
-  void* arg;
+  void* arg; /* EMU_KERNEL: its copy of the launch's argument, freed after */
+  moeccl_dev_twin_fn_t twin;
 } emu_op_t;
 
 typedef struct emu_stream {
@@ -371,6 +373,7 @@ static moecclResult_t run_op(emu_stream_t* s, emu_op_t* op) {
     case EMU_WRITE: moeccl_flag_store(op->addr, op->value); break;
     case EMU_FN: op->fn(op->arg); break;
     case EMU_FREE: free(op->arg); break; /* a pageable copy's staging */
+    case EMU_KERNEL: op->twin(op->arg, shadow_of); break;
   }
   return moecclSuccess;
 }
@@ -381,6 +384,7 @@ static moecclResult_t run_item(moeccl_queue_t* q, moeccl_queue_item_t* item, moe
   emu_op_t* op = (emu_op_t*)item;
   moecclResult_t rc = moecclSuccess;
   if (error == moecclSuccess || op->kind == EMU_FREE) rc = run_op((emu_stream_t*)q, op);
+  if (op->kind == EMU_KERNEL) free(op->arg);
   free(op);
   return rc;
 }
@@ -578,6 +582,42 @@ static moecclResult_t emu_sync_all(void) {
   }
 }
 
+/* Kernels: the module is the image (its twins), a function the twin; a
+ * launch is one stream operation, so it runs after what was queued before
+ * it and before what is queued after.  The twin runs every work item of
+ * the launch (grid and block only size a GPU's launch). */
+static moecclResult_t emu_module_load(const moeccl_dev_image_t* image, void** module) {
+  alive("module_load");
+  if (!image || !image->twins || image->ntwins <= 0) return moecclInvalidUsage;
+  *module = (void*)(uintptr_t)image;
+  return moecclSuccess;
+}
+
+static moecclResult_t emu_function(void* module, const char* name, void** fn) {
+  alive("function");
+  const moeccl_dev_image_t* image = module;
+  for (int i = 0; image && i < image->ntwins; i++)
+    if (strcmp(image->twins[i].name, name) == 0) {
+      *fn = (void*)&image->twins[i];
+      return moecclSuccess;
+    }
+  return moecclInvalidArgument;
+}
+
+static moecclResult_t emu_launch(void* fn, unsigned grid, unsigned block, const void* args,
+                                 size_t args_bytes, void* stream) {
+  alive("launch");
+  const moeccl_dev_twin_t* twin = fn;
+  if (!twin || !grid || !block || !args || !args_bytes) return moecclInvalidArgument;
+  void* copy = malloc(args_bytes);
+  if (!copy) return moecclSystemError;
+  memcpy(copy, args, args_bytes);
+  COUNT(launches, 1);
+  moecclResult_t rc = enqueue(stream, (emu_op_t){.kind = EMU_KERNEL, .arg = copy, .twin = twin->fn});
+  if (rc != moecclSuccess) free(copy);
+  return rc;
+}
+
 const moeccl_device_ops_t moeccl_device_emu_ops = {
     .name = "emu",
     .count = emu_count,
@@ -611,4 +651,7 @@ const moeccl_device_ops_t moeccl_device_emu_ops = {
     .query = emu_query,
     .synchronize = emu_synchronize,
     .sync_all = emu_sync_all,
+    .module_load = emu_module_load,
+    .function = emu_function,
+    .launch = emu_launch,
 };

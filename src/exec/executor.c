@@ -87,8 +87,9 @@ static void make_rows_recv(moeccl_job_t* j, const moeccl_sched_op_t* op, int t, 
 }
 
 /* Fills the request of a SEND, RECV or RECV_REDUCE op.  A reducing receive
- * from a transport that cannot reduce (or of device memory) lands in host
- * staging memory first. */
+ * from a transport that cannot reduce (or of device memory) lands in
+ * staging memory of its kind first (staged[kind == DEVICE]: the bytes the
+ * step took of each), so that a device one is reduced by a kernel. */
 static moecclResult_t make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int t,
                                moeccl_xreq_t* x, size_t* staged) {
   const moeccl_sched_t* s = j->sched;
@@ -125,8 +126,9 @@ static moecclResult_t make_req(moeccl_job_t* j, const moeccl_sched_op_t* op, int
   }
   x->stage_dst = x->req.buf;
   x->stage_bytes = op->bytes;
-  x->req.buf = (char*)c->staging + *staged;
-  *staged += op->bytes;
+  int dev = x->req.mem.kind == MOECCL_MEM_DEVICE;
+  x->req.buf = (char*)(dev ? c->dev_staging : c->staging) + staged[dev];
+  staged[dev] += op->bytes;
   return moecclSuccess;
 }
 
@@ -146,7 +148,7 @@ static moecclResult_t start_step(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   const moeccl_sched_t* s = j->sched;
   int begin = j->step ? s->step_end[j->step - 1] : 0, end = s->step_end[j->step];
-  size_t staged = 0;
+  size_t staged[2] = {0, 0};
   const moeccl_xreq_t* last_add = NULL; /* the step's adding receives add in op order */
   j->pending = 0;
   j->passes = 0;
@@ -181,7 +183,7 @@ static moecclResult_t start_step(moeccl_job_t* j) {
       }
     }
     moeccl_xreq_t* x = &c->reqs[j->nreqs++];
-    MOECCL_CHECK(make_req(j, op, t, x, &staged));
+    MOECCL_CHECK(make_req(j, op, t, x, staged));
     if (moeccl_exec_is_adding(x)) x->rows_after = last_add, last_add = x;
     MOECCL_CHECK(ops->post(c->transport_state[t], &x->req));
     j->pending++;
@@ -278,27 +280,52 @@ static moecclResult_t drive(moeccl_job_t* jobs, int njobs) {
   }
 }
 
+/* Device staging of at least bytes on device (the old one is idle between
+ * calls: its receives were reduced before their call returned). */
+static moecclResult_t reserve_dev_staging(moeccl_comm_t* c, size_t bytes, int device) {
+  if (bytes <= c->dev_staging_bytes) return moecclSuccess;
+  const moeccl_device_ops_t* d = moeccl_device();
+  void* p = NULL;
+  moecclResult_t rc = d ? d->alloc(&p, bytes, device) : moecclInvalidUsage;
+  if (rc != moecclSuccess)
+    return moeccl_error(c, rc, "no %zu bytes of device memory on device %d for staging", bytes,
+                        device);
+  if (c->dev_staging) d->free(c->dev_staging);
+  c->dev_staging = p;
+  c->dev_staging_bytes = bytes;
+  return moecclSuccess;
+}
+
 /* Staging for reducing receives from transports that cannot reduce: the
- * most any step receives that way. */
+ * most any step receives that way, in host memory and, for receives into
+ * device memory, in device memory (reduced there by a kernel). */
 static moecclResult_t reserve_staging(moeccl_job_t* j) {
   moeccl_comm_t* c = j->comm;
   const moeccl_sched_t* s = j->sched;
-  size_t most = 0;
+  size_t most[2] = {0, 0};
+  int device = 0;
   for (int step = 0, i = 0; step < s->nsteps; step++) {
-    size_t bytes = 0;
+    size_t bytes[2] = {0, 0};
     for (; i < s->step_end[step]; i++) {
       const moeccl_sched_op_t* op = &s->ops[i];
       if (op->type != MOECCL_OP_RECV_REDUCE || op->peer == c->rank) continue;
-      int t = moeccl_peer_transport(c, op->peer, moeccl_exec_mem(s, op->dst_buf));
-      if (!reduces_in_place(c, t, op, s)) bytes += op->bytes;
+      moeccl_mem_t mem = moeccl_exec_mem(s, op->dst_buf);
+      int t = moeccl_peer_transport(c, op->peer, mem);
+      if (reduces_in_place(c, t, op, s)) continue;
+      int dev = mem.kind == MOECCL_MEM_DEVICE;
+      bytes[dev] += op->bytes;
+      if (dev) device = mem.device;
     }
-    if (bytes > most) most = bytes;
+    for (int k = 0; k < 2; k++)
+      if (bytes[k] > most[k]) most[k] = bytes[k];
   }
-  if (most <= c->staging_bytes) return moecclSuccess;
-  void* p = realloc(c->staging, most);
-  if (!p) return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of staging", most);
+  if (most[1]) MOECCL_CHECK(reserve_dev_staging(c, most[1], device));
+  if (most[0] <= c->staging_bytes) return moecclSuccess;
+  void* p = realloc(c->staging, most[0]);
+  if (!p)
+    return moeccl_error(c, moecclSystemError, "out of memory for %zu bytes of staging", most[0]);
   c->staging = p;
-  c->staging_bytes = most;
+  c->staging_bytes = most[0];
   return moecclSuccess;
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "kernels/copy.h"
+#include "kernels/devkern.h"
 #include "device/device.h"
 #include "kernels/reduce.h"
 #include "kernels/rows.h"
@@ -49,10 +50,21 @@ static moecclResult_t device_copy(void* dst, const void* src, size_t bytes, int 
   return moeccl_device_copy(dst, src, bytes);
 }
 
-/* Device reductions: the copy engine brings pieces of the operands to a
- * host bounce buffer, the host kernel reduces them, and the copy engine
- * takes the result back (either kind for each operand). */
+/* Device reductions run as kernels (devkern.h) where every operand is
+ * device memory and the backend has them; else (a build without nvcc on
+ * CUDA, an operand in host memory) the staging path: the copy engine
+ * brings pieces of the operands to a host bounce buffer, the host kernel
+ * reduces them, and the copy engine takes the result back.  The bytes
+ * staged are counted. */
 #define BOUNCE_ELEMS_BYTES ((size_t)1 << 20)
+
+static uint64_t staged_bytes;
+#define STAGED(n) __atomic_fetch_add(&staged_bytes, (uint64_t)(n), __ATOMIC_RELAXED)
+
+void moeccl_mem_device_counts(moeccl_mem_device_counts_t* out) {
+  out->launches = moeccl_devkern_launches();
+  out->staged_bytes = __atomic_load_n(&staged_bytes, __ATOMIC_RELAXED);
+}
 
 static moecclResult_t bounce_op(const moeccl_red_t* r, void* dst, const void* a, const void* b,
                                 size_t n, unsigned flags, int what) {
@@ -72,20 +84,27 @@ static moecclResult_t bounce_op(const moeccl_red_t* r, void* dst, const void* a,
     rc = moeccl_device_copy((char*)dst + off, ha, k * es);
   }
   free(h);
+  STAGED(n * es * (what == 0 ? 3 : 2));
   return rc;
 }
 
 static moecclResult_t device_reduce(const moeccl_red_t* r, void* dst, const void* a, const void* b,
                                     size_t n, unsigned flags) {
-  return bounce_op(r, dst, a, b, n, flags, 0);
+  int ran;
+  moecclResult_t rc = moeccl_devkern_reduce(r, MOECCL_KRED_REDUCE, dst, a, b, n, flags, &ran);
+  return ran ? rc : bounce_op(r, dst, a, b, n, flags, 0);
 }
 
 static moecclResult_t device_scale(const moeccl_red_t* r, void* dst, const void* src, size_t n) {
-  return bounce_op(r, dst, src, NULL, n, 0, 1);
+  int ran;
+  moecclResult_t rc = moeccl_devkern_reduce(r, MOECCL_KRED_SCALE, dst, src, NULL, n, 0, &ran);
+  return ran ? rc : bounce_op(r, dst, src, NULL, n, 0, 1);
 }
 
 static moecclResult_t device_postdiv(const moeccl_red_t* r, void* buf, size_t n) {
-  return bounce_op(r, buf, buf, NULL, n, 0, 2);
+  int ran;
+  moecclResult_t rc = moeccl_devkern_reduce(r, MOECCL_KRED_POSTDIV, buf, NULL, NULL, n, 0, &ran);
+  return ran ? rc : bounce_op(r, buf, buf, NULL, n, 0, 2);
 }
 
 /* The index range [lo, hi] a term field takes (lo > hi: none). */
@@ -104,7 +123,7 @@ static void span_of(const moeccl_rows_t* p, size_t field, uint32_t* lo, uint32_t
  * copy engine, the host kernel runs on them with rebased indices, and the
  * destination range goes back.  Indices count rows of dst_unit, src_unit
  * and aux_unit bytes (rows.h). */
-static moecclResult_t device_rows(const moeccl_rows_t* p, void* dst, const void* src,
+static moecclResult_t staged_rows(const moeccl_rows_t* p, void* dst, const void* src,
                                   const void* aux) {
   size_t rb = moeccl_rows_row_bytes(p);
   size_t dst_unit = p->mode == MOECCL_ROWS_DOT ? 4 : rb;
@@ -137,11 +156,19 @@ static moecclResult_t device_rows(const moeccl_rows_t* p, void* dst, const void*
   }
   free(t);
   free(h);
+  STAGED(2 * dn + sn + an);
   return rc;
 }
 
-/* Row programs on device memory run through the host as well (the copy
- * engine plus the host kernels). */
+/* Row programs on device memory: a kernel, or the staging path where none
+ * applies (devkern.h). */
+static moecclResult_t device_rows(const moeccl_rows_t* p, void* dst, const void* src,
+                                  const void* aux) {
+  int ran;
+  moecclResult_t rc = moeccl_devkern_rows(p, dst, src, aux, &ran);
+  return ran ? rc : staged_rows(p, dst, src, aux);
+}
+
 const moeccl_mem_ops_t moeccl_device_mem_ops = {
     .name = "device",
     .copy = device_copy,

@@ -11,11 +11,13 @@
  *
  * Device pointers are told from host ones by the device seam
  * (src/device/device.h).  The device kind's table (where a device backend
- * is in use) copies through the backend's copy engine, and reduces, scales
- * and divides by the copy engine plus the host kernels (the operands are
- * copied to host memory in pieces, reduced there and copied back: correct
- * everywhere, a device kernel's speed is for later), and runs the MoE row
- * programs the same way.  Its members take either kind for any operand.
+ * is in use) copies through the backend's copy engine, and reduces, scales,
+ * divides and runs the MoE row programs with device kernels (devkern.h)
+ * where every operand is device memory and the backend has the kernels;
+ * otherwise (an operand in host memory, CUDA in a build without nvcc) by
+ * the copy engine plus the host kernels (the operands are copied to host
+ * memory in pieces, reduced there and copied back).  Its members take
+ * either kind for any operand.
  */
 #ifndef MOECCL_MEM_H_
 #define MOECCL_MEM_H_
@@ -66,5 +68,13 @@ moeccl_mem_t moeccl_mem_of(const void* ptr);
 /* The transport mask bit of a kind (MOECCL_MEM_TYPE_*, transport.h). */
 static inline unsigned moeccl_mem_bit(moeccl_mem_t m) { return 1u << m.kind; }
 const char* moeccl_mem_name(moeccl_mem_t m);
+
+/* What the device kind's table did in this process (tests count it):
+ * kernels launched, and bytes it moved through host memory (operands and
+ * results of the staging path). */
+typedef struct {
+  uint64_t launches, staged_bytes;
+} moeccl_mem_device_counts_t;
+void moeccl_mem_device_counts(moeccl_mem_device_counts_t* out);
 
 #endif

@@ -1,0 +1,53 @@
+/*
+ * Device kernels (docs/ARCHITECTURE.md, "Device kernels"): the reductions
+ * and the MoE row programs of the device memory kind, launched through
+ * the device seam (device.h) on the library's copy stream and waited for.
+ * The kernels are kernels.cu's (a fatbin built by nvcc and embedded in
+ * libmoeccl) on CUDA and their C twins (twins.c) on the emulation.
+ *
+ * Each call sets *ran: 1 when the kernel ran (the result is the call's),
+ * 0 when no kernel applies and nothing was done (no fatbin in this build,
+ * an operand in host memory, a row program whose destination overlaps its
+ * source): the caller then takes the staging path.
+ */
+#ifndef MOECCL_KERNELS_DEVKERN_H_
+#define MOECCL_KERNELS_DEVKERN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device/device.h"
+#include "moeccl.h"
+
+/* The kernels by family; the datatype and the operation are arguments. */
+enum {
+  MOECCL_K_REDUCE = 0,
+  MOECCL_K_ROWS_SUM,
+  MOECCL_K_ROWS_DOT,
+  MOECCL_K_ROWS_COPY,
+  MOECCL_K_ROWS_ADD,
+  MOECCL_K_COUNT
+};
+
+/* What moeccl_devkern_reduce computes (devmath.h's DM_REDUCE...). */
+enum { MOECCL_KRED_REDUCE = 0, MOECCL_KRED_SCALE = 1, MOECCL_KRED_POSTDIV = 2 };
+
+extern const moeccl_dev_twin_t moeccl_kernel_twins[MOECCL_K_COUNT];
+/* The fatbin (src/local.mk generates it; empty without nvcc). */
+extern const unsigned char moeccl_kernels_fatbin[];
+extern const size_t moeccl_kernels_fatbin_bytes;
+
+struct moeccl_red;
+struct moeccl_rows;
+
+/* REDUCE: dst = a (+) b (flags MOECCL_OPF_PRE_*), SCALE: dst = s * a,
+ * POSTDIV: dst /= postdiv (a, b unused), n elements of r. */
+moecclResult_t moeccl_devkern_reduce(const struct moeccl_red* r, int what, void* dst, const void* a,
+                                     const void* b, size_t n, unsigned flags, int* ran);
+/* Row program p (rows.h) on device memory. */
+moecclResult_t moeccl_devkern_rows(const struct moeccl_rows* p, void* dst, const void* src,
+                                   const void* aux, int* ran);
+/* Kernels this process launched. */
+uint64_t moeccl_devkern_launches(void);
+
+#endif
