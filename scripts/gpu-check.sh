@@ -27,6 +27,9 @@
 #                kernels, every datatype and operation and the MoE row
 #                programs; prints the kernels launched and the bytes staged
 #                in host memory (0 when the kernels ran)
+#   moe_backend  moe/'s CUDA backend (cuBLAS and moe/kernels.cu) op by op
+#                against its host backend, within 1e-5 of each output's
+#                largest value (gpu-carry/moe_backend.xz, made by gpu-prep.sh)
 #   mp_device    tests/mp_device on 2, 4 and 8 ranks of the one GPU
 #   shim         the NCCL drop-in's own test (host memory)
 #   torch_N      tests/test_torch_dropin.py: PyTorch's torch.distributed,
@@ -167,6 +170,14 @@ export MOECCL_DEVICE=$DEV
 if [ -x "$CARRY/ipc_probe" ] && [ "$DEV" = cuda ]; then stage probe 60 "$CARRY/ipc_probe"; fi
 stage device 60 env MOECCL_DEBUG=INFO MOECCL_DEBUG_SUBSYS=INIT "$(bin test_device)"
 stage kernels 30 env MOECCL_DEBUG=INFO MOECCL_DEBUG_SUBSYS=INIT "$(bin test_dev_kernels)"
+if [ -f "$CARRY/moe_backend.xz" ]; then
+  xz -dc "$CARRY/moe_backend.xz" >"$tmp/test_moe_backend" && chmod +x "$tmp/test_moe_backend"
+  # on a GPU its GPU half must run; on the emulation only the stand-in does
+  stage moe_backend 30 env MOE_BACKEND_REQUIRE_GPU=$([ "$DEV" = cuda ] && echo 1 || echo 0) \
+    "$tmp/test_moe_backend"
+else
+  skip moe_backend "no gpu-carry/moe_backend.xz (scripts/gpu-prep.sh makes it)"
+fi
 stage mp_device 150 env MP_VARIANTS=0 "$(bin mp_device)" 2 4 8
 stage shim 40 env MOECCL_DEVICE=none "$(bin test_nccl_shim)" # host memory: ncclMemAlloc's is touched by the host
 for n in 2 4; do

@@ -21,6 +21,11 @@
 #                          gpu-check.sh skips the baseline's stages.  A
 #                          benchmark baseline only: never ship it
 #   gpu-carry/ipc_probe    the capability probe of ../shared/gpu, when there
+#   gpu-carry/moe_backend.xz  tests/test_moe_backend (moe/'s CUDA backend op
+#                          by op against the host one) with OpenBLAS linked
+#                          statically (the GPU machine has none) and the
+#                          kernels' fatbin (nvcc, sm_80/sm_90/PTX) embedded;
+#                          libcuda and cuBLAS are loaded there with dlopen
 # openmpi and nccl-tests leave packed in gpu-carry/tools.tar.xz (5 MB
 # instead of 54; gpu-check.sh unpacks it), so gpu-carry/ is about 40 MB, to
 # be carried to the GPU machine with the working tree (a device call carries
@@ -101,6 +106,26 @@ grep -h "define NCCL_TESTS_VERSION" -r "$src/src" 2>/dev/null | head -n 1 >"$car
 probe=${IPC_PROBE_SRC:-../shared/gpu/ipc_probe.c}
 if [ -f "$probe" ]; then
   cc -O2 -I"$CUDA_HOME/include" "$probe" -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$carry/ipc_probe"
+fi
+# moe/'s CUDA backend test, built without autotools
+blas_a=$(ls /usr/lib/*/openblas-pthread/libopenblas.a /usr/lib/*/libopenblas.a 2>/dev/null | head -n 1)
+if [ -n "$blas_a" ]; then
+  mkdir -p "$tmp/moe"
+  "$CUDA_HOME/bin/nvcc" -fatbin -fmad=false -Imoe -gencode arch=compute_80,code=sm_80 \
+    -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+    -o "$tmp/moe/kernels.fatbin" moe/kernels.cu
+  { echo '#include <stddef.h>'
+    echo 'const unsigned char moe_kernels_fatbin[] __attribute__((aligned(8))) = {'
+    od -An -v -tx1 "$tmp/moe/kernels.fatbin" | sed 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'
+    echo '};'
+    echo 'const size_t moe_kernels_fatbin_len = sizeof(moe_kernels_fatbin);'; } >"$tmp/moe/fatbin.c"
+  cc -O2 -std=gnu11 -Iinclude -Imoe -Itests -o "$tmp/moe/test_moe_backend" tests/test_moe_backend.c \
+    moe/model.c moe/backend_blas.c moe/backend_cuda.c moe/cuda_standin.c moe/cuda_real.c \
+    "$tmp/moe/fatbin.c" "$blas_a" -Wl,-Bstatic -lgfortran -lquadmath -Wl,-Bdynamic -lpthread -lm -ldl
+  strip "$tmp/moe/test_moe_backend"
+  xz -6 -c "$tmp/moe/test_moe_backend" >"$carry/moe_backend.xz"
+else
+  echo "gpu-prep: no static OpenBLAS (libopenblas-dev): no moe_backend test carried" >&2
 fi
 tar -cJf "$carry/tools.tar.xz.new" -C "$carry" openmpi nccl-tests
 mv "$carry/tools.tar.xz.new" "$carry/tools.tar.xz"

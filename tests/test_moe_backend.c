@@ -4,7 +4,8 @@
  * column-major products and the blocked loss sum (within 1e-6 and 1e-12 of
  * the largest value); and on a GPU where one is found (libcuda, cuBLAS and
  * the kernels this build embeds), within 1e-5 of each output's largest
- * value (the GPU's expf and cuBLAS's order differ from the host's).
+ * value (the GPU's expf and cuBLAS's order differ from the host's);
+ * MOE_BACKEND_REQUIRE_GPU=1 fails the test where no GPU is found.
  * Prints one line per op and table. */
 #include <math.h>
 #include <stdio.h>
@@ -210,8 +211,10 @@ int main(void) {
   run_table(moe_cuda_api_standin(), 1, 0);
   char why[256];
   const moe_cuda_api_t* gpu = moe_cuda_api_load(why, sizeof(why));
+  const char* need = getenv("MOE_BACKEND_REQUIRE_GPU");
   if (gpu) run_table(gpu, 0, 1e-5);
   else printf("# cuda: not run here: %s\n", why);
+  CHECK(gpu || !need || strcmp(need, "1") != 0, "MOE_BACKEND_REQUIRE_GPU=1: %s", why);
   printf("%d checks, %d failed\n", checks, failures);
   return failures ? 1 : 0;
 }
