@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed man pages from their Markdown sources:
 #   man/NAME.S.md  ->  man/NAME.S      (pandoc -s -t man)
-#   alias pages    ->  one-line ".so manS/TARGET.S" files (table below)
+#   alias pages    ->  copies of the page that documents them (table below)
 #   man/local.mk   ->  lists every page, source and this script
 # The nroff output is committed so that building from a tarball needs no pandoc.
 #
@@ -88,11 +88,13 @@ for md in "${sources[@]}"; do
     -o "$out/$page" "$md"
 done
 
-# Alias pages: a .so request that man(1) resolves from the top of the man tree.
+# Alias pages: copies of the page that documents them.  A .so request is
+# resolved from the top of an installed man tree, so `man -l man/ALIAS`
+# from a checkout could not open one.
 for row in "${aliases[@]}"; do
   read -r alias target <<<"$row"
   [ -f "$target.md" ] || { echo "$0: alias $alias points at $target, which has no $target.md" >&2; exit 1; }
-  printf '.so man%s/%s\n' "${target##*.}" "$target" >"$out/$alias"
+  cp "$out/$target" "$out/$alias"
   pages+=("$alias")
 done
 

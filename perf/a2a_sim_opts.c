@@ -162,7 +162,7 @@ int sim_parse_opts(int argc, char** argv, struct opts* o) {
   set_defaults(o);
   while ((c = getopt_long(argc, argv, "b:e:f:a:h", long_opts, NULL)) != -1) {
     if (c == 'h') {
-      usage(argv[0]);
+      usage(perf_tool_name(argv[0]));
       return 1;
     }
     if (c == '?' || apply_opt(c, optarg, o)) {

@@ -46,7 +46,7 @@ static const struct perf_coll coll = {
     .algo_env = "MOECCL_ALLGATHER_ALGO",
     .algos = "ring,rhd,direct,auto",
     .size_help = "bytes each rank receives, n blocks (count = elements each rank sends)",
-    .roof_help = "every rank at once memcpy()s (n-1)R/n bytes, R = size: the n-1 blocks of\n"
+    .roof_help = "every rank at once copies (n-1)R/n bytes, R = size: the n-1 blocks of\n"
                  "  its peers",
     .mpi_help = "MPI_Allgather on the same buffers (16- and 8-bit floats moved as integers)",
     .shape = shape,

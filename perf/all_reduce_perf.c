@@ -44,7 +44,7 @@ static const struct perf_coll coll = {
     .algo_env = "MOECCL_ALLREDUCE_ALGO",
     .algos = "ring,rhd,rd,tree,direct,hier,auto",
     .size_help = "bytes of the vector on each rank (count = size / type size)",
-    .roof_help = "every rank at once memcpy()s (C + (n-1)C/n + C)/2 bytes, C = size: the\n"
+    .roof_help = "every rank at once copies (C + (n-1)C/n + C)/2 bytes, C = size: the\n"
                  "  single-copy shared-memory AllReduce reads C + (n-1)C/n and writes C per rank",
     .mpi_help = "MPI_Allreduce on the same buffers (n/a for half, bfloat16, fp8 and avg)",
     .shape = shape,

@@ -4,8 +4,9 @@
  *
  * moeccl (every algorithm of -a) and the MPI baseline run on the same
  * processes and the same buffers in one run, interleaved rep by rep, so that
- * their ratios are taken under the same machine noise.  A single-thread memcpy of the bytes each rank
- * receives, timed in the same run, gives the copy roofline.  With
+ * their ratios are taken under the same machine noise.  The fastest
+ * single-thread copy of the bytes each rank receives (memcpy or streaming
+ * stores, best rep), timed in the same run, gives the copy roofline.  With
  * --net-roofline, a full mesh of plain TCP sockets between the ranks moves
  * the same blocks, also in the same run, as the network roofline.
  *
@@ -374,6 +375,9 @@ static void print_header(const struct perf_ctx* c, const struct a2a_opts* a, cha
     }
     else if (o->net_roof)
       printf("# net roofline: skipped, the socket mesh on %s failed (see stderr)\n", o->net_addr);
+    if (!(o->shm_roof && c->net.on) && !(o->net_roof && c->net.on))
+      printf("# copy roofline: every rank at once copies the bytes it receives; the fastest rep of "
+             "%s\n", perf_roofline_kernels());
   }
   perf_header_columns(c, t);
 }

@@ -44,7 +44,7 @@ static const struct perf_coll coll = {
     .algo_env = "MOECCL_BROADCAST_ALGO",
     .algos = "tree,direct,auto",
     .size_help = "bytes of the vector (count = size / type size)",
-    .roof_help = "every rank at once memcpy()s C bytes, C = size: each non-root copies the\n"
+    .roof_help = "every rank at once copies C bytes, C = size: each non-root copies the\n"
                  "  root's vector",
     .mpi_help = "MPI_Bcast from the root's sendbuff into the others' recvbuff (moeccl also\n"
                 "  fills the root's recvbuff; 16- and 8-bit floats moved as integers)",

@@ -241,6 +241,7 @@ int perf_coll_main(int argc, char** argv, const struct perf_coll* coll)
       printf("\n");
       printf("# size: %s\n# busbw = algbw * %s\n", coll->size_help, coll->factor_help);
       print_commented("roofline", coll->roof_help);
+      printf("#   (the fastest rep of %s)\n", perf_roofline_kernels());
       print_commented("baseline", coll->mpi_help);
     }
     perf_header_columns(&c, &t);

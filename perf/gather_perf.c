@@ -49,7 +49,7 @@ static const struct perf_coll coll = {
     .algo_env = "MOECCL_GATHER_ALGO",
     .algos = "direct,auto",
     .size_help = "bytes the root receives, n blocks (count = elements each rank sends)",
-    .roof_help = "every rank at once memcpy()s b = size/n bytes: its block",
+    .roof_help = "every rank at once copies b = size/n bytes: its block",
     .mpi_help = "MPI_Gather on the same buffers (16- and 8-bit floats moved as integers)",
     .shape = shape,
     .ops = {.fill = fill, .verify = verify, .moe = moe, .mpi = mpi},

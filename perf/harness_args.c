@@ -152,7 +152,7 @@ int perf_parse_opts(int argc, char** argv, int me, const struct perf_tool* t, st
   while (rc == 0 && (c = getopt_long(argc, argv, shortopts, all, NULL)) != -1) {
     if (c == 'h') {
       if (me == 0)
-        usage(argv[0], t);
+        usage(perf_tool_name(argv[0]), t);
       rc = 1;
       break;
     }

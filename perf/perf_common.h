@@ -205,8 +205,12 @@ long long perf_check_once(struct perf_ctx* c, const struct perf_ops* ops, enum p
 int perf_time(struct perf_ctx* c, const struct perf_ops* ops, int nseries, int mpi_on,
               double* moe_us, double* mpi_us, long long* wrong);
 /* Copy roofline: every rank copies bytes between two buffers touched
- * beforehand, all at once; the median rep of the slowest rank, us. */
+ * beforehand, all at once, with each kernel of perf_roofline_kernels();
+ * the fastest rep (the slowest rank counting in each) of the fastest
+ * kernel, us. */
 double perf_roofline_us(struct perf_ctx* c, size_t bytes);
+/* The copy kernels perf_roofline_us tries, in words. */
+const char* perf_roofline_kernels(void);
 
 /* Network roofline (--net-roofline): the mesh is made at startup; each size
  * fills net.soff/slen/roff/rlen (bytes) and times the exchange as the copy

@@ -4,6 +4,13 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+
+const char* perf_tool_name(const char* argv0) {
+  const char* slash = argv0 ? strrchr(argv0, '/') : NULL;
+  const char* name = slash ? slash + 1 : argv0 ? argv0 : "";
+  return strncmp(name, "lt-", 3) == 0 && name[3] ? name + 3 : name;
+}
 
 int perf_parse_size(const char* s, size_t* out) {
   char* end;

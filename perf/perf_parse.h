@@ -15,5 +15,8 @@ int perf_parse_int(const char* s, int lo, int hi, int* out);
 int perf_parse_size(const char* s, size_t* out);
 /* An unsigned 64-bit number (decimal, 0x hex or 0 octal), as --seed: 0, or -1. */
 int perf_parse_u64(const char* s, uint64_t* out);
+/* The tool's name for its usage line: argv0's last component without the
+ * "lt-" of libtool's wrapper (build/perf/.libs/lt-a2a_perf: "a2a_perf"). */
+const char* perf_tool_name(const char* argv0);
 
 #endif

@@ -48,7 +48,7 @@ static const struct perf_coll coll = {
     .algo_env = "MOECCL_REDUCE_ALGO",
     .algos = "tree,direct,auto",
     .size_help = "bytes of the vector (count = size / type size)",
-    .roof_help = "every rank at once memcpy()s (C + (n-1)C/n + C)/2 bytes, C = size: the\n"
+    .roof_help = "every rank at once copies (C + (n-1)C/n + C)/2 bytes, C = size: the\n"
                  "  root's traffic, as in the single-copy AllReduce",
     .mpi_help = "MPI_Reduce on the same buffers (n/a for half, bfloat16, fp8 and avg)",
     .shape = shape,

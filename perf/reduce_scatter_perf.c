@@ -44,7 +44,7 @@ static const struct perf_coll coll = {
     .algo_env = "MOECCL_REDUCESCATTER_ALGO",
     .algos = "ring,rhd,direct,auto",
     .size_help = "bytes each rank sends, n blocks (count = elements each rank receives)",
-    .roof_help = "every rank at once memcpy()s (n*b + b)/2 bytes, b = size/n the block it\n"
+    .roof_help = "every rank at once copies (n*b + b)/2 bytes, b = size/n the block it\n"
                  "  receives: reducing it reads n blocks and writes one",
     .mpi_help = "MPI_Reduce_scatter_block on the same buffers (n/a for half, bfloat16, fp8, avg)",
     .shape = shape,

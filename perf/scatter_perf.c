@@ -48,7 +48,7 @@ static const struct perf_coll coll = {
     .algo_env = "MOECCL_SCATTER_ALGO",
     .algos = "direct,auto",
     .size_help = "bytes the root sends, n blocks (count = elements each rank receives)",
-    .roof_help = "every rank at once memcpy()s b = size/n bytes: its block",
+    .roof_help = "every rank at once copies b = size/n bytes: its block",
     .mpi_help = "MPI_Scatter on the same buffers (16- and 8-bit floats moved as integers)",
     .shape = shape,
     .ops = {.fill = fill, .verify = verify, .moe = moe, .mpi = mpi},

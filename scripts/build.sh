@@ -3,8 +3,9 @@
 #   scripts/build.sh build --enable-werror
 #   scripts/build.sh build-asan CFLAGS='-O1 -g -fsanitize=address' LDFLAGS=-fsanitize=address
 # Generates ./configure when it is missing or older than its inputs, configures
-# DIR (again from scratch when the arguments differ from DIR's last ones, so
-# that no object built with other flags survives) and runs make -j.
+# DIR (again from scratch when the arguments differ from DIR's last ones, or
+# DIR was configured by hand since, so that no object built with other flags
+# survives) and runs make -j.  Keep nothing of value in DIR: it may be removed.
 set -euo pipefail
 
 [ $# -ge 1 ] || { echo "usage: $0 DIR [CONFIGURE-ARGS...]" >&2; exit 2; }
@@ -23,9 +24,16 @@ if [ ! -x configure ] || [ -n "$(newer_input)" ]; then
   ./autogen.sh
 fi
 
+# DIR/.configure-args: the arguments this script gave, then the ones
+# config.status says DIR was configured with.  The second line catches a
+# `../configure` run by hand in DIR since (the README's steps), which the
+# first alone would miss.
 stamp="$dir/.configure-args"
 args=$(printf '%q ' "$@")
-if [ ! -f "$dir/Makefile" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$args" ]; then
+stamp_now() { printf '%s\n%s\n' "$args" "$("$dir/config.status" --config 2>/dev/null)"; }
+if [ ! -f "$dir/Makefile" ] || [ ! -x "$dir/config.status" ] ||
+  [ "$(cat "$stamp" 2>/dev/null)" != "$(stamp_now)" ]; then
+  [ ! -d "$dir" ] || echo "build.sh: $dir was configured otherwise; configuring it afresh"
   rm -rf "$dir"
   mkdir -p "$dir"
   # configure's full output goes to DIR/configure.out; its warnings and
@@ -37,7 +45,7 @@ if [ ! -f "$dir/Makefile" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$args" ]; the
   fi
   grep -i 'warning' "$dir/configure.out" || true
   sed -n '/^moeccl .* configured$/,$p' "$dir/configure.out"
-  printf '%s' "$args" >"$stamp"
+  stamp_now >"$stamp"
 fi
 
 make --no-print-directory -C "$dir" -j"$(nproc)"

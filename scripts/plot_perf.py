@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plots the --json output of a2a_perf or any *_perf tool as a PNG: bus
 bandwidth against size (log x) for moeccl (one line per -a algorithm), the
-MPI baseline and the memory roofline (and the network roofline of a2a_perf's
+MPI baseline and the copy roofline (the fastest copy of the same bytes seen
+in the run; and the network roofline of a2a_perf's
 --net-roofline), all measured in the same run.
 
   scripts/plot_perf.py RUN.json                 # writes RUN.png
@@ -101,7 +102,7 @@ def plot_run(ax, rows, label, color_iter):
         if mpi:
             ax.plot(*zip(*mpi), marker="s", markersize=4, linewidth=1.5, linestyle="--",
                     color=next(color_iter), label="MPI %s" % prefix)
-        for key_us, name, style in (("roofline_us", "memory roofline", ":"),
+        for key_us, name, style in (("roofline_us", "copy roofline (fastest copy)", ":"),
                                     ("netroof_us", "network roofline", "-."),
                                     ("shmroof_us", "shared-memory roofline", "--")):
             pts = [(r["size"], roof_bw(r, key_us)) for r in srows]

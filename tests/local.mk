@@ -20,6 +20,7 @@ MP_TESTS = \
 	tests/mp_hoststream \
 	tests/mp_badargs \
 	tests/mp_killpeer \
+	tests/mp_shmleak \
 	tests/mp_initfault \
 	tests/mp_strays \
 	tests/mp_device
@@ -45,6 +46,8 @@ tests_mp_strays_SOURCES = tests/mp_strays.c
 tests_mp_strays_LDADD = libmoeccl.la -lpthread
 tests_mp_killpeer_SOURCES = tests/mp_killpeer.c $(MP_HARNESS_SOURCES)
 tests_mp_killpeer_LDADD = libmoeccl.la
+tests_mp_shmleak_SOURCES = tests/mp_shmleak.c $(MP_HARNESS_SOURCES)
+tests_mp_shmleak_LDADD = libmoeccl.la -lpthread
 tests_mp_initfault_SOURCES = tests/mp_initfault.c $(MP_HARNESS_SOURCES)
 tests_mp_initfault_LDADD = libmoeccl.la
 # mp_device reaches device memory through the device seam (src/device/device.h).

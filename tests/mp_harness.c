@@ -377,7 +377,7 @@ static int mp_judge(const mp_job* job, const mp_opts* opts) {
     int st = job->status[r];
     char what[128];
     mp_describe_status(st, what, sizeof(what));
-    if (r == opts->expect_killed_rank) {
+    if (r == opts->expect_killed_rank || opts->expect_killed_rank == MP_ALL_RANKS) {
       int ok = opts->expect_exit_code > 0
                    ? WIFEXITED(st) && WEXITSTATUS(st) == opts->expect_exit_code
                    : WIFSIGNALED(st) && (opts->expect_killed_signal == 0 ||

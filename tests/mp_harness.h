@@ -41,7 +41,7 @@ typedef void (*mp_parent_poll_fn)(struct mp_job* job, void* arg);
 
 typedef struct mp_opts {
   int deadline_s;           /* kill everything after this long (scaled by MP_DEADLINE_SCALE) */
-  int expect_killed_rank;   /* this rank must die by a signal (-1: none) */
+  int expect_killed_rank;   /* this rank must die by a signal (-1: none; MP_ALL_RANKS: every one) */
   int expect_killed_signal; /* the signal it must die by (0: any) */
   int expect_exit_code;     /* >0: expect_killed_rank must instead exit with this code */
   int no_init;              /* children skip moecclCommInitRank; the body gets comm NULL */
@@ -49,6 +49,7 @@ typedef struct mp_opts {
   void* parent_poll_arg;
 } mp_opts;
 
+#define MP_ALL_RANKS (-2)
 #define MP_OPTS_DEFAULT                                                                            \
   { 120, -1, 0, 0, 0, NULL, NULL }
 

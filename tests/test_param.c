@@ -245,7 +245,7 @@ static void names_on_line(const char* path, const char* raw, int* seen) {
 }
 
 /* choices as the page writes them: `a`|`b` in an entry, "one of a, b" in
- * the table of bad values. */
+ * the list of bad values. */
 static void choices_as(const char* choices, const char* lead, const char* open, const char* sep,
                        char* out, size_t n) {
   size_t o = (size_t)snprintf(out, n, "%s%s", lead, open);
@@ -282,22 +282,23 @@ static void check_entry(const moeccl_param_t* p, const char* line) {
           "%s: the page's default %s, the table has none", p->name, got);
 }
 
-/* A row of the table of bad values, "| **MOECCL_X** | allowed | a bad value |":
- * the choices, and what a bad value does. */
+/* An item of the list of bad values, "- **MOECCL_X**: allowed; a bad
+ * value: what it does": the choices, and what a bad value does. */
 static void check_bad_row(const moeccl_param_t* p, const char* line) {
-  const char* allowed = strstr(line, "** | ");
-  const char* effect = allowed ? strstr(allowed + 5, " | ") : NULL;
-  CHECK(effect != NULL, "the bad-value row of %s has no columns", p->name);
+  const char* allowed = strstr(line, "**: ");
+  const char* effect = allowed ? strstr(allowed + 4, "; a bad value: ") : NULL;
+  CHECK(effect != NULL, "the bad-value item of %s is not \"- **%s**: ...; a bad value: ...\"",
+        p->name, p->name);
   if (!effect) return;
-  effect += 3;
+  effect += 15;
   int fails = !strncmp(effect, "creation fails", 14), warns = !strncmp(effect, "warning", 7);
   CHECK(p->on_bad == MOECCL_PARAM_FAIL ? fails : warns, "%s: the page says a bad value: %.30s",
         p->name, effect);
   if (!p->choices) return;
   char want[256];
   choices_as(p->choices, "one of ", "", ", ", want, sizeof(want));
-  CHECK(!strncasecmp(allowed + 5, want, strlen(want)), "%s: the page allows %.60s, not %s", p->name,
-        allowed + 5, want);
+  CHECK(!strncasecmp(allowed + 4, want, strlen(want)), "%s: the page allows %.60s, not %s", p->name,
+        allowed + 4, want);
 }
 
 /* The page's text outside <!-- --> comments, line by line: the MOECCL_
@@ -319,7 +320,7 @@ static void scan_page(const char* name, int entries, int* seen, int* mentioned) 
       continue;
     }
     names_on_line(path, line, mentioned);
-    int row = !strncmp(line, "| **MOECCL_", 11);
+    int row = !strncmp(line, "- **MOECCL_", 11);
     if (!entries || (strncmp(line, "**MOECCL_", 9) != 0 && !row)) continue;
     char* start = line + (row ? 4 : 2);
     char* end = strstr(start, "**");

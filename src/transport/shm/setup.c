@@ -1,6 +1,6 @@
 /*
- * Shared memory (shm_int.h): setting up and tearing down the segment (created
- * by the first local rank, unlinked once every rank has it), this rank's
+ * Shared memory (shm_int.h): setting up and tearing down the segment (a
+ * memfd the first local rank creates and passes to the others), this rank's
  * descriptor socket for device memory, the doorbells that wake a sleeping
  * rank, and the node's abort word.
  */
@@ -70,8 +70,9 @@ static void layout(shm_state_t* s) {
   s->slots = p;
 }
 
-static int map_segment(shm_state_t* s, int create) {
-  int fd = shm_open(s->name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
+/* Maps the segment from fd (closed here); the creator sizes it first and
+ * writes its header. */
+static int map_segment(shm_state_t* s, int fd, int create) {
   if (fd < 0) return -1;
   int ok = !create || ftruncate(fd, (off_t)s->size) == 0;
   struct stat st;
@@ -127,18 +128,18 @@ static int probe_cma(const shm_state_t* s) {
   return 1;
 }
 
-/* Local rank l's descriptor socket: an abstract Unix name (no file; the
+/* Local rank l's socket named prefix: an abstract Unix name (no file; the
  * network namespace's) derived one-way from the secret and the node. */
-static void dev_name(const uint8_t* digest, int l, shm_peer_t* p) {
-  struct sockaddr_un* a = &p->dev_addr;
+static void sock_name(const uint8_t* digest, const char* prefix, int l, struct sockaddr_un* a,
+                      socklen_t* len) {
   memset(a, 0, sizeof(*a));
   a->sun_family = AF_UNIX;
   size_t cap = sizeof(a->sun_path) - 1; /* sun_path[0] = 0: abstract */
-  int o = snprintf(a->sun_path + 1, cap, "moeccl-dev-");
+  int o = snprintf(a->sun_path + 1, cap, "%s", prefix);
   for (int i = 0; i < 16; i++)
     o += snprintf(a->sun_path + 1 + o, cap - (size_t)o, "%02x", digest[i]);
   o += snprintf(a->sun_path + 1 + o, cap - (size_t)o, "-%d", l);
-  p->dev_addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)o);
+  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)o);
 }
 
 static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
@@ -165,20 +166,22 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
     s->peers[l] =
         (shm_peer_t){.comm_rank = comm->local_ranks[l], .pid = pi->pid, .pid_start = pi->pid_start};
   }
-  /* named by a one-way function of the secret and the node: anyone may list
-   * /dev/shm, and a name must give away neither the secret nor the tag
-   * that joins the bootstrap */
+  /* the segment's name (the memfd's, in logs and /proc/PID/maps) and its
+   * socket's: one-way functions of the secret and the node, giving away
+   * neither the secret nor the tag that joins the bootstrap */
   uint8_t in[MOECCL_SECRET_BYTES + 8], d[32];
   memcpy(in, comm->secret, MOECCL_SECRET_BYTES);
   memcpy(in + MOECCL_SECRET_BYTES, &comm->peers[comm->rank].host_hash, 8);
   moeccl_sha256_labelled("moeccl-shm", in, sizeof(in), d);
-  int o = snprintf(s->name, sizeof(s->name), "/moeccl-");
+  int o = snprintf(s->name, sizeof(s->name), "moeccl-");
   for (int i = 0; i < 16 && o + 3 < (int)sizeof(s->name); i++)
     o += snprintf(s->name + o, sizeof(s->name) - (size_t)o, "%02x", d[i]);
   s->size = segment_size(s);
   s->dev_fd = -1;
   moeccl_sha256_labelled("moeccl-shm-devfd", in, sizeof(in), d);
-  for (int l = 0; l < s->nlocal; l++) dev_name(d, l, &s->peers[l]);
+  for (int l = 0; l < s->nlocal; l++)
+    sock_name(d, "moeccl-dev-", l, &s->peers[l].dev_addr, &s->peers[l].dev_addr_len);
+  moeccl_sha256_labelled("moeccl-shm-segfd", in, sizeof(in), s->seg_key);
   *out = s;
   return moecclSuccess;
 }
@@ -211,28 +214,114 @@ void moeccl_shm_dev_unmap(const peer_map_t* m) {
   else moeccl_device()->unimport(m->base, m->size);
 }
 
-/* Collective: the first local rank creates the segment, the others map it
- * after a barrier, and it is unlinked once all have it (or by every rank
- * when a barrier fails), so nothing is left in /dev/shm even if a rank
- * dies, the creator included. */
+/* The segment is a memfd with no name in any file system: the first local
+ * rank creates it and hands the descriptor to the others over their
+ * sockets (SCM_RIGHTS), so the kernel frees it with the last descriptor or
+ * mapping, whichever rank dies when; a named file (shm_open) outlived
+ * every rank killed between its creation and its unlink. */
+static int seg_sock_open(const shm_state_t* s) {
+  struct sockaddr_un a;
+  socklen_t len;
+  sock_name(s->seg_key, "moeccl-seg-", s->me, &a, &len);
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), on = 1;
+  if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0 ||
+                  bind(fd, (struct sockaddr*)&a, len) != 0)) {
+    WARN(SHM, "shm: no socket to receive the segment on (%s)", strerror(errno));
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* The creator: sends the segment's descriptor to every other local rank
+ * (whose socket is bound: the barrier before this says so).  A rank that
+ * gets nothing says it could not map the segment. */
+static void seg_send(const shm_state_t* s, int seg_fd) {
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  uint64_t magic = SHM_MAGIC;
+  for (int l = 1; fd >= 0 && l < s->nlocal; l++) {
+    struct sockaddr_un a;
+    socklen_t len;
+    sock_name(s->seg_key, "moeccl-seg-", l, &a, &len);
+    char ctl[CMSG_SPACE(sizeof(int))];
+    memset(ctl, 0, sizeof(ctl));
+    struct iovec iov = {&magic, sizeof(magic)};
+    struct msghdr mh = {.msg_name = &a, .msg_namelen = len, .msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &seg_fd, sizeof(seg_fd));
+    ssize_t n;
+    do n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(magic))
+      WARN(SHM, "shm: passing segment %s to local rank %d failed: %s", s->name, l,
+           n < 0 ? strerror(errno) : "short write");
+  }
+  if (fd >= 0) close(fd);
+}
+
+/* The others: the descriptor the creator sent (already queued: it sent
+ * before the barrier that precedes this), or -1.  A message whose
+ * credentials are not the creator's is dropped. */
+static int seg_receive(const shm_state_t* s, int sock) {
+  for (;;) {
+    uint64_t magic = 0;
+    char ctl[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
+    struct iovec iov = {&magic, sizeof(magic)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+    ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      WARN(SHM, "shm: segment %s did not arrive from local rank 0 (%s)", s->name, strerror(errno));
+      return -1;
+    }
+    int fd = -1;
+    pid_t pid = 0;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+          c->cmsg_len >= CMSG_LEN(sizeof(int)))
+        memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+          c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+        struct ucred cr;
+        memcpy(&cr, CMSG_DATA(c), sizeof(cr));
+        pid = cr.pid;
+      }
+    }
+    if (n == (ssize_t)sizeof(magic) && magic == SHM_MAGIC && fd >= 0 && pid == s->peers[0].pid)
+      return fd;
+    WARN(SHM, "shm: dropped a message (%zd bytes, pid %d) that local rank 0 did not send", n,
+         (int)pid);
+    if (fd >= 0) close(fd);
+  }
+}
+
+/* Collective: the first local rank creates the segment and, after a
+ * barrier, passes it to the others, which map it after a second one; then
+ * every rank says whether it has it. */
 moecclResult_t moeccl_shm_init(moeccl_comm_t* comm, const uint8_t* use, int needed_anywhere,
                                void** state) {
   *state = NULL;
   if (!needed_anywhere) return moecclSuccess;
   shm_state_t* s;
   MOECCL_CHECK(state_alloc(comm, &s));
-  int needed = comm->nlocal > 1, ok = 1;
+  int needed = comm->nlocal > 1, ok = 1, sock = -1, seg_fd = -1;
   if (needed && moeccl_device()) dev_open(s); /* before the barriers: peers may send after */
-  if (needed && s->me == 0) ok = map_segment(s, 1) == 0;
-  if (needed && s->me == 0)
+  if (needed && s->me != 0) ok = (sock = seg_sock_open(s)) >= 0;
+  if (needed && s->me == 0) {
+    seg_fd = memfd_create(s->name, MFD_CLOEXEC);
+    ok = seg_fd >= 0 && map_segment(s, dup(seg_fd), 1) == 0;
     INFO(SHM, "shm: segment %s of %zu bytes for %d local ranks", s->name, s->size, comm->nlocal);
+  }
   moecclResult_t rc = moeccl_bootstrap_barrier(comm->boot);
-  if (rc == moecclSuccess && needed && s->me != 0 && ok) ok = map_segment(s, 0) == 0;
+  if (rc == moecclSuccess && needed && s->me == 0 && ok) seg_send(s, seg_fd);
+  if (seg_fd >= 0) close(seg_fd);
   if (rc == moecclSuccess) rc = moeccl_bootstrap_barrier(comm->boot);
-  /* Every rank knows the name and unlinks it (the others' unlinks find it
-   * gone): the creator may die after the last barrier and before its own
-   * unlink, or a setup fail with the creator dead. */
-  if (needed) shm_unlink(s->name);
+  if (rc == moecclSuccess && needed && s->me != 0 && ok)
+    ok = map_segment(s, seg_receive(s, sock), 0) == 0;
+  if (sock >= 0) close(sock);
   int32_t* flags = calloc((size_t)comm->nranks * 2, sizeof(int32_t));
   if (!flags) rc = moecclSystemError;
   if (rc == moecclSuccess) {

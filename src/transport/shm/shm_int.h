@@ -145,7 +145,8 @@ typedef struct {
 
 typedef struct {
   moeccl_comm_t* comm;
-  char name[96];
+  char name[96];       /* the segment's, for logs (a memfd: nothing in /dev/shm) */
+  uint8_t seg_key[32]; /* names the sockets that pass the segment at init */
   void* base;
   size_t size;
   int nlocal, me, nslots;
