@@ -21,10 +21,11 @@
  * that only names another survivor (one that gave up first and closed its
  * connections) has the cause wrong.
  *
- * Segment rounds kill the victim instead the moment it holds a named
- * shared-memory file that is not yet unlinked (moeccl's node segment,
- * which local rank 0 creates, or UCX's posix segments): a failed init must
- * leave nothing in /dev/shm.  After every round no moeccl-* or
+ * Segment rounds kill the victim instead the moment it holds a node
+ * segment: moeccl's (a memfd local rank 0 creates and passes to the others;
+ * nameless, so it cannot outlive them, which tests/mp_shmleak checks at
+ * more points) or UCX's posix segments (named files not yet unlinked): a
+ * failed init must leave nothing in /dev/shm.  After every round no moeccl-* or
  * ucx_shm_posix_* file may be left there that was not there before.
  *
  * Late-root rounds: the victim dies before its hello (before it calls
@@ -66,7 +67,8 @@ static int ours(const char* name) {
 }
 
 /* Whether this process holds (open or mapped) one of those files while it
- * still has its name, that is, before it is unlinked. */
+ * still has its name, that is, before it is unlinked, or moeccl's segment
+ * memfd. */
 static int holds_named_segment(void) {
   char path[300], target[512];
   DIR* d = opendir("/proc/self/fd");
@@ -77,14 +79,15 @@ static int holds_named_segment(void) {
     if (n <= 9) continue;
     target[n] = 0;
     found =
-        strncmp(target, "/dev/shm/", 9) == 0 && ours(target + 9) && !strstr(target, "(deleted)");
+        (strncmp(target, "/dev/shm/", 9) == 0 && ours(target + 9) && !strstr(target, "(deleted)")) ||
+        strncmp(target, "/memfd:moeccl-", 14) == 0;
   }
   if (d) closedir(d);
   FILE* f = found ? NULL : fopen("/proc/self/maps", "r");
   char line[1024];
   while (f && !found && fgets(line, sizeof(line), f)) {
     char* at = strstr(line, "/dev/shm/");
-    found = at && ours(at + 9) && !strstr(at, "(deleted)");
+    found = (at && ours(at + 9) && !strstr(at, "(deleted)")) || strstr(line, "/memfd:moeccl-");
   }
   if (f) fclose(f);
   return found;
@@ -92,7 +95,7 @@ static int holds_named_segment(void) {
 
 /* The victim's killer thread: waits for the library's log line saying the
  * victim joined the rendezvous (its hello reached the root), then for the
- * round's delay (or, in a segment round, until the process holds a named
+ * round's delay (or, in a segment round, until the process holds a node
  * segment, for at most 3 s), then kills the process. */
 static long kill_delay_us;
 static int kill_at_segment;
@@ -120,7 +123,7 @@ static void* killer(void* arg) {
     while (!holds_named_segment() && mp_now() < until) {
     }
     printf("rank %d: killed %s\n", mp_rank,
-           mp_now() < until ? "holding a named segment" : "after 3 s without a named segment");
+           mp_now() < until ? "holding a node segment" : "after 3 s without a node segment");
   } else {
     struct timespec ts = {kill_delay_us / 1000000, (kill_delay_us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0) {
@@ -267,7 +270,7 @@ static int run_round(int argc, char** argv, int d) {
              "the ranks, 600 s at the root\n",
              n, r.victim);
     else if (seg)
-      printf("nranks %d: rank %d killed when it holds a named shared-memory file\n", n, r.victim);
+      printf("nranks %d: rank %d killed when it holds a node segment\n", n, r.victim);
     else
       printf("nranks %d: rank %d killed %ld us after it joined the rendezvous\n", n, r.victim,
              r.delay_us);
