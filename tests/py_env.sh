@@ -1,0 +1,31 @@
+# Sourced by tests/test_py_*.sh: the Python ($PYTHON, else /usr/bin/python3,
+# else python3, the first that imports numpy and torch; skip 77 without),
+# this build's library (MOECCL_LIBRARY) and the package's source on
+# PYTHONPATH.  MP_DEADLINE_SCALE stretches the deadlines.
+srcdir=${srcdir:-.}
+scale=${MP_DEADLINE_SCALE:-1}
+py=
+for p in ${PYTHON:-} /usr/bin/python3 python3; do
+  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy, torch' >/dev/null 2>&1; then
+    py=$p
+    break
+  fi
+done
+if [ -z "$py" ]; then
+  echo "SKIP: no Python here imports numpy and torch (install python3-numpy python3-torch)"
+  exit 77
+fi
+MOECCL_LIBRARY=${MOECCL_LIBRARY:-$PWD/.libs/libmoeccl.so.0}
+PYTHONPATH=$srcdir/python${PYTHONPATH:+:$PYTHONPATH}
+export MOECCL_LIBRARY PYTHONPATH
+# run NAME DEADLINE CMD...: CMD under `timeout`, its status reported
+run() {
+  name=$1 limit=$(($2 * scale))
+  shift 2
+  echo "== $name"
+  timeout -k 5 "$limit" "$@"
+  rc=$?
+  [ $rc -eq 124 ] && echo "$name: past its deadline of $limit s"
+  [ $rc -ne 0 ] && echo "$name: exit $rc"
+  return $rc
+}

@@ -1,0 +1,17 @@
+# The Python package (python/moeccl) and the example programs (examples/),
+# run with /usr/bin/python3 (or $PYTHON) against this build's library;
+# each multi-process run is under the launcher's --deadline and `timeout`.
+# A test skips (77) only where numpy or torch is absent.
+
+PY_TESTS = \
+	tests/test_py_coll.sh
+
+TESTS += $(PY_TESTS)
+EXTRA_DIST += $(PY_TESTS) tests/test_py_coll.py tests/test_py_cost.py \
+	tests/py_env.sh python
+
+# The C loop that tests/test_py_cost.py times against the binding.
+check_LTLIBRARIES = tests/libpy_cost.la
+tests_libpy_cost_la_SOURCES = tests/py_cost.c
+tests_libpy_cost_la_LIBADD = libmoeccl.la
+tests_libpy_cost_la_LDFLAGS = -module -avoid-version -rpath /nowhere

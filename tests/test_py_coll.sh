@@ -1,0 +1,19 @@
+#!/bin/sh
+# The Python package's collectives against numpy on 2, 3 and 4 ranks (each
+# started by python -m moeccl.run, with a deadline), its bad-input
+# refusals, and the cost of the binding: a 4 KiB all-to-all from Python
+# over the same from C, one run (tests/test_py_cost.py) on 1 and 2 ranks.
+. "${srcdir:-.}/tests/py_env.sh"
+st=0
+for n in 2 3 4; do
+  run "test_py_coll.py on $n ranks" 180 "$py" -m moeccl.run -n $n --deadline $((150 * scale)) \
+    "$srcdir/tests/test_py_coll.py" || st=1
+done
+# 1 rank: the binding's own cost, at most 50 us (it should be a few);
+# 2 ranks: reported (the peer's wake-ups dominate on a loaded machine)
+cost=$PWD/tests/.libs/libpy_cost.so
+run "test_py_cost.py on 1 rank" 120 "$py" -m moeccl.run -n 1 --deadline $((100 * scale)) \
+  "$srcdir/tests/test_py_cost.py" "$cost" --limit 50 || st=1
+run "test_py_cost.py on 2 ranks" 180 "$py" -m moeccl.run -n 2 --deadline $((150 * scale)) \
+  "$srcdir/tests/test_py_cost.py" "$cost" --iters 500 || st=1
+exit $st
