@@ -4,10 +4,11 @@
 # A test skips (77) only where numpy or torch is absent.
 
 PY_TESTS = \
-	tests/test_py_coll.sh
+	tests/test_py_coll.sh \
+	tests/test_py_moe.sh
 
 TESTS += $(PY_TESTS)
-EXTRA_DIST += $(PY_TESTS) tests/test_py_coll.py tests/test_py_cost.py \
+EXTRA_DIST += $(PY_TESTS) tests/test_py_coll.py tests/test_py_cost.py tests/test_py_moe.py \
 	tests/py_env.sh python
 
 # The C loop that tests/test_py_cost.py times against the binding.
