@@ -5,7 +5,8 @@
 
 PY_TESTS = \
 	tests/test_py_coll.sh \
-	tests/test_py_moe.sh
+	tests/test_py_moe.sh \
+	tests/test_py_examples.sh
 
 TESTS += $(PY_TESTS)
 EXTRA_DIST += $(PY_TESTS) tests/test_py_coll.py tests/test_py_cost.py tests/test_py_moe.py \

@@ -87,6 +87,19 @@ def _candidates():
     return paths, False
 
 
+def _mapped_path(name):
+    """The file the loader mapped for name (it may have searched for it)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if os.path.basename(path).startswith("libmoeccl.so"):
+                    return path
+    except OSError:
+        pass
+    return name
+
+
 _lib = None
 _lib_lock = threading.Lock()
 
@@ -115,7 +128,7 @@ def lib():
                 except OSError as e:
                     tried.append("%s (%s)" % (p, e))
                     continue
-                handle._moeccl_path = p
+                handle._moeccl_path = _mapped_path(p)
                 _prototype(handle)
                 _lib = handle
                 break
