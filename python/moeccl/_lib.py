@@ -2,8 +2,9 @@
 
 The library is looked for, in order: $MOECCL_LIBRARY (a path to the .so),
 a build tree above this package's source (build/.libs, build-plain/lib),
-the dynamic loader's own search (LD_LIBRARY_PATH, the ld.so cache), then
-the lib directory of `pkg-config moeccl`, of sys.prefix and of /usr/local.
+the dynamic loader's own search (LD_LIBRARY_PATH, the ld.so cache), the
+lib directory of `pkg-config moeccl`, of sys.prefix and of /usr/local,
+then the build trees of the checkout pip installed the package from.
 """
 import ctypes
 import os
@@ -83,6 +84,11 @@ def _candidates():
     except (OSError, subprocess.SubprocessError):
         pass
     dirs += [os.path.join(sys.prefix, "lib"), "/usr/local/lib"]
+    try:  # written by pip install: the checkout's build trees
+        from ._checkout import BUILD_LIBDIRS
+        dirs += BUILD_LIBDIRS
+    except ImportError:
+        pass
     paths += [os.path.join(d, "libmoeccl.so.0") for d in dirs]
     return paths, False
 
