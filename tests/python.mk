@@ -9,7 +9,7 @@ PY_TESTS = \
 	tests/test_py_examples.sh
 
 TESTS += $(PY_TESTS)
-EXTRA_DIST += $(PY_TESTS) tests/test_py_coll.py tests/test_py_cost.py tests/test_py_moe.py \
+EXTRA_DIST += $(PY_TESTS) tests/test_py_coll.py tests/test_py_cost.py tests/test_py_launch.py tests/test_py_moe.py \
 	tests/py_env.sh python
 
 # The C loop that tests/test_py_cost.py times against the binding.

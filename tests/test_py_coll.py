@@ -172,6 +172,35 @@ def p2p_groups_streams(c):
     check(int(x[0]) == sum(range(r % 2, P, 2)), "all_reduce on the split")
     sub.destroy()
     check(c.split(None) is None, "split with no color gives None")
+    # a communicator of one rank each: the context manager aborts it on an
+    # exception and destroys it otherwise
+    solo = c.split(r)
+    try:
+        with solo:
+            check(solo.async_error() is None, "no async error")
+            raise KeyError("leave the block")
+    except KeyError:
+        pass
+    check(solo.handle is None, "aborted by the context manager")
+    with c.split(r) as solo:
+        x = np.arange(3.0)
+        solo.all_reduce(x)
+    check(solo.handle is None and np.array_equal(x, np.arange(3.0)), "destroyed on exit")
+
+    class Wrapped:  # only DLPack: read through torch.utils.dlpack
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, stream=None):
+            return self.a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    src = np.full(2 * P, r, np.float32)
+    dst = np.zeros(2 * P, np.float32)
+    c.all_to_all(Wrapped(src), Wrapped(dst))
+    check(np.array_equal(dst, np.repeat(np.arange(P, dtype=np.float32), 2)), "DLPack buffers")
 
 
 def expect(exc, fn, needle, what):

@@ -9,6 +9,20 @@ for n in 2 3 4; do
   run "test_py_coll.py on $n ranks" 180 "$py" -m moeccl.run -n $n --deadline $((150 * scale)) \
     "$srcdir/tests/test_py_coll.py" || st=1
 done
+# the launcher: a failing rank's status comes back and stops the others; a
+# deadline kills every rank (124)
+launch() {
+  want=$1
+  shift
+  start=$(date +%s)
+  timeout -k 5 $((60 * scale)) "$py" -m moeccl.run "$@"
+  rc=$?
+  echo "moeccl.run $*: exit $rc (want $want) after $(($(date +%s) - start)) s"
+  [ $rc -eq "$want" ]
+}
+echo "== the launcher's failure paths"
+launch 3 -n 3 "$srcdir/tests/test_py_launch.py" fail || st=1
+launch 124 -n 2 --deadline 3 "$srcdir/tests/test_py_launch.py" hang || st=1
 # 1 rank: the binding's own cost, at most 50 us (it should be a few);
 # 2 ranks: reported (the peer's wake-ups dominate on a loaded machine)
 cost=$PWD/tests/.libs/libpy_cost.so
