@@ -6,8 +6,7 @@ import os
 import threading
 
 from . import _lib
-from ._buffers import (ITEMSIZE, ArgumentError, DataType, as_buffer, same_kind, same_type,
-                       to_datatype, to_redop)
+from ._buffers import ArgumentError, as_buffer, same_kind, same_type, to_datatype, to_redop
 from ._lib import MoecclError, call
 
 # ------------------------------------------------------------ unique ids
@@ -556,6 +555,3 @@ def env_rendezvous(timeout=300):
     raise ArgumentError("no rendezvous in the environment: run under `python -m moeccl.run "
                         "-n N` or torchrun, or build Comm(nranks, unique_id, rank) yourself")
 
-
-def _itemsize(datatype):
-    return ITEMSIZE[DataType(datatype)]

@@ -176,15 +176,16 @@ class Combine(torch.autograd.Function):
             raise ArgumentError("gate weights must be float32 [%d, %d], not %s %s"
                                 % (T, plan.topk, weights.dtype, tuple(weights.shape)))
         H = rows.shape[1]
-        rows, w = rows.contiguous(), weights.contiguous()
+        # the library reads the gate weights on the host, whatever the rows
+        rows, w = rows.contiguous(), weights.detach().to("cpu").contiguous()
         out = torch.empty((max(T, 1), H), dtype=rows.dtype, device=rows.device)
         rs = _rows(rows, R, H, rows)
-        ws = w if T else torch.zeros((1, plan.topk), dtype=torch.float32, device=w.device)
+        ws = w if T else torch.zeros((1, plan.topk), dtype=torch.float32)
         _lib.call("moecclMoeCombine", plan._h(), rs.data_ptr(), max(R, 1),
                   ctypes.cast(ws.data_ptr(), _lib.c_float_p), out.data_ptr(), H,
                   int(to_datatype(rows.dtype)), _stream(plan, rs, out), comm=plan.comm.handle)
         ctx.save_for_backward(rows, w)
-        ctx.plan, ctx.generation = plan, plan.generation
+        ctx.plan, ctx.generation, ctx.weights_device = plan, plan.generation, weights.device
         return out[:T]
 
     @staticmethod
@@ -198,17 +199,19 @@ class Combine(torch.autograd.Function):
         R, T, H = plan.num_rows, plan.num_tokens, rows.shape[1]
         g = grad_out.contiguous().to(rows.dtype)
         grad_rows = torch.empty((max(R, 1), H), dtype=rows.dtype, device=rows.device)
-        grad_w = torch.empty((max(T, 1), plan.topk), dtype=torch.float32, device=w.device)
+        # weights, their gradient and the forward's rows are read and
+        # written on the host (moecclMoe(3))
+        grad_w = torch.empty((max(T, 1), plan.topk), dtype=torch.float32)
         gs = _rows(g, T, H, g)
-        ws = w if T else torch.zeros((1, plan.topk), dtype=torch.float32, device=w.device)
-        rs = _rows(rows, R, H, rows)
+        ws = w if T else torch.zeros((1, plan.topk), dtype=torch.float32)
+        rs = _rows(rows, R, H, rows).to("cpu")
         _lib.call("moecclMoeCombineBackward", plan._h(), gs.data_ptr(),
                   ctypes.cast(ws.data_ptr(), _lib.c_float_p), rs.data_ptr(),
                   grad_rows.data_ptr(), max(R, 1),
                   ctypes.cast(grad_w.data_ptr(), _lib.c_float_p), H,
-                  int(to_datatype(rows.dtype)), _stream(plan, gs, rs, grad_rows),
+                  int(to_datatype(rows.dtype)), _stream(plan, gs, grad_rows),
                   comm=plan.comm.handle)
-        return grad_rows[:R], grad_w[:T], None
+        return grad_rows[:R], grad_w[:T].to(ctx.weights_device), None
 
 
 def dispatch(x, plan):
