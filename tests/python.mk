@@ -9,8 +9,10 @@ PY_TESTS = \
 	tests/test_py_examples.sh
 
 TESTS += $(PY_TESTS)
-EXTRA_DIST += $(PY_TESTS) tests/test_py_coll.py tests/test_py_cost.py tests/test_py_launch.py tests/test_py_moe.py \
-	tests/py_env.sh python
+EXTRA_DIST += $(PY_TESTS) tests/test_py_coll.py tests/test_py_cost.py tests/test_py_moe.py \
+	tests/py_env.sh tests/test_py_launch.py python/README.md python/pyproject.toml \
+	python/setup.py python/.gitignore python/moeccl/__init__.py python/moeccl/_buffers.py \
+	python/moeccl/_lib.py python/moeccl/comm.py python/moeccl/run.py python/moeccl/torch.py
 
 # The C loop that tests/test_py_cost.py times against the binding.
 check_LTLIBRARIES = tests/libpy_cost.la
