@@ -25,8 +25,8 @@ import moeccl
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cost_lib")
-    ap.add_argument("--iters", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--bytes", type=int, default=4096)
     ap.add_argument("--limit", type=float, default=0, help="max us Python may add (0: none)")
     a = ap.parse_args()
