@@ -164,7 +164,7 @@ def p2p_groups_streams(c):
     check(np.array_equal(x, np.full(5, 2.0 * P * (P + 1) / 2, np.float32)), "premul_sum")
     c.destroy_op(op)
     # split: even and odd ranks
-    sub = c.split(r % 2)
+    sub = c.split(r % 2, comm_name="halves")
     want = len(range(r % 2, P, 2))
     check(sub.size == want and sub.rank == r // 2, "split size/rank")
     x = np.array([r], np.int32)
@@ -278,7 +278,7 @@ def bad_input(c):
 
 def main():
     global RANK
-    c = moeccl.Comm.from_env()
+    c = moeccl.Comm.from_env(comm_name="test_py_coll")  # through moecclCommInitRankConfig
     RANK = c.rank
     for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.int8, np.float16):
         collectives(c, dtype)

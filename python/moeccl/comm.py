@@ -183,8 +183,10 @@ def _size_array(values, n, name):
 # ------------------------------------------------------------ communicator
 
 
-def _config(blocking=None, comm_name=None, net_name=None, split_share=None):
-    if blocking is None and comm_name is None and net_name is None and split_share is None:
+def _config(comm_name=None, net_name=None, split_share=None):
+    """A moecclConfig_t, or None when nothing is set.  (blocking is not
+    offered: every call here waits for its result.)"""
+    if comm_name is None and net_name is None and split_share is None:
         return None
     c = _lib.ConfigStruct()
     for f, _ in c._fields_:
@@ -193,8 +195,6 @@ def _config(blocking=None, comm_name=None, net_name=None, split_share=None):
     c.size = ctypes.sizeof(c)
     c.magic = _lib.CONFIG_MAGIC
     c.version = 100  # MOECCL_VERSION_CODE of 0.1.0
-    if blocking is not None:
-        c.blocking = int(bool(blocking))
     if split_share is not None:
         c.splitShare = int(bool(split_share))
     c.commName = comm_name.encode() if comm_name else None
