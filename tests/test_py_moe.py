@@ -115,6 +115,18 @@ def bf16_layer(comm):
     close(outs[1][0][same], outs[0][0][same], "bf16 output vs float32", rtol=5e-2)
 
 
+def empty_ranks(comm):
+    """A rank with no tokens (and then every rank without) still takes part."""
+    layer = MoELayer(comm, H, FFN, E, topk=K)
+    for step, n in enumerate((0 if comm.rank == comm.size - 1 else 6, 0)):
+        x = torch.randn(n, H, requires_grad=True)
+        out = layer(x)
+        (out.sum() + layer.aux_loss).backward()
+        check(out.shape == (n, H) and x.grad.shape == (n, H) and
+              torch.isfinite(layer.aux_loss).item(), "empty ranks, step %d" % step)
+    layer.plan.close()
+
+
 def functions(comm):
     """dispatch then combine with gate 1/k on k distinct experts: identity."""
     T = 9 + comm.rank
@@ -189,6 +201,7 @@ def main():
     RANK = comm.rank
     layer_vs_reference(comm)
     bf16_layer(comm)
+    empty_ranks(comm)
     functions(comm)
     bad_input(comm)
     comm.destroy()
