@@ -23,6 +23,16 @@ launch() {
 echo "== the launcher's failure paths"
 launch 3 -n 3 "$srcdir/tests/test_py_launch.py" fail || st=1
 launch 124 -n 2 --deadline 3 "$srcdir/tests/test_py_launch.py" hang || st=1
+# torchrun's environment (what torchrun sets, without torchrun): 2 ranks
+port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+echo "== torchrun's environment, MASTER_PORT=$port"
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    timeout -k 5 $((60 * scale)) "$py" "$srcdir/tests/test_py_launch.py" ok &
+  eval "pid$r=\$!"
+done
+wait $pid0 || st=1
+wait $pid1 || st=1
 # 1 rank: the binding's own cost, at most 50 us (it should be a few);
 # 2 ranks: reported (the peer's wake-ups dominate on a loaded machine)
 cost=$PWD/tests/.libs/libpy_cost.so
