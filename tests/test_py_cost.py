@@ -45,7 +45,12 @@ def main():
     blk = n // P
     ok = all(np.array_equal(recv[q * blk:(q + 1) * blk], np.arange(r * blk, (r + 1) * blk) + 1000 * q)
              for q in range(P))
-    tc, tp = [], []
+    try:
+        import torch
+        ts, tr = torch.from_numpy(send), torch.from_numpy(recv)  # the same memory
+    except ImportError:
+        ts = tr = None
+    tc, tp, tt = [], [], []
     for _ in range(a.rounds):
         t = cost.py_cost_alltoall(ptr(send), ptr(recv), blk, int(moeccl.DataType.FLOAT32),
                                   c.handle, a.iters)
@@ -57,10 +62,16 @@ def main():
         for _ in range(a.iters):
             c.all_to_all(send, recv)
         tp.append((time.perf_counter() - t0) / a.iters)
+        if ts is not None:
+            t0 = time.perf_counter()
+            for _ in range(a.iters):
+                c.all_to_all(ts, tr)
+            tt.append((time.perf_counter() - t0) / a.iters)
     c_us, py_us = 1e6 * min(tc), 1e6 * min(tp)
+    torch_txt = ", torch tensors %.2f us" % (1e6 * min(tt)) if tt else ""
     print("rank %d of %d: %d-byte all-to-all: C %.2f us, Python %.2f us per call "
-          "(Python/C %.2f, +%.2f us); best of %d rounds of %d calls, interleaved"
-          % (r, P, n * 4, c_us, py_us, py_us / c_us, py_us - c_us, a.rounds, a.iters))
+          "(Python/C %.2f, +%.2f us; numpy arrays%s); best of %d rounds of %d calls, interleaved"
+          % (r, P, n * 4, c_us, py_us, py_us / c_us, py_us - c_us, torch_txt, a.rounds, a.iters))
     c.destroy()
     if not ok:
         print("rank %d: wrong data" % r, file=sys.stderr)

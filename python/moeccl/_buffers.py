@@ -214,21 +214,39 @@ def _from_numpy(a, name, writable, dtype):
     return Buffer(ptr, count, dt, "host", a, tuple(a.shape))
 
 
+_TORCH_CACHE = {}
+
+
+def _torch_type(d):
+    """The DataType of a torch dtype, None if it has none (cached)."""
+    try:
+        return _TORCH_CACHE[d]
+    except KeyError:
+        pass
+    try:
+        t = to_datatype(d)
+    except ArgumentError:
+        t = None
+    _TORCH_CACHE[d] = t
+    return t
+
+
 def _from_torch(t, name, writable, dtype):
     torch = _torch()
     cuda = t.is_cuda
-    if not cuda and t.device.type != "cpu":
+    cpu = t.is_cpu if hasattr(t, "is_cpu") else t.device.type == "cpu"
+    if not cuda and not cpu:
         raise ArgumentError("%s: tensor on device %s; moeccl takes cpu or cuda tensors"
                             % (name, t.device))
-    if t.layout != torch.strided:
+    if t.layout is not torch.strided:
         raise ArgumentError("%s: %s tensors are not supported (dense only)" % (name, t.layout))
     if not t.is_contiguous():
         raise ArgumentError("%s: tensor is not contiguous (call .contiguous())" % name)
-    try:
-        found = to_datatype(t.dtype)
-    except ArgumentError:
-        found = None
-    dt = _override(found, dtype, t.element_size(), "%s (torch %s)" % (name, t.dtype))
+    found = _torch_type(t.dtype)
+    if dtype is None and found is not None:
+        dt = found
+    else:
+        dt = _override(found, dtype, t.element_size(), "%s (torch %s)" % (name, t.dtype))
     count = t.numel() * t.element_size() // ITEMSIZE[dt]
     if writable and t.requires_grad and t.is_leaf and torch.is_grad_enabled():
         raise ArgumentError("%s: a leaf tensor that requires grad cannot be written in place "
