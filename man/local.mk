@@ -12,6 +12,7 @@ dist_man_MANS += \
 	man/moe_plan.1 \
 	man/moe_train.1 \
 	man/moeccl-env.7 \
+	man/moeccl-python.7 \
 	man/moeccl-transports.7 \
 	man/moeccl-tuning.7 \
 	man/moeccl.3 \
@@ -84,6 +85,7 @@ EXTRA_DIST += \
 	man/moe_plan.1.md \
 	man/moe_train.1.md \
 	man/moeccl-env.7.md \
+	man/moeccl-python.7.md \
 	man/moeccl-transports.7.md \
 	man/moeccl-tuning.7.md \
 	man/moeccl.3.md \

@@ -20,6 +20,8 @@ packages=(
   python3-matplotlib python3-numpy
   # tests/test_torch_dropin.py (its gloo mode runs here; the NCCL mode needs a GPU)
   python3-torch
+  # pip install ./python (the moeccl package; setuptools builds it offline)
+  python3-pip python3-setuptools python3-wheel
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
