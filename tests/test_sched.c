@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "algos/algos.h"
+#include "algos/pipeline.h"
 #include "topo/topo.h"
 
 #define SENTINEL 0xffffffffu
@@ -55,6 +56,7 @@ typedef struct {
   const moeccl_a2a_algo_t* algo;
   const moeccl_topo_t* topo; /* NULL: no topology */
   int window;
+  int chunks; /* pipelined algorithms: desc->chunks */
   int applies;
   moeccl_meta_scope_t scope; /* what pair_bytes may be asked: none unless applies */
   int violations;
@@ -166,6 +168,7 @@ static moeccl_a2a_desc_t desc_of(const world_t* w, case_t* c, pair_ctx_t* p, int
                          .nranks = w->n,
                          .elem_size = ELEM,
                          .window = c->window,
+                         .chunks = c->chunks,
                          .topo = c->topo,
                          .pair_bytes = test_pair_bytes,
                          .pair_ctx = p};
@@ -411,9 +414,17 @@ static shape_t shape_of(const moeccl_sched_t* s, const moeccl_topo_t* t, int r) 
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* The chunks a pipelined schedule of the case has (1: not pipelined). */
+static int chunks_of(const case_t* c) {
+  if (c->algo->id != MOECCL_A2A_HIER2P) return 1;
+  moeccl_a2a_desc_t d = {.chunks = c->chunks};
+  return moeccl_pipeline_chunks(&d);
+}
+
 /* Message counts of each hierarchical algorithm on a regular topology. */
 static int check_hier_shape(const case_t* c, const shape_t* sh) {
   const moeccl_topo_t* t = c->topo;
+  int C = chunks_of(c);
   int L = t->ranks_per_node, N = t->nnodes, ng = t->ngroups;
   int P = t->nodes_per_group ? t->nodes_per_group : N;
   int node = sh->sends[MOECCL_LINK_NODE], group = sh->sends[MOECCL_LINK_GROUP];
@@ -423,6 +434,9 @@ static int check_hier_shape(const case_t* c, const shape_t* sh) {
     case MOECCL_A2A_HIER2:
       return across <= ceil_div(N - 1, L) && racross <= ceil_div(N - 1, L) && node <= 2 * (L - 1) &&
              sh->off_rail == 0;
+    case MOECCL_A2A_HIER2P: /* hier2's messages once per chunk */
+      return across <= C * ceil_div(N - 1, L) && racross <= C * ceil_div(N - 1, L) &&
+             node <= C * 2 * (L - 1) && sh->off_rail == 0;
     case MOECCL_A2A_RAIL:
       return across <= N - 1 && racross <= N - 1 && node <= L - 1 && sh->off_rail == 0;
     case MOECCL_A2A_HIER3:
@@ -476,7 +490,8 @@ static int check_bruck_shape(const world_t* w, const moeccl_sched_t* s, int r, i
  * plan where not); a new one is added here, a new flat one to check_plan's
  * bounds. */
 static int is_hier(int id) {
-  return id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_HIER3 || id == MOECCL_A2A_RAIL;
+  return id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_HIER3 || id == MOECCL_A2A_RAIL ||
+         id == MOECCL_A2A_HIER2P;
 }
 
 /* Steps and ops of rank r's plan are bounded, O(n); a fallback is direct. */
@@ -486,13 +501,18 @@ static int check_plan(const world_t* w, case_t* c, const moeccl_a2a_desc_t* d,
   while ((1 << log2n) < n) log2n++;
   int hier = is_hier(id) && c->applies, bruck = id == MOECCL_A2A_BRUCK;
   int window = id == MOECCL_A2A_DIRECT || (is_hier(id) && !c->applies) ? c->window : 0;
+  /* a pipeline of C chunks: a chunk's 7 steps, each further chunk 2 more */
+  int C = chunks_of(c);
   int max_steps = id == MOECCL_A2A_PAIRWISE ? n
                   : bruck                   ? 2 * log2n + 1
-                  : hier                    ? (id == MOECCL_A2A_RAIL ? 5 : 7)
+                  : hier                    ? (id == MOECCL_A2A_RAIL ? 5 : 7 + 2 * (C - 1))
                                             : direct_steps(n, window);
   /* uneven Bruck: self copy, n-1 own blocks packed, at most about n merged
    * runs of relayed blocks, n-1 final copies */
-  int max_ops = bruck ? (w->uniform ? 4 * n : 3 * n) + 4 * log2n : hier ? 5 * n + 16 : 2 * n + 1;
+  int max_ops = bruck ? (w->uniform ? 4 * n : 3 * n) + 4 * log2n
+                : hier && C > 1 ? C * (8 * n + 16) /* slices of adjacent blocks do not merge */
+                : hier          ? 5 * n + 16
+                        : 2 * n + 1;
   shape_t sh = shape_of(s, c->topo, d->rank);
   int errors = bruck ? check_bruck_shape(w, s, d->rank, log2n) : 0;
   if (s->nsteps > max_steps || s->nops > max_ops) {
@@ -559,8 +579,8 @@ static int run_case(case_t* c, int n, size_t max_block, split_t split) {
   free(sch), free(pc);
   free_world(&w);
   if (errors)
-    fprintf(stderr, "FAIL %s nranks=%d max_block=%zu%s window=%d topo %s\n", c->algo->name, n,
-            max_block, split_names[split], c->window, c->topo_text);
+    fprintf(stderr, "FAIL %s nranks=%d max_block=%zu%s window=%d chunks=%d topo %s\n",
+            c->algo->name, n, max_block, split_names[split], c->window, c->chunks, c->topo_text);
   return errors != 0;
 }
 
@@ -568,7 +588,8 @@ static int run_case(case_t* c, int n, size_t max_block, split_t split) {
  * alone (not from its applies(), which is checked against this). */
 static int should_apply(moeccl_a2a_algo_id_t id, const moeccl_topo_t* t) {
   if (!t || t->ranks_per_node <= 0) return 0;
-  if (id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_RAIL) return t->nnodes >= 2;
+  if (id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_RAIL || id == MOECCL_A2A_HIER2P)
+    return t->nnodes >= 2;
   if (id != MOECCL_A2A_HIER3 || t->nodes_per_group <= 0) return 0;
   return t->nnodes % t->nodes_per_group == 0 && t->nnodes / t->nodes_per_group >= 2;
 }
@@ -651,7 +672,11 @@ static int random_case(const moeccl_a2a_algo_t* algo, int max_n, size_t max_bloc
   char text[160];
   int n = random_topo(&topo, kind, max_n, text, sizeof(text));
   int has_topo = strcmp(text, "none") != 0;
-  case_t c = {.window = random_window(n), .topo_text = text};
+  /* chunks: the default (0), one, a few, or more than a block has elements */
+  static const int chunk_choices[] = {0, 1, 2, 3, 5, 64};
+  case_t c = {.window = random_window(n),
+              .chunks = chunk_choices[rnd() % 6],
+              .topo_text = text};
   int failed = finish_case(&c, algo, has_topo ? &topo : NULL);
   failed |= run_case(&c, n, max_block, split);
   if (has_topo) moeccl_topo_free(&topo);

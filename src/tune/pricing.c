@@ -111,6 +111,23 @@ void moeccl_pricing_a2a(moeccl_pricing_t* p, const moeccl_a2a_pricing_t* call) {
   p->extra = a2a_counts;
 }
 
+int moeccl_pricing_a2a_chunks(moeccl_pricing_t* p, moeccl_a2a_pricing_t* call) {
+  static const int candidates[] = {2, 4, 8, 16};
+  moeccl_pricing_a2a(p, call);
+  if (!a2a_applies(p, MOECCL_A2A_HIER2P)) return call->d.chunks;
+  int best = candidates[0];
+  double best_us = -1.0;
+  for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+    call->d.chunks = candidates[i];
+    double us = moeccl_pricing_price(p, MOECCL_A2A_HIER2P);
+    if (us == MOECCL_PRICE_FAILED) return -2;
+    /* more chunks must win by 2%: more messages for a gain the model barely sees */
+    if (us >= 0 && (best_us < 0 || us < best_us * 0.98)) best_us = us, best = candidates[i];
+  }
+  call->d.chunks = best;
+  return best;
+}
+
 const char* moeccl_pricing_a2a_runs(const moeccl_a2a_algo_t* a, const moeccl_a2a_desc_t* d, int v) {
   if (v && a->meta == MOECCL_META_ALL && d->nranks > MOECCL_META_ALL_MAX_RANKS)
     return moeccl_a2a_algos[MOECCL_A2A_PAIRWISE].name;
