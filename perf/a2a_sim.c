@@ -128,7 +128,7 @@ static int price_chunks(struct sim_run* r, const moeccl_a2a_algo_t* a, size_t pe
                          .chunks = chunks,
                          .topo = &r->topo};
   struct row* row = new_row(r);
-  row->chunks = a->id == MOECCL_A2A_HIER2P ? moeccl_pipeline_chunks(&d) : 0;
+  row->chunks = moeccl_a2a_pipelined(a->id) ? moeccl_pipeline_chunks(&d) : 0;
   row->peer_bytes = peer_bytes;
   row->algo = a->name;
   row->cost.total_us = -1.0;
@@ -151,7 +151,7 @@ static int price_chunks(struct sim_run* r, const moeccl_a2a_algo_t* a, size_t pe
  * the cheapest of 2, 4, 8 and 16 chunks (the tuner's candidates: more must
  * win by 2%). */
 static int price_algo(struct sim_run* r, const moeccl_a2a_algo_t* a, size_t peer_bytes) {
-  if (a->id != MOECCL_A2A_HIER2P || r->o->chunks)
+  if (!moeccl_a2a_pipelined(a->id) || r->o->chunks)
     return price_chunks(r, a, peer_bytes, r->o->chunks);
   static const int candidates[] = {2, 4, 8, 16};
   struct row best = {0};

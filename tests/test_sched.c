@@ -416,7 +416,7 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* The chunks a pipelined schedule of the case has (1: not pipelined). */
 static int chunks_of(const case_t* c) {
-  if (c->algo->id != MOECCL_A2A_HIER2P) return 1;
+  if (!moeccl_a2a_pipelined(c->algo->id)) return 1;
   moeccl_a2a_desc_t d = {.chunks = c->chunks};
   return moeccl_pipeline_chunks(&d);
 }
@@ -438,10 +438,14 @@ static int check_hier_shape(const case_t* c, const shape_t* sh) {
       return across <= C * ceil_div(N - 1, L) && racross <= C * ceil_div(N - 1, L) &&
              node <= C * 2 * (L - 1) && sh->off_rail == 0;
     case MOECCL_A2A_RAIL:
-      return across <= N - 1 && racross <= N - 1 && node <= L - 1 && sh->off_rail == 0;
+    case MOECCL_A2A_RAILP: /* C = 1 for rail */
+      return across <= C * (N - 1) && racross <= C * (N - 1) && node <= C * (L - 1) &&
+             sh->off_rail == 0;
     case MOECCL_A2A_HIER3:
-      return global <= ng - 1 && group <= P - 1 && node <= L - 1 && sh->off_rail == 0 &&
-             sh->off_plane == 0 && sh->recvs[MOECCL_LINK_GLOBAL] <= ng - 1;
+    case MOECCL_A2A_HIER3P:
+      return global <= C * (ng - 1) && group <= C * (P - 1) && node <= C * (L - 1) &&
+             sh->off_rail == 0 && sh->off_plane == 0 &&
+             sh->recvs[MOECCL_LINK_GLOBAL] <= C * (ng - 1);
     default: return 1;
   }
 }
@@ -491,7 +495,7 @@ static int check_bruck_shape(const world_t* w, const moeccl_sched_t* s, int r, i
  * bounds. */
 static int is_hier(int id) {
   return id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_HIER3 || id == MOECCL_A2A_RAIL ||
-         id == MOECCL_A2A_HIER2P;
+         moeccl_a2a_pipelined(id);
 }
 
 /* Steps and ops of rank r's plan are bounded, O(n); a fallback is direct. */
@@ -503,9 +507,10 @@ static int check_plan(const world_t* w, case_t* c, const moeccl_a2a_desc_t* d,
   int window = id == MOECCL_A2A_DIRECT || (is_hier(id) && !c->applies) ? c->window : 0;
   /* a pipeline of C chunks: a chunk's 7 steps, each further chunk 2 more */
   int C = chunks_of(c);
+  int rail = id == MOECCL_A2A_RAIL || id == MOECCL_A2A_RAILP;
   int max_steps = id == MOECCL_A2A_PAIRWISE ? n
                   : bruck                   ? 2 * log2n + 1
-                  : hier                    ? (id == MOECCL_A2A_RAIL ? 5 : 7 + 2 * (C - 1))
+                  : hier                    ? (rail ? 5 : 7) + 2 * (C - 1)
                                             : direct_steps(n, window);
   /* uneven Bruck: self copy, n-1 own blocks packed, at most about n merged
    * runs of relayed blocks, n-1 final copies */
@@ -588,9 +593,10 @@ static int run_case(case_t* c, int n, size_t max_block, split_t split) {
  * alone (not from its applies(), which is checked against this). */
 static int should_apply(moeccl_a2a_algo_id_t id, const moeccl_topo_t* t) {
   if (!t || t->ranks_per_node <= 0) return 0;
-  if (id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_RAIL || id == MOECCL_A2A_HIER2P)
+  if (id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_RAIL || id == MOECCL_A2A_HIER2P ||
+      id == MOECCL_A2A_RAILP)
     return t->nnodes >= 2;
-  if (id != MOECCL_A2A_HIER3 || t->nodes_per_group <= 0) return 0;
+  if ((id != MOECCL_A2A_HIER3 && id != MOECCL_A2A_HIER3P) || t->nodes_per_group <= 0) return 0;
   return t->nnodes % t->nodes_per_group == 0 && t->nnodes / t->nodes_per_group >= 2;
 }
 

@@ -28,7 +28,7 @@
 #include "algos.h"
 
 /* Default chunks when desc->chunks is 0, and the most a schedule takes. */
-#define MOECCL_PIPELINE_DEFAULT_CHUNKS 4
+#define MOECCL_PIPELINE_DEFAULT_CHUNKS 2
 #define MOECCL_PIPELINE_MAX_CHUNKS 64
 #define MOECCL_PIPELINE_MAX_PHASES 4
 

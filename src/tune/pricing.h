@@ -77,10 +77,11 @@ typedef struct {
  * moeccl_a2a_algos[] in table order, ties to the earlier.  p->topo,
  * sched, ranks and nranks are the caller's. */
 void moeccl_pricing_a2a(moeccl_pricing_t* p, const moeccl_a2a_pricing_t* call);
-/* The chunk count of the pipelined all-to-all (hier2p) that prices lowest
- * for call on p's ranks (2, 4, 8 or 16; a tie to the fewer), set in
- * call->d.chunks and returned; call->d.chunks unchanged where hier2p does
- * not apply; -2 when a price failed.  Sets p up as moeccl_pricing_a2a. */
+/* The chunk count (2, 4, 8 or 16; more must win by 2%) of the cheapest
+ * pipelined schedule (hier2p, railp, hier3p) for call on p's first two
+ * ranks (all are priced for the choice of algorithm afterwards), set in
+ * call->d.chunks and returned; 0 (the generators' default) where none
+ * applies; -2 when a price failed.  Sets p up as moeccl_pricing_a2a. */
 int moeccl_pricing_a2a_chunks(moeccl_pricing_t* p, moeccl_a2a_pricing_t* call);
 /* The same for a collective (call->topo set): the rows of
  * moeccl_coll_algos[] that implement call->kind and apply, in the order

@@ -455,7 +455,7 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   tu->a2a_last = (int)(slot - tu->cache);
   INFO(ALGO,
        "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s; "
-       "hier2p in %d chunks)",
+       "pipelined in %d chunks)",
        c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
        moeccl_a2a_algos[best].name, line[0] ? line : "none", call.d.chunks);
   tu->last_algo = best;
