@@ -28,6 +28,8 @@
 #include "algos/algos.h"
 #include "algos/pipeline.h"
 #include "topo/topo.h"
+#include "tune/cost_model.h"
+#include "tune/pricing.h"
 
 #define SENTINEL 0xffffffffu
 #define ELEM sizeof(uint32_t)
@@ -505,12 +507,12 @@ static int check_plan(const world_t* w, case_t* c, const moeccl_a2a_desc_t* d,
   while ((1 << log2n) < n) log2n++;
   int hier = is_hier(id) && c->applies, bruck = id == MOECCL_A2A_BRUCK;
   int window = id == MOECCL_A2A_DIRECT || (is_hier(id) && !c->applies) ? c->window : 0;
-  /* a pipeline of C chunks: a chunk's 7 steps, each further chunk 2 more */
+  /* a pipeline of C chunks: a chunk's 7 (rail: 5) steps, each further chunk one more */
   int C = chunks_of(c);
   int rail = id == MOECCL_A2A_RAIL || id == MOECCL_A2A_RAILP;
   int max_steps = id == MOECCL_A2A_PAIRWISE ? n
                   : bruck                   ? 2 * log2n + 1
-                  : hier                    ? (rail ? 5 : 7) + 2 * (C - 1)
+                  : hier                    ? (rail ? 5 : 7) + C - 1
                                             : direct_steps(n, window);
   /* uneven Bruck: self copy, n-1 own blocks packed, at most about n merged
    * runs of relayed blocks, n-1 final copies */
@@ -892,6 +894,92 @@ static int mem_kinds(void) {
   return bad;
 }
 
+/* ---- overlap priced ---- */
+
+/* Rank r's schedule of algo in `chunks` chunks, priced by the cost model. */
+static double price_of(const moeccl_topo_t* t, int algo, int r, size_t block, int chunks,
+                       moeccl_cost_t* cost) {
+  moeccl_a2a_desc_t d = {.rank = r,
+                         .nranks = t->nranks,
+                         .block_bytes = block,
+                         .elem_size = 1,
+                         .chunks = chunks,
+                         .topo = t};
+  moeccl_sched_t s = {0};
+  moeccl_sched_reset(&s);
+  double us = moeccl_a2a_algos[algo].schedule(&d, &s) == moecclSuccess
+                  ? moeccl_model_price(t, &s, r, cost)
+                  : -1.0;
+  moeccl_sched_free(&s);
+  return us;
+}
+
+/* The tuner's choice for a uniform call of block bytes per peer on t. */
+static int tuner_choice(const moeccl_topo_t* t, size_t block, int* chunks) {
+  moeccl_a2a_pricing_t call = {
+      .d = {.nranks = t->nranks, .block_bytes = block, .elem_size = 1, .topo = t}};
+  moeccl_sched_t s = {0};
+  moeccl_sched_reset(&s);
+  moeccl_pricing_t p = {.topo = t, .sched = &s, .nranks = t->nranks};
+  *chunks = moeccl_pricing_a2a_chunks(&p, &call);
+  moeccl_pricing_a2a(&p, &call);
+  char line[640];
+  int best = moeccl_pricing_cheapest(&p, line, sizeof(line), NULL);
+  moeccl_sched_free(&s);
+  return best;
+}
+
+/* A pipeline's price is about its slowest stage once per chunk plus fill
+ * and drain: on nodes joined by a slow network, hier2 in C chunks costs
+ * less than hier2 and at least its network stage (the bytes hier2 sends
+ * across at the network's rate); its steps are C - 1 + 7.  Where the
+ * hierarchy does not pay (one node; every link as fast as the node's), the
+ * tuner keeps direct with the pipelined rows in the table. */
+static int pipeline_pricing(void) {
+  int failed = 0;
+  moeccl_topo_t t;
+  moeccl_topo_regular_shape(&t, 4, 4, 0, 1);
+  t.link[MOECCL_LINK_NODE] = (moeccl_link_t){1.0, 0.2, 20.0};
+  t.link[MOECCL_LINK_GROUP] = (moeccl_link_t){5.0, 1.0, 1.0};
+  t.link[MOECCL_LINK_GLOBAL] = t.link[MOECCL_LINK_GROUP];
+  t.copy_overhead_us = 0.1, t.copy_GBps = 20.0;
+  size_t block = 1u << 20;
+  moeccl_cost_t bulk, piped;
+  double h2 = price_of(&t, MOECCL_A2A_HIER2, 0, block, 0, &bulk);
+  double h2p = price_of(&t, MOECCL_A2A_HIER2P, 0, block, 8, &piped);
+  double across = bulk.bytes[MOECCL_LINK_GROUP] / (t.link[MOECCL_LINK_GROUP].bw_GBps * 1e3);
+  if (!(h2p < h2 && h2p >= across && piped.nsteps == 7 + 7)) {
+    fprintf(stderr, "pipelined pricing: hier2 %.1f us, hier2p/8 %.1f us in %d steps, "
+            "network stage %.1f us\n", h2, h2p, piped.nsteps, across);
+    failed++;
+  }
+  printf("4 nodes x 4, 1 MiB per peer, 1 GB/s across: hier2 %.1f us, hier2p/8 %.1f us "
+         "(network stage %.1f us)\n", h2, h2p, across);
+  int chunks;
+  static const size_t blocks[] = {64, 4096, 1u << 20};
+  for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+    t.link[MOECCL_LINK_GROUP] = t.link[MOECCL_LINK_GLOBAL] = t.link[MOECCL_LINK_NODE];
+    int best = tuner_choice(&t, blocks[i], &chunks);
+    if (moeccl_a2a_pipelined(best)) {
+      fprintf(stderr, "uniform links, %zu B per peer: the tuner picks %s\n", blocks[i],
+              best >= 0 ? moeccl_a2a_algos[best].name : "none");
+      failed++;
+    }
+  }
+  moeccl_topo_free(&t);
+  moeccl_topo_regular_shape(&t, 1, 8, 0, 1);
+  for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+    int best = tuner_choice(&t, blocks[i], &chunks);
+    if (best != MOECCL_A2A_DIRECT) {
+      fprintf(stderr, "one node, %zu B per peer: the tuner picks %s, not direct\n", blocks[i],
+              best >= 0 ? moeccl_a2a_algos[best].name : "none");
+      failed++;
+    }
+  }
+  moeccl_topo_free(&t);
+  return failed;
+}
+
 int main(void) {
   int failed = 0, cases = 0;
   failed += mem_kinds(), cases++;
@@ -912,6 +1000,7 @@ int main(void) {
     }
   }
   failed += split_cases(&cases);
+  failed += pipeline_pricing(), cases++;
   for (int a = 0; a < MOECCL_A2A_NALGOS; a++) {
     if (!is_hier(a)) continue;
     printf("%s ran as itself in %d cases\n", moeccl_a2a_algos[a].name, hier_cases[a]);

@@ -26,7 +26,7 @@ static void shift_scratch(moeccl_sched_t* s, int begin, int end, uint64_t shift)
 }
 
 /* Rewrites ops [first, nops), chunk after chunk, as merged steps: step j
- * holds logical step j - 2c of every chunk c that has one. */
+ * holds logical step j - c of every chunk c that has one. */
 static moecclResult_t merge_steps(moeccl_sched_t* s, int first, int chunks, int lsteps,
                                   const int* ends) {
   int n = s->nops - first;
@@ -34,11 +34,11 @@ static moecclResult_t merge_steps(moeccl_sched_t* s, int first, int chunks, int 
   MOECCL_CHECK(moeccl_sched_workspace(s, (size_t)n * sizeof(*ops) + 1, (void**)&ops));
   memcpy(ops, s->ops + first, (size_t)n * sizeof(*ops));
   s->nops = first;
-  int nsteps = 2 * (chunks - 1) + lsteps;
+  int nsteps = chunks - 1 + lsteps;
   MOECCL_CHECK(moeccl_sched_reserve(s, 0, nsteps));
   for (int j = 0; j < nsteps; j++) {
     for (int c = 0; c < chunks; c++) {
-      int k = j - 2 * c;
+      int k = j - c;
       if (k < 0 || k >= lsteps) continue;
       int begin = k ? ends[c * lsteps + k - 1] : c ? ends[c * lsteps - 1] : first;
       int end = ends[c * lsteps + k];
@@ -53,7 +53,7 @@ moecclResult_t moeccl_pipeline_run(const moeccl_a2a_desc_t* d, moeccl_sched_t* s
                                    moeccl_pipeline_chunk_fn fn) {
   if (nphases < 1 || nphases > MOECCL_PIPELINE_MAX_PHASES) return moecclInternalError;
   int chunks = moeccl_pipeline_chunks(d), lsteps = 2 * nphases + 1;
-  int slots = chunks < nphases + 1 ? chunks : nphases + 1;
+  int slots = chunks < lsteps ? chunks : lsteps;
   int ends[MOECCL_PIPELINE_MAX_CHUNKS * (2 * MOECCL_PIPELINE_MAX_PHASES + 1)];
   uint64_t scratch[MOECCL_PIPELINE_MAX_CHUNKS], slot = 0;
   size_t scratch_before = s->scratch_bytes;
