@@ -120,7 +120,7 @@ moecclResult_t moeccl_a2a_rail(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
   return rail_relay(d, s, NULL, NULL);
 }
 
-/* Pipelined: chunk c's exchange across nodes with chunk c+1's on the node. */
+/* Pipelined: chunk c's exchange across nodes with chunk c+2's on the node. */
 moecclResult_t moeccl_a2a_railp(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
   if (!moeccl_a2a_rail_applies(d)) return moeccl_a2a_direct(d, s);
   return moeccl_pipeline_run(d, s, 2, rail_relay);

@@ -2,21 +2,21 @@
  * Stage-pipelined relayed schedules (hier2p): the blocks are cut into
  * chunks (every block into the same number of element-aligned parts, part c
  * of each block in chunk c), each chunk runs the algorithm's relay phases
- * (relay.h) as a call of its own, and chunk c+1 starts two steps after
+ * (relay.h) as a call of its own, and chunk c+1 starts one step after
  * chunk c.  With the relay's layout of 2P+1 steps per chunk (P phases:
- * copies, exchange, copies, ...), step 2c+1 posts chunk c's first exchange
- * together with chunk c-1's second and chunk c-2's third: for hier2, the
- * gather on the node, the exchange between nodes and the scatter on the
- * node of three chunks move at once, on different links; the copy steps in
- * between overlap likewise.  C chunks take 2(C-1) + 2P+1 steps.
+ * copies, exchange, copies, ...), the step in which chunk c exchanges
+ * between nodes (hier2's logical step 3) holds chunk c+2's gather on the
+ * node, chunk c-2's scatter on the node and the copies of chunks c+1 and
+ * c-1: the links and the copying core work on five chunks at once.
+ * C chunks take C-1 + 2P+1 steps.
  *
  * - Messages still match in posting order: every rank posts the steps in
  *   the same order and, within a step, the chunks in ascending order, each
  *   chunk's messages as the relay orders them.
- * - Scratch: P+1 chunks are in flight at most (chunk c+P+1 starts after
- *   chunk c's last step), so P+1 slots, each the largest chunk's scratch,
- *   chunk c in slot c mod (P+1): about (P+1)/C of the unpipelined scratch
- *   per slot.
+ * - Scratch: 2P+1 chunks are in flight at most (chunk c+2P+1 starts after
+ *   chunk c's last step), so min(C, 2P+1) slots, each the largest chunk's
+ *   scratch (about 1/C of the unpipelined schedule's), chunk c in slot
+ *   c mod slots.
  * - Planning: the chunks are generated one after another with the steps
  *   left open (the relay records where each of its logical steps ends),
  *   then the ops are reordered into the merged steps through the workspace:
