@@ -78,7 +78,8 @@ moecclResult_t moecclSimRanks(moecclSim_t sim, int* nranks);
 /* moecclAlltoAll with bytesPerPeer bytes from every member to every
  * member.  algo NULL: the cheapest of the algorithms that apply (as the
  * tuner picks); else a name MOECCL_ALGO takes (direct, pairwise, bruck,
- * hier2, hier3, rail), priced as that setting would run it. */
+ * hier2, hier3, rail, hier2p, railp, hier3p), priced as that setting would
+ * run it (the pipelined ones in 2 chunks, their default). */
 moecclResult_t moecclSimAlltoAll(moecclSim_t sim, const int* ranks, int n, size_t bytesPerPeer,
                                  const char* algo, double* seconds, const char** algoUsed);
 /* moecclAlltoAllv: bytes[i * n + j] is what member i sends member j.  The

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "a2a_sim_int.h"
+#include "algos/pipeline.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -116,14 +117,18 @@ static size_t rank_send_bytes(const moeccl_a2a_desc_t* d) {
   return sum;
 }
 
-/* One row: the slowest sampled rank of algorithm a at this size. */
-static int price_algo(struct sim_run* r, const moeccl_a2a_algo_t* a, size_t peer_bytes) {
+/* One row: the slowest sampled rank of algorithm a at this size, in
+ * `chunks` chunks where a is pipelined. */
+static int price_chunks(struct sim_run* r, const moeccl_a2a_algo_t* a, size_t peer_bytes,
+                        int chunks) {
   moeccl_a2a_desc_t d = {.nranks = r->topo.nranks,
                          .block_bytes = peer_bytes,
                          .elem_size = 1,
                          .window = r->o->window,
+                         .chunks = chunks,
                          .topo = &r->topo};
   struct row* row = new_row(r);
+  row->chunks = moeccl_a2a_pipelined(a->id) ? moeccl_pipeline_chunks(&d) : 0;
   row->peer_bytes = peer_bytes;
   row->algo = a->name;
   row->cost.total_us = -1.0;
@@ -139,6 +144,23 @@ static int price_algo(struct sim_run* r, const moeccl_a2a_algo_t* a, size_t peer
       row->runs_direct = a->applies && !a->applies(&d);
     }
   }
+  return 0;
+}
+
+/* The row of a at this size; a pipelined algorithm without --chunks keeps
+ * the cheapest of 2, 4, 8 and 16 chunks (the tuner's candidates: more must
+ * win by 2%). */
+static int price_algo(struct sim_run* r, const moeccl_a2a_algo_t* a, size_t peer_bytes) {
+  if (!moeccl_a2a_pipelined(a->id) || r->o->chunks)
+    return price_chunks(r, a, peer_bytes, r->o->chunks);
+  static const int candidates[] = {2, 4, 8, 16};
+  struct row best = {0};
+  for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+    if (price_chunks(r, a, peer_bytes, candidates[i])) return -1;
+    struct row* row = &r->rows[--r->nrows];
+    if (i == 0 || row->cost.total_us < best.cost.total_us * 0.98) best = *row;
+  }
+  *new_row(r) = best;
   return 0;
 }
 
@@ -190,7 +212,10 @@ static void print_header(const struct sim_run* r) {
 }
 
 static void row_algo_name(const struct row* row, char* buf, size_t len) {
-  snprintf(buf, len, "%s%s%s", row->algo, row->runs_direct ? "(direct)" : "", row->best ? "*" : "");
+  char chunks[16] = "";
+  if (row->chunks && !row->runs_direct) snprintf(chunks, sizeof chunks, "/%d", row->chunks);
+  snprintf(buf, len, "%s%s%s%s", row->algo, chunks, row->runs_direct ? "(direct)" : "",
+           row->best ? "*" : "");
 }
 
 static void print_row(const struct row* row, int n) {
@@ -242,7 +267,8 @@ static void json_row(FILE* f, const struct sim_run* r, const struct row* row) {
           c->bytes[MOECCL_LINK_GROUP], c->bytes[MOECCL_LINK_GLOBAL], c->bytes[MOECCL_LINK_SELF]);
   fprintf(f, "\"cpu_us\": %.6g, \"link_us\": %.6g, \"latency_us\": %.6g, ", c->cpu_us, c->link_us,
           c->latency_us);
-  fprintf(f, "\"rank\": %d, \"best\": %s}", row->rank, row->best ? "true" : "false");
+  fprintf(f, "\"rank\": %d, \"chunks\": %d, \"best\": %s}", row->rank, row->chunks,
+          row->best ? "true" : "false");
 }
 
 static void write_json(const struct sim_run* r, FILE* f) {

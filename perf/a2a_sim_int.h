@@ -34,6 +34,7 @@ struct opts {
   int per_rank; /* -b/-e are bytes per rank, as a2a_perf, not per peer */
   const char* algos;
   int window;
+  int chunks; /* pipelined algorithms: chunks (0: the cheapest of 2, 4, 8, 16) */
   int all_ranks, sample;
   struct perf_dist dist;
   char dist_name[48];
@@ -55,6 +56,7 @@ struct row {
   size_t peer_bytes, size; /* size: bytes the slowest rank sends (a2a_perf's size) */
   const char* algo;
   int runs_direct; /* the algorithm does not apply to this topology: direct ran */
+  int chunks;      /* a pipelined algorithm's chunks priced (0: not pipelined) */
   int rank;        /* the slowest rank */
   moeccl_cost_t cost;
   int best;

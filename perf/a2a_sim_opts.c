@@ -38,6 +38,8 @@ static void usage(const char* prog) {
          "  -a, --algo LIST|all      comma-separated algorithms (default all)\n"
          "      --window W           direct: peers per step, as MOECCL_A2A_WINDOW (default 64;\n"
          "                           0: all peers in one step)\n"
+         "      --chunks C           hier2p: chunks, as MOECCL_A2A_CHUNKS (default 0: the\n"
+         "                           cheapest of 2, 4, 8, 16, as the tuner picks)\n"
          "      --dist D             uniform | zipf:S | moe:E,K (uneven: up to %d ranks)\n"
          "      --seed N             seed of the uneven splits\n"
          "      --sample N           ranks spread over the cluster to price (default %d)\n"
@@ -67,6 +69,7 @@ enum {
   OPT_COPY,
   OPT_PER_RANK,
   OPT_WINDOW,
+  OPT_CHUNKS,
   OPT_DIST,
   OPT_SEED,
   OPT_SAMPLE,
@@ -90,6 +93,7 @@ static const struct option long_opts[] = {{"preset", required_argument, NULL, OP
                                           {"per-rank", no_argument, NULL, OPT_PER_RANK},
                                           {"algo", required_argument, NULL, 'a'},
                                           {"window", required_argument, NULL, OPT_WINDOW},
+                                          {"chunks", required_argument, NULL, OPT_CHUNKS},
                                           {"dist", required_argument, NULL, OPT_DIST},
                                           {"seed", required_argument, NULL, OPT_SEED},
                                           {"sample", required_argument, NULL, OPT_SAMPLE},
@@ -133,6 +137,7 @@ static int apply_opt(int c, char* arg, struct opts* o) {
     case OPT_PER_RANK: o->per_rank = 1; return 0;
     case 'a': o->algos = arg; return 0;
     case OPT_WINDOW: return perf_parse_int(arg, 0, INT_MAX, &o->window);
+    case OPT_CHUNKS: return perf_parse_int(arg, 0, 64, &o->chunks);
     case OPT_DIST: return parse_dist(arg, o);
     case OPT_SEED: return perf_parse_u64(arg, &o->seed);
     case OPT_SAMPLE: return perf_parse_int(arg, 1, 1 << 20, &o->sample);

@@ -568,8 +568,9 @@ int main(int argc, char** argv)
   }
   const char* env = getenv("MOECCL_ALGO_LIST");
   b.a = &a;
-  b.nalgos = perf_algo_list(a.algo, env && *env ? env : "direct,pairwise,bruck,hier2,hier3,rail,auto",
-                            &b.algos);
+  b.nalgos = perf_algo_list(
+      a.algo, env && *env ? env : "direct,pairwise,bruck,hier2,hier3,rail,hier2p,railp,hier3p,auto",
+      &b.algos);
   if (b.nalgos == 0) {
     if (c.me == 0)
       fprintf(stderr, "a2a_perf: -a names no algorithm (see -h)\n");

@@ -28,7 +28,8 @@ libmoeccl_core_la_SOURCES = \
   src/algos/algos.c src/algos/algos.h src/algos/alltoall_util.c src/algos/meta.c \
   src/algos/alltoall_direct.c src/algos/alltoall_pairwise.c src/algos/alltoall_bruck.c \
   src/algos/alltoall_hier2.c src/algos/alltoall_hier3.c src/algos/alltoall_rail.c \
-  src/algos/relay.c src/algos/relay.h src/algos/moe_algos.h src/algos/moe_dispatch.c \
+  src/algos/relay.c src/algos/relay.h src/algos/pipeline.c src/algos/pipeline.h \
+  src/algos/moe_algos.h src/algos/moe_dispatch.c \
   src/tune/cost_model.c src/tune/cost_model.h src/tune/tuner.c src/tune/tuner.h src/tune/forced.c \
   src/tune/pricing.c src/tune/pricing.h \
   src/plan/plan.c src/plan/plan.h \

@@ -23,9 +23,9 @@ refuse() { # refuse WHAT COMMAND...: the command must exit 2
 }
 rows() { grep -c '^ ' out.$$; }
 
-# 3 sizes x 6 algorithms, one best per size.
+# 3 sizes x 9 algorithms, one best per size.
 check "small dragonfly" $sim --nodes 8 --ppn 4 --group 2 --rails 4 -b 64 -e 4K -f 8
-[ "$(rows)" -eq 18 ] || { echo "FAIL: small dragonfly: $(rows) rows, want 18"; fail=1; }
+[ "$(rows)" -eq 27 ] || { echo "FAIL: small dragonfly: $(rows) rows, want 27"; fail=1; }
 [ "$(grep -c '^ .*\*' out.$$)" -eq 3 ] || { echo "FAIL: one best per size"; fail=1; }
 grep -q '^#  peer' out.$$ || { echo "FAIL: no best-per-size summary"; fail=1; }
 
@@ -54,7 +54,7 @@ grep -q 'link global latency_us=3.5 overhead_us=1 bw_GBps=11.25' out.$$ ||
 # Uneven splits, every rank priced, JSON.
 check "moe" $sim --nodes 4 --ppn 4 --group 2 --dist moe:16,2 --all-ranks -b 256 -e 1K -f 4 \
   --json sim.$$.json
-[ "$(grep -c '"algo"' sim.$$.json)" -eq 12 ] || { echo "FAIL: JSON rows"; fail=1; }
+[ "$(grep -c '"algo"' sim.$$.json)" -eq 18 ] || { echo "FAIL: JSON rows"; fail=1; }
 grep -q '"dist": "moe:16,2"' sim.$$.json || { echo "FAIL: JSON dist"; fail=1; }
 check "zipf per rank" $sim --nodes 3 --ppn 3 --dist zipf:1.1 --per-rank -b 1K -e 1M -f 32 -a direct,pairwise
 

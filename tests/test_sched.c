@@ -26,7 +26,10 @@
 #include <time.h>
 
 #include "algos/algos.h"
+#include "algos/pipeline.h"
 #include "topo/topo.h"
+#include "tune/cost_model.h"
+#include "tune/pricing.h"
 
 #define SENTINEL 0xffffffffu
 #define ELEM sizeof(uint32_t)
@@ -55,6 +58,7 @@ typedef struct {
   const moeccl_a2a_algo_t* algo;
   const moeccl_topo_t* topo; /* NULL: no topology */
   int window;
+  int chunks; /* pipelined algorithms: desc->chunks */
   int applies;
   moeccl_meta_scope_t scope; /* what pair_bytes may be asked: none unless applies */
   int violations;
@@ -166,6 +170,7 @@ static moeccl_a2a_desc_t desc_of(const world_t* w, case_t* c, pair_ctx_t* p, int
                          .nranks = w->n,
                          .elem_size = ELEM,
                          .window = c->window,
+                         .chunks = c->chunks,
                          .topo = c->topo,
                          .pair_bytes = test_pair_bytes,
                          .pair_ctx = p};
@@ -411,9 +416,17 @@ static shape_t shape_of(const moeccl_sched_t* s, const moeccl_topo_t* t, int r) 
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* The chunks a pipelined schedule of the case has (1: not pipelined). */
+static int chunks_of(const case_t* c) {
+  if (!moeccl_a2a_pipelined(c->algo->id)) return 1;
+  moeccl_a2a_desc_t d = {.chunks = c->chunks};
+  return moeccl_pipeline_chunks(&d);
+}
+
 /* Message counts of each hierarchical algorithm on a regular topology. */
 static int check_hier_shape(const case_t* c, const shape_t* sh) {
   const moeccl_topo_t* t = c->topo;
+  int C = chunks_of(c);
   int L = t->ranks_per_node, N = t->nnodes, ng = t->ngroups;
   int P = t->nodes_per_group ? t->nodes_per_group : N;
   int node = sh->sends[MOECCL_LINK_NODE], group = sh->sends[MOECCL_LINK_GROUP];
@@ -423,11 +436,18 @@ static int check_hier_shape(const case_t* c, const shape_t* sh) {
     case MOECCL_A2A_HIER2:
       return across <= ceil_div(N - 1, L) && racross <= ceil_div(N - 1, L) && node <= 2 * (L - 1) &&
              sh->off_rail == 0;
+    case MOECCL_A2A_HIER2P: /* hier2's messages once per chunk */
+      return across <= C * ceil_div(N - 1, L) && racross <= C * ceil_div(N - 1, L) &&
+             node <= C * 2 * (L - 1) && sh->off_rail == 0;
     case MOECCL_A2A_RAIL:
-      return across <= N - 1 && racross <= N - 1 && node <= L - 1 && sh->off_rail == 0;
+    case MOECCL_A2A_RAILP: /* C = 1 for rail */
+      return across <= C * (N - 1) && racross <= C * (N - 1) && node <= C * (L - 1) &&
+             sh->off_rail == 0;
     case MOECCL_A2A_HIER3:
-      return global <= ng - 1 && group <= P - 1 && node <= L - 1 && sh->off_rail == 0 &&
-             sh->off_plane == 0 && sh->recvs[MOECCL_LINK_GLOBAL] <= ng - 1;
+    case MOECCL_A2A_HIER3P:
+      return global <= C * (ng - 1) && group <= C * (P - 1) && node <= C * (L - 1) &&
+             sh->off_rail == 0 && sh->off_plane == 0 &&
+             sh->recvs[MOECCL_LINK_GLOBAL] <= C * (ng - 1);
     default: return 1;
   }
 }
@@ -476,7 +496,8 @@ static int check_bruck_shape(const world_t* w, const moeccl_sched_t* s, int r, i
  * plan where not); a new one is added here, a new flat one to check_plan's
  * bounds. */
 static int is_hier(int id) {
-  return id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_HIER3 || id == MOECCL_A2A_RAIL;
+  return id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_HIER3 || id == MOECCL_A2A_RAIL ||
+         moeccl_a2a_pipelined(id);
 }
 
 /* Steps and ops of rank r's plan are bounded, O(n); a fallback is direct. */
@@ -486,13 +507,19 @@ static int check_plan(const world_t* w, case_t* c, const moeccl_a2a_desc_t* d,
   while ((1 << log2n) < n) log2n++;
   int hier = is_hier(id) && c->applies, bruck = id == MOECCL_A2A_BRUCK;
   int window = id == MOECCL_A2A_DIRECT || (is_hier(id) && !c->applies) ? c->window : 0;
+  /* a pipeline of C chunks: a chunk's 7 (rail: 5) steps, each further chunk one more */
+  int C = chunks_of(c);
+  int rail = id == MOECCL_A2A_RAIL || id == MOECCL_A2A_RAILP;
   int max_steps = id == MOECCL_A2A_PAIRWISE ? n
                   : bruck                   ? 2 * log2n + 1
-                  : hier                    ? (id == MOECCL_A2A_RAIL ? 5 : 7)
+                  : hier                    ? (rail ? 5 : 7) + C - 1
                                             : direct_steps(n, window);
   /* uneven Bruck: self copy, n-1 own blocks packed, at most about n merged
    * runs of relayed blocks, n-1 final copies */
-  int max_ops = bruck ? (w->uniform ? 4 * n : 3 * n) + 4 * log2n : hier ? 5 * n + 16 : 2 * n + 1;
+  int max_ops = bruck ? (w->uniform ? 4 * n : 3 * n) + 4 * log2n
+                : hier && C > 1 ? C * (8 * n + 16) /* slices of adjacent blocks do not merge */
+                : hier          ? 5 * n + 16
+                        : 2 * n + 1;
   shape_t sh = shape_of(s, c->topo, d->rank);
   int errors = bruck ? check_bruck_shape(w, s, d->rank, log2n) : 0;
   if (s->nsteps > max_steps || s->nops > max_ops) {
@@ -559,8 +586,8 @@ static int run_case(case_t* c, int n, size_t max_block, split_t split) {
   free(sch), free(pc);
   free_world(&w);
   if (errors)
-    fprintf(stderr, "FAIL %s nranks=%d max_block=%zu%s window=%d topo %s\n", c->algo->name, n,
-            max_block, split_names[split], c->window, c->topo_text);
+    fprintf(stderr, "FAIL %s nranks=%d max_block=%zu%s window=%d chunks=%d topo %s\n",
+            c->algo->name, n, max_block, split_names[split], c->window, c->chunks, c->topo_text);
   return errors != 0;
 }
 
@@ -568,8 +595,10 @@ static int run_case(case_t* c, int n, size_t max_block, split_t split) {
  * alone (not from its applies(), which is checked against this). */
 static int should_apply(moeccl_a2a_algo_id_t id, const moeccl_topo_t* t) {
   if (!t || t->ranks_per_node <= 0) return 0;
-  if (id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_RAIL) return t->nnodes >= 2;
-  if (id != MOECCL_A2A_HIER3 || t->nodes_per_group <= 0) return 0;
+  if (id == MOECCL_A2A_HIER2 || id == MOECCL_A2A_RAIL || id == MOECCL_A2A_HIER2P ||
+      id == MOECCL_A2A_RAILP)
+    return t->nnodes >= 2;
+  if ((id != MOECCL_A2A_HIER3 && id != MOECCL_A2A_HIER3P) || t->nodes_per_group <= 0) return 0;
   return t->nnodes % t->nodes_per_group == 0 && t->nnodes / t->nodes_per_group >= 2;
 }
 
@@ -651,7 +680,11 @@ static int random_case(const moeccl_a2a_algo_t* algo, int max_n, size_t max_bloc
   char text[160];
   int n = random_topo(&topo, kind, max_n, text, sizeof(text));
   int has_topo = strcmp(text, "none") != 0;
-  case_t c = {.window = random_window(n), .topo_text = text};
+  /* chunks: the default (0), one, a few, or more than a block has elements */
+  static const int chunk_choices[] = {0, 1, 2, 3, 5, 64};
+  case_t c = {.window = random_window(n),
+              .chunks = chunk_choices[rnd() % 6],
+              .topo_text = text};
   int failed = finish_case(&c, algo, has_topo ? &topo : NULL);
   failed |= run_case(&c, n, max_block, split);
   if (has_topo) moeccl_topo_free(&topo);
@@ -861,6 +894,92 @@ static int mem_kinds(void) {
   return bad;
 }
 
+/* ---- overlap priced ---- */
+
+/* Rank r's schedule of algo in `chunks` chunks, priced by the cost model. */
+static double price_of(const moeccl_topo_t* t, int algo, int r, size_t block, int chunks,
+                       moeccl_cost_t* cost) {
+  moeccl_a2a_desc_t d = {.rank = r,
+                         .nranks = t->nranks,
+                         .block_bytes = block,
+                         .elem_size = 1,
+                         .chunks = chunks,
+                         .topo = t};
+  moeccl_sched_t s = {0};
+  moeccl_sched_reset(&s);
+  double us = moeccl_a2a_algos[algo].schedule(&d, &s) == moecclSuccess
+                  ? moeccl_model_price(t, &s, r, cost)
+                  : -1.0;
+  moeccl_sched_free(&s);
+  return us;
+}
+
+/* The tuner's choice for a uniform call of block bytes per peer on t. */
+static int tuner_choice(const moeccl_topo_t* t, size_t block, int* chunks) {
+  moeccl_a2a_pricing_t call = {
+      .d = {.nranks = t->nranks, .block_bytes = block, .elem_size = 1, .topo = t}};
+  moeccl_sched_t s = {0};
+  moeccl_sched_reset(&s);
+  moeccl_pricing_t p = {.topo = t, .sched = &s, .nranks = t->nranks};
+  *chunks = moeccl_pricing_a2a_chunks(&p, &call);
+  moeccl_pricing_a2a(&p, &call);
+  char line[640];
+  int best = moeccl_pricing_cheapest(&p, line, sizeof(line), NULL);
+  moeccl_sched_free(&s);
+  return best;
+}
+
+/* A pipeline's price is about its slowest stage once per chunk plus fill
+ * and drain: on nodes joined by a slow network, hier2 in C chunks costs
+ * less than hier2 and at least its network stage (the bytes hier2 sends
+ * across at the network's rate); its steps are C - 1 + 7.  Where the
+ * hierarchy does not pay (one node; every link as fast as the node's), the
+ * tuner keeps direct with the pipelined rows in the table. */
+static int pipeline_pricing(void) {
+  int failed = 0;
+  moeccl_topo_t t;
+  moeccl_topo_regular_shape(&t, 4, 4, 0, 1);
+  t.link[MOECCL_LINK_NODE] = (moeccl_link_t){1.0, 0.2, 20.0};
+  t.link[MOECCL_LINK_GROUP] = (moeccl_link_t){5.0, 1.0, 1.0};
+  t.link[MOECCL_LINK_GLOBAL] = t.link[MOECCL_LINK_GROUP];
+  t.copy_overhead_us = 0.1, t.copy_GBps = 20.0;
+  size_t block = 1u << 20;
+  moeccl_cost_t bulk, piped;
+  double h2 = price_of(&t, MOECCL_A2A_HIER2, 0, block, 0, &bulk);
+  double h2p = price_of(&t, MOECCL_A2A_HIER2P, 0, block, 8, &piped);
+  double across = bulk.bytes[MOECCL_LINK_GROUP] / (t.link[MOECCL_LINK_GROUP].bw_GBps * 1e3);
+  if (!(h2p < h2 && h2p >= across && piped.nsteps == 7 + 7)) {
+    fprintf(stderr, "pipelined pricing: hier2 %.1f us, hier2p/8 %.1f us in %d steps, "
+            "network stage %.1f us\n", h2, h2p, piped.nsteps, across);
+    failed++;
+  }
+  printf("4 nodes x 4, 1 MiB per peer, 1 GB/s across: hier2 %.1f us, hier2p/8 %.1f us "
+         "(network stage %.1f us)\n", h2, h2p, across);
+  int chunks;
+  static const size_t blocks[] = {64, 4096, 1u << 20};
+  for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+    t.link[MOECCL_LINK_GROUP] = t.link[MOECCL_LINK_GLOBAL] = t.link[MOECCL_LINK_NODE];
+    int best = tuner_choice(&t, blocks[i], &chunks);
+    if (moeccl_a2a_pipelined(best)) {
+      fprintf(stderr, "uniform links, %zu B per peer: the tuner picks %s\n", blocks[i],
+              best >= 0 ? moeccl_a2a_algos[best].name : "none");
+      failed++;
+    }
+  }
+  moeccl_topo_free(&t);
+  moeccl_topo_regular_shape(&t, 1, 8, 0, 1);
+  for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+    int best = tuner_choice(&t, blocks[i], &chunks);
+    if (best != MOECCL_A2A_DIRECT) {
+      fprintf(stderr, "one node, %zu B per peer: the tuner picks %s, not direct\n", blocks[i],
+              best >= 0 ? moeccl_a2a_algos[best].name : "none");
+      failed++;
+    }
+  }
+  moeccl_topo_free(&t);
+  return failed;
+}
+
 int main(void) {
   int failed = 0, cases = 0;
   failed += mem_kinds(), cases++;
@@ -881,6 +1000,7 @@ int main(void) {
     }
   }
   failed += split_cases(&cases);
+  failed += pipeline_pricing(), cases++;
   for (int a = 0; a < MOECCL_A2A_NALGOS; a++) {
     if (!is_hier(a)) continue;
     printf("%s ran as itself in %d cases\n", moeccl_a2a_algos[a].name, hier_cases[a]);

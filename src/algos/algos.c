@@ -22,6 +22,16 @@ const moeccl_a2a_algo_t moeccl_a2a_algos[MOECCL_A2A_NALGOS] = {
     {MOECCL_A2A_RAIL, "rail",
      "to the rank with the destination's local index (rail), then one message per destination",
      moeccl_a2a_rail, MOECCL_META_NODE, moeccl_a2a_rail_applies},
+    {MOECCL_A2A_HIER2P, "hier2p",
+     "hier2 in chunks (MOECCL_A2A_CHUNKS): the node gather, the exchange between nodes and "
+     "the scatter of successive chunks overlap",
+     moeccl_a2a_hier2p, MOECCL_META_NODE, moeccl_a2a_hier2_applies},
+    {MOECCL_A2A_RAILP, "railp",
+     "rail in chunks: the exchange across nodes of one chunk with the next one's on the node",
+     moeccl_a2a_railp, MOECCL_META_NODE, moeccl_a2a_rail_applies},
+    {MOECCL_A2A_HIER3P, "hier3p",
+     "hier3 in chunks: the node, group and global exchanges of successive chunks overlap",
+     moeccl_a2a_hier3p, MOECCL_META_GROUP, moeccl_a2a_hier3_applies},
 };
 
 const moeccl_a2a_algo_t* moeccl_a2a_algo_by_name(const char* name) {

@@ -20,6 +20,9 @@ typedef enum {
   MOECCL_A2A_HIER2 = 3, /* node level: gather by destination node, exchange, scatter */
   MOECCL_A2A_HIER3 = 4, /* node / group / between groups */
   MOECCL_A2A_RAIL = 5,  /* to the destination's rail on the node, then across nodes */
+  MOECCL_A2A_HIER2P = 6, /* hier2 in chunks, the stages of successive chunks overlapped */
+  MOECCL_A2A_RAILP = 7,  /* rail in chunks, likewise */
+  MOECCL_A2A_HIER3P = 8, /* hier3 in chunks, likewise */
   MOECCL_A2A_NALGOS
 } moeccl_a2a_algo_id_t;
 
@@ -55,8 +58,15 @@ moecclResult_t moeccl_a2a_bruck(const moeccl_a2a_desc_t* desc, moeccl_sched_t* o
 moecclResult_t moeccl_a2a_hier2(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 moecclResult_t moeccl_a2a_hier3(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
 moecclResult_t moeccl_a2a_rail(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+moecclResult_t moeccl_a2a_hier2p(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+moecclResult_t moeccl_a2a_railp(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+moecclResult_t moeccl_a2a_hier3p(const moeccl_a2a_desc_t* desc, moeccl_sched_t* out);
+/* 1 for the stage-pipelined algorithms (pipeline.h: desc->chunks applies). */
+static inline int moeccl_a2a_pipelined(int id) {
+  return id == MOECCL_A2A_HIER2P || id == MOECCL_A2A_RAILP || id == MOECCL_A2A_HIER3P;
+}
 
-/* The algorithms' applies(): hier2 and rail need the same number of ranks on
+/* The algorithms' applies() (the pipelined ones share theirs): hier2 and rail need the same number of ranks on
  * every node and at least two nodes; hier3 also the same number of nodes in
  * every group and at least two groups. */
 int moeccl_a2a_hier2_applies(const moeccl_a2a_desc_t* desc);

@@ -21,11 +21,15 @@
  * Per rank: L-1, K, L-1 messages each way; about n + 3N copies (a uniform
  * call's A and B copies merge per node, C copies one block each).
  *
+ * hier2p (moeccl_a2a_hier2p) runs these phases per chunk, chunks overlapped
+ * (pipeline.h).
+ *
  * Alltoallv metadata (MOECCL_META_NODE): rank (n,l) asks pair_bytes only for
  * (n,x) -> any rank (send rows of its node's ranks: the A messages it
  * receives and the B messages it sends) and any rank -> (n,i) (receive rows
  * of its node's ranks: the B messages it receives, the C messages it sends).
  */
+#include "pipeline.h"
 #include "relay.h"
 #include "topo/topo.h"
 
@@ -143,8 +147,9 @@ static const moeccl_relay_phase_t hier2_phases[] = {
 
 int moeccl_a2a_hier2_applies(const moeccl_a2a_desc_t* d) { return moeccl_a2a_topo_fits(d, 2); }
 
-moecclResult_t moeccl_a2a_hier2(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
-  if (!moeccl_a2a_hier2_applies(d)) return moeccl_a2a_direct(d, s);
+/* hier2's phases for d (a whole call, or one chunk of a pipelined one). */
+static moecclResult_t hier2_relay(const moeccl_a2a_desc_t* d, moeccl_sched_t* s, int* step_ends,
+                                  uint64_t* scratch) {
   const moeccl_topo_t* t = d->topo;
   hier2_t h = {.d = d,
                .t = t,
@@ -156,6 +161,19 @@ moecclResult_t moeccl_a2a_hier2(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
   moeccl_relay_plan_t plan = {.phases = hier2_phases,
                               .nphases = 3,
                               .nblocks = (K > 0 ? K : 1) * h.L * h.L,
-                              .max_msgs = K > h.L ? K : h.L};
+                              .max_msgs = K > h.L ? K : h.L,
+                              .step_ends = step_ends,
+                              .scratch = scratch};
   return moeccl_relay_run(d, s, &plan, &h);
+}
+
+moecclResult_t moeccl_a2a_hier2(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
+  if (!moeccl_a2a_hier2_applies(d)) return moeccl_a2a_direct(d, s);
+  return hier2_relay(d, s, NULL, NULL);
+}
+
+/* Pipelined: the same phases per chunk, chunks overlapped (pipeline.c). */
+moecclResult_t moeccl_a2a_hier2p(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
+  if (!moeccl_a2a_hier2_applies(d)) return moeccl_a2a_direct(d, s);
+  return moeccl_pipeline_run(d, s, 3, hier2_relay);
 }

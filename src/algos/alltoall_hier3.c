@@ -28,6 +28,7 @@
  * messages it receives) and (g,q,x) -> any rank (send rows of its group's
  * ranks: the phase 1 messages it receives, the phase 2 messages it sends).
  */
+#include "pipeline.h"
 #include "relay.h"
 #include "topo/topo.h"
 
@@ -149,8 +150,9 @@ static const moeccl_relay_phase_t hier3_phases[] = {
 
 int moeccl_a2a_hier3_applies(const moeccl_a2a_desc_t* d) { return moeccl_a2a_topo_fits(d, 3); }
 
-moecclResult_t moeccl_a2a_hier3(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
-  if (!moeccl_a2a_hier3_applies(d)) return moeccl_a2a_direct(d, s);
+/* hier3's phases for d (a whole call, or one chunk of a pipelined one). */
+static moecclResult_t hier3_relay(const moeccl_a2a_desc_t* d, moeccl_sched_t* s, int* step_ends,
+                                  uint64_t* scratch) {
   const moeccl_topo_t* t = d->topo;
   int node = t->rank_node[d->rank];
   hier3_t h = {.d = d,
@@ -166,6 +168,19 @@ moecclResult_t moeccl_a2a_hier3(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
   moeccl_relay_plan_t plan = {.phases = hier3_phases,
                               .nphases = 3,
                               .nblocks = d->nranks,
-                              .max_msgs = most > h.ngroups ? most : h.ngroups};
+                              .max_msgs = most > h.ngroups ? most : h.ngroups,
+                              .step_ends = step_ends,
+                              .scratch = scratch};
   return moeccl_relay_run(d, s, &plan, &h);
+}
+
+moecclResult_t moeccl_a2a_hier3(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
+  if (!moeccl_a2a_hier3_applies(d)) return moeccl_a2a_direct(d, s);
+  return hier3_relay(d, s, NULL, NULL);
+}
+
+/* Pipelined: the three levels of successive chunks in the same steps. */
+moecclResult_t moeccl_a2a_hier3p(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
+  if (!moeccl_a2a_hier3_applies(d)) return moeccl_a2a_direct(d, s);
+  return moeccl_pipeline_run(d, s, 3, hier3_relay);
 }

@@ -21,6 +21,7 @@
  * Alltoallv metadata (MOECCL_META_NODE): rank (n,l) asks pair_bytes only for
  * (n,x) -> (m,l), x on its node (send rows of its node's ranks).
  */
+#include "pipeline.h"
 #include "relay.h"
 #include "topo/topo.h"
 
@@ -95,8 +96,9 @@ static const moeccl_relay_phase_t rail_phases[] = {
 
 int moeccl_a2a_rail_applies(const moeccl_a2a_desc_t* d) { return moeccl_a2a_topo_fits(d, 2); }
 
-moecclResult_t moeccl_a2a_rail(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
-  if (!moeccl_a2a_rail_applies(d)) return moeccl_a2a_direct(d, s);
+/* rail's phases for d (a whole call, or one chunk of a pipelined one). */
+static moecclResult_t rail_relay(const moeccl_a2a_desc_t* d, moeccl_sched_t* s, int* step_ends,
+                                 uint64_t* scratch) {
   const moeccl_topo_t* t = d->topo;
   rail_t h = {.d = d,
               .t = t,
@@ -107,6 +109,19 @@ moecclResult_t moeccl_a2a_rail(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
   moeccl_relay_plan_t plan = {.phases = rail_phases,
                               .nphases = 2,
                               .nblocks = h.L * h.nnodes,
-                              .max_msgs = h.L > h.nnodes ? h.L : h.nnodes};
+                              .max_msgs = h.L > h.nnodes ? h.L : h.nnodes,
+                              .step_ends = step_ends,
+                              .scratch = scratch};
   return moeccl_relay_run(d, s, &plan, &h);
+}
+
+moecclResult_t moeccl_a2a_rail(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
+  if (!moeccl_a2a_rail_applies(d)) return moeccl_a2a_direct(d, s);
+  return rail_relay(d, s, NULL, NULL);
+}
+
+/* Pipelined: chunk c's exchange across nodes with chunk c+2's on the node. */
+moecclResult_t moeccl_a2a_railp(const moeccl_a2a_desc_t* d, moeccl_sched_t* s) {
+  if (!moeccl_a2a_rail_applies(d)) return moeccl_a2a_direct(d, s);
+  return moeccl_pipeline_run(d, s, 2, rail_relay);
 }

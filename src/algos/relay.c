@@ -38,6 +38,8 @@ struct moeccl_relay {
   int phase, pass;
   uint64_t used[LOC_NKINDS]; /* bytes of each scratch area this phase uses */
   uint64_t size[LOC_NKINDS]; /* the most any phase used */
+  int* step_ends;            /* pipelined: logical step ends (relay.h), else NULL */
+  int lsteps;
   /* The message being described. */
   int peer;
   loc_t start;                     /* its first byte (its area's next free byte while sizing) */
@@ -78,7 +80,8 @@ static void emit(moeccl_relay_t* x, moeccl_op_type_t type, int peer, loc_t src, 
 }
 
 static void end_step(moeccl_relay_t* x) {
-  if (x->rc == moecclSuccess) fail(x, moeccl_sched_end_step(x->s));
+  if (x->step_ends) x->step_ends[x->lsteps++] = x->s->nops;
+  else if (x->rc == moecclSuccess) fail(x, moeccl_sched_end_step(x->s));
 }
 
 static void copy_flush(moeccl_relay_t* x) {
@@ -253,7 +256,7 @@ static uint64_t align64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
 
 /* Lays the scratch areas out one after another and rewrites the tagged
  * scratch offsets of ops [first, nops) into real ones. */
-static void relocate(moeccl_relay_t* x, int first) {
+static uint64_t relocate(moeccl_relay_t* x, int first) {
   uint64_t base[LOC_NKINDS] = {0};
   base[LOC_AREA0] = align64(x->size[LOC_PACK]);
   base[LOC_AREA1] = base[LOC_AREA0] + align64(x->size[LOC_AREA0]);
@@ -266,11 +269,16 @@ static void relocate(moeccl_relay_t* x, int first) {
       op->dst_off = base[loc_kind(op->dst_off)] + (op->dst_off & LOC_OFF_MASK);
   }
   if (total > x->s->scratch_bytes) x->s->scratch_bytes = (size_t)total;
+  return total;
 }
 
 moecclResult_t moeccl_relay_run(const moeccl_a2a_desc_t* d, moeccl_sched_t* s,
                                 const moeccl_relay_plan_t* plan, const void* ctx) {
-  moeccl_relay_t x = {.d = d, .s = s, .nblocks = plan->nblocks, .max_msgs = plan->max_msgs};
+  moeccl_relay_t x = {.d = d,
+                      .s = s,
+                      .nblocks = plan->nblocks,
+                      .max_msgs = plan->max_msgs,
+                      .step_ends = plan->step_ends};
   size_t held = (size_t)plan->nblocks * sizeof(held_t),
          msgs = (size_t)plan->max_msgs * sizeof(msg_t);
   void* work;
@@ -283,6 +291,8 @@ moecclResult_t moeccl_relay_run(const moeccl_a2a_desc_t* d, moeccl_sched_t* s,
   fail(&x, moeccl_a2a_add_self_copy(d, s));
   for (int k = 0; k < plan->nphases; k++) run_phase(&x, &plan->phases[k], ctx);
   end_step(&x);
-  if (x.rc == moecclSuccess) relocate(&x, first);
-  return x.rc;
+  if (x.rc != moecclSuccess) return x.rc;
+  uint64_t total = relocate(&x, first);
+  if (plan->scratch) *plan->scratch = total;
+  return moecclSuccess;
 }

@@ -51,6 +51,12 @@ typedef struct {
   int nphases;
   int nblocks;  /* size of the held-block index space */
   int max_msgs; /* most messages sent, and most received, in one phase */
+  /* For a pipelined generator (pipeline.h), NULL otherwise: the steps are
+   * not closed; step_ends[k] gets the op count at the end of logical step k
+   * of the layout above (2 * nphases + 1 of them, empty ones included), and
+   * *scratch the scratch bytes this run's ops use (from offset 0). */
+  int* step_ends;
+  uint64_t* scratch;
 } moeccl_relay_plan_t;
 
 /* Appends this rank's steps for plan (ctx goes to the callbacks). */

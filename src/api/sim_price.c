@@ -194,7 +194,8 @@ static moecclResult_t find_a2a(const char* fn, const char* algo, const moeccl_a2
   *a = moeccl_a2a_algo_by_name(algo);
   if (*a && (*a)->schedule) return moecclSuccess;
   return moeccl_error(NULL, moecclInvalidArgument,
-                      "%s: unknown algorithm '%s' (direct, pairwise, bruck, hier2, hier3, rail)",
+                      "%s: unknown algorithm '%s' (direct, pairwise, bruck, hier2, hier3, rail, "
+                      "hier2p, railp, hier3p)",
                       fn, algo);
 }
 

@@ -39,8 +39,10 @@
     "bootstrap interfaces: prefix list, ^ excludes, = exact; unset: loopback only")                \
   X(HOSTID, hostid, STR, FAIL, EACH, "", 0, 0, NULL, check_hostid,                                 \
     "node identity; ranks with different ids act as separate nodes")                               \
-  X(ALGO, algo, STR, WARN, EACH, "", 0, 0, "direct|pairwise|bruck|hier2|hier3|rail", NULL,         \
-    "force the all-to-all algorithm: direct, pairwise, bruck, hier2, hier3 or rail")               \
+  X(ALGO, algo, STR, WARN, EACH, "", 0, 0,                                                         \
+    "direct|pairwise|bruck|hier2|hier3|rail|hier2p|railp|hier3p", NULL,                            \
+    "force the all-to-all algorithm: direct, pairwise, bruck, hier2, hier3, rail, hier2p, railp "  \
+    "or hier3p")                                                                                   \
   X(ALLREDUCE_ALGO, allreduce_algo, STR, WARN, EACH, "", 0, 0, "ring|rhd|rd|tree|direct|hier",     \
     NULL,                                                                                          \
     "force the AllReduce algorithm: ring, rhd, rd, tree, direct or hier")                          \
@@ -60,6 +62,8 @@
     "force the MoE dispatch/combine path across nodes: flat or hier")                              \
   X(A2A_WINDOW, a2a_window, INT, FAIL, ONCE, "64", 0, 1048576LL, NULL, NULL,                       \
     "peers the direct algorithm exchanges with per step (0: all at once)")                         \
+  X(A2A_CHUNKS, a2a_chunks, INT, FAIL, ONCE, "0", 0, 64LL, NULL, NULL,                             \
+    "chunks of the pipelined all-to-alls (hier2p, railp, hier3p); 0: the tuner picks")             \
   X(TOPO_FILE, topo_file, STR, FAIL, EACH, "", 0, 0, NULL, NULL,                                   \
     "load the topology (nodes, groups, rails, link costs) from this file")                         \
   X(TOPO_DUMP_FILE, topo_dump_file, STR, FAIL, EACH, "", 0, 0, NULL, NULL,                         \

@@ -58,6 +58,7 @@ static moecclResult_t a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* 
                             "the tuner could not price the candidates (out of memory); the ranks "
                             "may now disagree, abort the communicator");
   choice->algo = (int)algo->id;
+  choice->chunks = moeccl_tuner_a2a_chunks(comm);
   moeccl_a2a_desc_t d = *desc;
   d.topo = comm->topo;
   if (!moeccl_a2a_needs_meta(algo, &d)) return moecclSuccess;
@@ -151,6 +152,7 @@ static moecclResult_t a2a_build(moeccl_comm_t* comm, const moeccl_call_t* call,
   moeccl_a2a_desc_t d = *desc;
   d.topo = comm->topo;
   d.window = comm->a2a_window;
+  d.chunks = choice->chunks;
   if (choice->need_meta) d.pair_bytes = meta_pair_bytes, d.pair_ctx = comm;
   MOECCL_CHECK(std_bufs(s, call->sendbuf, call->recvbuf));
   size_t staged = call->sendbuf == call->recvbuf ? a2a_send_extent(&d) : 0;

@@ -50,6 +50,7 @@ typedef struct {
 typedef struct {
   int algo;      /* row of moeccl_a2a_algos[] (A2A) or moeccl_coll_algos[] (COLL) */
   int need_meta; /* A2A: comm->plan->meta_sched (count exchange) must run before build */
+  int chunks;    /* A2A: the pipelined algorithms' chunks (moeccl_tuner_a2a_chunks) */
 } moeccl_choice_t;
 
 /* What the planner keeps per communicator between calls (comm->plan): the

@@ -153,26 +153,56 @@ typedef struct {
    * algos.h) before planning; NULL when nothing was gathered. */
   size_t (*pair_bytes)(const void* ctx, int src, int dst);
   const void* pair_ctx;
+  /* Pipelined algorithms (hier2p): chunks every block is cut into (0: the
+   * generator's default); the same on every rank. */
+  int chunks;
+  /* The part of every block this description stands for: part `slice` of
+   * `nslices` element-aligned parts (nslices 0: whole blocks).  A pipelined
+   * generator describes one chunk so to the phases it runs; the helpers
+   * below answer for that part only. */
+  int slice, nslices;
 } moeccl_a2a_desc_t;
 
-static inline size_t moeccl_a2a_send_bytes(const moeccl_a2a_desc_t* d, int peer) {
+/* Where part k of a block of `bytes` starts (k == nslices: its end). */
+static inline size_t moeccl_a2a_slice_at(const moeccl_a2a_desc_t* d, size_t bytes, int k) {
+  if (!d->nslices || k >= d->nslices) return k ? bytes : 0;
+  size_t unit = d->elem_size ? d->elem_size : 1;
+  return bytes / unit * (size_t)k / (size_t)d->nslices * unit;
+}
+/* Bytes of this description's part of a block of `bytes`. */
+static inline size_t moeccl_a2a_slice(const moeccl_a2a_desc_t* d, size_t bytes) {
+  if (!d->nslices) return bytes;
+  return moeccl_a2a_slice_at(d, bytes, d->slice + 1) - moeccl_a2a_slice_at(d, bytes, d->slice);
+}
+
+static inline size_t moeccl_a2a_full_send_bytes(const moeccl_a2a_desc_t* d, int peer) {
   return d->send_counts ? d->send_counts[peer] * d->elem_size : d->block_bytes;
 }
+static inline size_t moeccl_a2a_full_recv_bytes(const moeccl_a2a_desc_t* d, int peer) {
+  return d->recv_counts ? d->recv_counts[peer] * d->elem_size : d->block_bytes;
+}
+static inline size_t moeccl_a2a_send_bytes(const moeccl_a2a_desc_t* d, int peer) {
+  return moeccl_a2a_slice(d, moeccl_a2a_full_send_bytes(d, peer));
+}
 static inline size_t moeccl_a2a_send_off(const moeccl_a2a_desc_t* d, int peer) {
-  return d->send_counts ? d->send_displs[peer] * d->elem_size : (size_t)peer * d->block_bytes;
+  size_t off = d->send_counts ? d->send_displs[peer] * d->elem_size : (size_t)peer * d->block_bytes;
+  return off + moeccl_a2a_slice_at(d, moeccl_a2a_full_send_bytes(d, peer), d->slice);
 }
 static inline size_t moeccl_a2a_recv_bytes(const moeccl_a2a_desc_t* d, int peer) {
-  return d->recv_counts ? d->recv_counts[peer] * d->elem_size : d->block_bytes;
+  return moeccl_a2a_slice(d, moeccl_a2a_full_recv_bytes(d, peer));
 }
 /* Bytes src sends dst in this call, for any pair the caller made known. */
 static inline size_t moeccl_a2a_bytes(const moeccl_a2a_desc_t* d, int src, int dst) {
-  if (!d->send_counts) return d->block_bytes;
-  if (src == d->rank) return d->send_counts[dst] * d->elem_size;
-  if (dst == d->rank) return d->recv_counts[src] * d->elem_size;
-  return d->pair_bytes ? d->pair_bytes(d->pair_ctx, src, dst) : 0;
+  size_t full = !d->send_counts   ? d->block_bytes
+                : src == d->rank  ? d->send_counts[dst] * d->elem_size
+                : dst == d->rank  ? d->recv_counts[src] * d->elem_size
+                : d->pair_bytes   ? d->pair_bytes(d->pair_ctx, src, dst)
+                                  : 0;
+  return moeccl_a2a_slice(d, full);
 }
 static inline size_t moeccl_a2a_recv_off(const moeccl_a2a_desc_t* d, int peer) {
-  return d->recv_counts ? d->recv_displs[peer] * d->elem_size : (size_t)peer * d->block_bytes;
+  size_t off = d->recv_counts ? d->recv_displs[peer] * d->elem_size : (size_t)peer * d->block_bytes;
+  return off + moeccl_a2a_slice_at(d, moeccl_a2a_full_recv_bytes(d, peer), d->slice);
 }
 
 #endif

@@ -111,6 +111,35 @@ void moeccl_pricing_a2a(moeccl_pricing_t* p, const moeccl_a2a_pricing_t* call) {
   p->extra = a2a_counts;
 }
 
+int moeccl_pricing_a2a_chunks(moeccl_pricing_t* p, moeccl_a2a_pricing_t* call) {
+  static const int candidates[] = {2, 4, 8, 16};
+  moeccl_pricing_a2a(p, call);
+  /* A pipelined plan costs its chunks times its bulk one's: the count is
+   * chosen on the first two priced ranks alone (0 and n-1 of a sample),
+   * without the machine floor, so that a miss at 16,384 ranks stays well
+   * under a second. */
+  moeccl_pricing_t few = *p;
+  int ranks01[2] = {0, p->nranks - 1};
+  if (few.nranks > 2) few.nranks = 2;
+  if (!few.ranks) few.ranks = ranks01;
+  few.bound = NULL, few.cpu_us = NULL;
+  int best = -1;
+  double best_us = -1.0;
+  for (int a = 0; a < MOECCL_A2A_NALGOS; a++) {
+    if (!moeccl_a2a_pipelined(a) || !a2a_applies(p, a)) continue;
+    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+      call->d.chunks = candidates[i];
+      double us = moeccl_pricing_price(&few, a);
+      if (us == MOECCL_PRICE_FAILED) return -2;
+      /* more chunks must win by 2%: more messages for a gain the model barely sees */
+      if (us >= 0 && (best_us < 0 || us < best_us * (candidates[i] > best ? 0.98 : 1.0)))
+        best_us = us, best = candidates[i];
+    }
+  }
+  call->d.chunks = best > 0 ? best : 0;
+  return call->d.chunks;
+}
+
 const char* moeccl_pricing_a2a_runs(const moeccl_a2a_algo_t* a, const moeccl_a2a_desc_t* d, int v) {
   if (v && a->meta == MOECCL_META_ALL && d->nranks > MOECCL_META_ALL_MAX_RANKS)
     return moeccl_a2a_algos[MOECCL_A2A_PAIRWISE].name;

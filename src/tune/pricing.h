@@ -77,6 +77,12 @@ typedef struct {
  * moeccl_a2a_algos[] in table order, ties to the earlier.  p->topo,
  * sched, ranks and nranks are the caller's. */
 void moeccl_pricing_a2a(moeccl_pricing_t* p, const moeccl_a2a_pricing_t* call);
+/* The chunk count (2, 4, 8 or 16; more must win by 2%) of the cheapest
+ * pipelined schedule (hier2p, railp, hier3p) for call on p's first two
+ * ranks (all are priced for the choice of algorithm afterwards), set in
+ * call->d.chunks and returned; 0 (the generators' default) where none
+ * applies; -2 when a price failed.  Sets p up as moeccl_pricing_a2a. */
+int moeccl_pricing_a2a_chunks(moeccl_pricing_t* p, moeccl_a2a_pricing_t* call);
 /* The same for a collective (call->topo set): the rows of
  * moeccl_coll_algos[] that implement call->kind and apply, in the order
  * direct, rhd, ring, rd, tree, hier, a tie (1e-9) to the earlier. */

@@ -38,6 +38,7 @@ typedef struct {
   size_t block; /* per-peer bytes priced */
   int v;        /* an alltoallv (its count exchange priced too) */
   int algo;     /* chosen id, -1: empty slot */
+  int chunks;   /* the pipelined algorithm's chunks priced cheapest */
   unsigned age;
 } cache_entry_t;
 
@@ -70,6 +71,8 @@ struct moeccl_tuner {
   int nmachines;
   moeccl_forced_t forced; /* MOECCL_ALGO and the like (forced.c) */
   int last_algo;          /* the previous all-to-all choice, for logging changes */
+  int chunks_param;       /* MOECCL_A2A_CHUNKS (0: priced per call) */
+  int a2a_chunks;         /* the last pick's chunks */
 };
 
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
@@ -198,6 +201,7 @@ static uint64_t pricing_hash(const moeccl_comm_t* c) {
   uint64_t h = topo_hash(t);
   h = fnv(h, &t->nrails, sizeof(t->nrails));
   h = fnv(h, &c->a2a_window, sizeof(c->a2a_window));
+  h = fnv(h, &c->tuner->chunks_param, sizeof(c->tuner->chunks_param));
   /* Forced algorithms too: a rank that forced another would run another
    * schedule. */
   const moeccl_forced_t* f = &c->tuner->forced;
@@ -218,6 +222,7 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   c->tuner->meta_index = malloc(sizeof(int) * (size_t)c->nranks);
   if (!c->tuner->meta_index) return moeccl_error(c, moecclSystemError, "out of memory");
   c->tuner->v_bytes = moeccl_param_tune_v_bytes();
+  c->tuner->chunks_param = (int)moeccl_param_a2a_chunks();
   c->a2a_window = (int)moeccl_param_a2a_window();
   if (c->a2a_window < 0) c->a2a_window = 0;
   int costs_given = 0;
@@ -398,6 +403,7 @@ static void priced_ranks(moeccl_comm_t* c, int root, int* ranks, moeccl_pricing_
 /* ---- all-to-all ----------------------------------------------------------- */
 
 const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d) {
+  c->tuner->a2a_chunks = c->tuner->chunks_param;
   if (c->tuner->forced.algo >= 0) return &moeccl_a2a_algos[c->tuner->forced.algo];
   int v = d->send_counts != NULL;
   size_t block = v ? c->tuner->v_bytes : d->block_bytes;
@@ -407,6 +413,7 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   cache_entry_t* last = &tu->cache[tu->a2a_last];
   if (last->algo >= 0 && last->block == block && last->v == v) {
     last->age = tu->clock;
+    tu->a2a_chunks = last->chunks;
     return &moeccl_a2a_algos[last->algo];
   }
   cache_entry_t* slot = &tu->cache[0];
@@ -419,6 +426,7 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
     if (e->block == block && e->v == v) {
       e->age = tu->clock;
       tu->a2a_last = i;
+      tu->a2a_chunks = e->chunks;
       return &moeccl_a2a_algos[e->algo];
     }
     if (e->age < slot->age) slot = e;
@@ -434,16 +442,22 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   moeccl_pricing_t p = {0};
   int ranks[MAX_SAMPLE + 1];
   priced_ranks(c, -1, ranks, &p);
+  call.d.chunks = tu->chunks_param;
+  if (!tu->chunks_param && moeccl_pricing_a2a_chunks(&p, &call) == -2) return NULL;
   moeccl_pricing_a2a(&p, &call);
   char line[640];
   int best = moeccl_pricing_cheapest(&p, line, sizeof(line), NULL);
   if (best == -2) return NULL;
   if (best < 0) best = MOECCL_A2A_DIRECT;
-  slot->block = block, slot->v = v, slot->algo = best, slot->age = tu->clock;
+  tu->a2a_chunks = call.d.chunks;
+  slot->block = block, slot->v = v, slot->algo = best, slot->chunks = call.d.chunks;
+  slot->age = tu->clock;
   tu->a2a_last = (int)(slot - tu->cache);
-  INFO(ALGO, "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s)",
+  INFO(ALGO,
+       "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s; "
+       "pipelined in %d chunks)",
        c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
-       moeccl_a2a_algos[best].name, line[0] ? line : "none");
+       moeccl_a2a_algos[best].name, line[0] ? line : "none", call.d.chunks);
   tu->last_algo = best;
   return &moeccl_a2a_algos[best];
 }
@@ -473,6 +487,8 @@ static coll_entry_t* coll_lookup(struct moeccl_tuner* tu, const moeccl_coll_desc
   }
   return NULL;
 }
+
+int moeccl_tuner_a2a_chunks(const moeccl_comm_t* c) { return c->tuner ? c->tuner->a2a_chunks : 0; }
 
 int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
   if (c->tuner->forced.coll[d->kind] >= 0) return c->tuner->forced.coll[d->kind];

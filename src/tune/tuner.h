@@ -41,6 +41,10 @@ int moeccl_tuner_machines(const moeccl_comm_t* comm, const int** machine_of, con
  * block size MOECCL_TUNE_V_BYTES, since no rank knows the others' counts.
  * NULL when a candidate could not be priced (out of memory). */
 const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc);
+/* The chunk count of the last moeccl_tuner_pick (desc->chunks for the
+ * pipelined algorithms): MOECCL_A2A_CHUNKS where set, else the one priced
+ * cheapest for that call (0: the generator's default). */
+int moeccl_tuner_a2a_chunks(const moeccl_comm_t* comm);
 
 /* The algorithm (a row of moeccl_coll_algos[]) for a collective other than
  * all-to-all: MOECCL_<COLL>_ALGO, else the candidate whose schedule prices
