@@ -195,11 +195,14 @@ def _numpy_type(d):
 
 
 def _from_numpy(a, name, writable, dtype):
-    flags = a.flags
-    if not flags.c_contiguous:
+    # one dict gives the pointer, read-only and (strides None) C order: cheaper
+    # than a.flags and a.ctypes.data, which build objects every call
+    ai = a.__array_interface__
+    ptr, readonly = ai["data"]
+    if ai["strides"] is not None and not a.flags.c_contiguous:
         raise ArgumentError("%s: numpy array is not C-contiguous (use np.ascontiguousarray)"
                             % name)
-    if writable and not flags.writeable:
+    if writable and readonly:
         raise ArgumentError("%s: numpy array is read-only but the call writes it" % name)
     if a.dtype.byteorder == ">":
         raise ArgumentError("%s: numpy array is big-endian (%s); moeccl needs native order"
@@ -209,7 +212,6 @@ def _from_numpy(a, name, writable, dtype):
         dt = found
     else:
         dt = _override(found, dtype, a.itemsize, "%s (numpy %s)" % (name, a.dtype))
-    ptr = a.ctypes.data
     count = a.nbytes // ITEMSIZE[dt]
     return Buffer(ptr, count, dt, "host", a, tuple(a.shape))
 
