@@ -184,6 +184,14 @@ static void print_links(const moeccl_topo_t* t) {
   printf("# copy        overhead_us=%g bw_GBps=%g\n", t->copy_overhead_us, t->copy_GBps);
 }
 
+/* --device: where the node link and copy costs above come from. */
+static void print_device(const moeccl_topo_t* t) {
+  const moeccl_topo_device_t* d = &t->dev;
+  printf("# device buffers (%s): hbm_GBps=%g link_GBps=%g copy_us=%g launch_us=%g\n",
+         d->given ? "costs from the file" : "H200-class defaults, not measured", d->hbm_GBps,
+         d->link_GBps, d->copy_us, d->launch_us);
+}
+
 static void print_header(const struct sim_run* r) {
   const moeccl_topo_t* t = &r->topo;
   const struct opts* o = r->o;
@@ -196,6 +204,7 @@ static void print_header(const struct sim_run* r) {
   const char* what = o->topo_file ? NULL : sim_preset_what(o->preset);
   if (what) printf("#   the preset: %s\n", what);
   print_links(t);
+  if (o->device) print_device(t);
   printf("# dist %s  direct window %d  sizes %s bytes %zu..%zu x%zu  priced ranks %d%s\n",
          o->dist_name, o->window, o->per_rank ? "per rank" : "per peer", o->minbytes, o->maxbytes,
          o->step, r->nsample,

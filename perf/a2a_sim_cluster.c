@@ -65,6 +65,11 @@ int sim_build_topo(const struct opts* o, moeccl_topo_t* t) {
     fprintf(stderr, "a2a_sim: %s\n", err[0] ? err : o->costs_file);
     return -1;
   }
+  if (o->device) { /* the view shares t's tables: t keeps owning them */
+    moeccl_topo_t view;
+    moeccl_topo_device_view(t, &view);
+    *t = view;
+  }
   for (int i = 0; i < o->noverrides; i++) {
     if (apply_override(t, o->overrides[i])) {
       fprintf(stderr, "a2a_sim: bad cost override '%s' (see -h)\n", o->overrides[i]);

@@ -30,6 +30,7 @@ struct opts {
   int preset_given;
   const char* topo_file;  /* --topo: shape and costs from a file */
   const char* costs_file; /* --costs: link and copy lines over them */
+  int device;             /* --device: price device buffers (the device view) */
   size_t minbytes, maxbytes, step;
   int per_rank; /* -b/-e are bytes per rank, as a2a_perf, not per peer */
   const char* algos;

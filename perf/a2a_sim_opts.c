@@ -25,7 +25,9 @@ static void usage(const char* prog) {
          "      --ranks R            nodes = R / ppn\n"
          "      --topo FILE          shape and costs from a topology file (MOECCL_TOPO_FILE; at\n"
          "                           most 2^20 ranks, docs/TOPOLOGY.md)\n"
-         "      --costs FILE         link and copy lines over the costs (MOECCL_TUNE_FILE)\n"
+         "      --costs FILE         link, copy and device lines over the costs (MOECCL_TUNE_FILE)\n"
+         "      --device             price device buffers: the node link and copies take the\n"
+         "                           device costs (a 'device' line; else H200-class defaults)\n"
          "      --link CLASS:K=V,..  CLASS node|group|global; K latency_us|overhead_us|bw_GBps|\n"
          "                           rndv_bytes\n"
          "      --copy K=V,..        K overhead_us|bw_GBps: local copies\n"
@@ -74,7 +76,8 @@ enum {
   OPT_SEED,
   OPT_SAMPLE,
   OPT_ALL_RANKS,
-  OPT_JSON
+  OPT_JSON,
+  OPT_DEVICE
 };
 
 static const struct option long_opts[] = {{"preset", required_argument, NULL, OPT_PRESET},
@@ -85,6 +88,7 @@ static const struct option long_opts[] = {{"preset", required_argument, NULL, OP
                                           {"ranks", required_argument, NULL, OPT_RANKS},
                                           {"topo", required_argument, NULL, OPT_TOPO},
                                           {"costs", required_argument, NULL, OPT_COSTS},
+                                          {"device", no_argument, NULL, OPT_DEVICE},
                                           {"link", required_argument, NULL, OPT_LINK},
                                           {"copy", required_argument, NULL, OPT_COPY},
                                           {"minbytes", required_argument, NULL, 'b'},
@@ -126,6 +130,7 @@ static int apply_opt(int c, char* arg, struct opts* o) {
     case OPT_RANKS: return perf_parse_int(arg, 1, 1 << 26, &o->ranks);
     case OPT_TOPO: o->topo_file = arg; return 0;
     case OPT_COSTS: o->costs_file = arg; return 0;
+    case OPT_DEVICE: o->device = 1; return 0;
     case OPT_LINK:
     case OPT_COPY: return add_override(o, arg);
     case 'b': return perf_parse_size(arg, &o->minbytes);

@@ -23,7 +23,8 @@ MP_TESTS = \
 	tests/mp_shmleak \
 	tests/mp_initfault \
 	tests/mp_strays \
-	tests/mp_device
+	tests/mp_device \
+	tests/test_tune_device
 
 check_PROGRAMS += $(MP_TESTS)
 TESTS += $(MP_TESTS)
@@ -53,3 +54,6 @@ tests_mp_initfault_LDADD = libmoeccl.la
 # mp_device reaches device memory through the device seam (src/device/device.h).
 tests_mp_device_SOURCES = tests/mp_device.c $(MP_HARNESS_SOURCES)
 tests_mp_device_LDADD = libmoeccl_core.la
+# test_tune_device: the tuner's device costs (file, view, prices, 2 ranks on the emulation).
+tests_test_tune_device_SOURCES = tests/test_tune_device.c tests/unit_check.h $(MP_HARNESS_SOURCES)
+tests_test_tune_device_LDADD = libmoeccl_core.la -lm

@@ -50,6 +50,14 @@ grep -q '4 ranks = 2 nodes x 2' out.$$ || { echo "FAIL: --topo shape: $(sed -n 2
 check "--costs" $sim --nodes 2 --ppn 2 --costs "$srcdir/examples/topo/dragonfly-4096.topo" -b 8 -e 8
 grep -q 'link global latency_us=3.5 overhead_us=1 bw_GBps=11.25' out.$$ ||
   { echo "FAIL: --costs not applied"; fail=1; }
+# --device: the node link and copies from a device line (moeccl-tuning(7)).
+printf 'device hbm_GBps=2000 link_GBps=100 copy_us=2 launch_us=1\n' >dev.$$
+check "--device" $sim --nodes 2 --ppn 2 --costs dev.$$ --device -b 8 -e 8
+grep -q 'link node   latency_us=1 overhead_us=1 bw_GBps=100 ' out.$$ &&
+  grep -q 'copy        overhead_us=2 bw_GBps=1000' out.$$ &&
+  grep -q 'device buffers (costs from the file)' out.$$ ||
+  { echo "FAIL: --device: $(grep '^# \(link node\|copy\|device\)' out.$$)"; fail=1; }
+rm -f dev.$$
 
 # Uneven splits, every rank priced, JSON.
 check "moe" $sim --nodes 4 --ppn 4 --group 2 --dist moe:16,2 --all-ranks -b 256 -e 1K -f 4 \

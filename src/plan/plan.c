@@ -50,9 +50,9 @@ static moecclResult_t meta_plan(moeccl_comm_t* c, const moeccl_a2a_algo_t* a,
   return moeccl_meta_schedule(c->topo, c->rank, a->meta, pc->meta_index, rows, s);
 }
 
-static moecclResult_t a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc,
+static moecclResult_t a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc, int device,
                                   moeccl_choice_t* choice) {
-  const moeccl_a2a_algo_t* algo = moeccl_tuner_pick(comm, desc);
+  const moeccl_a2a_algo_t* algo = moeccl_tuner_pick(comm, desc, device);
   if (!algo)
     return moeccl_comm_fail(comm, moecclSystemError,
                             "the tuner could not price the candidates (out of memory); the ranks "
@@ -201,10 +201,10 @@ static moecclResult_t p2p_build(moeccl_comm_t* comm, const moeccl_call_t* call, 
 /* ---- the other collectives ------------------------------------------------ */
 
 static moecclResult_t coll_prepare(moeccl_comm_t* comm, const moeccl_coll_desc_t* desc,
-                                   moeccl_choice_t* choice) {
+                                   int device, moeccl_choice_t* choice) {
   moeccl_coll_desc_t d = *desc;
   d.topo = comm->topo;
-  int algo = moeccl_tuner_pick_coll(comm, &d);
+  int algo = moeccl_tuner_pick_coll(comm, &d, device);
   if (algo < 0)
     return moeccl_comm_fail(comm, moecclSystemError,
                             "the tuner could not price the %s candidates (out of memory); the "
@@ -266,12 +266,22 @@ static moecclResult_t moe_build(moeccl_comm_t* comm, const moeccl_call_t* call, 
 
 /* ---- entry ---------------------------------------------------------------- */
 
+/* Whether the tuner prices the call with the device costs: either buffer
+ * in device memory (a rank that passes no send or receive buffer, as a
+ * non-root may, still names the other, so the ranks of one call agree). */
+static int call_on_device(const moeccl_call_t* call) {
+  return (call->sendbuf && moeccl_mem_of(call->sendbuf).kind == MOECCL_MEM_DEVICE) ||
+         (call->recvbuf && moeccl_mem_of(call->recvbuf).kind == MOECCL_MEM_DEVICE);
+}
+
 moecclResult_t moeccl_plan_prepare(moeccl_comm_t* comm, const moeccl_call_t* call,
                                    moeccl_choice_t* choice) {
   *choice = (moeccl_choice_t){0, 0};
   if (comm->aborting) return moeccl_error(comm, moecclInvalidUsage, "communicator was aborted");
-  if (call->kind == MOECCL_CALL_A2A) return a2a_prepare(comm, &call->a2a, choice);
-  if (call->kind == MOECCL_CALL_COLL) return coll_prepare(comm, &call->coll, choice);
+  if (call->kind == MOECCL_CALL_A2A)
+    return a2a_prepare(comm, &call->a2a, call_on_device(call), choice);
+  if (call->kind == MOECCL_CALL_COLL)
+    return coll_prepare(comm, &call->coll, call_on_device(call), choice);
   return moecclSuccess;
 }
 

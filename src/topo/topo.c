@@ -31,6 +31,16 @@ void moeccl_topo_default_costs(moeccl_topo_t* t) {
   memcpy(t->link, default_link, sizeof(default_link));
   t->copy_overhead_us = 0.2;
   t->copy_GBps = 8.0;
+  t->dev = (moeccl_topo_device_t){MOECCL_DEV_DEFAULT_HBM_GBPS, MOECCL_DEV_DEFAULT_LINK_GBPS,
+                                  MOECCL_DEV_DEFAULT_COPY_US, MOECCL_DEV_DEFAULT_LAUNCH_US, 0};
+}
+
+void moeccl_topo_device_view(const moeccl_topo_t* t, moeccl_topo_t* view) {
+  *view = *t;
+  const moeccl_topo_device_t* d = &t->dev;
+  view->link[MOECCL_LINK_NODE] = (moeccl_link_t){d->launch_us, d->copy_us / 2.0, d->link_GBps, 0.0};
+  view->copy_overhead_us = d->copy_us;
+  view->copy_GBps = d->hbm_GBps / 2.0;
 }
 
 /* Fills the derived tables from rank_node[] (nodes numbered 0..nnodes-1). */
@@ -210,6 +220,7 @@ moecclResult_t moeccl_topo_subset(moeccl_topo_t* t, const moeccl_topo_t* p, cons
   if (rc != moecclSuccess) return rc;
   memcpy(t->link, p->link, sizeof(t->link));
   t->copy_GBps = p->copy_GBps, t->copy_overhead_us = p->copy_overhead_us;
+  t->dev = p->dev;
   snprintf(t->source, sizeof(t->source), "%s", p->source);
   snprintf(t->hw, sizeof(t->hw), "%s", p->hw);
   return moecclSuccess;

@@ -17,6 +17,8 @@
  *   link CLASS latency_us=A overhead_us=O bw_GBps=B [rndv_bytes=R]
  *                            CLASS: node, group or global
  *   copy overhead_us=O bw_GBps=B
+ *   device [hbm_GBps=H] [link_GBps=N] [copy_us=C] [launch_us=K]
+ *                            device memory's costs (moeccl_topo_device_t)
  *   hw ...                   discovered hardware (hwloc), informative only
  */
 #ifndef MOECCL_TOPO_H_
@@ -49,6 +51,23 @@ typedef struct {
   double rndv_bytes;
 } moeccl_link_t;
 
+/* What moves bytes of device memory (GPU buffers): the tuner prices calls on
+ * device buffers with these instead of the host's copy and shared-memory
+ * costs (moeccl_topo_device_view).  Defaults (MOECCL_DEV_DEFAULT_*) are
+ * published H200-class figures, not measurements. */
+typedef struct {
+  double hbm_GBps;  /* device memory bandwidth, read + write (a local copy gets half) */
+  double link_GBps; /* peer link (NVLink) bandwidth per GPU and direction */
+  double copy_us;   /* copy-engine launch latency, per copy */
+  double launch_us; /* kernel launch latency: a step's flag or reduction kernel */
+  int given;        /* 1: a file set some of them (the dump writes them), 0: defaults */
+} moeccl_topo_device_t;
+
+#define MOECCL_DEV_DEFAULT_HBM_GBPS 4800.0 /* H200 HBM3e; H100 SXM: 3350 */
+#define MOECCL_DEV_DEFAULT_LINK_GBPS 450.0 /* NVLink 4: 900 GB/s both directions */
+#define MOECCL_DEV_DEFAULT_COPY_US 7.0     /* copy-engine launch: 5-10 us */
+#define MOECCL_DEV_DEFAULT_LAUNCH_US 4.0   /* kernel launch: 3-5 us */
+
 typedef struct moeccl_topo {
   int nranks, nnodes, ngroups;
   int nodes_per_group; /* 0: all nodes form one group */
@@ -64,6 +83,7 @@ typedef struct moeccl_topo {
   double copy_GBps;        /* local copy bandwidth of one rank */
   char source[128];        /* "discovered" or "file <path>", for logs */
   char hw[512];            /* one-line summary of this node's hardware (hwloc), or "" */
+  moeccl_topo_device_t dev; /* device memory's costs */
 } moeccl_topo_t;
 
 /* Link class between ranks a and b. */
@@ -96,8 +116,16 @@ moecclResult_t moeccl_topo_regular_shape(moeccl_topo_t* t, int nnodes, int ranks
  * in order of their lowest rank, none empty (else moecclInvalidArgument). */
 moecclResult_t moeccl_topo_from_placement(moeccl_topo_t* t, int nranks, int nnodes,
                                           const int* rank_node, int nodes_per_group, int nrails);
-/* Sets t's link and copy costs to the built-in defaults. */
+/* Sets t's link, copy and device costs to the built-in defaults. */
 void moeccl_topo_default_costs(moeccl_topo_t* t);
+/* view = t as a call on device buffers sees it: the same placement (view
+ * shares t's arrays: never free it, and it lives while t does), the
+ * network classes unchanged, and t->dev in place of the host's costs
+ * within a node: a copy costs copy_us and bytes at hbm_GBps / 2, a
+ * message on the node link (a copy engine's copy from the peer's mapped
+ * buffer) copy_us, half at each end, and bytes at link_GBps, and a step
+ * on it launch_us. */
+void moeccl_topo_device_view(const moeccl_topo_t* t, moeccl_topo_t* view);
 /* Parses the file format above; nranks > 0 requires the file to describe
  * exactly that many ranks.  On error returns moecclInvalidArgument and
  * writes "path:line: why" into err.  docs/TOPOLOGY.md has the full rules.
@@ -121,7 +149,7 @@ moecclResult_t moeccl_topo_load(moeccl_topo_t* t, const char* path, int nranks, 
  * allocated in the first case (MOECCL_TOPO_FILE on every rank). */
 moecclResult_t moeccl_topo_load_for(moeccl_topo_t* t, const char* path, int nranks, int* other,
                                     char* err, size_t errlen);
-/* Reads link/copy statements (MOECCL_TUNE_FILE) over t's link costs; the
+/* Reads link/copy/device statements (MOECCL_TUNE_FILE) over t's link costs; the
  * header is optional and placement statements are checked but ignored, so a
  * dumped topology works as a tune file.  On error t is unchanged. */
 moecclResult_t moeccl_topo_load_costs(moeccl_topo_t* t, const char* path, char* err,

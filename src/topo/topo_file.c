@@ -38,6 +38,7 @@ typedef struct {
   int* other; /* load_for: the size a file of another size declares */
   moeccl_link_t link[MOECCL_LINK_NCLASSES];
   double copy_overhead_us, copy_GBps;
+  moeccl_topo_device_t dev;
   char hw[sizeof(((moeccl_topo_t*)0)->hw)];
   int hw_line;
 } parse_t;
@@ -188,6 +189,35 @@ static moecclResult_t parse_copy(parse_t* p, char** w, int nw) {
   return moecclSuccess;
 }
 
+/* "device key=value...": bandwidths > 0, latencies >= 0, each key once. */
+static moecclResult_t parse_device(parse_t* p, char** w, int nw) {
+  static const char* const keys[4] = {"hbm_GBps", "link_GBps", "copy_us", "launch_us"};
+  moeccl_topo_device_t d = p->dev;
+  double* fields[4] = {&d.hbm_GBps, &d.link_GBps, &d.copy_us, &d.launch_us};
+  int seen[4] = {0, 0, 0, 0};
+  if (nw < 2)
+    return fail_at(p, p->line, "no costs given (hbm_GBps=, link_GBps=, copy_us=, launch_us=)");
+  for (int i = 1; i < nw; i++) {
+    char* eq = strchr(w[i], '=');
+    if (!eq) return fail_at(p, p->line, "expected key=value, got '%s'", w[i]);
+    *eq = '\0';
+    int k = 0;
+    while (k < 4 && strcmp(w[i], keys[k]) != 0) k++;
+    if (k == 4) return fail_at(p, p->line, "unknown device key '%s'", w[i]);
+    if (seen[k]++) return fail_at(p, p->line, "%s given twice", keys[k]);
+    double v;
+    if (word_to_double(eq + 1, &v))
+      return fail_at(p, p->line, "bad %s '%s': expected a finite number", keys[k], eq + 1);
+    if (k < 2 ? v <= 0 : v < 0)
+      return fail_at(p, p->line, "%s=%s: must be %s", keys[k], eq + 1,
+                     k < 2 ? "greater than 0" : "0 or more");
+    *fields[k] = v;
+  }
+  d.given = 1;
+  p->dev = d;
+  return moecclSuccess;
+}
+
 /* "hw TEXT": the first one is kept (the host that wrote the file). */
 static void parse_hw(parse_t* p, char* text) {
   if (p->hw_line) return;
@@ -216,6 +246,7 @@ static moecclResult_t parse_words(parse_t* p, char** w, int nw) {
     return fail_at(p, p->line, "expected 'moeccl-topo 1' before '%s'", s);
   if (!strcmp(s, "link")) return parse_link(p, w, nw);
   if (!strcmp(s, "copy")) return parse_copy(p, w, nw);
+  if (!strcmp(s, "device")) return parse_device(p, w, nw);
   if (!strcmp(s, "nodes")) return parse_count(p, w, nw, 1, &p->nnodes, &p->nnodes_line);
   if (!strcmp(s, "ranks_per_node"))
     return parse_count(p, w, nw, 1, &p->ranks_per_node, &p->ranks_per_node_line);
@@ -408,6 +439,7 @@ static moecclResult_t load(moeccl_topo_t* t, const char* path, const char* text,
   memcpy(p.link, defaults.link, sizeof(p.link));
   p.copy_overhead_us = defaults.copy_overhead_us;
   p.copy_GBps = defaults.copy_GBps;
+  p.dev = defaults.dev;
   int* rank_node = NULL;
   int n = 0;
   moecclResult_t res = parse_source(&p, text, len);
@@ -421,6 +453,7 @@ static moecclResult_t load(moeccl_topo_t* t, const char* path, const char* text,
     memcpy(t->link, p.link, sizeof(t->link));
     t->copy_overhead_us = p.copy_overhead_us;
     t->copy_GBps = p.copy_GBps;
+    t->dev = p.dev;
     memcpy(t->hw, p.hw, sizeof(t->hw));
     snprintf(t->source, sizeof(t->source), "file %s", path);
   }
@@ -456,12 +489,14 @@ static moecclResult_t load_costs(moeccl_topo_t* t, const char* path, const char*
   memcpy(p.link, t->link, sizeof(p.link));
   p.copy_overhead_us = t->copy_overhead_us;
   p.copy_GBps = t->copy_GBps;
+  p.dev = t->dev;
   moecclResult_t res = parse_source(&p, text, len);
   free(p.placed);
   if (res != moecclSuccess) return res;
   memcpy(t->link, p.link, sizeof(t->link));
   t->copy_overhead_us = p.copy_overhead_us;
   t->copy_GBps = p.copy_GBps;
+  t->dev = p.dev;
   return moecclSuccess;
 }
 
@@ -528,6 +563,14 @@ static void put_topo(FILE* f, const moeccl_topo_t* t) {
   put_number(f, "overhead_us", t->copy_overhead_us);
   put_number(f, "bw_GBps", t->copy_GBps);
   fputc('\n', f);
+  if (t->dev.given) { /* the defaults stay implicit, as a file that gave none reads */
+    fputs("device", f);
+    put_number(f, "hbm_GBps", t->dev.hbm_GBps);
+    put_number(f, "link_GBps", t->dev.link_GBps);
+    put_number(f, "copy_us", t->dev.copy_us);
+    put_number(f, "launch_us", t->dev.launch_us);
+    fputc('\n', f);
+  }
   put_hw(f, t->hw);
 }
 

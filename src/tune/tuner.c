@@ -16,6 +16,12 @@
  * the bootstrap); a uniform call is priced on the same sample of ranks on
  * every rank; a v-call is priced as a uniform call of MOECCL_TUNE_V_BYTES per
  * block.  Choices are cached per block size.
+ *
+ * Device memory: a call whose buffers are device memory is priced on a
+ * view of the topology with the device costs (HBM, peer link, copy-engine
+ * and kernel launch: the tune file's 'device' line, or H200-class
+ * defaults; moeccl_topo_device_view), cached apart from host calls; the
+ * device costs are part of the init check.
  */
 #include "tune/tuner.h"
 #include "comm/bootstrap.h"
@@ -37,6 +43,7 @@
 typedef struct {
   size_t block; /* per-peer bytes priced */
   int v;        /* an alltoallv (its count exchange priced too) */
+  int device;   /* on device buffers (priced with the device view) */
   int algo;     /* chosen id, -1: empty slot */
   int chunks;   /* the pipelined algorithm's chunks priced cheapest */
   unsigned age;
@@ -45,6 +52,7 @@ typedef struct {
 /* A collective's choice, per call shape. */
 typedef struct {
   int kind, root, algo; /* algo -1: empty slot */
+  int device;           /* on device buffers */
   size_t count, elem;
   unsigned age;
 } coll_entry_t;
@@ -73,6 +81,8 @@ struct moeccl_tuner {
   int last_algo;          /* the previous all-to-all choice, for logging changes */
   int chunks_param;       /* MOECCL_A2A_CHUNKS (0: priced per call) */
   int a2a_chunks;         /* the last pick's chunks */
+  /* comm->topo as calls on device buffers are priced (device_view). */
+  moeccl_topo_t dev_topo;
 };
 
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
@@ -194,6 +204,26 @@ static moecclResult_t machines_init(moeccl_comm_t* c) {
   return moecclSuccess;
 }
 
+/* The device costs, which price calls on device buffers. */
+static uint64_t device_hash(uint64_t h, const moeccl_topo_device_t* d) {
+  const double v[4] = {d->hbm_GBps, d->link_GBps, d->copy_us, d->launch_us};
+  return fnv(h, v, sizeof(v));
+}
+
+/* The view of comm->topo that prices calls on device buffers, and its
+ * costs in the log: what a user reads to see how device calls are priced. */
+static void device_view_init(moeccl_comm_t* c) {
+  moeccl_topo_device_view(c->topo, &c->tuner->dev_topo);
+  const moeccl_topo_device_t* d = &c->topo->dev;
+  if (c->rank != 0) return;
+  INFO(ALGO,
+       "device buffers (%s): HBM %.4g GB/s (a copy %.4g GB/s), peer link %.4g GB/s per "
+       "direction, copy-engine launch %.3g us, kernel launch %.3g us; the network classes "
+       "as above",
+       d->given ? "costs from the file" : "H200-class defaults, not measured", d->hbm_GBps,
+       d->hbm_GBps / 2.0, d->link_GBps, d->copy_us, d->launch_us);
+}
+
 /* Everything a price depends on besides the call: placement, groups,
  * rails, every cost, the direct window and the alltoallv block size. */
 static uint64_t pricing_hash(const moeccl_comm_t* c) {
@@ -208,6 +238,7 @@ static uint64_t pricing_hash(const moeccl_comm_t* c) {
   h = fnv(h, &f->algo, sizeof(f->algo));
   h = fnv(h, f->coll, sizeof(f->coll));
   h = fnv(h, &f->moe, sizeof(f->moe));
+  h = device_hash(h, &t->dev);
   return fnv(h, &c->tuner->v_bytes, sizeof(c->tuner->v_bytes));
 }
 
@@ -306,6 +337,7 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     if (dump && *dump && moeccl_topo_dump(t, dump, err, sizeof(err)) != moecclSuccess)
       WARN(INIT, "MOECCL_TOPO_DUMP_FILE: %s", err);
   }
+  device_view_init(c);
   return moecclSuccess;
 }
 
@@ -384,12 +416,15 @@ static double machine_floor(const moeccl_pricing_t* p, const double* cpu_us, dou
 }
 
 /* The ranks priced: the sample (sample_ranks) plus root, every rank when
- * oversubscribed (then ranks[] is not filled: the pricing takes 0..n-1). */
-static void priced_ranks(moeccl_comm_t* c, int root, int* ranks, moeccl_pricing_t* p) {
+ * oversubscribed (then ranks[] is not filled: the pricing takes 0..n-1).
+ * A call on device buffers is priced on the device view, without the
+ * machines' CPU floor: the streams, not the host's cores, move its bytes. */
+static void priced_ranks(moeccl_comm_t* c, int root, int device, int* ranks,
+                         moeccl_pricing_t* p) {
   struct moeccl_tuner* tu = c->tuner;
-  p->topo = c->topo;
+  p->topo = device ? &tu->dev_topo : c->topo;
   p->sched = &tu->sched;
-  if (tu->oversubscribed) {
+  if (tu->oversubscribed && !device) {
     p->ranks = NULL, p->nranks = c->nranks;
     p->cpu_us = tu->rank_cpu_us, p->bound = machine_floor, p->ctx = tu;
     return;
@@ -402,7 +437,8 @@ static void priced_ranks(moeccl_comm_t* c, int root, int* ranks, moeccl_pricing_
 
 /* ---- all-to-all ----------------------------------------------------------- */
 
-const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d) {
+const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* d,
+                                           int device) {
   c->tuner->a2a_chunks = c->tuner->chunks_param;
   if (c->tuner->forced.algo >= 0) return &moeccl_a2a_algos[c->tuner->forced.algo];
   int v = d->send_counts != NULL;
@@ -411,7 +447,7 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   tu->clock++;
   /* Training repeats one shape: try the last hit first. */
   cache_entry_t* last = &tu->cache[tu->a2a_last];
-  if (last->algo >= 0 && last->block == block && last->v == v) {
+  if (last->algo >= 0 && last->block == block && last->v == v && last->device == device) {
     last->age = tu->clock;
     tu->a2a_chunks = last->chunks;
     return &moeccl_a2a_algos[last->algo];
@@ -423,7 +459,7 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
       slot = e;
       break;
     }
-    if (e->block == block && e->v == v) {
+    if (e->block == block && e->v == v && e->device == device) {
       e->age = tu->clock;
       tu->a2a_last = i;
       tu->a2a_chunks = e->chunks;
@@ -441,7 +477,8 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
                                .meta_index = tu->meta_index};
   moeccl_pricing_t p = {0};
   int ranks[MAX_SAMPLE + 1];
-  priced_ranks(c, -1, ranks, &p);
+  priced_ranks(c, -1, device, ranks, &p);
+  call.d.topo = p.topo;
   call.d.chunks = tu->chunks_param;
   if (!tu->chunks_param && moeccl_pricing_a2a_chunks(&p, &call) == -2) return NULL;
   moeccl_pricing_a2a(&p, &call);
@@ -451,34 +488,36 @@ const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_de
   if (best < 0) best = MOECCL_A2A_DIRECT;
   tu->a2a_chunks = call.d.chunks;
   slot->block = block, slot->v = v, slot->algo = best, slot->chunks = call.d.chunks;
+  slot->device = device;
   slot->age = tu->clock;
   tu->a2a_last = (int)(slot - tu->cache);
   INFO(ALGO,
-       "rank %d: all-to-all%s of %zu bytes per peer%s on %d ranks: %s (predicted us: %s; "
+       "rank %d: all-to-all%s of %zu bytes per peer%s%s on %d ranks: %s (predicted us: %s; "
        "pipelined in %d chunks)",
-       c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "", c->nranks,
-       moeccl_a2a_algos[best].name, line[0] ? line : "none", call.d.chunks);
+       c->rank, v ? "v" : "", block, v ? " (MOECCL_TUNE_V_BYTES)" : "",
+       device ? " in device memory" : "", c->nranks, moeccl_a2a_algos[best].name,
+       line[0] ? line : "none", call.d.chunks);
   tu->last_algo = best;
   return &moeccl_a2a_algos[best];
 }
 
 /* ---- the other collectives ------------------------------------------------ */
 
-static int coll_hit(const coll_entry_t* e, const moeccl_coll_desc_t* d) {
+static int coll_hit(const coll_entry_t* e, const moeccl_coll_desc_t* d, int device) {
   return e->algo >= 0 && e->kind == (int)d->kind && e->count == d->count &&
-         e->elem == d->elem_size && e->root == d->root;
+         e->elem == d->elem_size && e->root == d->root && e->device == device;
 }
 
-static coll_entry_t* coll_lookup(struct moeccl_tuner* tu, const moeccl_coll_desc_t* d,
+static coll_entry_t* coll_lookup(struct moeccl_tuner* tu, const moeccl_coll_desc_t* d, int device,
                                  coll_entry_t** victim) {
   tu->clock++;
   /* Training repeats one shape: try the last hit first. */
   coll_entry_t* last = &tu->coll_cache[tu->coll_last];
-  if (coll_hit(last, d)) return last->age = tu->clock, last;
+  if (coll_hit(last, d, device)) return last->age = tu->clock, last;
   *victim = &tu->coll_cache[0];
   for (int i = 0; i < CACHE_SLOTS; i++) {
     coll_entry_t* e = &tu->coll_cache[i];
-    if (coll_hit(e, d)) {
+    if (coll_hit(e, d, device)) {
       e->age = tu->clock;
       tu->coll_last = i;
       return e;
@@ -490,10 +529,10 @@ static coll_entry_t* coll_lookup(struct moeccl_tuner* tu, const moeccl_coll_desc
 
 int moeccl_tuner_a2a_chunks(const moeccl_comm_t* c) { return c->tuner ? c->tuner->a2a_chunks : 0; }
 
-int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
+int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d, int device) {
   if (c->tuner->forced.coll[d->kind] >= 0) return c->tuner->forced.coll[d->kind];
   coll_entry_t* slot;
-  coll_entry_t* hit = coll_lookup(c->tuner, d, &slot);
+  coll_entry_t* hit = coll_lookup(c->tuner, d, device, &slot);
   if (hit) return hit->algo;
   /* In place is each rank's own affair (NCCL decides it per rank from the
    * pointers) and changes only local ops: price without it, so that every
@@ -502,15 +541,18 @@ int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d) {
   call.in_place = 0;
   moeccl_pricing_t p = {0};
   int ranks[MAX_SAMPLE + 1];
-  priced_ranks(c, d->root, ranks, &p);
+  priced_ranks(c, d->root, device, ranks, &p);
+  call.topo = p.topo;
   moeccl_pricing_coll(&p, &call); /* direct, rhd, ring, ...: a tie to the earlier */
   char line[640];
   int best = moeccl_pricing_cheapest(&p, line, sizeof(line), NULL);
   if (best == -2) return -1;
   if (best < 0) best = MOECCL_COLL_DIRECT; /* implements every collective */
-  *slot = (coll_entry_t){(int)d->kind, d->root, best, d->count, d->elem_size, c->tuner->clock};
-  INFO(ALGO, "rank %d: %s of %zu bytes on %d ranks: %s (predicted us: %s)", c->rank,
-       moeccl_coll_kind_name(d->kind), d->count * d->elem_size, c->nranks,
+  *slot = (coll_entry_t){(int)d->kind, d->root, best, device, d->count, d->elem_size,
+                         c->tuner->clock};
+  INFO(ALGO, "rank %d: %s of %zu bytes%s on %d ranks: %s (predicted us: %s)", c->rank,
+       moeccl_coll_kind_name(d->kind), d->count * d->elem_size, device ? " in device memory" : "",
+       c->nranks,
        moeccl_coll_algos[best].name, line[0] ? line : "none");
   return best;
 }
@@ -562,4 +604,9 @@ int moeccl_tuner_pick_moe(moeccl_comm_t* c, const moeccl_moe_layout_t* l, size_t
   if (!l->hier_ok || c->tuner->forced.moe == 0) return 0;
   if (c->tuner->forced.moe == 1) return 1;
   return us[1] < us[0];
+}
+
+const moeccl_topo_t* moeccl_tuner_topo(const moeccl_comm_t* c, int device) {
+  if (!c->tuner || !c->topo) return NULL;
+  return device ? &c->tuner->dev_topo : c->topo;
 }

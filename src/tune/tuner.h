@@ -39,8 +39,12 @@ int moeccl_tuner_machines(const moeccl_comm_t* comm, const int** machine_of, con
  * the cost model prices cheapest.  Every rank picks the same one: uniform
  * calls are priced on the same sample of ranks everywhere, and v-calls at the
  * block size MOECCL_TUNE_V_BYTES, since no rank knows the others' counts.
+ * device: the call's buffers are device memory, priced with the topology's
+ * device costs (moeccl_topo_device_view) and cached apart; every rank must
+ * pass the same (plan.c: 1 when either buffer is device memory).
  * NULL when a candidate could not be priced (out of memory). */
-const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* comm, const moeccl_a2a_desc_t* desc);
+const moeccl_a2a_algo_t* moeccl_tuner_pick(moeccl_comm_t* c, const moeccl_a2a_desc_t* desc,
+                                           int device);
 /* The chunk count of the last moeccl_tuner_pick (desc->chunks for the
  * pipelined algorithms): MOECCL_A2A_CHUNKS where set, else the one priced
  * cheapest for that call (0: the generator's default). */
@@ -49,9 +53,14 @@ int moeccl_tuner_a2a_chunks(const moeccl_comm_t* comm);
 /* The algorithm (a row of moeccl_coll_algos[]) for a collective other than
  * all-to-all: MOECCL_<COLL>_ALGO, else the candidate whose schedule prices
  * cheapest among those implementing desc->kind and applying to it (every
- * rank knows the whole call, so all pick alike).  Cached per call shape.
+ * rank knows the whole call, so all pick alike).  Cached per call shape
+ * and memory kind (device as for moeccl_tuner_pick).
  * -1 when a candidate could not be priced (out of memory). */
-int moeccl_tuner_pick_coll(moeccl_comm_t* comm, const moeccl_coll_desc_t* desc);
+int moeccl_tuner_pick_coll(moeccl_comm_t* comm, const moeccl_coll_desc_t* desc, int device);
+
+/* The topology a call is priced on: comm->topo, or with device its device
+ * view (NULL before moeccl_tuner_init). */
+const struct moeccl_topo* moeccl_tuner_topo(const moeccl_comm_t* comm, int device);
 
 /* The MoE path of a call with rows of row_bytes on layout l: 1 for the
  * hierarchical one (only when l->hier_ok), 0 for the flat one:

@@ -28,6 +28,13 @@ static inline void fuzz_check_costs(const moeccl_topo_t* t) {
   FUZZ_ASSERT(isfinite(t->copy_overhead_us) && t->copy_overhead_us >= 0, "copy overhead %g",
               t->copy_overhead_us);
   FUZZ_ASSERT(isfinite(t->copy_GBps) && t->copy_GBps > 0, "copy bandwidth %g", t->copy_GBps);
+  const moeccl_topo_device_t* d = &t->dev;
+  FUZZ_ASSERT(isfinite(d->hbm_GBps) && d->hbm_GBps > 0 && isfinite(d->link_GBps) &&
+                  d->link_GBps > 0,
+              "device bandwidths %g %g", d->hbm_GBps, d->link_GBps);
+  FUZZ_ASSERT(isfinite(d->copy_us) && d->copy_us >= 0 && isfinite(d->launch_us) &&
+                  d->launch_us >= 0,
+              "device latencies %g %g", d->copy_us, d->launch_us);
 }
 
 /* The tables of a built topology agree with each other (topo.h). */
@@ -93,6 +100,10 @@ static inline int fuzz_same_costs(const moeccl_topo_t* a, const moeccl_topo_t* b
         x->bw_GBps != y->bw_GBps || x->rndv_bytes != y->rndv_bytes)
       return 0;
   }
+  const moeccl_topo_device_t *p = &a->dev, *q = &b->dev;
+  if (p->hbm_GBps != q->hbm_GBps || p->link_GBps != q->link_GBps || p->copy_us != q->copy_us ||
+      p->launch_us != q->launch_us)
+    return 0;
   return a->copy_GBps == b->copy_GBps && a->copy_overhead_us == b->copy_overhead_us;
 }
 
