@@ -4,7 +4,10 @@
  * GPU backend (cuBLAS and its kernels) can take the host backend's place
  * without the layer code changing.  Every float pointer an op receives lies
  * in the backend's memory (host memory for the BLAS backend); the index
- * arrays (expert ids, the local plan's row_of and token_of) too.  Matrices
+ * arrays (expert ids, the local plan's row_of and token_of) too.  (Not yet
+ * so for a device backend: the callers still allocate with calloc and read
+ * the router's statistics and expert ids on the host; moving them is what
+ * remains before moe_train runs on the CUDA backend.)  Matrices
  * are row-major, float32.  Ops run in the order they are called (the host
  * backend's are done when they return; a device backend's are queued on its
  * stream, and every op that returns a value to the host waits for them).

@@ -4,6 +4,7 @@
  * stream on device 0's primary context. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,7 +54,7 @@ static const char* const kernel_name[K_COUNT] = {
     "moe_krouter_dlogits", "moe_kgather", "moe_kcombine", "moe_kcombine_back",
     "moe_kscatter", "moe_kadd", "moe_kscaled_diff", "moe_ksq_dist_blocks", "moe_kadam"};
 
-static CUhandle stream, blas, kernel[K_COUNT];
+static CUhandle stream, blas, kernel[K_COUNT], context;
 static char device_name[128];
 static char error[256];
 
@@ -78,10 +79,15 @@ static int blas_check(int r, const char* what) {
               cu.blasStatusString ? cu.blasStatusString(r) : "unknown");
 }
 
+/* The context is current per thread: every entry makes it so (cheap), for
+ * calls from threads other than the one that loaded it. */
+static int current(void) { return cu_check(cu.CtxSetCurrent(context), "cuCtxSetCurrent"); }
+
 /* One thread per item, MOE_CUDA_BLOCK to a block. */
 static int launch(int id, size_t items, void** args) {
   size_t blocks = (items + MOE_CUDA_BLOCK - 1) / MOE_CUDA_BLOCK;
   if (blocks == 0) return 0;
+  if (current()) return -1;
   if (blocks > 0x7fffffffu) return fail("%s: %zu items is too many", kernel_name[id], items);
   return cu_check(cu.LaunchKernel(kernel[id], (unsigned)blocks, 1, 1, MOE_CUDA_BLOCK, 1, 1, 0,
                                   stream, args, NULL),
@@ -90,6 +96,7 @@ static int launch(int id, size_t items, void** args) {
 
 static int r_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                    int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (current()) return -1;
   return blas_check(cu.blasSgemm(blas, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, &alpha, a, lda,
                                  b, ldb, &beta, c, ldc),
                     "cublasSgemm");
@@ -168,6 +175,7 @@ static int r_adam(size_t count, float lr, float b1, float b2, float eps, float c
 }
 
 static int r_alloc(void** ptr, size_t bytes) {
+  if (current()) return -1;
   CUdeviceptr d = 0;
   if (cu_check(cu.MemAlloc(&d, bytes ? bytes : 1), "cuMemAlloc")) return -1;
   *ptr = (void*)(uintptr_t)d;
@@ -175,31 +183,38 @@ static int r_alloc(void** ptr, size_t bytes) {
 }
 
 static int r_free(void* ptr) {
+  if (ptr && current()) return -1;
   return ptr ? cu_check(cu.MemFree((CUdeviceptr)(uintptr_t)ptr), "cuMemFree") : 0;
 }
 
 static int r_copy(void* dst, const void* src, size_t bytes) {
+  if (current()) return -1;
   return cu_check(cu.MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
                                      bytes, stream),
                   "cuMemcpyDtoDAsync");
 }
 
 static int r_to_host(void* dst, const void* src, size_t bytes) {
+  if (current()) return -1;
   return cu_check(cu.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, stream),
                   "cuMemcpyDtoHAsync");
 }
 
 static int r_to_device(void* dst, const void* src, size_t bytes) {
+  if (current()) return -1;
   return cu_check(cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, stream),
                   "cuMemcpyHtoDAsync");
 }
 
 static int r_zero(void* dst, size_t bytes) {
+  if (current()) return -1;
   return cu_check(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes, stream),
                   "cuMemsetD8Async");
 }
 
-static int r_sync(void) { return cu_check(cu.StreamSynchronize(stream), "cuStreamSynchronize"); }
+static int r_sync(void) {
+  return current() ? -1 : cu_check(cu.StreamSynchronize(stream), "cuStreamSynchronize");
+}
 
 static const char* r_describe(char* buf, size_t len) {
   snprintf(buf, len, "CUDA on %s: cuBLAS and the kernels of moe/kernels.cu", device_name);
@@ -282,14 +297,14 @@ static int load(void) {
   SYM(libcublas, blasSgemm, "cublasSgemm_v2");
   *(void**)&cu.blasStatusString = dlsym(libcublas, "cublasGetStatusString"); /* optional */
   int count = 0, dev = 0;
-  CUhandle ctx = NULL, module = NULL;
+  CUhandle module = NULL;
   if (cu_check(cu.Init(0), "cuInit") || cu_check(cu.DeviceGetCount(&count), "cuDeviceGetCount"))
     return -1;
   if (count < 1) return fail("no CUDA device");
   if (cu_check(cu.DeviceGet(&dev, 0), "cuDeviceGet") ||
       cu_check(cu.DeviceGetName(device_name, sizeof(device_name) - 1, dev), "cuDeviceGetName") ||
-      cu_check(cu.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") ||
-      cu_check(cu.CtxSetCurrent(ctx), "cuCtxSetCurrent") ||
+      cu_check(cu.DevicePrimaryCtxRetain(&context, dev), "cuDevicePrimaryCtxRetain") ||
+      cu_check(cu.CtxSetCurrent(context), "cuCtxSetCurrent") ||
       cu_check(cu.ModuleLoadData(&module, moe_kernels_fatbin), "cuModuleLoadData"))
     return -1;
   for (int i = 0; i < K_COUNT; i++)
@@ -302,9 +317,12 @@ static int load(void) {
   return 0;
 }
 
+static int state; /* 1 loaded, -1 failed */
+static void load_once(void) { state = load() == 0 ? 1 : -1; }
+
 const moe_cuda_api_t* moe_cuda_api_load(char* why, size_t len) {
-  static int state; /* 0 not tried, 1 loaded, -1 failed */
-  if (state == 0) state = load() == 0 ? 1 : -1;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, load_once);
   if (state < 0) {
     snprintf(why, len, "%s", error);
     return NULL;

@@ -147,6 +147,14 @@ static void plan_here(const train_options_t* o, moecclComm_t world, int nranks,
   moecclSimDestroy(mc.sim);
 }
 
+/* Whether every rank says ok (1), not all (0), or -1 when the ranks
+ * cannot agree: the ranks take the same branch around the calls after. */
+static int agree(moecclComm_t world, int ok) {
+  int32_t v = ok;
+  if (moecclAllReduce(&v, &v, 1, moecclInt32, moecclMin, world, NULL) != moecclSuccess) return -1;
+  return v;
+}
+
 int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
   int lay[8] = {0};
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -165,7 +173,8 @@ int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
     plan_probe(moe_backend_blas(o->threads), o->cfg.hidden, o->cfg.ffn, &probed);
   /* then the calls (the first waits for the probe: its warm-up) */
   double call = call_time(world, share, NULL), call2 = call, scall = -1;
-  if (nranks > 2 && call >= 0) { /* and among 2 ranks, every pair at once */
+  int all_ok = agree(world, call >= 0);
+  if (all_ok > 0 && nranks > 2) { /* and among 2 ranks, every pair at once */
     moecclComm_t pair = NULL;
     int color = nranks % 2 && rank == nranks - 1 ? MOECCL_SPLIT_NOCOLOR : rank / 2;
     moecclResult_t s = moecclCommSplit(world, color, rank, &pair, NULL);
@@ -173,10 +182,9 @@ int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
     if (pair) moecclCommDestroy(pair);
   }
   moecclStream_t st = NULL;
-  if (call >= 0 && moecclHostStreamCreate(&st) == moecclSuccess) {
-    scall = call_time(world, share, st);
-    moecclHostStreamDestroy(st);
-  }
+  int made = all_ok > 0 && moecclHostStreamCreate(&st) == moecclSuccess;
+  if (all_ok > 0 && agree(world, made) > 0) scall = call_time(world, share, st);
+  if (made) moecclHostStreamDestroy(st);
   double calls[3] = {call, call2, scall};
   moecclResult_t b = moecclAllReduce(calls, calls, 3, moecclFloat64, moecclMax, world, NULL);
   if (b != moecclSuccess) {

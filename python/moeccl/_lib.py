@@ -1,8 +1,8 @@
 """Loading libmoeccl.so, its prototypes, result codes and the error class.
 
 The library is looked for, in order: $MOECCL_LIBRARY (a path to the .so),
-a build tree above this package's source (build/.libs, build-plain/lib),
-the dynamic loader's own search (LD_LIBRARY_PATH, the ld.so cache), the
+a build tree above this package's source (build/.libs, build-bench/.libs,
+build-plain/lib), the dynamic loader's own search (LD_LIBRARY_PATH, the ld.so cache), the
 lib directory of `pkg-config moeccl`, of sys.prefix and of /usr/local,
 then the build trees of the checkout pip installed the package from.
 """
@@ -73,7 +73,7 @@ def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
     top = os.path.dirname(os.path.dirname(here))
     paths = [os.path.join(top, rel, "libmoeccl.so.0")
-             for rel in ("build/.libs", "build-plain/lib")]
+             for rel in ("build/.libs", "build-bench/.libs", "build-plain/lib")]
     paths.append("libmoeccl.so.0")
     dirs = []
     try:

@@ -4,6 +4,7 @@ import contextlib
 import ctypes
 import os
 import threading
+import time
 
 from . import _lib
 from ._buffers import ArgumentError, as_buffer, same_kind, same_type, to_datatype, to_redop
@@ -530,6 +531,9 @@ class Comm:
 
 # ------------------------------------------------------------ environment
 
+_STORES = []  # torchrun stores kept alive: rank 0's may be the others' server
+
+
 def env_rendezvous(timeout=300):
     """(nranks, unique id, rank) of this process from the environment:
     moeccl.run's MOECCL_* variables, else torchrun's (TCPStore)."""
@@ -551,7 +555,19 @@ def env_rendezvous(timeout=300):
                          datetime.timedelta(seconds=timeout))
         # one id per launch: torchrun's restart count keeps keys apart
         key = "moeccl/unique_id/%s" % env.get("TORCHELASTIC_RESTART_COUNT", "0")
-        return size, unique_id_from_store(store, rank, key), rank
+        uid = unique_id_from_store(store, rank, key)
+        # rank 0's store may be the server the others still read from: it
+        # lives until every rank has the id, and with the process after that
+        _STORES.append(store)
+        store.add(key + "/got", 1)
+        if rank == 0 and not agent:
+            deadline = time.monotonic() + timeout
+            while store.add(key + "/got", 0) < size:
+                if time.monotonic() > deadline:
+                    raise ArgumentError("torchrun rendezvous: not every rank took the unique id "
+                                        "within %g s" % timeout)
+                time.sleep(0.01)
+        return size, uid, rank
     raise ArgumentError("no rendezvous in the environment: run under `python -m moeccl.run "
                         "-n N` or torchrun, or build Comm(nranks, unique_id, rank) yourself")
 

@@ -35,7 +35,22 @@ def parse(argv):
                    help="seconds before every rank is killed (0: none)")
     p.add_argument("-m", dest="module", help="run a module as `python -m` does")
     p.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args...]")
+    # the launcher's options end at the program (script.py or -m module):
+    # what follows is the program's, options included
+    argv = list(argv)
+    cut = next((i for i, x in enumerate(argv) if x == "-m" or x == "--" or
+                (not x.startswith("-") and i > 0 and argv[i - 1] not in ("-n", "--nranks",
+                                                                         "--deadline"))), None)
+    rest = []
+    if cut is not None:
+        if argv[cut] == "-m" and cut + 1 < len(argv):
+            argv, rest = argv[:cut + 2], argv[cut + 2:]
+        elif argv[cut] == "--":
+            argv, rest = argv[:cut], argv[cut + 1:]
+        else:
+            argv, rest = argv[:cut], argv[cut:]
     a = p.parse_args(argv)
+    a.program = list(a.program) + rest
     if a.nranks < 1:
         p.error("-n must be at least 1")
     if a.module is None and not a.program:
@@ -54,7 +69,7 @@ def main(argv=None):
                    MOECCL_UNIQUE_ID=uid.hex())
         procs.append(subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent))
     status, end = 0, time.monotonic() + a.deadline if a.deadline > 0 else None
-    left = set(range(a.nranks))
+    left, grace = set(range(a.nranks)), None
     try:
         while left:
             for r in sorted(left):
@@ -69,6 +84,13 @@ def main(argv=None):
                     status = rc if rc > 0 else 1
                     for q in left:
                         procs[q].terminate()
+                    grace = time.monotonic() + 10  # then killed: SIGTERM may be handled
+            if grace is not None and time.monotonic() > grace and left:
+                for q in left:
+                    procs[q].kill()
+                for q in left:
+                    procs[q].wait()
+                return status
             if end is not None and time.monotonic() > end and left:
                 print("moeccl.run: deadline of %g s passed; killing ranks %s"
                       % (a.deadline, sorted(left)), file=sys.stderr)

@@ -84,6 +84,8 @@ class MoePlan:
         T, k = ids.shape
         if k < 1:
             raise ArgumentError("topk must be at least 1")
+        if int(capacity) < 0:
+            raise ArgumentError("capacity %d is negative (0: no limit)" % int(capacity))
         nl = len(self.local_experts)
         counts = (ctypes.c_size_t * max(nl, 1))()
         dropped = ctypes.c_size_t()
@@ -260,6 +262,11 @@ class MoELayer(torch.nn.Module):
             raise ArgumentError("topk %d is not in [1, num_experts=%d]" % (topk, num_experts))
         if hidden < 1 or ffn < 1:
             raise ArgumentError("hidden and ffn must be positive")
+        if dtype not in _COMBINE_TYPES:
+            raise ArgumentError("dtype %s: the layer computes in float32, float16 or bfloat16"
+                                % dtype)
+        if capacity < 0:
+            raise ArgumentError("capacity %d is negative (0: no limit)" % capacity)
         self.comm, self.hidden, self.ffn = comm, hidden, ffn
         self.num_experts, self.topk, self.capacity = num_experts, topk, capacity
         self.aux_coef, self.residual = aux_coef, residual

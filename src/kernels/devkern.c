@@ -56,12 +56,16 @@ static void load(const moeccl_device_ops_t* d, int dev) {
   if (rc == moecclSuccess) {
     memcpy(loaded[dev].fn, fn, sizeof fn);
     INFO(INIT, "device: %s kernels loaded on device %d", d->name, dev);
+  } else if (moeccl_kernels_fatbin_bytes) { /* a fatbin that does not load: say so once */
+    WARN(INIT,
+         "device: the %s kernels did not load on device %d (%s; built for sm_80, sm_90 and "
+         "PTX of compute_90): device reductions and row programs go through host memory",
+         d->name, dev, moecclGetErrorString(rc));
   } else {
     INFO(INIT,
          "device: no %s kernels on device %d (%s): device reductions and row programs go "
          "through host memory",
-         d->name, dev,
-         moeccl_kernels_fatbin_bytes ? moecclGetErrorString(rc) : "this build has no fatbin");
+         d->name, dev, "this build has no fatbin");
   }
 }
 

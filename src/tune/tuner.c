@@ -310,10 +310,10 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     return moeccl_error(
         c, moecclInvalidUsage,
         "rank %d and rank 0 would price algorithms differently: MOECCL_TOPO_FILE, "
-        "MOECCL_TOPO_GROUP_SIZE, MOECCL_TUNE_FILE, MOECCL_TUNE_V_BYTES, "
-        "MOECCL_A2A_WINDOW, the transports' settings (MOECCL_NET, MOECCL_NET_EAGER_SIZE, "
-        "MOECCL_SHM_EAGER_SIZE, MOECCL_SHM_DISABLE), MOECCL_ALGO, MOECCL_<COLL>_ALGO and "
-        "MOECCL_MOE_ALGO must be the same on every rank",
+        "MOECCL_TOPO_GROUP_SIZE, MOECCL_TUNE_FILE (its device line too), MOECCL_TUNE_V_BYTES, "
+        "MOECCL_A2A_WINDOW, MOECCL_A2A_CHUNKS, the transports' settings (MOECCL_NET, "
+        "MOECCL_NET_EAGER_SIZE, MOECCL_SHM_EAGER_SIZE, MOECCL_SHM_DISABLE), MOECCL_ALGO, "
+        "MOECCL_<COLL>_ALGO and MOECCL_MOE_ALGO must be the same on every rank",
         differs);
   const moeccl_topo_t* t = c->topo;
   if (c->rank == 0) {

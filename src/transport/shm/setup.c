@@ -182,6 +182,7 @@ static moecclResult_t state_alloc(moeccl_comm_t* comm, shm_state_t** out) {
   for (int l = 0; l < s->nlocal; l++)
     sock_name(d, "moeccl-dev-", l, &s->peers[l].dev_addr, &s->peers[l].dev_addr_len);
   moeccl_sha256_labelled("moeccl-shm-segfd", in, sizeof(in), s->seg_key);
+  moeccl_sha256_labelled("moeccl-shm-segauth", in, sizeof(in), s->seg_auth);
   *out = s;
   return moecclSuccess;
 }
@@ -219,42 +220,59 @@ void moeccl_shm_dev_unmap(const peer_map_t* m) {
  * sockets (SCM_RIGHTS), so the kernel frees it with the last descriptor or
  * mapping, whichever rank dies when; a named file (shm_open) outlived
  * every rank killed between its creation and its unlink. */
+/* Local rank l's segment socket: a name one-way from the key and l, so
+ * that the names listed in /proc/net/unix give away no other rank's. */
+static void seg_name(const shm_state_t* s, int l, struct sockaddr_un* a, socklen_t* len) {
+  uint8_t in[36], d[32];
+  memcpy(in, s->seg_key, 32);
+  memcpy(in + 32, &l, sizeof(int32_t));
+  moeccl_sha256_labelled("moeccl-shm-seg-rank", in, sizeof(in), d);
+  sock_name(d, "moeccl-seg-", l, a, len);
+}
+
 static int seg_sock_open(const shm_state_t* s) {
   struct sockaddr_un a;
   socklen_t len;
-  sock_name(s->seg_key, "moeccl-seg-", s->me, &a, &len);
-  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), on = 1;
-  if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0 ||
-                  bind(fd, (struct sockaddr*)&a, len) != 0)) {
+  seg_name(s, s->me, &a, &len);
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || bind(fd, (struct sockaddr*)&a, len) != 0) {
     WARN(SHM, "shm: no socket to receive the segment on (%s)", strerror(errno));
-    close(fd);
+    if (fd >= 0) close(fd);
     fd = -1;
   }
   return fd;
 }
+
+/* What passes the segment: its descriptor rides along (SCM_RIGHTS). */
+typedef struct {
+  uint64_t magic;
+  uint8_t auth[32]; /* seg_auth */
+} seg_msg_t;
 
 /* The creator: sends the segment's descriptor to every other local rank
  * (whose socket is bound: the barrier before this says so).  A rank that
  * gets nothing says it could not map the segment. */
 static void seg_send(const shm_state_t* s, int seg_fd) {
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  uint64_t magic = SHM_MAGIC;
+  if (fd < 0) WARN(SHM, "shm: no socket to pass segment %s on (%s)", s->name, strerror(errno));
+  seg_msg_t msg = {.magic = SHM_MAGIC};
+  memcpy(msg.auth, s->seg_auth, sizeof(msg.auth));
   for (int l = 1; fd >= 0 && l < s->nlocal; l++) {
     struct sockaddr_un a;
     socklen_t len;
-    sock_name(s->seg_key, "moeccl-seg-", l, &a, &len);
+    seg_name(s, l, &a, &len);
     char ctl[CMSG_SPACE(sizeof(int))];
     memset(ctl, 0, sizeof(ctl));
-    struct iovec iov = {&magic, sizeof(magic)};
+    struct iovec iov = {&msg, sizeof(msg)};
     struct msghdr mh = {.msg_name = &a, .msg_namelen = len, .msg_iov = &iov, .msg_iovlen = 1,
                         .msg_control = ctl, .msg_controllen = sizeof(ctl)};
     struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &seg_fd, sizeof(seg_fd));
     ssize_t n;
-    do n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    do n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT); /* never blocks init */
     while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)sizeof(magic))
+    if (n != (ssize_t)sizeof(msg))
       WARN(SHM, "shm: passing segment %s to local rank %d failed: %s", s->name, l,
            n < 0 ? strerror(errno) : "short write");
   }
@@ -262,13 +280,17 @@ static void seg_send(const shm_state_t* s, int seg_fd) {
 }
 
 /* The others: the descriptor the creator sent (already queued: it sent
- * before the barrier that precedes this), or -1.  A message whose
- * credentials are not the creator's is dropped. */
+ * before the barrier that precedes this), or -1.  A message that does not
+ * carry the node's proof (a one-way function of the communicator's
+ * secret, which only its members know; not the sender's pid, which another
+ * PID namespace shows differently) is dropped, and every descriptor it
+ * brought closed. */
 static int seg_receive(const shm_state_t* s, int sock) {
   for (;;) {
-    uint64_t magic = 0;
-    char ctl[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
-    struct iovec iov = {&magic, sizeof(magic)};
+    seg_msg_t msg;
+    memset(&msg, 0, sizeof(msg));
+    char ctl[CMSG_SPACE(4 * sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
+    struct iovec iov = {&msg, sizeof(msg)};
     struct msghdr mh = {
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
     ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -277,23 +299,23 @@ static int seg_receive(const shm_state_t* s, int sock) {
       WARN(SHM, "shm: segment %s did not arrive from local rank 0 (%s)", s->name, strerror(errno));
       return -1;
     }
-    int fd = -1;
-    pid_t pid = 0;
+    int fd = -1, extra = 0;
     for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-          c->cmsg_len >= CMSG_LEN(sizeof(int)))
-        memcpy(&fd, CMSG_DATA(c), sizeof(fd));
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
-          c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
-        struct ucred cr;
-        memcpy(&cr, CMSG_DATA(c), sizeof(cr));
-        pid = cr.pid;
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; i++) { /* keep the first, close any other */
+        int got;
+        memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(got));
+        if (fd < 0) fd = got;
+        else close(got), extra++;
       }
     }
-    if (n == (ssize_t)sizeof(magic) && magic == SHM_MAGIC && fd >= 0 && pid == s->peers[0].pid)
-      return fd;
-    WARN(SHM, "shm: dropped a message (%zd bytes, pid %d) that local rank 0 did not send", n,
-         (int)pid);
+    int good = n == (ssize_t)sizeof(msg) && msg.magic == SHM_MAGIC && fd >= 0 && !extra &&
+               !(mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) &&
+               memcmp(msg.auth, s->seg_auth, sizeof(msg.auth)) == 0;
+    if (good) return fd;
+    WARN(SHM, "shm: dropped a message (%zd bytes, %s) that is not segment %s from local rank 0",
+         n, fd < 0 ? "no descriptor" : "no proof of the communicator's secret", s->name);
     if (fd >= 0) close(fd);
   }
 }
@@ -312,7 +334,11 @@ moecclResult_t moeccl_shm_init(moeccl_comm_t* comm, const uint8_t* use, int need
   if (needed && s->me != 0) ok = (sock = seg_sock_open(s)) >= 0;
   if (needed && s->me == 0) {
     seg_fd = memfd_create(s->name, MFD_CLOEXEC);
+    if (seg_fd < 0) WARN(SHM, "shm: memfd_create for segment %s: %s", s->name, strerror(errno));
     ok = seg_fd >= 0 && map_segment(s, dup(seg_fd), 1) == 0;
+    if (seg_fd >= 0 && !ok)
+      WARN(SHM, "shm: sizing or mapping segment %s (%zu bytes) failed: %s", s->name, s->size,
+           strerror(errno));
     INFO(SHM, "shm: segment %s of %zu bytes for %d local ranks", s->name, s->size, comm->nlocal);
   }
   moecclResult_t rc = moeccl_bootstrap_barrier(comm->boot);

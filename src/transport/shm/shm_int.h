@@ -146,7 +146,8 @@ typedef struct {
 typedef struct {
   moeccl_comm_t* comm;
   char name[96];       /* the segment's, for logs (a memfd: nothing in /dev/shm) */
-  uint8_t seg_key[32]; /* names the sockets that pass the segment at init */
+  uint8_t seg_key[32];  /* names the sockets that pass the segment at init */
+  uint8_t seg_auth[32]; /* proves a segment message comes from a member */
   void* base;
   size_t size;
   int nlocal, me, nslots;
