@@ -32,7 +32,7 @@ static moecclResult_t merge_steps(moeccl_sched_t* s, int first, int chunks, int 
   int n = s->nops - first;
   moeccl_sched_op_t* ops;
   MOECCL_CHECK(moeccl_sched_workspace(s, (size_t)n * sizeof(*ops) + 1, (void**)&ops));
-  memcpy(ops, s->ops + first, (size_t)n * sizeof(*ops));
+  if (n > 0) memcpy(ops, s->ops + first, (size_t)n * sizeof(*ops)); /* none: s->ops may be NULL */
   s->nops = first;
   int nsteps = chunks - 1 + lsteps;
   MOECCL_CHECK(moeccl_sched_reserve(s, 0, nsteps));
