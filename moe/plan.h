@@ -111,9 +111,11 @@ const char* plan_flags(const plan_layout_t* lay, char* buf, size_t len);
 void plan_report(FILE* f, const plan_model_t* m, const plan_machine_t* mc, const plan_pred_t* p,
                  int n, int top);
 
-/* The host probe: sgemm rates by row count at H x F, the elementwise rate,
- * from the moe/ backend (seconds of work: ~0.3 s). */
+/* The host probe: the rates of the model's layers by rows per expert at
+ * H x F (layers of experts each: what one rank of the plan holds), the
+ * elementwise rate, Adam's, from the moe/ backend (seconds of work). */
 struct moe_backend_ops;
-void plan_probe(const struct moe_backend_ops* be, int hidden, int ffn, plan_machine_t* mc);
+void plan_probe(const struct moe_backend_ops* be, int hidden, int ffn, int layers, int experts,
+                plan_machine_t* mc);
 
 #endif

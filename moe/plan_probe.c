@@ -1,7 +1,11 @@
-/* The planner's host probe: how fast one layer of moe/model.c (router,
- * dispatch, eight SwiGLU experts, combine and their backward) runs with m
- * rows per expert, m from 1 to 512 (few rows per expert are slow), after a
- * warm-up, the median of five timings, as FLOP/s of the experts' products:
+/* The planner's host probe: how fast the layers of moe/model.c (router,
+ * dispatch, SwiGLU experts, combine and their backward) run with m rows per
+ * expert, on the weights a rank of the plan holds (the model's layers and
+ * its experts over the ranks probing at once: a step streams those from
+ * memory, one layer repeated would find them in cache), m from 1 to 512 (few rows per expert are slow), after a
+ * warm-up, over at least 150 ms (all the work over all the time: what a
+ * step sees, slow moments included; not a median or a best), as
+ * FLOP/s of the experts' products:
  * the rest of the layer's work rides on that rate; how fast the backend
  * streams elementwise work (SwiGLU over a large array); how fast Adam
  * updates. */
@@ -21,13 +25,21 @@ static double now(void) {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-void plan_probe(const moe_backend_ops_t* be, int hidden, int ffn, plan_machine_t* mc) {
+void plan_probe(const moe_backend_ops_t* be, int hidden, int ffn, int layers, int experts,
+                plan_machine_t* mc) {
   static const int sizes[] = {1, 4, 16, 64, 128, 256, 512}; /* rows per expert */
   int n = sizeof sizes / sizeof sizes[0];
-  /* one layer of the model itself (moe/model.c: router, the local
-   * dispatch, eight SwiGLU experts, combine, and the backward of all of
-   * it), top-2, on as many tokens as give each expert m rows */
-  moe_config_t cfg = {1, 8, 2, hidden, ffn, 0.01f};
+  /* the model itself (moe/model.c: router, the local dispatch, the SwiGLU
+   * experts, combine, and the backward of all of it), top-2, on as many
+   * tokens as give each expert m rows; at least 2 experts, at most 64 MiB
+   * of expert weights (far beyond any cache: more only takes longer) */
+  const double most_bytes = 64.0 * 1024 * 1024, expert_bytes = 12.0 * hidden * ffn;
+  if (experts * expert_bytes > most_bytes) experts = (int)(most_bytes / expert_bytes);
+  if (experts < 2) experts = 2;
+  if (layers * experts * expert_bytes > most_bytes)
+    layers = (int)(most_bytes / (experts * expert_bytes));
+  if (layers < 1) layers = 1;
+  moe_config_t cfg = {layers, experts, 2, hidden, ffn, 0.01f};
   int most = sizes[n - 1] * cfg.experts / cfg.topk;
   moe_params_t p = {0}, g = {0};
   moe_workspace_t ws = {0};
@@ -53,56 +65,37 @@ void plan_probe(const moe_backend_ops_t* be, int hidden, int ffn, plan_machine_t
     for (double t0 = now(); now() - t0 < 0.2;) LAYER(most / 2);
     for (int k = 0; k < n && k < PLAN_RATES; k++) {
       int m = sizes[k], tok = m * cfg.experts / cfg.topk;
-      double r[5];
-      for (int trial = 0; trial < 5; trial++) { /* the median of five of >= 30 ms each */
-        double t0 = now(), el;
-        int reps = 0;
-        do {
-          LAYER(tok);
-          reps++;
-        } while ((el = now() - t0) < 0.03);
-        r[trial] = 18.0 * tok * cfg.topk * H * F * reps / el;
-      }
-      for (int i = 1; i < 5; i++) /* sorted, for the median */
-        for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
-          double x = r[j];
-          r[j] = r[j - 1], r[j - 1] = x;
-        }
+      double t0 = now(), el;
+      int reps = 0;
+      do { /* at least 150 ms */
+        LAYER(tok);
+        reps++;
+      } while ((el = now() - t0) < 0.15);
       mc->rate_rows[mc->nrates] = m;
-      mc->rate[mc->nrates++] = r[2];
+      mc->rate[mc->nrates++] = 18.0 * cfg.layers * tok * cfg.topk * H * F * reps / el;
     }
 #undef LAYER
     /* elementwise: SwiGLU reads two arrays and writes one */
     size_t cnt = big * F / 2;
-    double best = 0;
-    for (int trial = 0; trial < 3; trial++) {
-      double t0 = now(), t;
-      int reps = 0;
-      do {
-        be->swiglu_forward(cnt, hf, hf + cnt, y);
-        reps++;
-      } while ((t = now() - t0) < 0.02);
-      double r = 12.0 * cnt * reps / t;
-      if (r > best) best = r;
-    }
-    mc->elem_rate = best;
+    double t0 = now(), el;
+    int reps = 0;
+    do {
+      be->swiglu_forward(cnt, hf, hf + cnt, y);
+      reps++;
+    } while ((el = now() - t0) < 0.06);
+    mc->elem_rate = 12.0 * cnt * reps / el;
     /* Adam over a million parameters */
     moe_adam_t adam;
     size_t np = 1 << 20;
     float *p = calloc(np, sizeof(float)), *g = calloc(np, sizeof(float));
     if (p && g && moe_adam_init(&adam, np, 1e-3f) == 0) {
       for (size_t i = 0; i < np; i++) g[i] = (float)(i % 11) * 1e-3f;
-      best = 0;
-      for (int trial = 0; trial < 3; trial++) {
-        double t0 = now(), t;
-        int reps = 0;
-        do {
-          moe_adam_step(&adam, be, p, g);
-          reps++;
-        } while ((t = now() - t0) < 0.02);
-        if (np * reps / t > best) best = np * reps / t;
-      }
-      mc->adam_rate = best;
+      t0 = now(), reps = 0;
+      do {
+        moe_adam_step(&adam, be, p, g);
+        reps++;
+      } while ((el = now() - t0) < 0.06);
+      mc->adam_rate = np * reps / el;
       moe_adam_free(&adam);
     }
     free(p), free(g);

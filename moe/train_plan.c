@@ -3,6 +3,7 @@
 #include "train_plan.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,8 +170,29 @@ int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
             moecclGetLastError(world));
     return -1;
   }
-  if (rank < (cores > 0 ? cores : 1))
-    plan_probe(moe_backend_blas(o->threads), o->cfg.hidden, o->cfg.ffn, &probed);
+  int probers = cores > 0 && cores < nranks ? (int)cores : nranks;
+  if (rank < probers) /* the model's experts over the ranks probing at once */
+    plan_probe(moe_backend_blas(o->threads), o->cfg.hidden, o->cfg.ffn, o->cfg.layers,
+               o->cfg.experts / probers, &probed);
+  /* A step goes at its slowest rank's pace (its peers wait for it at every
+   * exchange): the plan takes each rate from the rank that probed slowest
+   * (rank 0's alone missed a core that a neighbour took from another). */
+  double rates[PLAN_RATES + 2];
+  for (int i = 0; i < PLAN_RATES + 2; i++) rates[i] = HUGE_VAL; /* no probe here */
+  if (probed.nrates > 0) {
+    memcpy(rates, probed.rate, sizeof(probed.rate));
+    rates[PLAN_RATES] = probed.elem_rate, rates[PLAN_RATES + 1] = probed.adam_rate;
+  }
+  if (moecclAllReduce(rates, rates, PLAN_RATES + 2, moecclFloat64, moecclMin, world, NULL) !=
+      moecclSuccess) {
+    fprintf(stderr, "moe_train: rank %d: --plan: moecclAllReduce: %s\n", rank,
+            moecclGetLastError(world));
+    return -1;
+  }
+  if (probed.nrates > 0) {
+    memcpy(probed.rate, rates, sizeof(probed.rate));
+    probed.elem_rate = rates[PLAN_RATES], probed.adam_rate = rates[PLAN_RATES + 1];
+  }
   /* then the calls (the first waits for the probe: its warm-up) */
   double call = call_time(world, share, NULL), call2 = call, scall = -1;
   int all_ok = agree(world, call >= 0);
