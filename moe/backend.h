@@ -24,7 +24,11 @@
  *
  * What stays on the host: the local plan's counting sort (built from a host
  * mirror of the expert ids), the per-expert row counts the GEMM loop walks,
- * and the router statistics' aux-loss coefficients (E floats). */
+ * and the router statistics' aux-loss coefficients (E floats).  moe_train
+ * --device cuda runs every layout and pipeline schedule this way; not yet
+ * its expert placements (--rebalance-every, --replicas: train_place.c
+ * moves weights and Adam moments through host memory), which it refuses on
+ * a device. */
 #ifndef MOE_BACKEND_H_
 #define MOE_BACKEND_H_
 
