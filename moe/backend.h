@@ -25,10 +25,8 @@
  * What stays on the host: the local plan's counting sort (built from a host
  * mirror of the expert ids), the per-expert row counts the GEMM loop walks,
  * and the router statistics' aux-loss coefficients (E floats).  moe_train
- * --device cuda runs every layout and pipeline schedule this way; not yet
- * its expert placements (--rebalance-every, --replicas: train_place.c
- * moves weights and Adam moments through host memory), which it refuses on
- * a device. */
+ * --device cuda runs every layout, pipeline schedule and expert placement
+ * this way (checked on the stand-in; not yet on a GPU). */
 #ifndef MOE_BACKEND_H_
 #define MOE_BACKEND_H_
 
@@ -124,6 +122,11 @@ typedef struct moe_backend_ops {
   /* The address the communication library is given for backend memory p
    * (an address inside an allocation): p on the host backend and on a GPU. */
   void* (*comm_ptr)(void* p);
+
+  /* Waits for the ops queued before it: before the communication library,
+   * which does not know the backend's stream, reads or writes memory they
+   * use (nothing to wait for on the host). */
+  void (*sync)(void);
 
   /* NULL, or what made an op fail (the first failure; sticky). */
   const char* (*failed)(void);

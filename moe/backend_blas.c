@@ -119,6 +119,8 @@ static void blas_memcpy(void* dst, const void* src, size_t bytes) {
 
 static void* blas_comm_ptr(void* p) { return p; }
 
+static void blas_sync(void) {}
+
 static const char* blas_failed(void) { return NULL; }
 
 static const char* blas_describe(char* buf, size_t len) {
@@ -150,6 +152,7 @@ static const moe_backend_ops_t blas_ops = {
     .to_host = blas_memcpy,
     .to_device = blas_memcpy,
     .comm_ptr = blas_comm_ptr,
+    .sync = blas_sync,
     .failed = blas_failed,
     .describe = blas_describe,
 };

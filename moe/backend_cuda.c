@@ -152,6 +152,8 @@ static void cu_to_device(void* dst, const void* src, size_t bytes) {
 
 static void* cu_comm_ptr(void* p) { return p ? api->comm_ptr(p) : NULL; }
 
+static void cu_sync(void) { RUN("sync", api->sync()); }
+
 static const char* cu_failed(void) { return failure[0] ? failure : NULL; }
 
 static const char* cu_describe(char* buf, size_t len) { return api->describe(buf, len); }
@@ -179,6 +181,7 @@ static const moe_backend_ops_t cuda_ops = {
     .to_host = cu_to_host,
     .to_device = cu_to_device,
     .comm_ptr = cu_comm_ptr,
+    .sync = cu_sync,
     .failed = cu_failed,
     .describe = cu_describe,
 };

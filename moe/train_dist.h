@@ -41,9 +41,13 @@ typedef struct dist {
                             what moeccl reads on the host) */
 } dist_t;
 
-/* The address moeccl is given for p, memory of ds->be (backend.h). */
+/* The address moeccl is given for p, memory of ds->be (backend.h), once
+ * the backend's queued ops are done (moeccl does not wait for its stream:
+ * what they write is read, and what they read may be overwritten). */
 static inline void* cptr(const dist_t* ds, const void* p) {
-  return ds->be && p ? ds->be->comm_ptr((void*)p) : (void*)p;
+  if (!ds->be || !p) return (void*)p;
+  if (ds->device) ds->be->sync();
+  return ds->be->comm_ptr((void*)p);
 }
 
 /* The first of rank r's rows when tokens split over nranks. */

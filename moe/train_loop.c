@@ -70,19 +70,14 @@ static const moe_backend_ops_t* pick_backend(const train_options_t* o, int rank,
   *device = 0;
   if (o->device == TRAIN_DEVICE_HOST) return host;
   const char* si = getenv("MOE_CUDA_STANDIN");
-  int standin = si && !strcmp(si, "1"), placed = o->rebalance_every || o->replicas;
+  int standin = si && !strcmp(si, "1");
   char why[256] = "";
   const moe_cuda_api_t* api =
       standin ? moe_cuda_api_standin() : moe_cuda_api_load(why, sizeof(why));
-  if (o->device == TRAIN_DEVICE_AUTO && (!api || placed)) return host;
+  if (o->device == TRAIN_DEVICE_AUTO && !api) return host;
   if (!api) {
     fprintf(stderr, "moe_train: rank %d: --device cuda: no GPU: %s (MOE_CUDA_STANDIN=1 runs the "
             "host stand-in)\n", rank, why);
-    return NULL;
-  }
-  if (placed) {
-    fprintf(stderr, "moe_train: rank %d: --device cuda: not yet with --rebalance-every or "
-            "--replicas (the placement's moves read the weights on the host)\n", rank);
     return NULL;
   }
   *device = 1;

@@ -241,6 +241,7 @@ static void check_memory(const moe_backend_ops_t* b, int untouchable) {
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV,
           "%s: the host read device memory (status %#x)", b->name, st);
   }
+  b->sync();
   b->free(d);
   b->free(NULL);
   CHECK(b->failed() == NULL, "%s: %s", b->name, b->failed() ? b->failed() : "");

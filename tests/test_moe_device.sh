@@ -3,12 +3,14 @@
 # CUDA backend's host stand-in (MOE_CUDA_STANDIN=1), whose device memory
 # faults when the host touches it, the first step's dump (--dump: out,
 # grad_x, every gradient, the loss) equals --device host's on 1 rank and in
-# P x D and pipeline layouts up to 8 ranks: per tensor max|cuda - host| <=
+# P x D, pipeline and expert placement layouts up to 8 ranks: per tensor max|cuda - host| <=
 # 1e-4 * max|host|, the loss within 1e-4 relative (the issue's float32
 # tolerance, what a GPU's cuBLAS and expf must meet; the stand-in, OpenBLAS
 # in the column-major convention and the kernels' host twins, has matched
-# the host bit for bit).  Then a short --device cuda training run falls
-# below its first loss, --device auto runs, and a bad --device is refused.
+# the host bit for bit).  Then a --device cuda training run with expert
+# moves (--rebalance-every, --replicas: weights and Adam moments migrate)
+# ends at the host run's loss and below its first, --device auto runs, and
+# a bad --device is refused (exit 2).
 # Every run has a deadline (timeout 120 s, MP_DEADLINE_SCALE stretches it)
 # and MOECCL_TIMEOUT=30.
 train=./moe/moe_train
@@ -55,28 +57,35 @@ pair ep4dp2 -n 8 --ep 4 --dp 2
 pair pp2 -n 2 --pp 2 --microbatches 4 --schedule 1f1b
 pair pp2ep2_zb -n 4 --pp 2 --ep 2 --microbatches 4 --schedule zb-h1
 pair pp2_int_ov -n 2 --pp 2 --microbatches 4 --schedule interleaved --vstages 2 --overlap
+pair ep2_rep -n 2 --ep 2 --replicas 2
+pair ep4dp2_rep -n 8 --ep 4 --dp 2 --replicas 4 --chunks 2
 
-# training on the stand-in: the loss falls
-if MOE_CUDA_STANDIN=1 run $src --steps 20 --device cuda -n 2 --ep 2 >"$tmp/train.out" 2>&1; then
-  awk '/^ +[0-9]+ / { if (!first) first = $2; last = $2 }
-       END { if (!(last < first)) { print "FAIL: loss " first " -> " last; exit 1 } }' \
-    "$tmp/train.out" || fail=1
+# training with expert moves on the stand-in and on the host: the same
+# final loss (within 1e-4), below the first, and a placement was made
+tr="$src --steps 12 -n 4 --ep 4 --skew 2 --rebalance-every 4 --replicas 4"
+if run $tr --device host >"$tmp/train_host.out" 2>&1 &&
+  MOE_CUDA_STANDIN=1 run $tr --device cuda >"$tmp/train_cuda.out" 2>&1; then
+  h=$(awk '/^ +[0-9]+ / { last = $2 } END { print last }' "$tmp/train_host.out")
+  awk -v h="$h" '/^ +[0-9]+ / { if (!first) first = $2; last = $2 }
+       END { d = last - h; d = d < 0 ? -d : d
+             if (!(last < first) || !(d <= 1e-4 * h)) {
+               print "FAIL: --device cuda training: loss " first " -> " last ", host " h; exit 1 }
+             print "training with expert moves: loss " first " -> " last ", host " h }' \
+    "$tmp/train_cuda.out" || fail=1
+  grep -q 'experts placed again' "$tmp/train_cuda.out" ||
+    { echo "FAIL: --device cuda training placed no experts"; fail=1; }
 else
-  echo "FAIL: --device cuda training: $(tail -n 3 "$tmp/train.out")"
+  echo "FAIL: training: $(tail -n 3 "$tmp/train_host.out" "$tmp/train_cuda.out")"
   fail=1
 fi
 # auto: the GPU where one is found, else the host; either way it runs
 run $src --steps 1 --device auto >"$tmp/auto.out" 2>&1 ||
   { echo "FAIL: --device auto: $(tail -n 3 "$tmp/auto.out")"; fail=1; }
-# a bad value, and placements (not yet on a device), are refused
-if run $src --steps 1 --device tpu >"$tmp/bad.out" 2>&1 ||
-  ! grep -q 'want host, cuda or auto' "$tmp/bad.out"; then
-  echo "FAIL: --device tpu was not refused: $(tail -n 2 "$tmp/bad.out")"
-  fail=1
-fi
-if MOE_CUDA_STANDIN=1 run $src --steps 1 --device cuda -n 2 --ep 2 --replicas 2 \
-  >"$tmp/rep.out" 2>&1 || ! grep -q 'not yet with' "$tmp/rep.out"; then
-  echo "FAIL: --device cuda --replicas was not refused: $(tail -n 2 "$tmp/rep.out")"
+# a bad value is refused (exit 2)
+run $src --steps 1 --device tpu >"$tmp/bad.out" 2>&1
+rc=$?
+if [ $rc != 2 ] || ! grep -q 'want host, cuda or auto' "$tmp/bad.out"; then
+  echo "FAIL: --device tpu: exit $rc: $(tail -n 2 "$tmp/bad.out")"
   fail=1
 fi
 [ $fail = 0 ] && echo "PASS"
