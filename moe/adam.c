@@ -6,14 +6,19 @@
 #include <string.h>
 
 int moe_adam_init(moe_adam_t* adam, size_t count, float lr) {
+  return moe_adam_init_on(adam, count, lr, NULL);
+}
+
+int moe_adam_init_on(moe_adam_t* adam, size_t count, float lr, const moe_backend_ops_t* mem) {
   memset(adam, 0, sizeof(*adam));
+  adam->mem = mem;
   adam->lr = lr;
   adam->beta1 = 0.9f;
   adam->beta2 = 0.999f;
   adam->eps = 1e-8f;
   adam->count = count;
-  adam->m = calloc(count ? count : 1, sizeof(float));
-  adam->v = calloc(count ? count : 1, sizeof(float));
+  adam->m = moe_mem_alloc(mem, (count ? count : 1) * sizeof(float));
+  adam->v = moe_mem_alloc(mem, (count ? count : 1) * sizeof(float));
   if (!adam->m || !adam->v) {
     moe_adam_free(adam);
     return -1;
@@ -22,8 +27,8 @@ int moe_adam_init(moe_adam_t* adam, size_t count, float lr) {
 }
 
 void moe_adam_free(moe_adam_t* adam) {
-  free(adam->m);
-  free(adam->v);
+  moe_mem_free(adam->mem, adam->m);
+  moe_mem_free(adam->mem, adam->v);
   adam->m = adam->v = NULL;
   adam->count = 0;
 }

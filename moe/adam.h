@@ -13,11 +13,14 @@ typedef struct moe_adam {
   long step; /* t of the last update */
   size_t count;
   float *m, *v;
+  const moe_backend_ops_t* mem; /* whose memory m and v are (NULL: the host's) */
 } moe_adam_t;
 
 /* Zero moments for count parameters; beta1 0.9, beta2 0.999, eps 1e-8.
  * 0, or -1 without memory. */
 int moe_adam_init(moe_adam_t* adam, size_t count, float lr);
+/* The same with the moments in backend mem's memory (NULL: the host's). */
+int moe_adam_init_on(moe_adam_t* adam, size_t count, float lr, const moe_backend_ops_t* mem);
 void moe_adam_free(moe_adam_t* adam);
 /* One update of param [count] from grad [count], computed by be. */
 void moe_adam_step(moe_adam_t* adam, const moe_backend_ops_t* be, float* param, const float* grad);

@@ -2,27 +2,37 @@
  * local dispatch/combine, the experts, the residual stream and Adam do on
  * activations, gradients and parameters, behind one ops table, so that a
  * GPU backend (cuBLAS and its kernels) can take the host backend's place
- * without the layer code changing.  Every float pointer an op receives lies
- * in the backend's memory (host memory for the BLAS backend); the index
- * arrays (expert ids, the local plan's row_of and token_of) too.  (Not yet
- * so for a device backend: the callers still allocate with calloc and read
- * the router's statistics and expert ids on the host; moving them is what
- * remains before moe_train runs on the CUDA backend.)  Matrices
- * are row-major, float32.  Ops run in the order they are called (the host
- * backend's are done when they return; a device backend's are queued on its
- * stream, and every op that returns a value to the host waits for them).
- * An op does not fail on the host; a device backend's failure (a launch the
- * driver refused) is kept, later ops do nothing, and failed() says why.
+ * without the layer code changing.  Matrices are row-major, float32.
  *
- * What stays on the host: the local plan's counting sort (model.c builds it
- * from the expert ids), the per-expert row counts the GEMM loop walks, and
- * the router statistics' aux-loss coefficients (E floats).  Allocation is
- * still the callers' (calloc); a device backend adds memory ops here. */
+ * Memory.  Every pointer an op receives (floats, and the index arrays: expert
+ * ids, the local plan's row_of and token_of) lies in the backend's memory,
+ * from its alloc: host memory for the BLAS backend, device memory for the
+ * CUDA one.  The host reads and writes backend memory only through to_host
+ * and to_device (into small host mirrors: the router's statistics, expert
+ * ids for the counting sort, losses, dumps); the communication library is
+ * given comm_ptr(p) for backend memory p (p itself on the host and on a GPU,
+ * where the library takes its device path; the host shadow on the CUDA
+ * backend's stand-in, whose device memory the host cannot touch, so that
+ * the tests catch any host dereference of a tensor).
+ *
+ * Order.  Ops run in the order they are called (the host backend's are done
+ * when they return; a device backend's are queued on its stream, and every
+ * op that returns a value to the host, to_host and to_device included, waits
+ * for them).  An op does not fail on the host; a device backend's failure (a
+ * launch the driver refused, no memory) is kept, later ops do nothing, and
+ * failed() says why.
+ *
+ * What stays on the host: the local plan's counting sort (built from a host
+ * mirror of the expert ids), the per-expert row counts the GEMM loop walks,
+ * and the router statistics' aux-loss coefficients (E floats).  moe_train
+ * --device cuda runs every layout, pipeline schedule and expert placement
+ * this way (checked on the stand-in; not yet on a GPU). */
 #ifndef MOE_BACKEND_H_
 #define MOE_BACKEND_H_
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef struct moe_backend_ops {
   size_t size; /* sizeof(moe_backend_ops_t) of the backend's build */
@@ -99,6 +109,25 @@ typedef struct moe_backend_ops {
   void (*adam)(size_t count, float lr, float b1, float b2, float eps, float c1, float c2, float* p,
                const float* g, float* m, float* v);
 
+  /* Backend memory: bytes zeroed (at least one byte), or NULL with the
+   * reason in failed(); free of NULL does nothing. */
+  void* (*alloc)(size_t bytes);
+  void (*free)(void* p);
+
+  /* Copies between host memory and backend memory; they wait for the ops
+   * before them, and the host buffer may be reused when they return. */
+  void (*to_host)(void* dst, const void* src, size_t bytes);
+  void (*to_device)(void* dst, const void* src, size_t bytes);
+
+  /* The address the communication library is given for backend memory p
+   * (an address inside an allocation): p on the host backend and on a GPU. */
+  void* (*comm_ptr)(void* p);
+
+  /* Waits for the ops queued before it: before the communication library,
+   * which does not know the backend's stream, reads or writes memory they
+   * use (nothing to wait for on the host). */
+  void (*sync)(void);
+
   /* NULL, or what made an op fail (the first failure; sticky). */
   const char* (*failed)(void);
 
@@ -106,6 +135,18 @@ typedef struct moe_backend_ops {
    * returns buf. */
   const char* (*describe)(char* buf, size_t len);
 } moe_backend_ops_t;
+
+/* Memory of backend mem, or the host's (calloc / free) when mem is NULL:
+ * the structures of model.h and adam.h keep the backend that allocated
+ * them. */
+static inline void* moe_mem_alloc(const moe_backend_ops_t* mem, size_t bytes) {
+  return mem ? mem->alloc(bytes) : calloc(bytes ? bytes : 1, 1);
+}
+
+static inline void moe_mem_free(const moe_backend_ops_t* mem, void* p) {
+  if (mem) mem->free(p);
+  else free(p);
+}
 
 /* The CUDA backend over api (cuda_api.h: the GPU's, or the host stand-in
  * the tests run): cuBLAS for the products, kernels.cu for the rest.  One per

@@ -109,6 +109,18 @@ static void blas_adam(size_t count, float lr, float b1, float b2, float eps, flo
   for (size_t i = 0; i < count; i++) moe_k_adam(lr, b1, b2, eps, c1, c2, &p[i], g[i], &m[i], &v[i]);
 }
 
+static void* blas_alloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
+
+static void blas_free(void* p) { free(p); }
+
+static void blas_memcpy(void* dst, const void* src, size_t bytes) {
+  if (bytes) memcpy(dst, src, bytes);
+}
+
+static void* blas_comm_ptr(void* p) { return p; }
+
+static void blas_sync(void) {}
+
 static const char* blas_failed(void) { return NULL; }
 
 static const char* blas_describe(char* buf, size_t len) {
@@ -135,6 +147,12 @@ static const moe_backend_ops_t blas_ops = {
     .scaled_diff = blas_scaled_diff,
     .add = blas_add,
     .adam = blas_adam,
+    .alloc = blas_alloc,
+    .free = blas_free,
+    .to_host = blas_memcpy,
+    .to_device = blas_memcpy,
+    .comm_ptr = blas_comm_ptr,
+    .sync = blas_sync,
     .failed = blas_failed,
     .describe = blas_describe,
 };

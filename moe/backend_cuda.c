@@ -118,6 +118,42 @@ static void cu_adam(size_t count, float lr, float b1, float b2, float eps, float
   if (count) RUN("adam", api->adam(count, lr, b1, b2, eps, c1, c2, p, g, m, v));
 }
 
+/* Zeroed device memory; NULL (and the failure kept) when there is none. */
+static void* cu_alloc(size_t bytes) {
+  void* p = NULL;
+  if (failure[0]) return NULL;
+  RUN("alloc", api->alloc(&p, bytes ? bytes : 1));
+  if (failure[0]) return NULL;
+  RUN("zero", api->zero(p, bytes ? bytes : 1));
+  if (failure[0]) {
+    api->free(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* Frees even after a failure (what was allocated is given back). */
+static void cu_free(void* p) {
+  if (p && api->free(p) && !failure[0])
+    snprintf(failure, sizeof(failure), "%s: free: %s", api->name, api->last_error());
+}
+
+static void cu_to_host(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  RUN("to_host", api->to_host(dst, src, bytes));
+  RUN("sync", api->sync());
+}
+
+static void cu_to_device(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  RUN("to_device", api->to_device(dst, src, bytes));
+  RUN("sync", api->sync());
+}
+
+static void* cu_comm_ptr(void* p) { return p ? api->comm_ptr(p) : NULL; }
+
+static void cu_sync(void) { RUN("sync", api->sync()); }
+
 static const char* cu_failed(void) { return failure[0] ? failure : NULL; }
 
 static const char* cu_describe(char* buf, size_t len) { return api->describe(buf, len); }
@@ -140,6 +176,12 @@ static const moe_backend_ops_t cuda_ops = {
     .scaled_diff = cu_scaled_diff,
     .add = cu_add,
     .adam = cu_adam,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .to_host = cu_to_host,
+    .to_device = cu_to_device,
+    .comm_ptr = cu_comm_ptr,
+    .sync = cu_sync,
     .failed = cu_failed,
     .describe = cu_describe,
 };

@@ -12,8 +12,10 @@
  *                        arithmetic (kern_math.h) over host memory
  *                        (cuda_standin.c).
  *
- * Pointers are device memory on the GPU, host memory on the stand-in.  An
- * entry returns 0, or -1 with the reason in the table's last error. */
+ * Pointers are device memory on the GPU; on the stand-in, memory its alloc
+ * mapped so that the host cannot touch it (its entries work on a read-write
+ * shadow of it: cuda_standin.c), or host memory passed through.  An entry
+ * returns 0, or -1 with the reason in the table's last error. */
 #ifndef MOE_CUDA_API_H_
 #define MOE_CUDA_API_H_
 
@@ -56,6 +58,10 @@ typedef struct moe_cuda_api {
   int (*to_host)(void* dst, const void* src, size_t bytes);
   int (*to_device)(void* dst, const void* src, size_t bytes);
   int (*zero)(void* dst, size_t bytes);
+  /* The address the communication library is given for alloc's memory ptr
+   * (or an address inside it): ptr itself on the GPU (the library takes its
+   * device path), the host shadow on the stand-in. */
+  void* (*comm_ptr)(void* ptr);
   int (*sync)(void);
   const char* (*describe)(char* buf, size_t len);
   const char* (*last_error)(void);

@@ -212,6 +212,8 @@ static int r_zero(void* dst, size_t bytes) {
                   "cuMemsetD8Async");
 }
 
+static void* r_comm_ptr(void* ptr) { return ptr; }
+
 static int r_sync(void) {
   return current() ? -1 : cu_check(cu.StreamSynchronize(stream), "cuStreamSynchronize");
 }
@@ -245,6 +247,7 @@ static const moe_cuda_api_t real = {
     .to_host = r_to_host,
     .to_device = r_to_device,
     .zero = r_zero,
+    .comm_ptr = r_comm_ptr,
     .sync = r_sync,
     .describe = r_describe,
     .last_error = r_last_error,

@@ -1,17 +1,137 @@
 /* The host stand-in of the CUDA table (cuda_api.h), for the tests where
  * there is no GPU: cuBLAS's column-major sgemm by OpenBLAS, and each kernel
  * of kernels.cu as a loop over its threads running the same per-thread
- * arithmetic (kern_math.h) on host memory, in thread order. */
+ * arithmetic (kern_math.h) on host memory, in thread order.
+ *
+ * Its "device memory" cannot be touched from the host: alloc maps one memfd
+ * twice, a PROT_NONE mapping whose address it hands out (the device
+ * address) and a read-write shadow.  Every entry translates its pointer
+ * arguments to the shadow through a sorted table of the regions (a pointer
+ * in none of them is host memory and passes through); to_host and
+ * to_device copy between a shadow and host memory; comm_ptr gives the
+ * shadow.  So a caller that dereferences a device pointer on the host
+ * crashes here as it would on a GPU. */
+#define _GNU_SOURCE
 #include <cblas.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 #include "kern_math.h"
 
+static char s_error[128];
+
+/* --- device memory: the regions ------------------------------------------- */
+
+typedef struct region {
+  char* dev;    /* the PROT_NONE address handed out */
+  char* shadow; /* the same pages, read-write */
+  size_t len;   /* mapped bytes: the request plus at least one, page-rounded,
+                   so that a pointer one past the end is still inside */
+} region_t;
+
+static region_t* regions; /* sorted by dev */
+static size_t nregions, cap_regions;
+static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The region holding p, or NULL (host memory); the caller holds the lock. */
+static const region_t* region_of(const void* p) {
+  size_t lo = 0, hi = nregions;
+  while (lo < hi) { /* the first region whose dev is above p */
+    size_t mid = (lo + hi) / 2;
+    if (regions[mid].dev <= (const char*)p) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo == 0) return NULL;
+  const region_t* r = &regions[lo - 1];
+  return (const char*)p < r->dev + r->len ? r : NULL;
+}
+
+/* The shadow address of p, or p itself when p is host memory. */
+static void* shadow_of(const void* p) {
+  if (!p) return NULL;
+  pthread_mutex_lock(&regions_lock);
+  const region_t* r = region_of(p);
+  void* s = r ? r->shadow + ((const char*)p - r->dev) : (void*)p;
+  pthread_mutex_unlock(&regions_lock);
+  return s;
+}
+
+#define SH(p) ((__typeof__(p))shadow_of(p))
+
+static int s_alloc(void** ptr, size_t bytes) {
+  long page = sysconf(_SC_PAGESIZE);
+  size_t len = (bytes + 1 + page - 1) / page * page;
+  void *dev = MAP_FAILED, *shadow = MAP_FAILED;
+  *ptr = NULL;
+  int fd = memfd_create("moe-standin", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)len)) goto fail;
+  dev = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, 0);
+  shadow = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (dev == MAP_FAILED || shadow == MAP_FAILED) goto fail;
+  close(fd);
+  fd = -1;
+  pthread_mutex_lock(&regions_lock);
+  if (nregions == cap_regions) {
+    size_t cap = cap_regions ? 2 * cap_regions : 64;
+    region_t* r = realloc(regions, cap * sizeof(*r));
+    if (!r) {
+      pthread_mutex_unlock(&regions_lock);
+      errno = ENOMEM;
+      goto fail;
+    }
+    regions = r, cap_regions = cap;
+  }
+  size_t at = 0;
+  while (at < nregions && regions[at].dev < (char*)dev) at++;
+  memmove(&regions[at + 1], &regions[at], (nregions - at) * sizeof(*regions));
+  regions[at] = (region_t){dev, shadow, len};
+  nregions++;
+  pthread_mutex_unlock(&regions_lock);
+  *ptr = dev; /* a fresh memfd reads as zeros */
+  return 0;
+fail:
+  snprintf(s_error, sizeof(s_error), "no device memory for %zu bytes: %s", bytes,
+           strerror(errno));
+  if (dev != MAP_FAILED) munmap(dev, len);
+  if (shadow != MAP_FAILED) munmap(shadow, len);
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+static int s_free(void* ptr) {
+  if (!ptr) return 0;
+  pthread_mutex_lock(&regions_lock);
+  const region_t* r = region_of(ptr);
+  if (!r || r->dev != (char*)ptr) {
+    pthread_mutex_unlock(&regions_lock);
+    snprintf(s_error, sizeof(s_error), "free of %p: not an allocation of the stand-in", ptr);
+    return -1;
+  }
+  region_t gone = *r;
+  size_t at = (size_t)(r - regions);
+  memmove(&regions[at], &regions[at + 1], (nregions - at - 1) * sizeof(*regions));
+  nregions--;
+  pthread_mutex_unlock(&regions_lock);
+  munmap(gone.dev, gone.len);
+  munmap(gone.shadow, gone.len);
+  return 0;
+}
+
+static void* s_comm_ptr(void* ptr) { return shadow_of(ptr); }
+
+/* --- cuBLAS and the kernels, on the shadows -------------------------------- */
+
 static int s_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                    int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  a = SH(a);
+  b = SH(b);
+  c = SH(c);
   if (m <= 0 || n <= 0) return 0;
   if (k <= 0) { /* BLAS's convention: C = beta C */
     for (int j = 0; j < n; j++)
@@ -25,17 +145,28 @@ static int s_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, c
 }
 
 static int s_swiglu(size_t count, const float* a, const float* b, float* h) {
+  a = SH(a);
+  b = SH(b);
+  h = SH(h);
   for (size_t i = 0; i < count; i++) h[i] = moe_k_swiglu(a[i], b[i]);
   return 0;
 }
 
 static int s_swiglu_back(size_t count, const float* a, const float* b, const float* dh, float* da,
                          float* db) {
+  a = SH(a);
+  b = SH(b);
+  dh = SH(dh);
+  da = SH(da);
+  db = SH(db);
   for (size_t i = 0; i < count; i++) moe_k_swiglu_back(a[i], b[i], dh[i], &da[i], &db[i]);
   return 0;
 }
 
 static int s_router_token(int n, int e, int k, float* probs, int32_t* expert, float* gate) {
+  probs = SH(probs);
+  expert = SH(expert);
+  gate = SH(gate);
   for (int t = 0; t < n; t++)
     moe_k_router_token(e, k, probs + (size_t)t * e, expert + (size_t)t * k, gate + (size_t)t * k);
   return 0;
@@ -44,6 +175,9 @@ static int s_router_token(int n, int e, int k, float* probs, int32_t* expert, fl
 /* threads 0..e-1: an expert's statistics; thread e: the token count */
 static int s_router_stat(int n, int e, int k, const float* probs, const int32_t* expert,
                          float* stats) {
+  probs = SH(probs);
+  expert = SH(expert);
+  stats = SH(stats);
   for (int x = 0; x < e; x++) moe_k_router_stat(n, e, k, x, probs, expert, &stats[x], &stats[e + x]);
   stats[2 * e] += (float)n;
   return 0;
@@ -51,6 +185,12 @@ static int s_router_stat(int n, int e, int k, const float* probs, const int32_t*
 
 static int s_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert,
                             const float* gate, const float* dgate, const float* g, float* dl) {
+  probs = SH(probs);
+  expert = SH(expert);
+  gate = SH(gate);
+  dgate = SH(dgate);
+  g = SH(g);
+  dl = SH(dl);
   for (int t = 0; t < n; t++)
     moe_k_router_dlogits(e, k, probs + (size_t)t * e, expert + (size_t)t * k,
                          gate + (size_t)t * k, dgate + (size_t)t * k, g, dl + (size_t)t * e);
@@ -58,12 +198,19 @@ static int s_router_dlogits(int n, int e, int k, const float* probs, const int32
 }
 
 static int s_gather(int rows, int h, const int32_t* token_of, const float* x, float* out) {
+  token_of = SH(token_of);
+  x = SH(x);
+  out = SH(out);
   for (size_t i = 0; i < (size_t)rows * h; i++) out[i] = x[(size_t)token_of[i / h] * h + i % h];
   return 0;
 }
 
 static int s_combine(size_t tokens, int k, int h, const int32_t* row_of, const float* gate,
                      const float* y, float* out) {
+  row_of = SH(row_of);
+  gate = SH(gate);
+  y = SH(y);
+  out = SH(out);
   for (size_t i = 0; i < tokens * h; i++) {
     size_t t = i / h;
     out[i] = moe_k_combine_elem(k, h, (int)(i % h), row_of + t * k, gate + t * k, y, out[i]);
@@ -73,6 +220,12 @@ static int s_combine(size_t tokens, int k, int h, const int32_t* row_of, const f
 
 static int s_combine_back(size_t slots, int k, int h, const int32_t* row_of, const float* gate,
                           const float* dout, const float* y, float* dy, float* dgate) {
+  row_of = SH(row_of);
+  gate = SH(gate);
+  dout = SH(dout);
+  y = SH(y);
+  dy = SH(dy);
+  dgate = SH(dgate);
   for (size_t s = 0; s < slots; s++)
     dgate[s] = moe_k_combine_back_slot(h, row_of[s], gate[s], dout + (s / k) * h, y, dy);
   return 0;
@@ -80,21 +233,33 @@ static int s_combine_back(size_t slots, int k, int h, const int32_t* row_of, con
 
 static int s_scatter(size_t tokens, int k, int h, const int32_t* row_of, const float* src,
                      float* dx) {
+  row_of = SH(row_of);
+  src = SH(src);
+  dx = SH(dx);
   for (size_t t = 0; t < tokens; t++) moe_k_scatter_token(k, h, row_of + t * k, src, dx + t * h);
   return 0;
 }
 
 static int s_add(size_t count, const float* a, const float* b, float* out) {
+  a = SH(a);
+  b = SH(b);
+  out = SH(out);
   for (size_t i = 0; i < count; i++) out[i] = a[i] + b[i];
   return 0;
 }
 
 static int s_scaled_diff(size_t count, float scale, const float* a, const float* b, float* out) {
+  a = SH(a);
+  b = SH(b);
+  out = SH(out);
   for (size_t i = 0; i < count; i++) out[i] = scale * (a[i] - b[i]);
   return 0;
 }
 
 static int s_sq_dist_blocks(size_t count, const float* a, const float* b, double* partial) {
+  a = SH(a);
+  b = SH(b);
+  partial = SH(partial);
   for (size_t blk = 0; blk * MOE_CUDA_BLOCK < count; blk++) {
     double sq = 0.0;
     for (size_t i = blk * MOE_CUDA_BLOCK; i < count && i < (blk + 1) * MOE_CUDA_BLOCK; i++) {
@@ -108,30 +273,23 @@ static int s_sq_dist_blocks(size_t count, const float* a, const float* b, double
 
 static int s_adam(size_t count, float lr, float b1, float b2, float eps, float c1, float c2,
                   float* p, const float* g, float* m, float* v) {
+  p = SH(p);
+  g = SH(g);
+  m = SH(m);
+  v = SH(v);
   for (size_t i = 0; i < count; i++) moe_k_adam(lr, b1, b2, eps, c1, c2, &p[i], g[i], &m[i], &v[i]);
   return 0;
 }
 
-static char s_error[128];
-
-static int s_alloc(void** ptr, size_t bytes) {
-  *ptr = calloc(bytes ? bytes : 1, 1);
-  if (!*ptr) snprintf(s_error, sizeof(s_error), "out of memory for %zu bytes", bytes);
-  return *ptr ? 0 : -1;
-}
-
-static int s_free(void* ptr) {
-  free(ptr);
-  return 0;
-}
+/* --- copies and order ------------------------------------------------------- */
 
 static int s_copy(void* dst, const void* src, size_t bytes) {
-  memmove(dst, src, bytes);
+  memmove(SH(dst), SH(src), bytes);
   return 0;
 }
 
 static int s_zero(void* dst, size_t bytes) {
-  memset(dst, 0, bytes);
+  memset(SH(dst), 0, bytes);
   return 0;
 }
 
@@ -139,7 +297,7 @@ static int s_sync(void) { return 0; }
 
 static const char* s_describe(char* buf, size_t len) {
   snprintf(buf, len, "the CUDA backend on its host stand-in (OpenBLAS for cuBLAS, the kernels' "
-                     "host twins)");
+                     "host twins, device memory the host cannot touch)");
   return buf;
 }
 
@@ -166,6 +324,7 @@ static const moe_cuda_api_t standin = {
     .copy = s_copy,
     .to_host = s_copy,
     .to_device = s_copy,
+    .comm_ptr = s_comm_ptr,
     .zero = s_zero,
     .sync = s_sync,
     .describe = s_describe,

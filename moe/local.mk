@@ -4,7 +4,8 @@
 # when configure found OpenBLAS.
 EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh tests/test_moe_train.sh \
 	tests/test_moe_public.sh tests/test_moe_layout.sh scripts/pp_timeline.py \
-	tests/test_moe_pipe.sh tests/test_moe_plan.sh scripts/plan_calibrate.py
+	tests/test_moe_pipe.sh tests/test_moe_plan.sh scripts/plan_calibrate.py \
+	tests/test_moe_device.sh
 # That rule, checked on the sources (with or without OpenBLAS).
 TESTS += tests/test_moe_public.sh
 if HAVE_OPENBLAS
@@ -109,6 +110,8 @@ tests_test_pp_sched_LDADD = moe/libmoe.la -lm
 # compares two dump folders), and training on 2 and 4 ranks.
 check_PROGRAMS += tests/moe_npy_cmp
 TESTS += tests/test_moe_layout.sh tests/test_moe_pipe.sh tests/test_moe_plan.sh
+# --device cuda on the backend's host stand-in against --device host.
+TESTS += tests/test_moe_device.sh
 tests_moe_npy_cmp_SOURCES = tests/moe_npy_cmp.c
 tests_moe_npy_cmp_CPPFLAGS = $(MOE_CPPFLAGS)
 tests_moe_npy_cmp_LDADD = moe/libmoe.la -lm

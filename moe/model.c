@@ -28,13 +28,18 @@ size_t moe_layer_param_count(const moe_config_t* cfg) {
 }
 
 int moe_params_alloc(moe_params_t* p, const moe_config_t* cfg) {
+  return moe_params_alloc_on(p, cfg, NULL);
+}
+
+int moe_params_alloc_on(moe_params_t* p, const moe_config_t* cfg, const moe_backend_ops_t* mem) {
   memset(p, 0, sizeof(*p));
   if (moe_config_check(cfg, NULL, 0)) return -1;
+  p->mem = mem;
   size_t per_layer = moe_layer_param_count(cfg);
   size_t ehf = (size_t)cfg->experts * cfg->hidden * cfg->ffn;
   p->cfg = *cfg;
   p->count = per_layer * cfg->layers;
-  p->data = calloc(p->count, sizeof(float));
+  p->data = moe_mem_alloc(mem, p->count * sizeof(float));
   p->layer = calloc(cfg->layers, sizeof(*p->layer));
   if (!p->data || !p->layer) {
     moe_params_free(p);
@@ -51,7 +56,7 @@ int moe_params_alloc(moe_params_t* p, const moe_config_t* cfg) {
 }
 
 void moe_params_free(moe_params_t* p) {
-  free(p->data);
+  if (p->data) moe_mem_free(p->mem, p->data);
   free(p->layer);
   memset(p, 0, sizeof(*p));
 }
@@ -79,18 +84,37 @@ void moe_rng_normal(moe_rng_t* rng, float* dst, size_t count, float std) {
   }
 }
 
-void moe_params_init_random(moe_params_t* p, uint64_t seed) {
+void moe_params_to_host(const moe_params_t* p, float* host) {
+  if (p->mem) p->mem->to_host(host, p->data, p->count * sizeof(float));
+  else memcpy(host, p->data, p->count * sizeof(float));
+}
+
+void moe_params_to_device(moe_params_t* p, const float* host) {
+  if (p->mem) p->mem->to_device(p->data, host, p->count * sizeof(float));
+  else memcpy(p->data, host, p->count * sizeof(float));
+}
+
+int moe_params_init_random(moe_params_t* p, uint64_t seed) {
   const moe_config_t* c = &p->cfg;
   size_t ehf = (size_t)c->experts * c->hidden * c->ffn;
   float sh = 1.0f / sqrtf((float)c->hidden), sf = 1.0f / sqrtf((float)c->ffn);
+  /* drawn in host memory, at the parameters' offsets */
+  float* host = p->mem ? malloc(p->count * sizeof(float) + 1) : p->data;
+  if (!host) return -1;
   moe_rng_t rng;
   moe_rng_seed(&rng, seed);
   for (int l = 0; l < c->layers; l++) {
-    moe_rng_normal(&rng, p->layer[l].wg, (size_t)c->hidden * c->experts, sh);
-    moe_rng_normal(&rng, p->layer[l].w1, ehf, sh);
-    moe_rng_normal(&rng, p->layer[l].w3, ehf, sh);
-    moe_rng_normal(&rng, p->layer[l].w2, ehf, sf);
+    float* base = host + (p->layer[l].wg - p->data);
+    moe_rng_normal(&rng, base, (size_t)c->hidden * c->experts, sh);
+    moe_rng_normal(&rng, base + (p->layer[l].w1 - p->layer[l].wg), ehf, sh);
+    moe_rng_normal(&rng, base + (p->layer[l].w3 - p->layer[l].wg), ehf, sh);
+    moe_rng_normal(&rng, base + (p->layer[l].w2 - p->layer[l].wg), ehf, sf);
   }
+  if (p->mem) {
+    moe_params_to_device(p, host);
+    free(host);
+  }
+  return 0;
 }
 
 /* --- global sums ----------------------------------------------------------------- */
@@ -148,6 +172,11 @@ void moe_router_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, c
 /* --- local dispatch / combine ------------------------------------------------------ */
 
 int moe_local_plan_alloc(moe_local_plan_t* plan, int experts, int topk, int max_tokens) {
+  return moe_local_plan_alloc_on(plan, experts, topk, max_tokens, NULL);
+}
+
+int moe_local_plan_alloc_on(moe_local_plan_t* plan, int experts, int topk, int max_tokens,
+                            const moe_backend_ops_t* mem) {
   memset(plan, 0, sizeof(*plan));
   size_t slots = (size_t)max_tokens * topk;
   plan->experts = experts;
@@ -157,7 +186,12 @@ int moe_local_plan_alloc(moe_local_plan_t* plan, int experts, int topk, int max_
   plan->offsets = calloc(experts + 1, sizeof(int));
   plan->row_of = calloc(slots ? slots : 1, sizeof(int32_t));
   plan->token_of = calloc(slots ? slots : 1, sizeof(int32_t));
-  if (!plan->counts || !plan->offsets || !plan->row_of || !plan->token_of) {
+  plan->mem = mem;
+  plan->d_row_of = mem ? moe_mem_alloc(mem, (slots ? slots : 1) * sizeof(int32_t)) : plan->row_of;
+  plan->d_token_of =
+      mem ? moe_mem_alloc(mem, (slots ? slots : 1) * sizeof(int32_t)) : plan->token_of;
+  if (!plan->counts || !plan->offsets || !plan->row_of || !plan->token_of || !plan->d_row_of ||
+      !plan->d_token_of) {
     moe_local_plan_free(plan);
     return -1;
   }
@@ -165,6 +199,10 @@ int moe_local_plan_alloc(moe_local_plan_t* plan, int experts, int topk, int max_
 }
 
 void moe_local_plan_free(moe_local_plan_t* plan) {
+  if (plan->mem) {
+    if (plan->d_row_of) plan->mem->free(plan->d_row_of);
+    if (plan->d_token_of) plan->mem->free(plan->d_token_of);
+  }
   free(plan->counts);
   free(plan->offsets);
   free(plan->row_of);
@@ -190,29 +228,33 @@ void moe_local_plan_build(moe_local_plan_t* plan, const int32_t* expert, int n) 
   }
   plan->tokens = n;
   plan->rows = plan->offsets[e_count];
+  if (plan->mem) { /* the ops' copies */
+    plan->mem->to_device(plan->d_row_of, plan->row_of, slots * sizeof(int32_t));
+    plan->mem->to_device(plan->d_token_of, plan->token_of, (size_t)plan->rows * sizeof(int32_t));
+  }
 }
 
 void moe_local_dispatch(const moe_backend_ops_t* be, const moe_local_plan_t* plan, int hidden,
                         const float* x, float* rows) {
-  be->gather_rows(plan->rows, hidden, plan->token_of, x, rows);
+  be->gather_rows(plan->rows, hidden, plan->d_token_of, x, rows);
 }
 
 void moe_local_combine(const moe_backend_ops_t* be, const moe_local_plan_t* plan, int hidden,
                        const float* gate, const float* y_rows, float* out) {
-  be->combine_rows((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->row_of, gate,
+  be->combine_rows((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->d_row_of, gate,
                    y_rows, out);
 }
 
 void moe_local_combine_backward(const moe_backend_ops_t* be, const moe_local_plan_t* plan,
                                 int hidden, const float* gate, const float* dout,
                                 const float* y_rows, float* dy_rows, float* dgate) {
-  be->combine_rows_backward((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->row_of,
+  be->combine_rows_backward((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->d_row_of,
                             gate, dout, y_rows, dy_rows, dgate);
 }
 
 void moe_local_dispatch_backward(const moe_backend_ops_t* be, const moe_local_plan_t* plan,
                                  int hidden, const float* dx_rows, float* dx) {
-  be->scatter_add_rows((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->row_of,
+  be->scatter_add_rows((size_t)plan->tokens * plan->topk, plan->topk, hidden, plan->d_row_of,
                        dx_rows, dx);
 }
 
@@ -287,7 +329,9 @@ struct moe_layer_cache {
   float* probs;    /* [n][E] */
   int32_t* expert; /* [n][K] */
   float* gate;     /* [n][K] */
-  float* stats;    /* MOE_STATS_LEN(E), global after the forward */
+  float* stats;    /* MOE_STATS_LEN(E): the router's local sums */
+  float* stats_host;      /* their host mirror, global after the forward */
+  int32_t* expert_host;   /* [n][K] the expert ids' host mirror (the plan's sort) */
   moe_local_plan_t plan;
   float *x_rows, *y_rows; /* [n*K][H] */
   float *a, *b, *h;       /* [n*K][F] */
@@ -299,63 +343,78 @@ static double now(void) {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static float* alloc_floats(size_t count, int* failed) {
-  float* p = calloc(count ? count : 1, sizeof(float));
+/* count zeroed floats (or int32s) of mem's memory (NULL: the host's). */
+static float* alloc_floats(const moe_backend_ops_t* mem, size_t count, int* failed) {
+  float* p = moe_mem_alloc(mem, (count ? count : 1) * sizeof(float));
   *failed |= p == NULL;
   return p;
 }
 
-static int layer_cache_alloc(moe_layer_cache_t* c, const moe_config_t* cfg, int n) {
+static void free_floats(const moe_backend_ops_t* mem, void* p) {
+  if (p) moe_mem_free(mem, p);
+}
+
+static int layer_cache_alloc(moe_layer_cache_t* c, const moe_config_t* cfg, int n,
+                             const moe_backend_ops_t* mem) {
   size_t slots = (size_t)n * cfg->topk;
   int failed = 0;
-  c->probs = alloc_floats((size_t)n * cfg->experts, &failed);
-  c->expert = calloc(slots ? slots : 1, sizeof(int32_t));
-  failed |= c->expert == NULL;
-  c->gate = alloc_floats(slots, &failed);
-  c->stats = alloc_floats(MOE_STATS_LEN(cfg->experts), &failed);
-  c->x_rows = alloc_floats(slots * cfg->hidden, &failed);
-  c->y_rows = alloc_floats(slots * cfg->hidden, &failed);
-  c->a = alloc_floats(slots * cfg->ffn, &failed);
-  c->b = alloc_floats(slots * cfg->ffn, &failed);
-  c->h = alloc_floats(slots * cfg->ffn, &failed);
-  failed |= moe_local_plan_alloc(&c->plan, cfg->experts, cfg->topk, n) != 0;
+  c->probs = alloc_floats(mem, (size_t)n * cfg->experts, &failed);
+  c->expert = (int32_t*)alloc_floats(mem, slots, &failed);
+  c->gate = alloc_floats(mem, slots, &failed);
+  c->stats = alloc_floats(mem, MOE_STATS_LEN(cfg->experts), &failed);
+  c->stats_host = alloc_floats(NULL, MOE_STATS_LEN(cfg->experts), &failed);
+  c->expert_host = (int32_t*)alloc_floats(NULL, slots, &failed);
+  c->x_rows = alloc_floats(mem, slots * cfg->hidden, &failed);
+  c->y_rows = alloc_floats(mem, slots * cfg->hidden, &failed);
+  c->a = alloc_floats(mem, slots * cfg->ffn, &failed);
+  c->b = alloc_floats(mem, slots * cfg->ffn, &failed);
+  c->h = alloc_floats(mem, slots * cfg->ffn, &failed);
+  failed |= moe_local_plan_alloc_on(&c->plan, cfg->experts, cfg->topk, n, mem) != 0;
   return failed ? -1 : 0;
 }
 
-static void layer_cache_free(moe_layer_cache_t* c) {
-  free(c->probs);
-  free(c->expert);
-  free(c->gate);
-  free(c->stats);
-  free(c->x_rows);
-  free(c->y_rows);
-  free(c->a);
-  free(c->b);
-  free(c->h);
+static void layer_cache_free(moe_layer_cache_t* c, const moe_backend_ops_t* mem) {
+  free_floats(mem, c->probs);
+  free_floats(mem, c->expert);
+  free_floats(mem, c->gate);
+  free_floats(mem, c->stats);
+  free(c->stats_host);
+  free(c->expert_host);
+  free_floats(mem, c->x_rows);
+  free_floats(mem, c->y_rows);
+  free_floats(mem, c->a);
+  free_floats(mem, c->b);
+  free_floats(mem, c->h);
   moe_local_plan_free(&c->plan);
 }
 
 int moe_workspace_alloc(moe_workspace_t* ws, const moe_config_t* cfg, int max_tokens) {
+  return moe_workspace_alloc_on(ws, cfg, max_tokens, NULL);
+}
+
+int moe_workspace_alloc_on(moe_workspace_t* ws, const moe_config_t* cfg, int max_tokens,
+                           const moe_backend_ops_t* mem) {
   memset(ws, 0, sizeof(*ws));
+  ws->mem = mem;
   if (moe_config_check(cfg, NULL, 0) || max_tokens < 0) return -1;
   size_t nh = (size_t)max_tokens * cfg->hidden, slots = (size_t)max_tokens * cfg->topk;
   int failed = 0;
   ws->cfg = *cfg;
   ws->capacity = max_tokens;
-  ws->act = alloc_floats(nh * (cfg->layers + 1), &failed);
+  ws->act = alloc_floats(mem, nh * (cfg->layers + 1), &failed);
   ws->layer = calloc(cfg->layers, sizeof(*ws->layer));
   failed |= ws->layer == NULL;
   for (int l = 0; !failed && l < cfg->layers; l++)
-    failed |= layer_cache_alloc(&ws->layer[l], cfg, max_tokens);
-  ws->grad = alloc_floats(nh, &failed);
-  ws->grad_next = alloc_floats(nh, &failed);
-  ws->dgate = alloc_floats(slots, &failed);
-  ws->dlogits = alloc_floats((size_t)max_tokens * cfg->experts, &failed);
-  ws->dy_rows = alloc_floats(slots * cfg->hidden, &failed);
-  ws->dx_rows = alloc_floats(slots * cfg->hidden, &failed);
-  ws->da = alloc_floats(slots * cfg->ffn, &failed);
-  ws->db = alloc_floats(slots * cfg->ffn, &failed);
-  ws->dh = alloc_floats(slots * cfg->ffn, &failed);
+    failed |= layer_cache_alloc(&ws->layer[l], cfg, max_tokens, mem);
+  ws->grad = alloc_floats(mem, nh, &failed);
+  ws->grad_next = alloc_floats(mem, nh, &failed);
+  ws->dgate = alloc_floats(mem, slots, &failed);
+  ws->dlogits = alloc_floats(mem, (size_t)max_tokens * cfg->experts, &failed);
+  ws->dy_rows = alloc_floats(mem, slots * cfg->hidden, &failed);
+  ws->dx_rows = alloc_floats(mem, slots * cfg->hidden, &failed);
+  ws->da = alloc_floats(mem, slots * cfg->ffn, &failed);
+  ws->db = alloc_floats(mem, slots * cfg->ffn, &failed);
+  ws->dh = alloc_floats(mem, slots * cfg->ffn, &failed);
   if (failed) {
     moe_workspace_free(ws);
     return -1;
@@ -364,19 +423,13 @@ int moe_workspace_alloc(moe_workspace_t* ws, const moe_config_t* cfg, int max_to
 }
 
 void moe_workspace_free(moe_workspace_t* ws) {
+  const moe_backend_ops_t* mem = ws->mem;
   if (ws->layer)
-    for (int l = 0; l < ws->cfg.layers; l++) layer_cache_free(&ws->layer[l]);
+    for (int l = 0; l < ws->cfg.layers; l++) layer_cache_free(&ws->layer[l], mem);
   free(ws->layer);
-  free(ws->act);
-  free(ws->grad);
-  free(ws->grad_next);
-  free(ws->dgate);
-  free(ws->dlogits);
-  free(ws->dy_rows);
-  free(ws->dx_rows);
-  free(ws->da);
-  free(ws->db);
-  free(ws->dh);
+  float* all[] = {ws->act, ws->grad, ws->grad_next, ws->dgate, ws->dlogits, ws->dy_rows,
+                  ws->dx_rows, ws->da, ws->db, ws->dh};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free_floats(mem, all[i]);
   memset(ws, 0, sizeof(*ws));
 }
 
@@ -389,11 +442,14 @@ static int layer_forward(const moe_backend_ops_t* be, const moe_config_t* cfg,
                          const moe_layer_params_t* w, moe_layer_cache_t* c, const float* x, int n,
                          const moe_sum_hook_t* hook, float* y, moe_timing_t* tm) {
   double t0 = now();
-  memset(c->stats, 0, MOE_STATS_LEN(cfg->experts) * sizeof(float));
+  size_t nstats = MOE_STATS_LEN(cfg->experts);
+  be->zero(nstats, c->stats);
   moe_router_forward(be, cfg, w->wg, x, n, c->probs, c->expert, c->gate, c->stats);
-  if (hook->sum(hook->ctx, c->stats, MOE_STATS_LEN(cfg->experts))) return -1;
+  be->to_host(c->stats_host, c->stats, nstats * sizeof(float));
+  if (hook->sum(hook->ctx, c->stats_host, (int)nstats)) return -1;
   double t1 = now();
-  moe_local_plan_build(&c->plan, c->expert, n);
+  be->to_host(c->expert_host, c->expert, (size_t)n * cfg->topk * sizeof(int32_t));
+  moe_local_plan_build(&c->plan, c->expert_host, n);
   moe_local_dispatch(be, &c->plan, cfg->hidden, x, c->x_rows);
   double t2 = now();
   moe_experts_forward(be, cfg, cfg->experts, c->plan.counts, w->w1, w->w3, w->w2, c->x_rows, c->a,
@@ -423,7 +479,7 @@ int moe_model_forward(const moe_backend_ops_t* be, const moe_params_t* p, moe_wo
     if (layer_forward(be, cfg, &p->layer[l], &ws->layer[l], layer_act(ws, l), n, hook,
                       layer_act(ws, l + 1), &tm))
       return -1;
-    aux += moe_stats_aux_loss(cfg, ws->layer[l].stats);
+    aux += moe_stats_aux_loss(cfg, ws->layer[l].stats_host);
   }
   const float* out = layer_act(ws, cfg->layers);
   double sq = be->sq_dist((size_t)n * cfg->hidden, out, target);
@@ -453,7 +509,7 @@ static void layer_backward(const moe_backend_ops_t* be, const moe_config_t* cfg,
                        ws->dh);
   be->copy((size_t)n * cfg->hidden, dout, dx); /* the residual */
   moe_local_dispatch_backward(be, &c->plan, cfg->hidden, ws->dx_rows, dx);
-  moe_router_backward(be, cfg, w->wg, x, n, c->probs, c->expert, c->gate, ws->dgate, c->stats,
+  moe_router_backward(be, cfg, w->wg, x, n, c->probs, c->expert, c->gate, ws->dgate, c->stats_host,
                       ws->dlogits, gw->wg, dx);
 }
 

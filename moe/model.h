@@ -57,14 +57,23 @@ typedef struct moe_params {
   size_t count;              /* floats in data */
   float* data;               /* every parameter, layer by layer: wg, w1, w3, w2 */
   moe_layer_params_t* layer; /* [L], pointers into data */
+  const moe_backend_ops_t* mem; /* whose memory data is (NULL: the host's) */
 } moe_params_t;
 
 size_t moe_layer_param_count(const moe_config_t* cfg);
-/* Allocates zeroed parameters; 0 or -1 (no memory, or a bad cfg). */
+/* Allocates zeroed parameters in host memory; 0 or -1 (no memory, or a bad
+ * cfg). */
 int moe_params_alloc(moe_params_t* p, const moe_config_t* cfg);
+/* The same in backend mem's memory (NULL: the host's). */
+int moe_params_alloc_on(moe_params_t* p, const moe_config_t* cfg, const moe_backend_ops_t* mem);
 void moe_params_free(moe_params_t* p);
-/* Normal init: Wg, W1, W3 with std 1/sqrt(H), W2 with std 1/sqrt(F). */
-void moe_params_init_random(moe_params_t* p, uint64_t seed);
+/* Normal init: Wg, W1, W3 with std 1/sqrt(H), W2 with std 1/sqrt(F)
+ * (drawn on the host, then copied to p's memory).  0, or -1 without host
+ * memory for the draw. */
+int moe_params_init_random(moe_params_t* p, uint64_t seed);
+/* All p->count parameters between host memory and p's memory. */
+void moe_params_to_host(const moe_params_t* p, float* host);
+void moe_params_to_device(moe_params_t* p, const float* host);
 
 /* A deterministic generator for inits and synthetic batches (splitmix64). */
 typedef struct moe_rng {
@@ -111,7 +120,8 @@ void moe_router_forward(const moe_backend_ops_t* be, const moe_config_t* cfg, co
                         float* stats);
 
 /* Backward of the router and the aux loss: from dgate [n][K] = dL/dgate and
- * the global stats, adds dL/dWg to dwg [H][E] and dL/dx to dx [n][H].
+ * the global stats (host memory: a mirror), adds dL/dWg to dwg [H][E] and
+ * dL/dx to dx [n][H].
  * dlogits [n][E] is scratch. */
 void moe_router_backward(const moe_backend_ops_t* be, const moe_config_t* cfg, const float* wg,
                          const float* x, int n, const float* probs, const int32_t* expert,
@@ -140,11 +150,20 @@ typedef struct moe_local_plan {
   int* offsets;      /* [E + 1] first row of each expert */
   int32_t* row_of;   /* [n][K] the row of (token, j), -1 when expert = -1 */
   int32_t* token_of; /* [n * K] the token of each row */
+  /* The same two in the memory of the backend the plan was allocated on
+   * (what the ops read); row_of and token_of themselves without one. */
+  int32_t *d_row_of, *d_token_of;
+  const moe_backend_ops_t* mem;
 } moe_local_plan_t;
 
+/* Host memory (the counting sort's), and the ops' copies in mem's memory
+ * (NULL: none, the ops read the host arrays). */
 int moe_local_plan_alloc(moe_local_plan_t* plan, int experts, int topk, int max_tokens);
+int moe_local_plan_alloc_on(moe_local_plan_t* plan, int experts, int topk, int max_tokens,
+                            const moe_backend_ops_t* mem);
 void moe_local_plan_free(moe_local_plan_t* plan);
-/* Rows ordered by expert, then by (token, j); ids of -1 get no row. */
+/* Rows ordered by expert, then by (token, j); ids of -1 get no row.  expert
+ * is host memory (a mirror of the router's); the ops' copies follow. */
 void moe_local_plan_build(moe_local_plan_t* plan, const int32_t* expert, int n);
 /* rows[r] = x[token_of[r]]  (rows: [plan->rows][H]) */
 void moe_local_dispatch(const moe_backend_ops_t* be, const moe_local_plan_t* plan, int hidden,
@@ -196,9 +215,11 @@ void moe_experts_backward_weight(const moe_backend_ops_t* be, const moe_config_t
 
 typedef struct moe_layer_cache moe_layer_cache_t;
 
-/* Activations and scratch for up to max_tokens tokens. */
+/* Activations and scratch for up to max_tokens tokens, in the memory of a
+ * backend (mem; NULL: the host's). */
 typedef struct moe_workspace {
   moe_config_t cfg;
+  const moe_backend_ops_t* mem;
   int capacity; /* max_tokens */
   int tokens;   /* n of the last forward */
   float global_tokens;
@@ -216,6 +237,8 @@ typedef struct moe_loss {
 } moe_loss_t;
 
 int moe_workspace_alloc(moe_workspace_t* ws, const moe_config_t* cfg, int max_tokens);
+int moe_workspace_alloc_on(moe_workspace_t* ws, const moe_config_t* cfg, int max_tokens,
+                           const moe_backend_ops_t* mem);
 void moe_workspace_free(moe_workspace_t* ws);
 
 /* Time spent in each part of the last forward/backward, seconds. */
@@ -224,13 +247,14 @@ typedef struct moe_timing {
 } moe_timing_t;
 
 /* Forward of every layer on x [n][H] (n <= capacity) and the loss against
- * target [n][H]; hook sums the statistics and the squared error (NULL:
- * moe_sum_local).  timing may be NULL.  0, or -1 when the hook failed. */
+ * target [n][H] (both in the workspace's memory; be computes, its memory
+ * the workspace's and the parameters'); hook sums the statistics (host
+ * mirrors) and the squared error (NULL: moe_sum_local).  timing may be NULL.  0, or -1 when the hook failed. */
 int moe_model_forward(const moe_backend_ops_t* be, const moe_params_t* p, moe_workspace_t* ws,
                       const float* x, const float* target, int n, const moe_sum_hook_t* hook,
                       moe_loss_t* loss, moe_timing_t* timing);
 
-/* The output x_L [n][H] of the last forward. */
+/* The output x_L [n][H] of the last forward (the workspace's memory). */
 const float* moe_model_output(const moe_workspace_t* ws);
 
 /* Backward of the last forward: overwrites grads (same config as p) with

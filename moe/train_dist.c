@@ -129,14 +129,15 @@ int grad_allreduce(const moe_config_t* c, const dist_t* ds, moe_params_t* g) {
     moe_layer_params_t* gl = &g->layer[l];
     if (ds->Q > 1)
       CK(ds, ds->stage,
-         moecclAllReduce(gl->wg, gl->wg, HE, moecclFloat32, moecclSum, ds->stage, NULL));
+         moecclAllReduce(cptr(ds, gl->wg), cptr(ds, gl->wg), HE, moecclFloat32, moecclSum,
+                         ds->stage, NULL));
     if (ds->place) {
       if (place_sync_grads(c, ds, l, &ds->place[l], g)) return -1;
     } else if (ds->D > 1) {
       float* part[3] = {gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF, gl->w2 + ds->e0 * HF};
       for (int i = 0; i < 3; i++)
-        CK(ds, ds->dp, moecclAllReduce(part[i], part[i], cnt, moecclFloat32, moecclSum, ds->dp,
-                                       NULL));
+        CK(ds, ds->dp, moecclAllReduce(cptr(ds, part[i]), cptr(ds, part[i]), cnt, moecclFloat32,
+                                       moecclSum, ds->dp, NULL));
     }
   }
   return 0;

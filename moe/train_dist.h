@@ -36,7 +36,19 @@ typedef struct dist {
   moecclComm_t pp;       /* the S ranks with this q, one per stage: activations and their
                             gradients (rank in it = stage) */
   moecclStream_t stream; /* --chunks > 1: the EP communicator's calls, queued */
+  const moe_backend_ops_t* be; /* whose memory the layer's tensors are (NULL: the host's) */
+  int device;            /* --device cuda: be's memory is not the host's (host mirrors for
+                            what moeccl reads on the host) */
 } dist_t;
+
+/* The address moeccl is given for p, memory of ds->be (backend.h), once
+ * the backend's queued ops are done (moeccl does not wait for its stream:
+ * what they write is read, and what they read may be overwritten). */
+static inline void* cptr(const dist_t* ds, const void* p) {
+  if (!ds->be || !p) return (void*)p;
+  if (ds->device) ds->be->sync();
+  return ds->be->comm_ptr((void*)p);
+}
 
 /* The first of rank r's rows when tokens split over nranks. */
 int row_start(int r, int nranks, int tokens);

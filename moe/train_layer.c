@@ -26,15 +26,35 @@ float* falloc(size_t count, int* failed) {
   return p;
 }
 
-/* The activations, the dispatch's input: moecclMemAlloc memory, so that
- * local peers pick their rows straight from it (moecclMoe(3), gathered
- * dispatch messages). */
-static float* act_alloc(size_t count, int* failed) {
+float* balloc(const moe_backend_ops_t* mem, size_t count, int* failed) {
+  float* p = moe_mem_alloc(mem, (count ? count : 1) * sizeof(float));
+  *failed |= p == NULL;
+  return p;
+}
+
+/* The activations, the dispatch's input: on the host moecclMemAlloc memory,
+ * so that local peers pick their rows straight from it (moecclMoe(3),
+ * gathered dispatch messages); on a device the backend's. */
+static float* act_alloc(const dws_t* w, size_t count, int* failed) {
+  if (w->device) return balloc(w->mem, count, failed);
   void* p = NULL;
   if (moecclMemAlloc(&p, (count ? count : 1) * sizeof(float)) != moecclSuccess) p = NULL;
   if (p) memset(p, 0, (count ? count : 1) * sizeof(float));
   *failed |= p == NULL;
   return p;
+}
+
+/* A host mirror of count floats: its own memory on a device, else dev. */
+static float* mirror(const dws_t* w, float* dev, size_t count, int* failed) {
+  return w->device ? falloc(count, failed) : dev;
+}
+
+static void bfree(const dws_t* w, void* p) {
+  if (p) moe_mem_free(w->mem, p);
+}
+
+static void mfree(const dws_t* w, void* p) {
+  if (w->device) free(p);
 }
 
 void dws_free(dws_t* w) {
@@ -44,17 +64,25 @@ void dws_free(dws_t* w) {
       for (int k = 0; y->chunk && k < w->chunks; k++) {
         dchunk_t* ch = &y->chunk[k];
         if (ch->plan) moecclMoePlanDestroy(ch->plan);
-        free(ch->recv), free(ch->counts), free(ch->x_rows), free(ch->y_rows);
-        free(ch->a), free(ch->b), free(ch->h), free(ch->dy), free(ch->da), free(ch->db);
+        free(ch->recv), free(ch->counts), mfree(w, ch->y_host);
+        bfree(w, ch->x_rows), bfree(w, ch->y_rows), bfree(w, ch->a), bfree(w, ch->b);
+        bfree(w, ch->h), bfree(w, ch->dy), bfree(w, ch->da), bfree(w, ch->db);
       }
-      free(y->probs), free(y->expert), free(y->gate), free(y->stats), free(y->dlogits);
+      bfree(w, y->probs), bfree(w, y->expert), bfree(w, y->gate), bfree(w, y->stats);
+      bfree(w, y->dlogits);
+      free(y->stats_host), mfree(w, y->gate_host), free(y->expert_host);
       free(y->slot);
       free(y->chunk);
     }
-  if (w->act) moecclMemFree(w->act);
-  free(w->layer), free(w->grad), free(w->grad_next), free(w->tok), free(w->dgate);
-  free(w->dlogits), free(w->dy_rows[0]), free(w->dx_rows[0]), free(w->da), free(w->db), free(w->dh);
-  free(w->dy_rows[1]), free(w->dx_rows[1]);
+  if (w->act) {
+    if (w->device) bfree(w, w->act);
+    else moecclMemFree(w->act);
+  }
+  free(w->layer);
+  mfree(w, w->dgate_host);
+  float* all[] = {w->grad, w->grad_next, w->tok, w->dgate, w->dlogits, w->dy_rows[0],
+                  w->dx_rows[0], w->da, w->db, w->dh, w->dy_rows[1], w->dx_rows[1]};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) bfree(w, all[i]);
   memset(w, 0, sizeof(*w));
 }
 
@@ -66,27 +94,32 @@ int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks, int
    * local expert chosen), at most min(K, E/P) per token; a rank's chunk has
    * at most ceil(maxn / chunks) tokens. */
   size_t per = K < (size_t)ds->nlocal ? K : (size_t)ds->nlocal;
+  const moe_backend_ops_t* mem = ds->be;
+  w->mem = mem;
+  w->device = ds->device;
   w->chunks = chunks;
   w->layers = layers;
   w->split_w = split_w;
   w->rows_cap = n;
   w->cap = (size_t)ds->P * ((ds->maxn + chunks - 1) / chunks) * per;
   int failed = 0;
-  w->act = act_alloc(n * H * (layers + 1), &failed);
+  w->act = act_alloc(w, n * H * (layers + 1), &failed);
   w->layer = calloc(layers, sizeof(*w->layer));
   failed |= w->layer == NULL;
   for (int l = 0; !failed && l < layers; l++) {
     dlayer_t* y = &w->layer[l];
-    y->probs = falloc(n * E, &failed);
-    y->expert = calloc(n * K + 1, sizeof(int32_t));
-    failed |= y->expert == NULL;
-    y->gate = falloc(n * K, &failed);
+    y->probs = balloc(mem, n * E, &failed);
+    y->expert = (int32_t*)balloc(mem, n * K + 1, &failed);
+    y->expert_host = (int32_t*)falloc(n * K + 1, &failed);
+    y->gate = balloc(mem, n * K, &failed);
+    y->gate_host = mirror(w, y->gate, n * K, &failed);
     if (ds->place) {
       y->slot = calloc(n * K + 1, sizeof(int32_t));
       failed |= y->slot == NULL;
     }
-    y->stats = falloc(MOE_STATS_LEN(E), &failed);
-    if (split_w) y->dlogits = falloc(n * E, &failed);
+    y->stats = balloc(mem, MOE_STATS_LEN(E), &failed);
+    y->stats_host = falloc(MOE_STATS_LEN(E), &failed);
+    if (split_w) y->dlogits = balloc(mem, n * E, &failed);
     y->chunk = calloc(chunks, sizeof(dchunk_t));
     failed |= !y->chunk;
     for (int k = 0; !failed && k < chunks; k++) {
@@ -94,30 +127,32 @@ int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks, int
       ch->recv = calloc(ds->nlocal, sizeof(size_t));
       ch->counts = calloc(ds->nlocal, sizeof(int));
       failed |= !ch->recv || !ch->counts;
-      ch->x_rows = falloc(w->cap * H, &failed);
-      ch->y_rows = falloc(w->cap * H, &failed);
-      ch->a = falloc(w->cap * F, &failed);
-      ch->b = falloc(w->cap * F, &failed);
-      ch->h = falloc(w->cap * F, &failed);
+      ch->x_rows = balloc(mem, w->cap * H, &failed);
+      ch->y_rows = balloc(mem, w->cap * H, &failed);
+      ch->y_host = mirror(w, ch->y_rows, w->cap * H, &failed);
+      ch->a = balloc(mem, w->cap * F, &failed);
+      ch->b = balloc(mem, w->cap * F, &failed);
+      ch->h = balloc(mem, w->cap * F, &failed);
       if (split_w) {
-        ch->dy = falloc(w->cap * H, &failed);
-        ch->da = falloc(w->cap * F, &failed);
-        ch->db = falloc(w->cap * F, &failed);
+        ch->dy = balloc(mem, w->cap * H, &failed);
+        ch->da = balloc(mem, w->cap * F, &failed);
+        ch->db = balloc(mem, w->cap * F, &failed);
       }
     }
   }
-  w->grad = falloc(n * H, &failed);
-  w->grad_next = falloc(n * H, &failed);
-  w->tok = falloc(n * H, &failed);
-  w->dgate = falloc(n * K, &failed);
-  w->dlogits = falloc(n * E, &failed);
+  w->grad = balloc(mem, n * H, &failed);
+  w->grad_next = balloc(mem, n * H, &failed);
+  w->tok = balloc(mem, n * H, &failed);
+  w->dgate = balloc(mem, n * K, &failed);
+  w->dgate_host = mirror(w, w->dgate, n * K, &failed);
+  w->dlogits = balloc(mem, n * E, &failed);
   for (int i = 0; i < (chunks > 1 ? 2 : 1); i++) {
-    w->dy_rows[i] = falloc(w->cap * H, &failed);
-    w->dx_rows[i] = falloc(w->cap * H, &failed);
+    w->dy_rows[i] = balloc(mem, w->cap * H, &failed);
+    w->dx_rows[i] = balloc(mem, w->cap * H, &failed);
   }
-  w->da = falloc(w->cap * F, &failed);
-  w->db = falloc(w->cap * F, &failed);
-  w->dh = falloc(w->cap * F, &failed);
+  w->da = balloc(mem, w->cap * F, &failed);
+  w->db = balloc(mem, w->cap * F, &failed);
+  w->dh = balloc(mem, w->cap * F, &failed);
   return failed ? -1 : 0;
 }
 
@@ -131,6 +166,24 @@ int dws_plans(dws_t* w, const moe_config_t* c, const dist_t* ds) {
 
 float* act_of(const dws_t* w, size_t H, int i) {
   return w->act + (size_t)i * w->rows_cap * H;
+}
+
+/* A host mirror of backend memory: copied down (or up) when apart. */
+static void down(const moe_backend_ops_t* be, void* host, const void* dev, size_t bytes) {
+  if (host != dev) be->to_host(host, dev, bytes);
+}
+
+static void up(const moe_backend_ops_t* be, void* dev, const void* host, size_t bytes) {
+  if (host != dev) be->to_device(dev, host, bytes);
+}
+
+/* The router's outputs moeccl and the host read: the local statistics, the
+ * ids (the layout's), the gate weights (combine's). */
+static void router_down(const moe_backend_ops_t* be, const moe_config_t* c, dlayer_t* y, int n) {
+  size_t nk = (size_t)n * c->topk;
+  be->to_host(y->stats_host, y->stats, MOE_STATS_LEN(c->experts) * sizeof(float));
+  be->to_host(y->expert_host, y->expert, nk * sizeof(int32_t));
+  down(be, y->gate_host, y->gate, nk * sizeof(float));
 }
 
 /* Time in the EP exchanges of the backward: the call (NULL stream) or the
@@ -205,7 +258,7 @@ static void experts_bwd_w(const moe_backend_ops_t* be, const moe_config_t* c, co
 static int chunk_layout(const moe_config_t* c, const dist_t* ds, dws_t* w, dlayer_t* y,
                         dchunk_t* ch, int l) {
   size_t K = c->topk;
-  const int32_t* ids = y->expert + ch->t0 * K;
+  const int32_t* ids = y->expert_host + ch->t0 * K;
   if (ds->place) {
     const placement_t* pl = &ds->place[l];
     if (!ch->plan || ch->plan_layer != l || ch->plan_ver != ds->place_ver[l]) {
@@ -249,12 +302,13 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
     const float* xin = act_of(w, H, l - l0);
     float* out = act_of(w, H, l - l0 + 1);
     double t0 = train_now();
-    memset(y->stats, 0, MOE_STATS_LEN(E) * sizeof(float));
+    be->zero(MOE_STATS_LEN(E), y->stats);
     moe_router_forward(be, c, wl->wg, xin, n, y->probs, y->expert, y->gate, y->stats);
-    CK(ds, ds->stage, moecclAllReduce(y->stats, y->stats, MOE_STATS_LEN(E), moecclFloat32,
-                                      moecclSum, ds->stage, NULL));
+    router_down(be, c, y, n);
+    CK(ds, ds->stage, moecclAllReduce(y->stats_host, y->stats_host, MOE_STATS_LEN(E),
+                                      moecclFloat32, moecclSum, ds->stage, NULL));
     if (ds->load)
-      for (int e = 0; e < E; e++) ds->load[(size_t)l * E + e] += y->stats[e];
+      for (int e = 0; e < E; e++) ds->load[(size_t)l * E + e] += y->stats_host[e];
     tm->router += train_now() - t0;
     /* Each chunk has its own plan (the backward finds it again).  With
      * chunks the EP calls are queued on the host stream: chunk k's experts
@@ -271,8 +325,8 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
       if (chunk_layout(c, ds, w, y, ch, l)) return -1;
     }
     dchunk_t* ch0 = &y->chunk[0];
-    CK(ds, ds->ep, moecclMoeDispatch(ch0->plan, xin + ch0->t0 * H, ch0->x_rows, w->cap, H,
-                                     moecclFloat32, st));
+    CK(ds, ds->ep, moecclMoeDispatch(ch0->plan, cptr(ds, xin + ch0->t0 * H), cptr(ds, ch0->x_rows),
+                                     w->cap, H, moecclFloat32, st));
     if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
     tm->dispatch += train_now() - t1;
     for (int k = 0; k < w->chunks; k++) {
@@ -280,13 +334,14 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
       double t2 = train_now();
       if (k > 0) {
         dchunk_t* pr = &y->chunk[k - 1];
-        CK(ds, ds->ep, moecclMoeCombine(pr->plan, pr->y_rows, w->cap, y->gate + pr->t0 * K,
-                                        w->tok + pr->t0 * H, H, moecclFloat32, st));
+        CK(ds, ds->ep, moecclMoeCombine(pr->plan, cptr(ds, pr->y_rows), w->cap,
+                                        y->gate_host + pr->t0 * K, cptr(ds, w->tok + pr->t0 * H),
+                                        H, moecclFloat32, st));
       }
       if (k + 1 < w->chunks) {
         dchunk_t* nx = &y->chunk[k + 1];
-        CK(ds, ds->ep, moecclMoeDispatch(nx->plan, xin + nx->t0 * H, nx->x_rows, w->cap, H,
-                                         moecclFloat32, st));
+        CK(ds, ds->ep, moecclMoeDispatch(nx->plan, cptr(ds, xin + nx->t0 * H),
+                                         cptr(ds, nx->x_rows), w->cap, H, moecclFloat32, st));
       }
       experts_fwd(be, c, ds, l, wl, ch);
       double t3 = train_now();
@@ -296,16 +351,29 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
     }
     dchunk_t* last = &y->chunk[w->chunks - 1];
     double t3 = train_now();
-    CK(ds, ds->ep, moecclMoeCombine(last->plan, last->y_rows, w->cap, y->gate + last->t0 * K,
-                                    w->tok + last->t0 * H, H, moecclFloat32, st));
+    CK(ds, ds->ep, moecclMoeCombine(last->plan, cptr(ds, last->y_rows), w->cap,
+                                    y->gate_host + last->t0 * K, cptr(ds, w->tok + last->t0 * H),
+                                    H, moecclFloat32, st));
     if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
     tm->combine += train_now() - t3;
     double t4 = train_now();
     be->add((size_t)n * H, xin, w->tok, out);
     tm->combine += train_now() - t4;
-    *aux += moe_stats_aux_loss(&cm, y->stats);
+    *aux += moe_stats_aux_loss(&cm, y->stats_host);
   }
   return 0;
+}
+
+/* moecclMoeCombineBackward of chunk ch (host mirrors of the expert rows it
+ * reads and of the gate gradients it writes). */
+static moecclResult_t combine_bwd(const moe_backend_ops_t* be, const moe_config_t* c,
+                                  const dist_t* ds, dws_t* w, dlayer_t* y, dchunk_t* ch, float* dy,
+                                  moecclStream_t st) {
+  size_t H = c->hidden, K = c->topk;
+  down(be, ch->y_host, ch->y_rows, ch->rows * H * sizeof(float));
+  return moecclMoeCombineBackward(ch->plan, cptr(ds, w->grad + ch->t0 * H),
+                                  y->gate_host + ch->t0 * K, ch->y_host, cptr(ds, dy), w->cap,
+                                  w->dgate_host + ch->t0 * K, H, moecclFloat32, st);
 }
 
 int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
@@ -328,24 +396,19 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
     moecclStream_t st = C > 1 ? ds->stream : NULL;
 #define DY(ch, k) ((ch)->dy ? (ch)->dy : w->dy_rows[(k) % 2])
     dchunk_t* ch0 = &y->chunk[0];
-    BEXCH(tm, CK(ds, ds->ep,
-                 moecclMoeCombineBackward(ch0->plan, w->grad + ch0->t0 * H, y->gate + ch0->t0 * K,
-                                          ch0->y_rows, DY(ch0, 0), w->cap,
-                                          w->dgate + ch0->t0 * K, H, moecclFloat32, st)));
+    BEXCH(tm, CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, ch0, DY(ch0, 0), st)));
     if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
     for (int k = 0; k < C; k++) {
       dchunk_t* ch = &y->chunk[k];
       if (k > 0) {
         dchunk_t* pr = &y->chunk[k - 1];
-        CK(ds, ds->ep, moecclMoeDispatchBackward(pr->plan, w->dx_rows[(k - 1) % 2], w->cap,
-                                                 w->tok + pr->t0 * H, H, moecclFloat32, st));
+        CK(ds, ds->ep, moecclMoeDispatchBackward(pr->plan, cptr(ds, w->dx_rows[(k - 1) % 2]),
+                                                 w->cap, cptr(ds, w->tok + pr->t0 * H), H,
+                                                 moecclFloat32, st));
       }
       if (k + 1 < C) {
         dchunk_t* nx = &y->chunk[k + 1];
-        CK(ds, ds->ep, moecclMoeCombineBackward(nx->plan, w->grad + nx->t0 * H,
-                                                y->gate + nx->t0 * K, nx->y_rows, DY(nx, k + 1),
-                                                w->cap, w->dgate + nx->t0 * K, H, moecclFloat32,
-                                                st));
+        CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, nx, DY(nx, k + 1), st));
       }
       float *da = ch->da ? ch->da : w->da, *db = ch->db ? ch->db : w->db;
       experts_bwd_in(be, c, ds, l, wl, ch, DY(ch, k), w->dx_rows[k % 2], da, db, w->dh);
@@ -355,13 +418,15 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
 #undef DY
     dchunk_t* last = &y->chunk[C - 1];
     BEXCH(tm, CK(ds, ds->ep,
-                 moecclMoeDispatchBackward(last->plan, w->dx_rows[(C - 1) % 2], w->cap,
-                                           w->tok + last->t0 * H, H, moecclFloat32, st)));
+                 moecclMoeDispatchBackward(last->plan, cptr(ds, w->dx_rows[(C - 1) % 2]), w->cap,
+                                           cptr(ds, w->tok + last->t0 * H), H, moecclFloat32,
+                                           st)));
     if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
+    up(be, w->dgate, w->dgate_host, n * K * sizeof(float));
     be->add(n * H, w->grad, w->tok, w->grad_next); /* residual */
     float* dlogits = y->dlogits ? y->dlogits : w->dlogits;
     moe_router_backward_input(be, &cm, wl->wg, (int)n, y->probs, y->expert, y->gate, w->dgate,
-                              y->stats, dlogits, w->grad_next);
+                              y->stats_host, dlogits, w->grad_next);
     if (!w->split_w) moe_router_backward_weight(be, c, xin, (int)n, dlogits, gl->wg);
     float* swap = w->grad;
     w->grad = w->grad_next;
@@ -404,11 +469,12 @@ static int fused_router(const moe_backend_ops_t* be, const moe_config_t* c, cons
   size_t H = c->hidden;
   dlayer_t* y = &wf->layer[i];
   double t0 = train_now();
-  memset(y->stats, 0, MOE_STATS_LEN(c->experts) * sizeof(float));
+  be->zero(MOE_STATS_LEN(c->experts), y->stats);
   moe_router_forward(be, c, p->layer[wf->l0 + i].wg, act_of(wf, H, i), wf->n, y->probs, y->expert,
                      y->gate, y->stats);
-  CK(ds, ds->stage, moecclAllReduce(y->stats, y->stats, MOE_STATS_LEN(c->experts), moecclFloat32,
-                                    moecclSum, ds->stage, st));
+  router_down(be, c, y, wf->n);
+  CK(ds, ds->stage, moecclAllReduce(y->stats_host, y->stats_host, MOE_STATS_LEN(c->experts),
+                                    moecclFloat32, moecclSum, ds->stage, st));
   tm->router += train_now() - t0;
   return 0;
 }
@@ -417,7 +483,8 @@ static int fused_router(const moe_backend_ops_t* be, const moe_config_t* c, cons
 static int fused_layout(const moe_config_t* c, const dist_t* ds, dws_t* wf, int i) {
   dlayer_t* y = &wf->layer[i];
   if (ds->load) /* the statistics are summed now */
-    for (int e = 0; e < c->experts; e++) ds->load[(size_t)(wf->l0 + i) * c->experts + e] += y->stats[e];
+    for (int e = 0; e < c->experts; e++)
+      ds->load[(size_t)(wf->l0 + i) * c->experts + e] += y->stats_host[e];
   dchunk_t* ch = &y->chunk[0];
   ch->t0 = 0, ch->t = wf->n;
   return chunk_layout(c, ds, wf, y, ch, wf->l0 + i);
@@ -441,9 +508,7 @@ int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
   {
     dlayer_t* y = &wb->layer[bl - wb->l0];
     dchunk_t* ch = &y->chunk[0];
-    CK(ds, ds->ep, moecclMoeCombineBackward(ch->plan, wb->grad, y->gate, ch->y_rows,
-                                            ch->dy ? ch->dy : wb->dy_rows[0], wb->cap, wb->dgate,
-                                            H, moecclFloat32, st));
+    CK(ds, ds->ep, combine_bwd(be, c, ds, wb, y, ch, ch->dy ? ch->dy : wb->dy_rows[0], st));
   }
   if (fused_router(be, c, ds, p, wf, 0, st, tm)) return -1;
   WAIT(tm, bexch);
@@ -457,28 +522,30 @@ int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
     float *da = cb0->da ? cb0->da : wb->da, *db = cb0->db ? cb0->db : wb->db;
     const float* xin = act_of(wf, H, k);
     /* A: F's dispatch under B's experts */
-    CK(ds, ds->ep, moecclMoeDispatch(cf0->plan, xin, cf0->x_rows, wf->cap, H, moecclFloat32, st));
+    CK(ds, ds->ep, moecclMoeDispatch(cf0->plan, cptr(ds, xin), cptr(ds, cf0->x_rows), wf->cap, H,
+                                     moecclFloat32, st));
     double t0 = train_now();
     experts_bwd_in(be, c, ds, bl, wl, cb0, dy, wb->dx_rows[0], da, db, wb->dh);
     if (!wb->split_w) experts_bwd_w(be, c, ds, bl, cb0, dy, da, db, gl);
     tm->backward += train_now() - t0;
     WAIT(tm, dispatch);
     /* B: B's dispatch-backward under F's experts */
-    CK(ds, ds->ep, moecclMoeDispatchBackward(cb0->plan, wb->dx_rows[0], wb->cap, wb->tok, H,
-                                             moecclFloat32, st));
+    CK(ds, ds->ep, moecclMoeDispatchBackward(cb0->plan, cptr(ds, wb->dx_rows[0]), wb->cap,
+                                             cptr(ds, wb->tok), H, moecclFloat32, st));
     t0 = train_now();
     experts_fwd(be, c, ds, l0 + k, fl, cf0);
     tm->experts += train_now() - t0;
     WAIT(tm, bexch);
     /* C: F's combine under B's router */
-    CK(ds, ds->ep, moecclMoeCombine(cf0->plan, cf0->y_rows, wf->cap, yf->gate, wf->tok, H,
-                                    moecclFloat32, st));
+    CK(ds, ds->ep, moecclMoeCombine(cf0->plan, cptr(ds, cf0->y_rows), wf->cap, yf->gate_host,
+                                    cptr(ds, wf->tok), H, moecclFloat32, st));
     t0 = train_now();
     size_t nb = wb->n;
     be->add(nb * H, wb->grad, wb->tok, wb->grad_next);
     float* dlogits = yb->dlogits ? yb->dlogits : wb->dlogits;
+    up(be, wb->dgate, wb->dgate_host, nb * c->topk * sizeof(float));
     moe_router_backward_input(be, &cb, wl->wg, (int)nb, yb->probs, yb->expert, yb->gate,
-                              wb->dgate, yb->stats, dlogits, wb->grad_next);
+                              wb->dgate, yb->stats_host, dlogits, wb->grad_next);
     if (!wb->split_w)
       moe_router_backward_weight(be, c, act_of(wb, H, bl - wb->l0), (int)nb, dlogits, gl->wg);
     float* swap = wb->grad;
@@ -490,14 +557,12 @@ int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
     if (k + 1 < nl) {
       dlayer_t* yn = &wb->layer[bl - 1 - wb->l0];
       dchunk_t* cn = &yn->chunk[0];
-      CK(ds, ds->ep, moecclMoeCombineBackward(cn->plan, wb->grad, yn->gate, cn->y_rows,
-                                              cn->dy ? cn->dy : wb->dy_rows[0], wb->cap,
-                                              wb->dgate, H, moecclFloat32, st));
+      CK(ds, ds->ep, combine_bwd(be, c, ds, wb, yn, cn, cn->dy ? cn->dy : wb->dy_rows[0], st));
     }
     t0 = train_now();
     float* out = act_of(wf, H, k + 1);
     be->add((size_t)n * H, xin, wf->tok, out);
-    *aux += moe_stats_aux_loss(&cf, yf->stats);
+    *aux += moe_stats_aux_loss(&cf, yf->stats_host);
     tm->combine += train_now() - t0;
     if (k + 1 < nl) {
       if (fused_router(be, c, ds, p, wf, k + 1, st, tm)) return -1;

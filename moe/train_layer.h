@@ -25,6 +25,8 @@ typedef struct dchunk {
   float *a, *b, *h;       /* [cap][F] */
   float *dy, *da, *db;    /* split_w: the row gradients the weight half needs
                              ([cap][H], [cap][F], [cap][F]); NULL otherwise */
+  float* y_host;          /* y_rows as moecclMoeCombineBackward reads them: a host
+                             mirror on a device, y_rows itself on the host */
   int plan_layer, plan_ver; /* with a placement: the layer and version the plan has */
 } dchunk_t;
 
@@ -32,7 +34,10 @@ typedef struct dlayer {
   float* probs;     /* [n][E] */
   int32_t* expert;  /* [n][K] */
   float* gate;      /* [n][K] */
-  float* stats;     /* MOE_STATS_LEN(E), global after the forward */
+  float* stats;     /* MOE_STATS_LEN(E): the router's local sums */
+  float* stats_host; /* their host mirror, global after the forward */
+  int32_t* expert_host; /* expert's host mirror (moecclMoeLayout's ids) */
+  float* gate_host; /* gate as moeccl reads it (host): a mirror on a device */
   float* dlogits;   /* split_w: [n][E], kept for the weight half; NULL otherwise */
   int32_t* slot;    /* with a placement: [n][K] the slots the choices go to */
   dchunk_t* chunk;  /* [chunks] */
@@ -56,6 +61,9 @@ typedef struct dws {
   float *grad, *grad_next, *tok; /* [rows_cap][H]; grad: dL/d the output on
                                     entry to the backward, dL/d the input after */
   float *dgate, *dlogits;        /* [n][K], [n][E] */
+  float* dgate_host;             /* dgate as moecclMoeCombineBackward writes it (host) */
+  const moe_backend_ops_t* mem;  /* whose memory the buffers are (NULL: the host's) */
+  int device;                    /* mirrors apart from their buffers */
   float *dy_rows[2], *dx_rows[2]; /* [cap][H]; two with chunks, alternating */
   float *da, *db, *dh;           /* [cap][F] */
 } dws_t;
@@ -70,10 +78,12 @@ double train_now(void);
 
 /* Zeroed floats (at least one); sets *failed when there is no memory. */
 float* falloc(size_t count, int* failed);
+/* The same in backend mem's memory (NULL: the host's). */
+float* balloc(const moe_backend_ops_t* mem, size_t count, int* failed);
 
 /* The buffers of a piece of up to `layers` layers on up to ds->maxn rows, in
- * `chunks` chunks, with the weight half's buffers when split_w; 0 or -1 (no
- * memory). */
+ * `chunks` chunks, with the weight half's buffers when split_w, in ds->be's
+ * memory (with host mirrors when ds->device); 0 or -1 (no memory). */
 int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks, int layers,
               int split_w);
 void dws_free(dws_t* w);

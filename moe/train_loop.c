@@ -15,6 +15,7 @@
 
 #include "adam.h"
 #include "backend.h"
+#include "cuda_api.h"
 #include "model.h"
 #include "train_dist.h"
 #include "train_io.h"
@@ -46,18 +47,41 @@ static void skew_router(const moe_config_t* c, float A, const float* u, moe_para
 
 /* A fresh batch: random x of the whole batch (every rank draws the same;
  * plus 2u with --skew), the teacher's output on this rank's rows as its
- * target. */
+ * target (x and target in the backend's memory, hx a host staging array of
+ * this rank's rows). */
 static void synthetic_batch(const moe_backend_ops_t* be, const moe_params_t* teacher,
                             moe_workspace_t* ws, moe_rng_t* rng, const dist_t* ds, int tokens,
-                            const float* u, float* xfull, float* x, float* target) {
+                            const float* u, float* xfull, float* hx, float* x, float* target) {
   size_t H = teacher->cfg.hidden, nh = (size_t)ds->n * H;
   moe_rng_normal(rng, xfull, (size_t)tokens * H, 1.0f);
   if (u)
     for (size_t t = 0; t < (size_t)tokens; t++)
       for (size_t h = 0; h < H; h++) xfull[t * H + h] += 2 * u[h];
-  rows_take(ds, H, xfull, x);
+  rows_take(ds, H, xfull, hx);
+  be->to_device(x, hx, nh * sizeof(float));
   moe_model_forward(be, teacher, ws, x, x, ds->n, NULL, NULL, NULL);
-  memcpy(target, moe_model_output(ws), nh * sizeof(float));
+  be->copy(nh, moe_model_output(ws), target);
+}
+
+/* The compute backend of --device (*device: whether its memory is a
+ * device's); NULL with the reason said when cuda cannot be had. */
+static const moe_backend_ops_t* pick_backend(const train_options_t* o, int rank, int* device) {
+  const moe_backend_ops_t* host = moe_backend_blas(o->threads); /* sets the BLAS threads */
+  *device = 0;
+  if (o->device == TRAIN_DEVICE_HOST) return host;
+  const char* si = getenv("MOE_CUDA_STANDIN");
+  int standin = si && !strcmp(si, "1");
+  char why[256] = "";
+  const moe_cuda_api_t* api =
+      standin ? moe_cuda_api_standin() : moe_cuda_api_load(why, sizeof(why));
+  if (o->device == TRAIN_DEVICE_AUTO && !api) return host;
+  if (!api) {
+    fprintf(stderr, "moe_train: rank %d: --device cuda: no GPU: %s (MOE_CUDA_STANDIN=1 runs the "
+            "host stand-in)\n", rank, why);
+    return NULL;
+  }
+  *device = 1;
+  return moe_backend_cuda(api);
 }
 
 /* The EP group's load this step: the most expert rows a rank of it
@@ -115,8 +139,10 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
   train_options_t planned = *given; /* --plan replaces the layout */
   const train_options_t* o = &planned;
   const moe_config_t* c = &o->cfg;
-  const moe_backend_ops_t* be = moe_backend_blas(o->threads);
+  int device = 0;
+  const moe_backend_ops_t* be = pick_backend(given, rank, &device);
   char blas[512];
+  if (!be) return 1;
   dist_t ds;
   int root = rank == 0;
   moecclComm_t world = NULL;
@@ -136,7 +162,12 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
     if (planned.layer_start != given->layer_start) free(planned.layer_start);
     return 1;
   }
-  moe_params_t p = {0}, g = {0}, teacher = {0}, dump_g = {0};
+  ds.be = be;
+  ds.device = device;
+  /* p, g, the teacher, Adam's moments, x, target, out and grad_x in the
+   * backend's memory; hp (the inits, --skew, --load), hx (a batch's rows)
+   * and, for --dump, hg, hout, hgx are their host staging copies. */
+  moe_params_t p = {0}, g = {0}, teacher = {0}, dump_g = {0}, hp = {0}, hg = {0};
   moe_workspace_t tws = {0};
   pipe_t pipe = {0};
   moe_adam_t adam = {0};
@@ -144,37 +175,45 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
   int status = 1;
   size_t H = c->hidden, nh = (size_t)ds.n * H, NH = (size_t)o->tokens * H;
   int nomem = 0;
-  float *x = falloc(nh, &nomem), *target = falloc(nh, &nomem), *grad_x = falloc(nh, &nomem);
-  float* out = falloc(nh, &nomem);
+  float *x = balloc(be, nh, &nomem), *target = balloc(be, nh, &nomem);
+  float *grad_x = balloc(be, nh, &nomem), *out = balloc(be, nh, &nomem);
+  float *hx = falloc(nh, &nomem), *hout = NULL, *hgx = NULL;
   float* skew_u = falloc(H, &nomem);
   placement_tracker_t tracker = {0};
   double imb_sum[2] = {0, 0}, imb_step[2] = {0, 0}; /* before and after the last rebalance */
   int imb_n[2] = {0, 0}, rebalanced_at = 0;
   float *xfull = malloc(NH * sizeof(float) + 1), *tfull = malloc(NH * sizeof(float) + 1);
   float *dump_out = NULL, *dump_gx = NULL;
-  if (nomem || !xfull || !tfull || moe_params_alloc(&p, c) ||
-      moe_params_alloc(&g, c) || pipe_init(&pipe, o, &ds) ||
-      moe_adam_init(&adam, p.count, o->lr) ||
-      (!o->load && (moe_params_alloc(&teacher, c) || moe_workspace_alloc(&tws, c, ds.n))) ||
+  if (nomem || !xfull || !tfull || moe_params_alloc_on(&p, c, be) ||
+      moe_params_alloc_on(&g, c, be) || moe_params_alloc(&hp, c) || pipe_init(&pipe, o, &ds) ||
+      moe_adam_init_on(&adam, p.count, o->lr, be) ||
+      (!o->load &&
+       (moe_params_alloc_on(&teacher, c, be) || moe_workspace_alloc_on(&tws, c, ds.n, be))) ||
+      (o->dump && (moe_params_alloc(&hg, c) || !(hout = falloc(nh, &nomem)) ||
+                   !(hgx = falloc(nh, &nomem)) || nomem)) ||
       (o->dump && root && (!(dump_out = malloc(NH * sizeof(float) + 1)) ||
                            !(dump_gx = malloc(NH * sizeof(float) + 1)) ||
                            moe_params_alloc(&dump_g, c)))) {
-    fprintf(stderr, "moe_train: rank %d: out of memory\n", rank);
+    fprintf(stderr, "moe_train: rank %d: out of memory%s%s\n", rank, be->failed() ? ": " : "",
+            be->failed() ? be->failed() : "");
     goto done;
   }
   moe_rng_t batch_rng;
   moe_rng_seed(&batch_rng, o->seed + 2);
   if (o->load) {
-    if (load_all(o, &p, xfull, tfull)) goto done;
-    rows_take(&ds, H, xfull, x);
-    rows_take(&ds, H, tfull, target);
+    if (load_all(o, &hp, xfull, tfull)) goto done;
+    moe_params_to_device(&p, hp.data);
+    rows_take(&ds, H, xfull, hx);
+    be->to_device(x, hx, nh * sizeof(float));
+    rows_take(&ds, H, tfull, hx);
+    be->to_device(target, hx, nh * sizeof(float));
   } else {
-    moe_params_init_random(&p, o->seed);
-    moe_params_init_random(&teacher, o->seed + 1);
-    if (o->skew > 0) {
-      skew_dir(c, o->seed, skew_u);
-      skew_router(c, o->skew, skew_u, &p);
-      skew_router(c, o->skew, skew_u, &teacher);
+    if (o->skew > 0) skew_dir(c, o->seed, skew_u);
+    moe_params_t* to[2] = {&p, &teacher};
+    for (int i = 0; i < 2; i++) { /* drawn (and skewed) on the host */
+      moe_params_init_random(&hp, o->seed + i);
+      if (o->skew > 0) skew_router(c, o->skew, skew_u, &hp);
+      moe_params_to_device(to[i], hp.data);
     }
   }
   int version = 0;
@@ -226,11 +265,13 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
   for (int step = 1; step <= o->steps || (step == 1 && o->dump); step++) {
     if (!o->load && (step == 1 || o->fresh))
       synthetic_batch(be, &teacher, &tws, &batch_rng, &ds, o->tokens,
-                      o->skew > 0 ? skew_u : NULL, xfull, x, target);
+                      o->skew > 0 ? skew_u : NULL, xfull, hx, x, target);
     moe_loss_t loss;
     step_timing_t tm = {0};
     double sums[4], t0 = train_now();
     if (pipe_step(&pipe, be, c, &ds, &p, x, target, &g, out, grad_x, sums, &tm)) goto done;
+    if (device && be->failed()) fprintf(stderr, "moe_train: rank %d: %s\n", rank, be->failed());
+    if (device && dist_any(&ds, be->failed() != NULL)) goto done;
     double tl = train_now();
     moecclResult_t rr = moecclAllReduce(sums, sums, 4, moecclFloat64, moecclSum, ds.world, NULL);
     if (rr != moecclSuccess) {
@@ -246,7 +287,10 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
     if (grad_allreduce(c, &ds, &g)) goto done;
     tm.allreduce = train_now() - t1;
     if (step == 1 && o->dump) {
-      if (gather_for_dump(c, &ds, o->tokens, &g, out, grad_x, &dump_g, dump_out, dump_gx))
+      moe_params_to_host(&g, hg.data); /* the gathers read them on the host */
+      be->to_host(hout, out, nh * sizeof(float));
+      be->to_host(hgx, grad_x, nh * sizeof(float));
+      if (gather_for_dump(c, &ds, o->tokens, &hg, hout, hgx, &dump_g, dump_out, dump_gx))
         goto done;
       if (dist_any(&ds, root && dump_all(o, &dump_g, dump_out, dump_gx, &loss))) goto done;
     }
@@ -345,8 +389,14 @@ done:
   moe_params_free(&g);
   moe_params_free(&teacher);
   moe_params_free(&dump_g);
+  moe_params_free(&hp);
+  moe_params_free(&hg);
   placement_tracker_free(&tracker);
   if (planned.layer_start != given->layer_start) free(planned.layer_start);
-  free(x), free(target), free(grad_x), free(out), free(skew_u), free(xfull), free(tfull), free(dump_out), free(dump_gx);
+  float* dev[] = {x, target, grad_x, out};
+  for (int i = 0; i < 4; i++)
+    if (dev[i]) moe_mem_free(be, dev[i]);
+  free(hx), free(hout), free(hgx);
+  free(skew_u), free(xfull), free(tfull), free(dump_out), free(dump_gx);
   return status;
 }

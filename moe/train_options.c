@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "npy.h"
@@ -25,6 +26,9 @@ static void usage(FILE* out) {
                "  --fresh       synthetic task: new random inputs every step (default: one\n"
                "                batch of N random inputs, reused every step as with --load)\n"
                "  --threads T   BLAS threads (1, or OPENBLAS_NUM_THREADS)\n"
+               "  --device D    host (default), cuda (every tensor in GPU memory: cuBLAS and\n"
+               "                moe/'s kernels; MOE_CUDA_STANDIN=1 runs the host stand-in) or\n"
+               "                auto (cuda where a GPU is found, else host)\n"
                "  --load DIR    wg{l}.npy w1_{l}.npy w3_{l}.npy w2_{l}.npy x.npy target.npy;\n"
                "                shapes not given as flags are taken from the files\n"
                "  --dump DIR    first step's out.npy grad_x.npy grad_wg{l}.npy grad_w1_{l}.npy\n"
@@ -124,7 +128,8 @@ int parse_options(int argc, char** argv, train_options_t* o) {
     O_REPLICAS,
     O_SKEW,
     O_PLAN,
-    O_PLAN_JSON
+    O_PLAN_JSON,
+    O_DEVICE
   };
   static const struct option longopts[] = {
       {"layers", 1, 0, O_LAYERS},   {"experts", 1, 0, O_EXPERTS},
@@ -142,6 +147,7 @@ int parse_options(int argc, char** argv, train_options_t* o) {
       {"overlap", 0, 0, O_OVERLAP}, {"rebalance-every", 1, 0, O_REBALANCE},
       {"replicas", 1, 0, O_REPLICAS}, {"skew", 1, 0, O_SKEW},
       {"plan", 0, 0, O_PLAN},       {"plan-json", 1, 0, O_PLAN_JSON},
+      {"device", 1, 0, O_DEVICE},
       {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
   *o = (train_options_t){
       .cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 200, .lr = 0.003f, .seed = 1,
@@ -199,6 +205,15 @@ int parse_options(int argc, char** argv, train_options_t* o) {
       case O_SKEW: rc = parse_float("skew", optarg, &o->skew); break;
       case O_PLAN: o->plan = 1; break;
       case O_PLAN_JSON: o->plan_json = optarg, o->plan = 1; break;
+      case O_DEVICE:
+        if (!strcmp(optarg, "host")) o->device = TRAIN_DEVICE_HOST;
+        else if (!strcmp(optarg, "cuda")) o->device = TRAIN_DEVICE_CUDA;
+        else if (!strcmp(optarg, "auto")) o->device = TRAIN_DEVICE_AUTO;
+        else {
+          fprintf(stderr, "moe_train: --device %s: want host, cuda or auto\n", optarg);
+          rc = -1;
+        }
+        break;
       case O_SCHEDULE:
         o->schedule = pp_sched_lookup(optarg);
         if (o->schedule < 0) {

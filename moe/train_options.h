@@ -23,10 +23,13 @@ typedef struct train_options {
   int rebalance_every, replicas; /* --rebalance-every N, --replicas X */
   float skew;                   /* --skew A: hot experts in the synthetic task */
   int plan;                     /* --plan: the planner picks the layout */
+  int device;                   /* --device: TRAIN_DEVICE_HOST, _CUDA or _AUTO */
   const char* plan_json;        /* --plan-json FILE: every layout's prediction */
   const char* timeline;         /* --timeline FILE: the last step's ops as JSON */
   int set_layers, set_experts, set_hidden, set_ffn, set_tokens; /* given on the command line */
 } train_options_t;
+
+enum { TRAIN_DEVICE_HOST, TRAIN_DEVICE_CUDA, TRAIN_DEVICE_AUTO };
 
 /* 0, 1 when help was asked, -1 on a bad argument. */
 int parse_options(int argc, char** argv, train_options_t* o);

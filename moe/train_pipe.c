@@ -250,17 +250,18 @@ static int run_group(pipe_t* pp, const moe_config_t* c, const dist_t* ds, int i,
     moecclResult_t q = moecclSuccess;
     switch (op->kind) {
       case PP_SEND_F:
-        q = moecclSend(act_of(&sl->w, H, sl->w.l1 - sl->w.l0), count, moecclFloat32, op->peer,
-                       ds->pp, NULL);
+        q = moecclSend(cptr(ds, act_of(&sl->w, H, sl->w.l1 - sl->w.l0)), count, moecclFloat32,
+                       op->peer, ds->pp, NULL);
         break;
       case PP_RECV_F:
-        q = moecclRecv(act_of(&sl->w, H, 0), count, moecclFloat32, op->peer, ds->pp, NULL);
+        q = moecclRecv(cptr(ds, act_of(&sl->w, H, 0)), count, moecclFloat32, op->peer, ds->pp,
+                       NULL);
         break;
       case PP_SEND_B:
-        q = moecclSend(sl->w.grad, count, moecclFloat32, op->peer, ds->pp, NULL);
+        q = moecclSend(cptr(ds, sl->w.grad), count, moecclFloat32, op->peer, ds->pp, NULL);
         break;
       case PP_RECV_B:
-        q = moecclRecv(sl->w.grad, count, moecclFloat32, op->peer, ds->pp, NULL);
+        q = moecclRecv(cptr(ds, sl->w.grad), count, moecclFloat32, op->peer, ds->pp, NULL);
         break;
     }
     if (q != moecclSuccess && r == moecclSuccess) r = q;
@@ -277,7 +278,7 @@ static int run_group(pipe_t* pp, const moe_config_t* c, const dist_t* ds, int i,
 int pipe_step(pipe_t* pp, const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
               const moe_params_t* p, const float* x, const float* target, moe_params_t* g,
               float* out, float* grad_x, double sums[4], step_timing_t* tm) {
-  memset(g->data, 0, g->count * sizeof(float));
+  be->zero(g->count, g->data);
   pp->rows = 0;
   double aux = 0.0, t0 = train_now();
   sums[0] = sums[1] = sums[2] = sums[3] = 0.0;

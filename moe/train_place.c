@@ -30,6 +30,14 @@ static void expert_offsets(const moe_params_t* p, int l, size_t off[3]) {
   off[2] = (size_t)(p->layer[l].w2 - p->data);
 }
 
+/* Between the gradients (ds->be's memory) and the host's packed copies:
+ * up = 0 to the host, 1 back. */
+static void held_copy(const dist_t* ds, void* dst, const void* src, size_t bytes, int up) {
+  if (!ds->be) memcpy(dst, src, bytes);
+  else if (up) ds->be->to_device(dst, src, bytes);
+  else ds->be->to_host(dst, src, bytes);
+}
+
 /* Ends a group opened by the caller whatever happened inside it, so that a
  * failure leaves no group open; reports the first error. */
 static int group_end(const dist_t* ds, moecclResult_t inside, const char* what) {
@@ -73,8 +81,9 @@ int place_migrate(const moe_config_t* c, const dist_t* ds, int layer, const plac
     for (int a = 0; a < 3 && r == moecclSuccess; a++)
       for (int t = 0; base[a] && t < 3 && r == moecclSuccess; t++) {
         float* at = base[a] + off[t] + (size_t)mv[i].expert * HF;
-        r = mv[i].rank == ds->p ? moecclRecv(at, HF, moecclFloat32, mv[i].from, ds->ep, NULL)
-                                : moecclSend(at, HF, moecclFloat32, mv[i].rank, ds->ep, NULL);
+        r = mv[i].rank == ds->p
+                ? moecclRecv(cptr(ds, at), HF, moecclFloat32, mv[i].from, ds->ep, NULL)
+                : moecclSend(cptr(ds, at), HF, moecclFloat32, mv[i].rank, ds->ep, NULL);
       }
   }
   free(mv);
@@ -167,8 +176,8 @@ int place_sync_grads(const moe_config_t* c, const dist_t* ds, int layer, const p
   }
   for (int t = 0; t < 3; t++)
     for (int i = 0; i < gp.nheld; i++)
-      memcpy(packed(&gp, t, i), g->data + off[t] + (size_t)gp.held[i] * gp.HF,
-             gp.HF * sizeof(float));
+      held_copy(ds, packed(&gp, t, i), g->data + off[t] + (size_t)gp.held[i] * gp.HF,
+                gp.HF * sizeof(float), 0);
   /* One all-reduce per tensor: the counts grad_allreduce uses, hence its
    * algorithm and its bits when the held experts are today's block. */
   if (ds->D > 1)
@@ -187,8 +196,8 @@ int place_sync_grads(const moe_config_t* c, const dist_t* ds, int layer, const p
   }
   for (int t = 0; t < 3; t++)
     for (int i = 0; i < gp.nheld; i++)
-      memcpy(g->data + off[t] + (size_t)gp.held[i] * gp.HF, packed(&gp, t, i),
-             gp.HF * sizeof(float));
+      held_copy(ds, g->data + off[t] + (size_t)gp.held[i] * gp.HF, packed(&gp, t, i),
+                gp.HF * sizeof(float), 1);
   rc = 0;
 out:
   free(gp.buf), free(gp.peer), free(gp.acc);

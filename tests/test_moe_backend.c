@@ -5,13 +5,23 @@
  * the largest value); and on a GPU where one is found (libcuda, cuBLAS and
  * the kernels this build embeds), within 1e-5 of each output's largest
  * value (the GPU's expf and cuBLAS's order differ from the host's);
- * MOE_BACKEND_REQUIRE_GPU=1 fails the test where no GPU is found.
+ * MOE_BACKEND_REQUIRE_GPU=1 fails the test where no GPU is found.  The
+ * memory ops of both backends (alloc zeroed, to_device / to_host, comm_ptr);
+ * on the stand-in, that its device memory faults when the host touches it
+ * (a child process tries) while comm_ptr's shadow holds the same bytes; and
+ * the one-process model (model.h) with its parameters, workspace and Adam
+ * moments in the backend's memory against the host's: the loss, the
+ * gradients and one Adam step within 1e-5 of each one's largest value.
  * Prints one line per op and table. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "adam.h"
 #include "backend.h"
 #include "cuda_api.h"
 #include "model.h"
@@ -194,20 +204,129 @@ static void check_router_and_rows(unsigned* seed) {
   free(dy), free(dg);
 }
 
+/* The memory ops of backend b: zeroed allocations, the copies both ways,
+ * comm_ptr's address holding the same bytes; untouchable says that the
+ * host must fault on b's memory (the stand-in). */
+static void check_memory(const moe_backend_ops_t* b, int untouchable) {
+  enum { COUNT = 1000 };
+  float host_in[COUNT], host_out[COUNT];
+  for (int i = 0; i < COUNT; i++) host_in[i] = (float)i - 0.5f, host_out[i] = -1.0f;
+  float* d = b->alloc(sizeof(host_in));
+  CHECK(d != NULL, "%s: alloc: %s", b->name, b->failed() ? b->failed() : "NULL");
+  if (!d) return;
+  b->to_host(host_out, d, sizeof(host_out));
+  int zero = 1;
+  for (int i = 0; i < COUNT; i++) zero &= host_out[i] == 0.0f;
+  CHECK(zero, "%s: alloc's memory is not zeroed", b->name);
+  b->to_device(d, host_in, sizeof(host_in));
+  b->to_host(host_out, d, sizeof(host_out));
+  CHECK(memcmp(host_in, host_out, sizeof(host_in)) == 0, "%s: to_device then to_host differ",
+        b->name);
+  /* an op on an inner address, then the comm address of the same element */
+  b->zero(10, d + 500);
+  const float* c = b->comm_ptr(d + 495);
+  CHECK(c != NULL && c[0] == 494.5f && c[5] == 0.0f && c[15] == 509.5f,
+        "%s: comm_ptr does not show the data", b->name);
+  CHECK((c == (const float*)d + 495) == !untouchable, "%s: comm_ptr %s", b->name,
+        untouchable ? "is the device address" : "is not the identity");
+  if (untouchable) { /* a child reads the device address: it must fault */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      signal(SIGSEGV, SIG_DFL); /* a sanitizer's handler would exit instead */
+      volatile const float* p = d;
+      _exit(p[3] == 2.5f ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV,
+          "%s: the host read device memory (status %#x)", b->name, st);
+  }
+  b->sync();
+  b->free(d);
+  b->free(NULL);
+  CHECK(b->failed() == NULL, "%s: %s", b->name, b->failed() ? b->failed() : "");
+  printf("%-22s %-13s alloc, copies, comm_ptr%s\n", "memory", b->name,
+         untouchable ? ", the host faults on device memory" : "");
+}
+
+/* The largest difference of count floats got (b's memory) from want (host)
+ * over want's largest value. */
+static double rel_diff(const moe_backend_ops_t* b, const float* want, const float* got_dev,
+                       size_t count) {
+  float* got = malloc(count * sizeof(float) + 1);
+  b->to_host(got, got_dev, count * sizeof(float));
+  double big = 0, worst = 0;
+  for (size_t i = 0; i < count; i++) big = fmax(big, fabs(want[i]));
+  for (size_t i = 0; i < count; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
+  free(got);
+  return big > 0 ? worst / big : worst;
+}
+
+/* moe_model_forward / backward and Adam with every tensor in b's memory
+ * against the host backend on host memory. */
+static void check_model(const moe_backend_ops_t* b) {
+  moe_config_t cfg = {.layers = 2, .experts = E, .topk = K, .hidden = H, .ffn = F, .aux = 0.01f};
+  moe_params_t hp, hg, dp, dg;
+  moe_workspace_t hw, dw;
+  moe_adam_t ha, da;
+  size_t nh = (size_t)N * H;
+  unsigned seed = 99;
+  float *x = randf(nh, 1, &seed), *t = randf(nh, 1, &seed);
+  CHECK(moe_params_alloc(&hp, &cfg) == 0 && moe_params_alloc(&hg, &cfg) == 0 &&
+            moe_workspace_alloc(&hw, &cfg, N) == 0 && moe_adam_init(&ha, hp.count, 0.01f) == 0,
+        "host model");
+  CHECK(moe_params_alloc_on(&dp, &cfg, b) == 0 && moe_params_alloc_on(&dg, &cfg, b) == 0 &&
+            moe_workspace_alloc_on(&dw, &cfg, N, b) == 0 &&
+            moe_adam_init_on(&da, dp.count, 0.01f, b) == 0,
+        "%s model: %s", b->name, b->failed() ? b->failed() : "no memory");
+  float *dx = b->alloc(nh * sizeof(float)), *dt = b->alloc(nh * sizeof(float));
+  b->to_device(dx, x, nh * sizeof(float));
+  b->to_device(dt, t, nh * sizeof(float));
+  moe_params_init_random(&hp, 5);
+  moe_params_init_random(&dp, 5);
+  moe_loss_t hl, dl;
+  CHECK(moe_model_forward(host, &hp, &hw, x, t, N, NULL, &hl, NULL) == 0, "host forward");
+  CHECK(moe_model_forward(b, &dp, &dw, dx, dt, N, NULL, &dl, NULL) == 0, "%s forward", b->name);
+  double dloss = fabs(hl.total - dl.total) / fabs(hl.total);
+  CHECK(dloss <= 1e-5, "%s model loss %.9g against %.9g", b->name, dl.total, hl.total);
+  double dout = rel_diff(b, moe_model_output(&hw), moe_model_output(&dw), nh);
+  CHECK(dout <= 1e-5, "%s model output differs by %.3g", b->name, dout);
+  moe_model_backward(host, &hp, &hw, t, &hg, NULL, NULL);
+  moe_model_backward(b, &dp, &dw, dt, &dg, NULL, NULL);
+  double dgrad = rel_diff(b, hg.data, dg.data, hg.count);
+  CHECK(dgrad <= 1e-5, "%s model gradients differ by %.3g", b->name, dgrad);
+  moe_adam_step(&ha, host, hp.data, hg.data);
+  moe_adam_step(&da, b, dp.data, dg.data);
+  double dpar = rel_diff(b, hp.data, dp.data, hp.count);
+  CHECK(dpar <= 1e-5, "%s model after Adam differs by %.3g", b->name, dpar);
+  CHECK(b->failed() == NULL, "%s: %s", b->name, b->failed() ? b->failed() : "");
+  printf("%-22s %-13s loss %.3g, output %.3g, gradients %.3g, Adam %.3g of the largest\n",
+         "model in its memory", b->name, dloss, dout, dgrad, dpar);
+  b->free(dx), b->free(dt);
+  moe_params_free(&hp), moe_params_free(&hg), moe_params_free(&dp), moe_params_free(&dg);
+  moe_workspace_free(&hw), moe_workspace_free(&dw);
+  moe_adam_free(&ha), moe_adam_free(&da);
+  free(x), free(t);
+}
+
 static void run_table(const moe_cuda_api_t* with, int bit_exact, double t) {
   unsigned seed = 12345;
   api = with, exact = bit_exact, tol = t;
   dev = moe_backend_cuda(api);
   char buf[256];
   printf("# %s: %s\n", api->name, dev->describe(buf, sizeof(buf)));
+  check_memory(dev, with == moe_cuda_api_standin());
   check_sgemm(&seed);
   check_elementwise(&seed);
   check_router_and_rows(&seed);
+  check_model(dev);
   CHECK(dev->failed() == NULL, "%s: %s", api->name, dev->failed() ? dev->failed() : "");
 }
 
 int main(void) {
   host = moe_backend_blas(1);
+  check_memory(host, 0);
   run_table(moe_cuda_api_standin(), 1, 0);
   char why[256];
   const moe_cuda_api_t* gpu = moe_cuda_api_load(why, sizeof(why));
