@@ -33,6 +33,12 @@
  *            message per source) or into their own receive pairs; combine
  *            mirrors it, the forwarder summing the node's partials per
  *            relay row before one row per (token, node) goes back.
+ *            In C chunks (c->chunks; every rank's tokens cut alike,
+ *            moeccl_moe_chunk_of) the hops overlap: step j carries chunk
+ *            j's relay rows between nodes, the forwarders' copies of chunk
+ *            j-1 and chunk j-2's messages on the node (combine: chunk j's
+ *            partials to the forwarders, chunk j-1's sums, chunk j-2's
+ *            rows back), C + 2 steps instead of 3, the same rows and sums.
  * Zero-byte blocks produce no op on either side.  Planning is O(nranks +
  * rows) per call; the terms come from the layout.
  */
