@@ -312,10 +312,11 @@ static int pick_path(moecclMoePlan_t p, const moe_args_t* a, size_t rb, int* chu
                                                   : "one node, or a node of more than 64 ranks");
     else
       INFO(ALGO,
-           "rank %d: %s of %zu-byte rows: %s in %d chunks (predicted us: flat %.1f, hier %.1f, "
+           "rank %d: %s of %zu-byte rows: %s%s (predicted us: flat %.1f, hier %.1f, "
            "hier in %d chunks %.1f%s)",
-           p->comm->rank, a->fn, rb, hier ? "hier" : "flat", hier ? *chunks : 1, us[0], us[1],
-           *chunks, us[2], moeccl_tuner_forced(p->comm)->moe >= 0 ? "; forced by MOECCL_MOE_ALGO" : "");
+           p->comm->rank, a->fn, rb, hier ? "hier" : "flat",
+           hier && *chunks > 1 ? " in chunks" : "", us[0], us[1], *chunks, us[2],
+           moeccl_tuner_forced(p->comm)->moe >= 0 ? "; forced by MOECCL_MOE_ALGO" : "");
   }
   return hier;
 }
