@@ -585,7 +585,10 @@ static double moe_price(const moeccl_topo_t* t, const moeccl_moe_cost_rows_t* k,
 /* One rank's CPU time on a path: its copies, the node rows it receives (its
  * core copies them out of the peer's memory), its messages' overheads (C
  * times in C chunks) and, where the network is loopback, its half of every
- * network row it sends or receives (the kernel's copies on both ends). */
+ * network row it sends or receives (the kernel's copies on both ends, at
+ * the loopback's rate as transport_defaults sets it from shared memory's,
+ * not at the network link's: a topology file may give the link a shaped
+ * rate that delays the rows but does not slow the copies). */
 static double moe_cpu(const moeccl_comm_t* c, const moeccl_moe_cost_rows_t* k, double rb,
                       int chunks) {
   const moeccl_topo_t* t = c->topo;
@@ -595,7 +598,8 @@ static double moe_cpu(const moeccl_comm_t* c, const moeccl_moe_cost_rows_t* k, d
   double us = (double)k->copy_rows * rb / (t->copy_GBps * 1e3) +
               (double)k->node_in_rows * rb / (node->bw_GBps * 1e3) +
               C * ((double)k->net_msgs * net->overhead_us + (double)k->node_msgs * node->overhead_us);
-  if (loopback_network(c)) us += 0.5 * (double)k->net_io_rows * rb / (net->bw_GBps * 1e3);
+  double loop_GBps = node->bw_GBps / LOOPBACK_SLOWDOWN;
+  if (loopback_network(c)) us += 0.5 * (double)k->net_io_rows * rb / (loop_GBps * 1e3);
   return us;
 }
 
