@@ -560,13 +560,15 @@ static void test_hier_chunks(void) {
         rin_off = s.ops[i].dst_off;
     for (int i = 0; i < s.nops; i++) {
       const moeccl_sched_op_t* op = &s.ops[i];
-      uint64_t r0 = (op->type == MOECCL_OP_RECV ? op->dst_off - rin_off : op->src_off - fout_off) / rb;
+      uint64_t r0 =
+          (op->type == MOECCL_OP_RECV ? op->dst_off - rin_off : op->src_off - fout_off) / rb;
       if (op->type == MOECCL_OP_RECV && op->peer == 0) {
         for (uint64_t r = r0; r < r0 + op->bytes / rb && r < 3; r++) in[r] = step_of(&s, i);
         nin++;
       }
       if (op->type == MOECCL_OP_SEND && op->peer == 3) {
-        for (uint64_t r = r0; r < r0 + op->bytes / rb && r < 4; r++) out[fw_rows[r]] = step_of(&s, i);
+        for (uint64_t r = r0; r < r0 + op->bytes / rb && r < 4; r++)
+          out[fw_rows[r]] = step_of(&s, i);
         nout++;
       }
     }
@@ -583,8 +585,8 @@ static void test_hier_chunks(void) {
                    "C=%d: token %d's relay row arrives in step %d, token %d's in %d", C, t, in[t],
                    t - 1, in[t - 1]);
     CHECK_STDOUT(out[0] == in[0] + 2 && out[2] == in[2] + 2,
-                 "C=%d: tokens 0 and 2 go on in steps %d and %d, want %d and %d", C, out[0],
-                 out[2], in[0] + 2, in[2] + 2);
+                 "C=%d: tokens 0 and 2 go on in steps %d and %d, want %d and %d", C, out[0], out[2],
+                 in[0] + 2, in[2] + 2);
 
     fresh(&s);
     c.op = MOECCL_MOE_COMBINE;

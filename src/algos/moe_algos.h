@@ -163,7 +163,7 @@ typedef struct {
    * pointer is NULL: a rank without tokens passes none but still takes
    * part in the weights' and gate gradients' exchanges). */
   int hier;               /* the hierarchical path (lay->hier_ok; the tuner's choice) */
-  int chunks;             /* hier: chunks pipelined (MOECCL_MOE_CHUNKS or the tuner's; 0, 1: none) */
+  int chunks;             /* hier: chunks (MOECCL_MOE_CHUNKS or the tuner's; 0, 1: none) */
   int weighted;           /* combine, combine backward: the gate weights apply */
   int gate_grad;          /* combine backward: gate gradients are computed */
   const float* weights;   /* [T][K] */

@@ -254,11 +254,11 @@ static moecclResult_t relay_exchange(const chunk_t* k, moeccl_sched_t* s, uint32
     if (back) rin_part(k, to, &o0, &o1), relay_part(k, from, &i0, &i1);
     else relay_part(k, to, &o0, &o1), rin_part(k, from, &i0, &i1);
     if (o1 > o0)
-      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + o0 * rb, 0, 0,
-                                    (o1 - o0) * rb));
+      MOECCL_CHECK(
+          moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + o0 * rb, 0, 0, (o1 - o0) * rb));
     if (i1 > i0)
-      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + i0 * rb,
-                                    (i1 - i0) * rb));
+      MOECCL_CHECK(
+          moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + i0 * rb, (i1 - i0) * rb));
   }
   return moecclSuccess;
 }

@@ -48,8 +48,8 @@ static void plan_free(moecclMoePlan_t p) {
       p->relay_first, p->rin_first,   p->fw_first,      p->fw_cur,     p->cost_out,   p->cost_in,
       p->tmask,       p->relay_token, p->relay_mask,    p->rin_mask,   p->fw_rows,    p->fsum,
       p->own_h,       p->progs,       p->exp_src_first, p->exp_src,    p->own_self,   p->own_src,
-      p->seen,        p->exp_src_idx, p->src_token,     p->gather,     p->cost_all,
-      p->rin_token,   p->rin_key,     p->peer_T};
+      p->seen,        p->exp_src_idx, p->src_token,     p->gather,     p->cost_all,   p->rin_token,
+      p->rin_key,     p->peer_T};
   for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) free(arrays[i]);
   if (p->send_area) moecclMemFree(p->send_area);
   p->magic = 0;

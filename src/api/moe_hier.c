@@ -42,8 +42,8 @@ moecclResult_t moeccl_moeplan_hier_setup(moecclMoePlan_t p) {
   p->cost_in = calloc((size_t)n * HMSG, sizeof(uint64_t));
   p->cost_all = calloc((size_t)n * 2, sizeof(moeccl_moe_cost_rows_t));
   p->peer_T = calloc((size_t)n, sizeof(size_t));
-  if (!p->peer_T || !p->via || !p->node_rank || !p->relay_first || !p->rin_first || !p->fw_first || !p->fw_cur ||
-      !p->cost_out || !p->cost_in || !p->cost_all)
+  if (!p->peer_T || !p->via || !p->node_rank || !p->relay_first || !p->rin_first || !p->fw_first ||
+      !p->fw_cur || !p->cost_out || !p->cost_in || !p->cost_all)
     return moecclSystemError;
   for (int l = 0; l < p->nl; l++) p->node_rank[l] = t->node_ranks[t->node_first[node] + l];
   for (int s = 0; s < n; s++)

@@ -595,9 +595,10 @@ static double moe_cpu(const moeccl_comm_t* c, const moeccl_moe_cost_rows_t* k, d
   const moeccl_link_t* net = &t->link[t->ngroups > 1 ? MOECCL_LINK_GLOBAL : MOECCL_LINK_GROUP];
   const moeccl_link_t* node = &t->link[MOECCL_LINK_NODE];
   double C = chunks > 1 ? chunks : 1;
-  double us = (double)k->copy_rows * rb / (t->copy_GBps * 1e3) +
-              (double)k->node_in_rows * rb / (node->bw_GBps * 1e3) +
-              C * ((double)k->net_msgs * net->overhead_us + (double)k->node_msgs * node->overhead_us);
+  double us =
+      (double)k->copy_rows * rb / (t->copy_GBps * 1e3) +
+      (double)k->node_in_rows * rb / (node->bw_GBps * 1e3) +
+      C * ((double)k->net_msgs * net->overhead_us + (double)k->node_msgs * node->overhead_us);
   double loop_GBps = node->bw_GBps / LOOPBACK_SLOWDOWN;
   if (loopback_network(c)) us += 0.5 * (double)k->net_io_rows * rb / (loop_GBps * 1e3);
   return us;
