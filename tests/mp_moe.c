@@ -670,6 +670,17 @@ static const mp_variant variants[] = {
     {"moe-hier-ppn2", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2"}, "4,5"},
     {"moe-hier-ppn3", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=3"}, "5"},
     {"moe-hier-ppn1", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=1"}, "3"},
+    /* the hierarchical path pipelined in chunks: the same bits as flat */
+    {"moe-hier-c1", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2", "MOECCL_MOE_CHUNKS=1"}, "4"},
+    {"moe-hier-c2", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2", "MOECCL_MOE_CHUNKS=2"}, "4,5"},
+    {"moe-hier-c3", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=3", "MOECCL_MOE_CHUNKS=3"}, "5"},
+    {"moe-hier-c8", {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2", "MOECCL_MOE_CHUNKS=8"}, "4"},
+    {"moe-hier-c8-ppn1",
+     {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=1", "MOECCL_MOE_CHUNKS=8"},
+     "3"},
+    {"moe-hier-c3-no-shm",
+     {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2", "MOECCL_MOE_CHUNKS=3", "MOECCL_SHM_DISABLE=1"},
+     "4"},
     /* the tuner's choice between the paths, read from rank 0's ALGO log */
     {"moe-tuner",
      {"MP_MOE_TUNER=1", "MP_RANKS_PER_NODE=2", "MOECCL_DEBUG=INFO", "MOECCL_DEBUG_SUBSYS=ALGO",

@@ -487,6 +487,146 @@ static void test_hier(void) {
   moeccl_sched_free(&s);
 }
 
+/* The step of op i. */
+static int step_of(const moeccl_sched_t* s, int i) {
+  int k = 0;
+  while (k < s->nsteps && s->step_end[k] <= i) k++;
+  return k;
+}
+
+/* The pipelined hierarchical path on a forwarder: rank 2 of 4 on nodes
+ * {0,1} {2,3}; rank 0 (3 tokens) relays tokens 0 (for ranks 2 and 3),
+ * 1 (rank 2) and 2 (rank 3).  In C chunks (token t of 3 in chunk
+ * floor(t C / 3)) each relay row crosses in its chunk's step j, the
+ * forwarder copies it in step j+1 and hands it to rank 3 in step j+2;
+ * the combine mirrors it (partials in j, sums in j+1, back in j+2).  Every
+ * row moves once whatever C, and C = 1 is the unpipelined schedule. */
+static void test_hier_chunks(void) {
+  static const size_t zero[] = {0, 0, 0, 0, 0}, rin_first[] = {0, 3, 3, 3, 3};
+  static const size_t recv_first[] = {0, 2, 2, 2, 2}, peer_T[] = {3, 0, 0, 0};
+  static const size_t fw_first[] = {0, 2, 4, 4, 4, 4, 4, 4, 4};
+  static const uint32_t rin_token[] = {0, 1, 2}, fw_rows[] = {0, 1, 0, 2}, src_token[] = {0, 1};
+  static const int via[] = {2, 3, -1, -1}, node_rank[] = {2, 3};
+  /* the sums per relay row: its own partial (pair 0, 1) or a forwarded one (Q + k) */
+  static const moeccl_row_term_t fsum[] = {{0, 0, N}, {0, 4, N}, {1, 1, N}, {2, 5, N}};
+  static const int chunks[] = {1, 2, 3, 8};
+  for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
+    int C = chunks[ci];
+    moeccl_moe_layout_t l = {.rank = 2,
+                             .nranks = 4,
+                             .K = 2,
+                             .T = 0,
+                             .P = 0,
+                             .Q = 2,
+                             .R = 0,
+                             .send_first = zero,
+                             .recv_first = recv_first,
+                             .src_token = src_token,
+                             .hier_ok = 1,
+                             .via = via,
+                             .relay_first = zero,
+                             .rin_first = rin_first,
+                             .nl = 2,
+                             .me_local = 0,
+                             .node_rank = node_rank,
+                             .fw_first = fw_first,
+                             .fw_rows = fw_rows,
+                             .F = 4,
+                             .peer_T = peer_T,
+                             .rin_token = rin_token,
+                             .fsum = fsum,
+                             .n_fsum = 4};
+    moeccl_rows_t progs[MOECCL_MOE_MAX_PROGS + MOECCL_MOE_MAX_CHUNKS];
+    moeccl_moe_call_t c = {.op = MOECCL_MOE_DISPATCH,
+                           .lay = &l,
+                           .type = moecclFloat32,
+                           .hidden = 4,
+                           .elem_size = 4,
+                           .progs = progs,
+                           .nprogs_cap = MOECCL_MOE_MAX_PROGS + MOECCL_MOE_MAX_CHUNKS,
+                           .hier = 1,
+                           .chunks = C};
+    const uint64_t rb = 16;
+    moeccl_sched_t s = {0};
+    fresh(&s);
+    CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "C=%d: dispatch failed", C);
+    moeccl_sched_end_step(&s);
+    /* token t's relay row (rin row t) arrives in step in[t]; forwarded row
+     * k (rin row fw_rows[k]) leaves for rank 3 in step out[fw_rows[k]] */
+    int in[3] = {-1, -1, -1}, out[3] = {-1, -1, -1}, nin = 0, nout = 0, nchunks = 0;
+    uint64_t rin_off = UINT64_MAX, fout_off = 0; /* no weights, no send area: fout at 0 */
+    for (int i = 0; i < s.nops; i++)
+      if (s.ops[i].type == MOECCL_OP_RECV && s.ops[i].peer == 0 && s.ops[i].dst_off < rin_off)
+        rin_off = s.ops[i].dst_off;
+    for (int i = 0; i < s.nops; i++) {
+      const moeccl_sched_op_t* op = &s.ops[i];
+      uint64_t r0 =
+          (op->type == MOECCL_OP_RECV ? op->dst_off - rin_off : op->src_off - fout_off) / rb;
+      if (op->type == MOECCL_OP_RECV && op->peer == 0) {
+        for (uint64_t r = r0; r < r0 + op->bytes / rb && r < 3; r++) in[r] = step_of(&s, i);
+        nin++;
+      }
+      if (op->type == MOECCL_OP_SEND && op->peer == 3) {
+        for (uint64_t r = r0; r < r0 + op->bytes / rb && r < 4; r++)
+          out[fw_rows[r]] = step_of(&s, i);
+        nout++;
+      }
+    }
+    for (int t = 0; t < 3; t++)
+      nchunks += t == 0 || moeccl_moe_chunk_of(t, 3, C) != moeccl_moe_chunk_of(t - 1, 3, C);
+    CHECK_STDOUT(nin == nchunks, "C=%d: %d relay messages in, want %d", C, nin, nchunks);
+    CHECK_STDOUT(nout == (C == 1 ? 1 : 2), "C=%d: %d forwarded messages to rank 3, want %d", C,
+                 nout, C == 1 ? 1 : 2);
+    /* (steps without ops are dropped: a later chunk's step may come sooner) */
+    for (int t = 1; t < 3; t++)
+      CHECK_STDOUT(in[t] >= 0 && (moeccl_moe_chunk_of(t, 3, C) > moeccl_moe_chunk_of(t - 1, 3, C)
+                                      ? in[t] > in[t - 1]
+                                      : in[t] == in[t - 1]),
+                   "C=%d: token %d's relay row arrives in step %d, token %d's in %d", C, t, in[t],
+                   t - 1, in[t - 1]);
+    CHECK_STDOUT(out[0] == in[0] + 2 && out[2] == in[2] + 2,
+                 "C=%d: tokens 0 and 2 go on in steps %d and %d, want %d and %d", C, out[0], out[2],
+                 in[0] + 2, in[2] + 2);
+
+    fresh(&s);
+    c.op = MOECCL_MOE_COMBINE;
+    CHECK_STDOUT(moeccl_moe_schedule(&c, &s) == moecclSuccess, "C=%d: combine failed", C);
+    moeccl_sched_end_step(&s);
+    int nback = 0, nfs = 0, fs_step[3] = {-1, -1, -1}, back_step[3] = {-1, -1, -1};
+    size_t terms = 0;
+    uint64_t back_rows = 0, rsum_off = UINT64_MAX;
+    for (int i = 0; i < s.nops; i++)
+      if (s.ops[i].type == MOECCL_OP_SEND && s.ops[i].peer == 0 && s.ops[i].src_off < rsum_off)
+        rsum_off = s.ops[i].src_off;
+    for (int i = 0; i < s.nops; i++) {
+      const moeccl_sched_op_t* op = &s.ops[i];
+      if (op->type == MOECCL_OP_ROWS && progs[op->peer].terms >= fsum &&
+          progs[op->peer].terms < fsum + 4) {
+        const moeccl_rows_t* pr = &progs[op->peer];
+        for (size_t t = 0; t < pr->nterms; t++) fs_step[pr->terms[t].dst] = step_of(&s, i);
+        terms += pr->nterms, nfs++;
+      }
+      if (op->type == MOECCL_OP_SEND && op->peer == 0) {
+        uint64_t r0 = (op->src_off - rsum_off) / rb;
+        for (uint64_t r = r0; r < r0 + op->bytes / rb && r < 3; r++) back_step[r] = step_of(&s, i);
+        back_rows += op->bytes / rb, nback++;
+      }
+    }
+    CHECK_STDOUT(terms == 4 && back_rows == 3, "C=%d: %zu sum terms and %llu rows back, want 4, 3",
+                 C, terms, (unsigned long long)back_rows);
+    CHECK_STDOUT(nfs == nchunks && nback == nchunks,
+                 "C=%d: %d sums and %d messages back, want %d (a chunk with rows each)", C, nfs,
+                 nback, nchunks);
+    for (int t = 0; t < 3; t++)
+      CHECK_STDOUT(fs_step[t] >= 0 && back_step[t] == fs_step[t] + 1 &&
+                       (t == 0 || (moeccl_moe_chunk_of(t, 3, C) > moeccl_moe_chunk_of(t - 1, 3, C)
+                                       ? fs_step[t] > fs_step[t - 1]
+                                       : fs_step[t] == fs_step[t - 1])),
+                   "C=%d: row %d summed in step %d, back in %d", C, t, fs_step[t], back_step[t]);
+    moeccl_sched_free(&s);
+  }
+}
+
 /* The flat dispatch with the layout's gather tables: no pack op, a
  * gathered SEND whose program picks tokens 0, 1, 3 from the whole token
  * buffer, and a consuming RECV whose program expands rank 0's rows (and
@@ -548,6 +688,7 @@ int main(void) {
   test_combine_multi();
   test_gathered();
   test_hier();
+  test_hier_chunks();
   test_kernels();
   if (failures) return 1;
   printf("test_moe_sched: all checks passed\n");

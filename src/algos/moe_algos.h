@@ -110,8 +110,17 @@ typedef struct {
   const size_t* fw_first;      /* [nranks*nl+1] forward list (source s, local index lr) */
   const uint32_t* fw_rows;     /* [F] relay row (rin index) of each forwarded row */
   size_t F;                    /* fw_first[nranks*nl] */
+  /* Each source rank's tokens (T of every rank), and the token of each
+   * relay row this rank forwards [rin_first[nranks]]: the pipelined path
+   * cuts every rank's tokens into the same chunks (moeccl_moe_chunk_of),
+   * which each rank on a row's way finds from these. */
+  const size_t* peer_T;
+  const uint32_t* rin_token;
   /* Forwarder's sums of the node's partials per relay row, grouped by rin
-   * row, local index ascending: {i, q (its own partial) or Q + k, none}. */
+   * row, local index ascending: {i, q (its own partial) or Q + k, none};
+   * the groups in the order of their token's place in its source's tokens
+   * (rin_token[i] / peer_T[source], ties by source), so that one chunk's
+   * sums are one run of terms for any chunk count. */
   const moeccl_row_term_t* fsum;
   size_t n_fsum;
   /* Token side's sums: {t, q_self, Q+F+p (a pair on this node) or
@@ -130,6 +139,16 @@ typedef enum {
 } moeccl_moe_op_t;
 
 #define MOECCL_MOE_MAX_PROGS 8
+/* The most chunks the pipelined hierarchical path takes; a call's programs
+ * are at most MOECCL_MOE_MAX_PROGS + 2 nranks + this many. */
+#define MOECCL_MOE_MAX_CHUNKS 64
+
+/* The chunk of token t of a rank with T tokens when its tokens are cut into
+ * chunks of about equal size: floor(t * chunks / T).  The same on every rank,
+ * and monotonic in t / T. */
+static inline int moeccl_moe_chunk_of(uint64_t t, uint64_t T, int chunks) {
+  return T ? (int)(t * (uint64_t)chunks / T) : 0;
+}
 
 /* One MoE call: SEND and RECV of the schedule are the call's main input
  * and output (dispatch: tokens, expanded rows; combine: expanded rows,
@@ -144,6 +163,7 @@ typedef struct {
    * pointer is NULL: a rank without tokens passes none but still takes
    * part in the weights' and gate gradients' exchanges). */
   int hier;               /* the hierarchical path (lay->hier_ok; the tuner's choice) */
+  int chunks;             /* hier: chunks (MOECCL_MOE_CHUNKS or the tuner's; 0, 1: none) */
   int weighted;           /* combine, combine backward: the gate weights apply */
   int gate_grad;          /* combine backward: gate gradients are computed */
   const float* weights;   /* [T][K] */

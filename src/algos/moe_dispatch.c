@@ -33,6 +33,12 @@
  *            message per source) or into their own receive pairs; combine
  *            mirrors it, the forwarder summing the node's partials per
  *            relay row before one row per (token, node) goes back.
+ *            In C chunks (c->chunks; every rank's tokens cut alike,
+ *            moeccl_moe_chunk_of) the hops overlap: step j carries chunk
+ *            j's relay rows between nodes, the forwarders' copies of chunk
+ *            j-1 and chunk j-2's messages on the node (combine: chunk j's
+ *            partials to the forwarders, chunk j-1's sums, chunk j-2's
+ *            rows back), C + 2 steps instead of 3, the same rows and sums.
  * Zero-byte blocks produce no op on either side.  Planning is O(nranks +
  * rows) per call; the terms come from the layout.
  */
@@ -146,71 +152,176 @@ static moecclResult_t pack_relay(const moeccl_moe_layout_t* l, moeccl_sched_t* s
   return runs_flush(&r);
 }
 
-/* Between nodes: relay rows to the forwarders (from sbuf at sbase), and
- * the relay rows this rank forwards in (into dbuf at dbase); or, back, the
- * forwarders' sums to their sources.  out_first/in_first are by rank. */
-static moecclResult_t relay_exchange(const moeccl_moe_layout_t* l, moeccl_sched_t* s,
-                                     const size_t* out_first, uint32_t sbuf, uint64_t sbase,
-                                     const size_t* in_first, uint32_t dbuf, uint64_t dbase,
-                                     uint64_t rb) {
-  for (int k = 1; k < l->nranks; k++) {
-    int to = (l->rank + k) % l->nranks, from = (l->rank - k + l->nranks) % l->nranks;
-    size_t no = out_first[to + 1] - out_first[to], ni = in_first[from + 1] - in_first[from];
-    if (no)
+/* ---- the pipelined hierarchical path's chunks ------------------------------ *
+ * Chunk c of C holds, of every rank's tokens, those with moeccl_moe_chunk_of
+ * c; each rank on a row's way finds the chunk's part of its lists from the
+ * tokens: the sender from its relay rows' tokens, the forwarder from the
+ * relay rows' (rin_token) and the receiver from its receive pairs' senders'
+ * (src_token), each list being ascending in token.  With one chunk nothing
+ * is read: a chunk is the whole list. */
+typedef struct {
+  const moeccl_moe_layout_t* l;
+  int C, c; /* chunks, this one */
+} chunk_t;
+
+/* The first j of [lo, hi) whose token (tok[idx[j]], or tok[j] without idx)
+ * of a rank with T tokens lies in chunk c or later. */
+static size_t cut(const chunk_t* k, int c, const uint32_t* tok, const uint32_t* idx, size_t lo,
+                  size_t hi, uint64_t T) {
+  if (c <= 0) return lo;
+  if (c >= k->C) return hi;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    uint32_t t = tok[idx ? idx[mid] : mid];
+    if (moeccl_moe_chunk_of(t, T, k->C) < c) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* The chunk's part [*a, *b) of the relay rows this rank sends to forwarder f. */
+static void relay_part(const chunk_t* k, int f, size_t* a, size_t* b) {
+  const moeccl_moe_layout_t* l = k->l;
+  size_t lo = l->relay_first[f], hi = l->relay_first[f + 1];
+  *a = cut(k, k->c, l->relay_token, NULL, lo, hi, l->T);
+  *b = cut(k, k->c + 1, l->relay_token, NULL, lo, hi, l->T);
+}
+
+/* ... of the relay rows this rank forwards for source src. */
+static void rin_part(const chunk_t* k, int src, size_t* a, size_t* b) {
+  const moeccl_moe_layout_t* l = k->l;
+  size_t lo = l->rin_first[src], hi = l->rin_first[src + 1];
+  uint64_t T = k->C > 1 ? l->peer_T[src] : 0;
+  *a = cut(k, k->c, l->rin_token, NULL, lo, hi, T);
+  *b = cut(k, k->c + 1, l->rin_token, NULL, lo, hi, T);
+}
+
+/* ... of forward list b (source src), by forwarded row. */
+static void fw_part(const chunk_t* k, int src, size_t b, size_t* x, size_t* y) {
+  const moeccl_moe_layout_t* l = k->l;
+  size_t lo = l->fw_first[b], hi = l->fw_first[b + 1];
+  uint64_t T = k->C > 1 ? l->peer_T[src] : 0;
+  *x = cut(k, k->c, l->rin_token, l->fw_rows, lo, hi, T);
+  *y = cut(k, k->c + 1, l->rin_token, l->fw_rows, lo, hi, T);
+}
+
+/* ... of this rank's receive pairs from src. */
+static void recv_part(const chunk_t* k, int src, size_t* a, size_t* b) {
+  const moeccl_moe_layout_t* l = k->l;
+  size_t lo = l->recv_first[src], hi = l->recv_first[src + 1];
+  uint64_t T = k->C > 1 ? l->peer_T[src] : 0;
+  *a = cut(k, k->c, l->src_token, NULL, lo, hi, T);
+  *b = cut(k, k->c + 1, l->src_token, NULL, lo, hi, T);
+}
+
+/* The chunk of the forwarder's sum whose terms start at fsum[j]. */
+static int fsum_chunk(const chunk_t* k, size_t j) {
+  const moeccl_moe_layout_t* l = k->l;
+  uint32_t i = l->fsum[j].dst;
+  int lo = 0, hi = l->nranks - 1; /* the source: the last s with rin_first[s] <= i */
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (l->rin_first[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return moeccl_moe_chunk_of(l->rin_token[i], l->peer_T[lo], k->C);
+}
+
+/* The first term of fsum (ordered by chunk, moe_algos.h) in chunk c or later. */
+static size_t fsum_cut(const chunk_t* k, int c) {
+  size_t lo = 0, hi = k->l->n_fsum;
+  if (c <= 0) return lo;
+  if (c >= k->C) return hi;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (fsum_chunk(k, mid) < c) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Between nodes, the chunk's rows: relay rows to the forwarders (from sbuf
+ * at sbase, by relay row), and the relay rows this rank forwards in (into
+ * dbuf at dbase, by rin row); back, the forwarders' sums (by rin row) to
+ * their sources (by relay row). */
+static moecclResult_t relay_exchange(const chunk_t* k, moeccl_sched_t* s, uint32_t sbuf,
+                                     uint64_t sbase, uint32_t dbuf, uint64_t dbase, uint64_t rb,
+                                     int back) {
+  const moeccl_moe_layout_t* l = k->l;
+  for (int j = 1; j < l->nranks; j++) {
+    int to = (l->rank + j) % l->nranks, from = (l->rank - j + l->nranks) % l->nranks;
+    size_t o0, o1, i0, i1;
+    if (back) rin_part(k, to, &o0, &o1), relay_part(k, from, &i0, &i1);
+    else relay_part(k, to, &o0, &o1), rin_part(k, from, &i0, &i1);
+    if (o1 > o0)
       MOECCL_CHECK(
-          moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + out_first[to] * rb, 0, 0, no * rb));
-    if (ni)
-      MOECCL_CHECK(moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf,
-                                    dbase + in_first[from] * rb, ni * rb));
+          moeccl_sched_add(s, MOECCL_OP_SEND, to, sbuf, sbase + o0 * rb, 0, 0, (o1 - o0) * rb));
+    if (i1 > i0)
+      MOECCL_CHECK(
+          moeccl_sched_add(s, MOECCL_OP_RECV, from, 0, 0, dbuf, dbase + i0 * rb, (i1 - i0) * rb));
   }
   return moecclSuccess;
 }
 
-/* Forwarder, dispatch: each forwarded row from the relay rows (rin, in
- * ibuf at ibase) to its forward list's place in fout (obuf at obase), or,
- * for this rank's own list, straight to its receive pair (rbuf at rbase). */
-static moecclResult_t forward_pack(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint64_t rb,
-                                   uint32_t ibuf, uint64_t ibase, uint32_t obuf, uint64_t obase,
-                                   uint32_t rbuf, uint64_t rbase) {
+/* Forwarder, dispatch, the chunk's rows: each forwarded row from the relay
+ * rows (rin, in ibuf at ibase) to its forward list's place in fout (obuf at
+ * obase), or, for this rank's own list, straight to its receive pair (rbuf
+ * at rbase). */
+static moecclResult_t forward_pack(const chunk_t* k, moeccl_sched_t* s, uint64_t rb, uint32_t ibuf,
+                                   uint64_t ibase, uint32_t obuf, uint64_t obase, uint32_t rbuf,
+                                   uint64_t rbase) {
+  const moeccl_moe_layout_t* l = k->l;
   runs_t out = {s, ibuf, obuf, ibase, obase, rb, 0, 0, 0};
   runs_t own = {s, ibuf, rbuf, ibase, rbase, rb, 0, 0, 0};
   for (int src = 0; src < l->nranks; src++)
     for (int lr = 0; lr < l->nl; lr++) {
-      size_t b = (size_t)src * (size_t)l->nl + (size_t)lr;
-      for (size_t k = l->fw_first[b]; k < l->fw_first[b + 1]; k++) {
+      size_t b = (size_t)src * (size_t)l->nl + (size_t)lr, x, y;
+      fw_part(k, src, b, &x, &y);
+      for (size_t f = x; f < y; f++) {
         if (lr == l->me_local)
-          MOECCL_CHECK(runs_add(&own, l->recv_first[src] + (k - l->fw_first[b]), l->fw_rows[k]));
-        else MOECCL_CHECK(runs_add(&out, k, l->fw_rows[k]));
+          MOECCL_CHECK(runs_add(&own, l->recv_first[src] + (f - l->fw_first[b]), l->fw_rows[f]));
+        else MOECCL_CHECK(runs_add(&out, f, l->fw_rows[f]));
       }
     }
   MOECCL_CHECK(runs_flush(&out));
   return runs_flush(&own);
 }
 
-/* On the node: the forwarder's lists (fbuf at fbase, by forwarded row k)
- * to the node's ranks; each rank's rows from a forwarder, one message per
- * source, into its receive pairs (rbuf at rbase).  back: the reverse (the
- * partials of the receive pairs to the forwarder, its lists in). */
-static moecclResult_t forward_exchange(const moeccl_moe_layout_t* l, moeccl_sched_t* s, uint64_t rb,
+/* On the node, the chunk's rows: the forwarder's lists (fbuf at fbase, by
+ * forwarded row) to the node's ranks; each rank's rows from a forwarder,
+ * one message per source, into its receive pairs (rbuf at rbase).  back:
+ * the reverse (the partials of the receive pairs to the forwarder, its
+ * lists in). */
+static moecclResult_t forward_exchange(const chunk_t* k, moeccl_sched_t* s, uint64_t rb,
                                        uint32_t fbuf, uint64_t fbase, uint32_t rbuf, uint64_t rbase,
                                        int back) {
+  const moeccl_moe_layout_t* l = k->l;
   for (int src = 0; src < l->nranks; src++) {
     for (int lr = 0; lr < l->nl; lr++) {
-      size_t b = (size_t)src * (size_t)l->nl + (size_t)lr, n = l->fw_first[b + 1] - l->fw_first[b];
-      if (lr == l->me_local || n == 0) continue;
+      size_t b = (size_t)src * (size_t)l->nl + (size_t)lr, x, y;
+      if (lr == l->me_local || l->fw_first[b + 1] == l->fw_first[b]) continue;
+      fw_part(k, src, b, &x, &y);
+      if (y == x) continue;
       MOECCL_CHECK(moeccl_sched_add(s, back ? MOECCL_OP_RECV : MOECCL_OP_SEND, l->node_rank[lr],
-                                    back ? 0 : fbuf, back ? 0 : fbase + l->fw_first[b] * rb,
-                                    back ? fbuf : 0, back ? fbase + l->fw_first[b] * rb : 0,
-                                    n * rb));
+                                    back ? 0 : fbuf, back ? 0 : fbase + x * rb, back ? fbuf : 0,
+                                    back ? fbase + x * rb : 0, (y - x) * rb));
     }
     int f = l->via[src];
-    size_t n = l->recv_first[src + 1] - l->recv_first[src];
-    if (f < 0 || f == l->rank || n == 0) continue;
+    size_t a, e;
+    if (f < 0 || f == l->rank || l->recv_first[src + 1] == l->recv_first[src]) continue;
+    recv_part(k, src, &a, &e);
+    if (e == a) continue;
     MOECCL_CHECK(moeccl_sched_add(s, back ? MOECCL_OP_SEND : MOECCL_OP_RECV, f, back ? rbuf : 0,
-                                  back ? rbase + l->recv_first[src] * rb : 0, back ? 0 : rbuf,
-                                  back ? 0 : rbase + l->recv_first[src] * rb, n * rb));
+                                  back ? rbase + a * rb : 0, back ? 0 : rbuf,
+                                  back ? 0 : rbase + a * rb, (e - a) * rb));
   }
   return moecclSuccess;
+}
+
+/* The chunks a call's hierarchical path runs in (1 on the flat path). */
+static int call_chunks(const moeccl_moe_call_t* c) {
+  if (!c->hier || c->chunks <= 1) return 1;
+  return c->chunks < MOECCL_MOE_MAX_CHUNKS ? c->chunks : MOECCL_MOE_MAX_CHUNKS;
 }
 
 /* The memory kind of the call's buffers (its RECV buffer's): the weights
@@ -333,29 +444,43 @@ static moecclResult_t to_experts(const moeccl_moe_call_t* c, moeccl_sched_t* s) 
   if (hier) MOECCL_CHECK(pack_relay(l, s, rb, pbuf, relay_off));
   if (ww) MOECCL_CHECK(pack(l, s, wbuf, kb, MOECCL_BUF_SCRATCH, w_pack, 1, w_recv, NULL));
   MOECCL_CHECK(moeccl_sched_end_step(s));
-  if (consume) MOECCL_CHECK(consuming_exchange(c, s, &nprogs, pbuf, pack_off, recv_off));
-  else
-    MOECCL_CHECK(exchange_via(l, s, l->send_first, pbuf, pack_off, l->recv_first,
-                              MOECCL_BUF_SCRATCH, recv_off, rb, via));
-  if (hier)
-    MOECCL_CHECK(relay_exchange(l, s, l->relay_first, pbuf, relay_off, l->rin_first,
-                                MOECCL_BUF_SCRATCH, rin_off, rb));
-  if (ww)
-    MOECCL_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
-                          MOECCL_BUF_SCRATCH, w_recv, kb));
-  MOECCL_CHECK(expand(c, s, &nprogs, l->exp_self, l->n_exp_self, MOECCL_BUF_SEND, 0,
-                      MOECCL_BUF_SCRATCH, w_recv));
-  moeccl_rows_t dot_self = program(MOECCL_ROWS_DOT, c->type, c->hidden, ebuf, 0,
-                                   l->dot + l->dot_self0, l->dot_self1 - l->dot_self0);
-  if (dots)
-    MOECCL_CHECK(rows_op(c, s, &nprogs, dot_self, MOECCL_BUF_SEND, 0, MOECCL_BUF_SCRATCH, gwp,
-                         dot_self.nterms * sizeof(float)));
-  MOECCL_CHECK(moeccl_sched_end_step(s));
-  if (hier) { /* the forwarders hand the relay rows on */
-    MOECCL_CHECK(forward_pack(l, s, rb, MOECCL_BUF_SCRATCH, rin_off, pbuf, fout_off,
-                              MOECCL_BUF_SCRATCH, recv_off));
-    MOECCL_CHECK(moeccl_sched_end_step(s));
-    MOECCL_CHECK(forward_exchange(l, s, rb, pbuf, fout_off, MOECCL_BUF_SCRATCH, recv_off, 0));
+  /* Then, hierarchical in C chunks, step j holds chunk j's relay rows
+   * between nodes, the forwarders' copies of chunk j-1 and their messages
+   * on the node of chunk j-2 (the executor progresses a step's messages
+   * while it copies): C + 2 steps, the first also the rows on the node and
+   * the weights. */
+  chunk_t k = {l, call_chunks(c), 0};
+  for (int j = 0; j < (hier ? k.C + 2 : 1); j++) {
+    if (j == 0 && consume)
+      MOECCL_CHECK(consuming_exchange(c, s, &nprogs, pbuf, pack_off, recv_off));
+    else if (j == 0)
+      MOECCL_CHECK(exchange_via(l, s, l->send_first, pbuf, pack_off, l->recv_first,
+                                MOECCL_BUF_SCRATCH, recv_off, rb, via));
+    if (hier && j < k.C) {
+      k.c = j;
+      MOECCL_CHECK(relay_exchange(&k, s, pbuf, relay_off, MOECCL_BUF_SCRATCH, rin_off, rb, 0));
+    }
+    if (j == 0 && ww)
+      MOECCL_CHECK(exchange(l, s, l->send_first, MOECCL_BUF_SCRATCH, w_pack, l->recv_first,
+                            MOECCL_BUF_SCRATCH, w_recv, kb));
+    if (j == 0) {
+      MOECCL_CHECK(expand(c, s, &nprogs, l->exp_self, l->n_exp_self, MOECCL_BUF_SEND, 0,
+                          MOECCL_BUF_SCRATCH, w_recv));
+      moeccl_rows_t dot_self = program(MOECCL_ROWS_DOT, c->type, c->hidden, ebuf, 0,
+                                       l->dot + l->dot_self0, l->dot_self1 - l->dot_self0);
+      if (dots)
+        MOECCL_CHECK(rows_op(c, s, &nprogs, dot_self, MOECCL_BUF_SEND, 0, MOECCL_BUF_SCRATCH, gwp,
+                             dot_self.nterms * sizeof(float)));
+    }
+    if (hier && j >= 1 && j - 1 < k.C) { /* the forwarders hand the relay rows on */
+      k.c = j - 1;
+      MOECCL_CHECK(forward_pack(&k, s, rb, MOECCL_BUF_SCRATCH, rin_off, pbuf, fout_off,
+                                MOECCL_BUF_SCRATCH, recv_off));
+    }
+    if (hier && j >= 2) {
+      k.c = j - 2;
+      MOECCL_CHECK(forward_exchange(&k, s, rb, pbuf, fout_off, MOECCL_BUF_SCRATCH, recv_off, 0));
+    }
     MOECCL_CHECK(moeccl_sched_end_step(s));
   }
   if (!consume)
@@ -456,17 +581,29 @@ static moecclResult_t to_tokens(const moeccl_moe_call_t* c, moeccl_sched_t* s) {
   /* Partials for this node's sources go direct, the others to their
    * forwarder, which sums them per relay row and returns one row per
    * (token, node). */
-  MOECCL_CHECK(
-      exchange_via(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off, rb, l->via));
-  MOECCL_CHECK(forward_exchange(l, s, rb, pbuf, fin_off, pbuf, part_off, 1));
-  MOECCL_CHECK(moeccl_sched_end_step(s));
-  moeccl_rows_t fsum =
-      program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->fsum, l->n_fsum);
-  MOECCL_CHECK(rows_op(c, s, &nprogs, fsum, pbuf, part_off, pbuf, rsum_off, Nin * rb));
-  MOECCL_CHECK(moeccl_sched_end_step(s));
-  MOECCL_CHECK(
-      relay_exchange(l, s, l->rin_first, pbuf, rsum_off, l->relay_first, pbuf, rback_off, rb));
-  MOECCL_CHECK(moeccl_sched_end_step(s));
+  /* In C chunks, step j holds chunk j's partials on the node, the
+   * forwarders' sums of chunk j-1 and chunk j-2's sums between nodes. */
+  chunk_t k = {l, call_chunks(c), 0};
+  for (int j = 0; j < k.C + 2; j++) {
+    if (j == 0)
+      MOECCL_CHECK(exchange_via(l, s, l->recv_first, pbuf, part_off, l->send_first, pbuf, back_off,
+                                rb, l->via));
+    if (j < k.C) {
+      k.c = j;
+      MOECCL_CHECK(forward_exchange(&k, s, rb, pbuf, fin_off, pbuf, part_off, 1));
+    }
+    if (j >= 1 && j - 1 < k.C) {
+      size_t t0 = fsum_cut(&k, j - 1), t1 = fsum_cut(&k, j);
+      moeccl_rows_t fsum =
+          program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->fsum + t0, t1 - t0);
+      MOECCL_CHECK(rows_op(c, s, &nprogs, fsum, pbuf, part_off, pbuf, rsum_off, Nin * rb));
+    }
+    if (j >= 2) {
+      k.c = j - 2;
+      MOECCL_CHECK(relay_exchange(&k, s, pbuf, rsum_off, pbuf, rback_off, rb, 1));
+    }
+    MOECCL_CHECK(moeccl_sched_end_step(s));
+  }
   moeccl_rows_t own =
       program(MOECCL_ROWS_SUM, c->type, c->hidden, UINT32_MAX, 0, l->own_h, l->n_own_h);
   return rows_op(c, s, &nprogs, own, pbuf, part_off, MOECCL_BUF_RECV, 0, l->T * rb);

@@ -48,7 +48,8 @@ static void plan_free(moecclMoePlan_t p) {
       p->relay_first, p->rin_first,   p->fw_first,      p->fw_cur,     p->cost_out,   p->cost_in,
       p->tmask,       p->relay_token, p->relay_mask,    p->rin_mask,   p->fw_rows,    p->fsum,
       p->own_h,       p->progs,       p->exp_src_first, p->exp_src,    p->own_self,   p->own_src,
-      p->seen,        p->exp_src_idx, p->src_token,     p->gather,     p->cost_all};
+      p->seen,        p->exp_src_idx, p->src_token,     p->gather,     p->cost_all,   p->rin_token,
+      p->rin_key,     p->peer_T};
   for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) free(arrays[i]);
   if (p->send_area) moecclMemFree(p->send_area);
   p->magic = 0;
@@ -111,7 +112,7 @@ MOECCL_EXPORT moecclResult_t moecclMoePlanCreate(moecclMoePlan_t* plan, int numE
   p->msg_in = calloc(MOE_MSG * n, sizeof(uint64_t));
   p->ecount = calloc(E, sizeof(size_t));
   p->ecur = calloc(E, sizeof(size_t));
-  p->progs = calloc(MOECCL_MOE_MAX_PROGS + 2 * n, sizeof(moeccl_rows_t));
+  p->progs = calloc(MOECCL_MOE_MAX_PROGS + MOECCL_MOE_MAX_CHUNKS + 2 * n, sizeof(moeccl_rows_t));
   p->exp_src_first = calloc(n + 1, sizeof(size_t));
   if (!p->owner || !p->local_index || !p->local_experts || !p->send_first || !p->recv_first ||
       !p->counts || !p->stamp || !p->tpair || !p->msg_out || !p->msg_in || !p->ecount || !p->ecur ||
@@ -297,19 +298,24 @@ static int on_device(const moe_args_t* a) {
          (a->in && moeccl_mem_of(a->in).kind == MOECCL_MEM_DEVICE);
 }
 
-/* The tuner's path for rows of rb bytes, logged at ALGO when it changes. */
-static int pick_path(moecclMoePlan_t p, const moe_args_t* a, size_t rb) {
-  double us[2];
-  int hier = moeccl_tuner_pick_moe(p->comm, &p->lay, rb, us);
-  if (p->comm->rank == 0 && (hier != p->logged_path || rb != p->logged_rb)) {
-    p->logged_path = hier, p->logged_rb = rb;
+/* The tuner's path for rows of rb bytes, and its chunks, logged at ALGO
+ * when they change. */
+static int pick_path(moecclMoePlan_t p, const moe_args_t* a, size_t rb, int* chunks) {
+  double us[3];
+  int hier = moeccl_tuner_pick_moe(p->comm, &p->lay, rb, us, chunks);
+  int logged = hier ? 1 + *chunks : 0;
+  if (p->comm->rank == 0 && (logged != p->logged_path || rb != p->logged_rb)) {
+    p->logged_path = logged, p->logged_rb = rb;
     if (us[1] < 0)
       INFO(ALGO, "rank %d: %s of %zu-byte rows: flat (%s)", p->comm->rank, a->fn, rb,
            moeccl_tuner_forced(p->comm)->moe == 0 ? "MOECCL_MOE_ALGO=flat"
                                                   : "one node, or a node of more than 64 ranks");
     else
-      INFO(ALGO, "rank %d: %s of %zu-byte rows: %s (predicted us: flat %.1f, hier %.1f%s)",
-           p->comm->rank, a->fn, rb, hier ? "hier" : "flat", us[0], us[1],
+      INFO(ALGO,
+           "rank %d: %s of %zu-byte rows: %s%s (predicted us: flat %.1f, hier %.1f, "
+           "hier in %d chunks %.1f%s)",
+           p->comm->rank, a->fn, rb, hier ? "hier" : "flat",
+           hier && *chunks > 1 ? " in chunks" : "", us[0], us[1], *chunks, us[2],
            moeccl_tuner_forced(p->comm)->moe >= 0 ? "; forced by MOECCL_MOE_ALGO" : "");
   }
   return hier;
@@ -320,9 +326,11 @@ static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
   MOECCL_CHECK(check_data(p, a));
   size_t rb = a->hidden * moeccl_type_size(a->type);
   moeccl_call_t call = {.kind = MOECCL_CALL_MOE, .sendbuf = a->in, .recvbuf = a->out};
+  int chunks = 1, hier = pick_path(p, a, rb, &chunks);
   call.moe = (moeccl_moe_call_t){.op = a->op,
                                  .lay = &p->lay,
-                                 .hier = pick_path(p, a, rb),
+                                 .hier = hier,
+                                 .chunks = chunks,
                                  .type = a->type,
                                  .hidden = a->hidden,
                                  .elem_size = moeccl_type_size(a->type),
@@ -332,7 +340,8 @@ static moecclResult_t moe_issue(moecclMoePlan_t p, const moe_args_t* a) {
                                  .expert_out = a->expert_out,
                                  .grad_weights = a->grad_weights,
                                  .progs = p->progs,
-                                 .nprogs_cap = MOECCL_MOE_MAX_PROGS + 2 * (size_t)p->comm->nranks,
+                                 .nprogs_cap = MOECCL_MOE_MAX_PROGS + MOECCL_MOE_MAX_CHUNKS +
+                                               2 * (size_t)p->comm->nranks,
                                  .send_area = on_device(a) ? NULL : send_area(p, rb)};
   return moeccl_call_issue(p->comm, &call, a->stream);
 }

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define NCOST (sizeof(moeccl_moe_cost_rows_t) / sizeof(uint64_t))
-enum { HMSG_RELAY, HMSG_COST, HMSG = HMSG_COST + 2 * NCOST };
+enum { HMSG_RELAY, HMSG_T, HMSG_COST, HMSG = HMSG_COST + 2 * NCOST };
 
 /* The hierarchical path's fixed tables, when it can apply: the
  * communicator spans nodes of at most 64 ranks (a relay row's destinations
@@ -41,8 +41,9 @@ moecclResult_t moeccl_moeplan_hier_setup(moecclMoePlan_t p) {
   p->cost_out = calloc((size_t)n * HMSG, sizeof(uint64_t));
   p->cost_in = calloc((size_t)n * HMSG, sizeof(uint64_t));
   p->cost_all = calloc((size_t)n * 2, sizeof(moeccl_moe_cost_rows_t));
-  if (!p->via || !p->node_rank || !p->relay_first || !p->rin_first || !p->fw_first || !p->fw_cur ||
-      !p->cost_out || !p->cost_in || !p->cost_all)
+  p->peer_T = calloc((size_t)n, sizeof(size_t));
+  if (!p->peer_T || !p->via || !p->node_rank || !p->relay_first || !p->rin_first || !p->fw_first ||
+      !p->fw_cur || !p->cost_out || !p->cost_in || !p->cost_all)
     return moecclSystemError;
   for (int l = 0; l < p->nl; l++) p->node_rank[l] = t->node_ranks[t->node_first[node] + l];
   for (int s = 0; s < n; s++)
@@ -76,6 +77,14 @@ static moecclResult_t relay_rows(moecclMoePlan_t p, size_t T) {
   return moecclSuccess;
 }
 
+/* t/T ascending (exact: t < T < 2^32), then the source. */
+static int rin_key_cmp(const void* a, const void* b) {
+  const moe_rin_key_t *x = a, *y = b;
+  unsigned __int128 l = (unsigned __int128)x->t * y->T, r = (unsigned __int128)y->t * x->T;
+  if (l != r) return l < r ? -1 : 1;
+  return x->s < y->s ? -1 : x->s > y->s;
+}
+
 /* Forwarder: the forward lists and the sums of the node's partials. */
 static moecclResult_t forward_lists(moecclMoePlan_t p) {
   moeccl_moe_layout_t* l = &p->lay;
@@ -92,19 +101,28 @@ static moecclResult_t forward_lists(moecclMoePlan_t p) {
                                 i, s, (unsigned long long)m, nl);
       for (int lr = 0; lr < nl; lr++) p->fw_first[(size_t)s * nl + lr] += m >> lr & 1;
     }
-  size_t F = moeccl_moeplan_prefix(p->fw_first, (int)nb);
-  if (GROW(p, fw_rows, F) || GROW(p, fsum, F)) return moecclSystemError;
-  memset(p->fw_cur, 0, sizeof(size_t) * nb);
-  size_t nf = 0;
+  size_t F = moeccl_moeplan_prefix(p->fw_first, (int)nb), Nin = p->rin_first[n];
+  if (GROW(p, fw_rows, F) || GROW(p, fsum, F) || GROW(p, rin_key, Nin)) return moecclSystemError;
+  /* The rows in the order of their token's place among their source's
+   * tokens (moe_algos.h's fsum); within a source that is rin order, so the
+   * forward lists come out by rin row as the forwarding expects. */
   for (int s = 0; s < n; s++)
     for (size_t i = p->rin_first[s]; i < p->rin_first[s + 1]; i++)
-      for (int lr = 0; lr < nl; lr++) {
-        if (!(p->rin_mask[i] >> lr & 1)) continue;
-        size_t b = (size_t)s * nl + lr, k = p->fw_first[b] + p->fw_cur[b]++;
-        p->fw_rows[k] = (uint32_t)i;
-        size_t src = lr == p->me_local ? p->recv_first[s] + (k - p->fw_first[b]) : l->Q + k;
-        p->fsum[nf++] = moe_term(i, src, MOECCL_ROW_NONE);
-      }
+      p->rin_key[i] = (moe_rin_key_t){p->rin_token[i], p->peer_T[s], (uint32_t)s, (uint32_t)i};
+  if (Nin > 1) qsort(p->rin_key, Nin, sizeof(moe_rin_key_t), rin_key_cmp);
+  memset(p->fw_cur, 0, sizeof(size_t) * nb);
+  size_t nf = 0;
+  for (size_t j = 0; j < Nin; j++) {
+    int s = (int)p->rin_key[j].s;
+    size_t i = p->rin_key[j].i;
+    for (int lr = 0; lr < nl; lr++) {
+      if (!(p->rin_mask[i] >> lr & 1)) continue;
+      size_t b = (size_t)s * nl + lr, k = p->fw_first[b] + p->fw_cur[b]++;
+      p->fw_rows[k] = (uint32_t)i;
+      size_t src = lr == p->me_local ? p->recv_first[s] + (k - p->fw_first[b]) : l->Q + k;
+      p->fsum[nf++] = moe_term(i, src, MOECCL_ROW_NONE);
+    }
+  }
   /* This rank's own lists must cover its receive pairs from those sources. */
   for (int s = 0; s < n; s++) {
     if (p->via[s] != me) continue;
@@ -201,19 +219,26 @@ moecclResult_t moeccl_moeplan_hier_tables(moecclMoePlan_t p, size_t T) {
     uint64_t* m = p->cost_out + (size_t)r * HMSG;
     memset(m, 0, sizeof(uint64_t) * HMSG);
     m[HMSG_RELAY] = p->relay_first[r + 1] - p->relay_first[r];
+    m[HMSG_T] = T;
   }
   moeccl_call_t call = {.kind = MOECCL_CALL_A2A, .sendbuf = p->cost_out, .recvbuf = p->cost_in};
   call.a2a = (moeccl_a2a_desc_t){
       .rank = c->rank, .nranks = n, .block_bytes = HMSG * sizeof(uint64_t), .elem_size = 8};
   MOECCL_CHECK(moeccl_call_issue(c, &call, NULL));
-  for (int s = 0; s < n; s++) p->rin_first[s] = (size_t)p->cost_in[(size_t)s * HMSG + HMSG_RELAY];
+  for (int s = 0; s < n; s++) {
+    p->rin_first[s] = (size_t)p->cost_in[(size_t)s * HMSG + HMSG_RELAY];
+    p->peer_T[s] = (size_t)p->cost_in[(size_t)s * HMSG + HMSG_T];
+  }
   size_t Nin = moeccl_moeplan_prefix(p->rin_first, n);
-  if (GROW(p, rin_mask, Nin))
+  if (GROW(p, rin_mask, Nin) || GROW(p, rin_token, Nin))
     return moeccl_comm_fail(c, moecclSystemError,
                             "moecclMoeLayout: out of memory for relay masks; abort the "
                             "communicator");
   MOECCL_CHECK(moeccl_moeplan_alltoallv(p, p->relay_mask, p->relay_first, p->rin_mask, p->rin_first,
                                         sizeof(uint64_t), 1));
+  /* their tokens, for the pipelined path's chunks */
+  MOECCL_CHECK(moeccl_moeplan_alltoallv(p, p->relay_token, p->relay_first, p->rin_token,
+                                        p->rin_first, sizeof(uint32_t), 1));
   moecclResult_t rc = forward_lists(p);
   if (rc == moecclSuccess) rc = hier_own(p, T);
   if (rc == moecclSystemError)
@@ -243,6 +268,7 @@ moecclResult_t moeccl_moeplan_hier_tables(moecclMoePlan_t p, size_t T) {
   l->via = p->via, l->relay_first = p->relay_first, l->relay_token = p->relay_token;
   l->rin_first = p->rin_first, l->nl = p->nl, l->me_local = p->me_local;
   l->node_rank = p->node_rank, l->fw_first = p->fw_first;
+  l->peer_T = p->peer_T, l->rin_token = p->rin_token;
   l->hier_ok = 1;
   return moecclSuccess;
 }

@@ -22,6 +22,13 @@
   type* name;                                                                                      \
   size_t name##_cap
 
+/* A relay row a forwarder receives, keyed for the order of the node's sums
+ * (moe_algos.h's fsum): its token t of its source s's T. */
+typedef struct {
+  uint64_t t, T;
+  uint32_t s, i;
+} moe_rin_key_t;
+
 struct moecclMoePlan {
   uint64_t magic;
   moeccl_comm_t* comm;
@@ -65,6 +72,9 @@ struct moecclMoePlan {
   MOE_ARRAY(uint32_t, relay_token);
   MOE_ARRAY(uint64_t, relay_mask);
   MOE_ARRAY(uint64_t, rin_mask);
+  MOE_ARRAY(uint32_t, rin_token);
+  MOE_ARRAY(moe_rin_key_t, rin_key);
+  size_t* peer_T; /* [n] every rank's tokens */
   MOE_ARRAY(uint32_t, fw_rows);
   MOE_ARRAY(moeccl_row_term_t, fsum);
   MOE_ARRAY(moeccl_row_term_t, own_h);
