@@ -1,6 +1,7 @@
 """Datatypes both ways, and buffers (numpy arrays, torch tensors, objects
 with __cuda_array_interface__ or __dlpack__) as (pointer, elements, type,
 memory kind), checked before any library call."""
+import ctypes
 import enum
 import sys
 
@@ -170,67 +171,126 @@ def _override(found, dtype, itemsize, what):
     return dt
 
 
-_NP_CACHE = {}
+# DataTypes of numpy and torch dtypes, filled as they are met (None: the
+# dtype has no moeccl datatype, or is big-endian): numpy's dtype.name and
+# str(torch dtype) cost microseconds a call.
+_NP_TYPES = {}
+_TORCH_TYPES = {}
 try:
     from numpy import ndarray as _ndarray
 except ImportError:
     _ndarray = None
 
 
-def _numpy_type(d):
-    """The DataType of a numpy dtype, None if it has none (cached: numpy's
-    dtype.name costs microseconds)."""
+def _cached_type(cache, d):
+    """The DataType of dtype d (numpy's or torch's) from cache, looked up on
+    first use; None if it has none."""
     try:
-        return _NP_CACHE[d]
+        return cache[d]
     except KeyError:
         pass
-    except TypeError:
+    except TypeError:  # unhashable: not a dtype
         return None
     try:
         t = to_datatype(d)
     except ArgumentError:
         t = None
-    _NP_CACHE[d] = t
+    cache[d] = t
     return t
 
 
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _numpy_ptr(a):
+    """The data pointer of a C-contiguous numpy array: through the buffer
+    protocol when it is writable and not empty (a ctypes view, well under a
+    microsecond), else from __array_interface__ (a dict and a descr list
+    built every call: microseconds)."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.__array_interface__["data"][0]
+
+
+def _numpy_facts(a, writable):
+    fl = a.flags
+    if not fl.c_contiguous or writable and not fl.writeable:
+        return None
+    dt = _cached_type(_NP_TYPES, a.dtype)
+    if dt is None:
+        return None
+    return _numpy_ptr(a), a.size, dt
+
+
+def _torch_facts(t, writable):
+    if t.layout is not _STRIDED or not t.is_cpu or not t.is_contiguous() \
+            or writable and t.requires_grad:
+        return None
+    dt = _cached_type(_TORCH_TYPES, t.dtype)
+    if dt is None:
+        return None
+    return t.data_ptr(), t.numel(), dt
+
+
+def _no_facts(obj, writable):
+    return None
+
+
+# the fast path's reader for a buffer's exact type (numpy.ndarray, and
+# torch.Tensor once torch is imported); subclasses and other types go the
+# general way
+_FACTS = {_ndarray: _numpy_facts} if _ndarray is not None else {}
+_STRIDED = None
+
+
+def _facts_of(tp):
+    global _STRIDED
+    torch = _torch()
+    if torch is None or tp is not torch.Tensor or not hasattr(tp, "is_cpu"):
+        return _no_facts
+    _STRIDED = torch.strided
+    _FACTS[tp] = _torch_facts
+    return _torch_facts
+
+
+def host_pair(send, recv):
+    """(send's pointer, recv's pointer, elements, DataType) of two host
+    buffers of one datatype and size that as_buffer would take as they are
+    (C-contiguous numpy arrays or CPU tensors of a moeccl datatype, recv
+    writable), else None: then as_buffer and the call's checks either take
+    them or say why not.  A type lookup each, no Buffer and no numpy
+    __array_interface__ dict built: the fast path of the calls whose cost
+    matters."""
+    tp = type(send)
+    s = (_FACTS.get(tp) or _facts_of(tp))(send, False)
+    if s is None:
+        return None
+    tp = type(recv)
+    r = (_FACTS.get(tp) or _facts_of(tp))(recv, True)
+    if r is None or r[1] != s[1] or r[2] is not s[2]:
+        return None
+    return s[0], r[0], s[1], s[2]
+
+
 def _from_numpy(a, name, writable, dtype):
-    # one dict gives the pointer, read-only and (strides None) C order: cheaper
-    # than a.flags and a.ctypes.data, which build objects every call
-    ai = a.__array_interface__
-    ptr, readonly = ai["data"]
-    if ai["strides"] is not None and not a.flags.c_contiguous:
+    fl = a.flags
+    if not fl.c_contiguous:
         raise ArgumentError("%s: numpy array is not C-contiguous (use np.ascontiguousarray)"
                             % name)
-    if writable and readonly:
+    if writable and not fl.writeable:
         raise ArgumentError("%s: numpy array is read-only but the call writes it" % name)
     if a.dtype.byteorder == ">":
         raise ArgumentError("%s: numpy array is big-endian (%s); moeccl needs native order"
                             % (name, a.dtype))
-    found = _numpy_type(a.dtype)
+    found = _cached_type(_NP_TYPES, a.dtype)
     if dtype is None and found is not None:
         dt = found
     else:
         dt = _override(found, dtype, a.itemsize, "%s (numpy %s)" % (name, a.dtype))
     count = a.nbytes // ITEMSIZE[dt]
-    return Buffer(ptr, count, dt, "host", a, tuple(a.shape))
-
-
-_TORCH_CACHE = {}
-
-
-def _torch_type(d):
-    """The DataType of a torch dtype, None if it has none (cached)."""
-    try:
-        return _TORCH_CACHE[d]
-    except KeyError:
-        pass
-    try:
-        t = to_datatype(d)
-    except ArgumentError:
-        t = None
-    _TORCH_CACHE[d] = t
-    return t
+    return Buffer(_numpy_ptr(a), count, dt, "host", a, tuple(a.shape))
 
 
 def _from_torch(t, name, writable, dtype):
@@ -244,7 +304,7 @@ def _from_torch(t, name, writable, dtype):
         raise ArgumentError("%s: %s tensors are not supported (dense only)" % (name, t.layout))
     if not t.is_contiguous():
         raise ArgumentError("%s: tensor is not contiguous (call .contiguous())" % name)
-    found = _torch_type(t.dtype)
+    found = _cached_type(_TORCH_TYPES, t.dtype)
     if dtype is None and found is not None:
         dt = found
     else:
