@@ -34,7 +34,7 @@ done
 wait $pid0 || st=1
 wait $pid1 || st=1
 # 1 rank: the binding's own cost, at most 10 us over C in one of three
-# measurements (about 5 us at a load average of 16 on 2 cores: the best of
+# measurements (4-5 us at load averages of 2 to 16 on 2 cores: the best of
 # 100 short rounds is one that no other job interrupted); 2 ranks: reported
 # (the peer's wake-ups dominate on a loaded machine)
 cost=$PWD/tests/.libs/libpy_cost.so

@@ -55,6 +55,11 @@ _TYPESTRS = {"|i1": DataType.INT8, "|u1": DataType.UINT8, "<i4": DataType.INT32,
              "<u4": DataType.UINT32, "<i8": DataType.INT64, "<u8": DataType.UINT64,
              "<f2": DataType.FLOAT16, "<f4": DataType.FLOAT32, "<f8": DataType.FLOAT64}
 
+# other names of datatypes (torch's, and short ones)
+_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "bf16": "bfloat16",
+            "int": "int32", "char": "int8", "fp8e4m3": "float8_e4m3fn",
+            "float8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2", "float8e5m2": "float8_e5m2"}
+
 _REDOP_NAMES = {"sum": RedOp.SUM, "prod": RedOp.PROD, "max": RedOp.MAX, "min": RedOp.MIN,
                 "avg": RedOp.AVG}
 
@@ -96,11 +101,7 @@ def to_datatype(dtype):
             raise ArgumentError("numpy dtype %s has no moeccl datatype" % d)
     if isinstance(dtype, str):
         key = dtype.lower().replace("torch.", "")
-        aliases = {"float": "float32", "half": "float16", "double": "float64", "bf16": "bfloat16",
-                   "int": "int32", "char": "int8", "fp8e4m3": "float8_e4m3fn",
-                   "float8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2",
-                   "float8e5m2": "float8_e5m2"}
-        key = aliases.get(key, key)
+        key = _ALIASES.get(key, key)
         if key in _NUMPY_NAMES:
             return _NUMPY_NAMES[key]
     raise ArgumentError("%r is not a datatype moeccl knows" % (dtype,))
@@ -158,16 +159,19 @@ class Buffer:
         return self.count * ITEMSIZE[self.datatype]
 
 
-def _override(found, dtype, itemsize, what):
+def _override(found, dtype, itemsize, what, *args):
+    """The datatype of a buffer whose own is found (None: it has none) read
+    as dtype (None: as its own).  what % args names the buffer in a refusal,
+    formatted only then (str of a numpy dtype takes microseconds)."""
     if dtype is None:
         if found is None:
             raise ArgumentError("%s has no moeccl datatype; pass dtype= to say how to read it"
-                                % what)
+                                % (what % args))
         return found
     dt = to_datatype(dtype)
     if ITEMSIZE[dt] != itemsize:
         raise ArgumentError("%s has %d-byte elements; dtype %s needs %d" %
-                            (what, itemsize, dt.name, ITEMSIZE[dt]))
+                            (what % args, itemsize, dt.name, ITEMSIZE[dt]))
     return dt
 
 
@@ -215,20 +219,31 @@ def _numpy_ptr(a):
 
 
 def _numpy_facts(a, writable):
+    # _cached_type's and _numpy_ptr's common cases inline: a call each
+    # saved is a tenth of a microsecond
     fl = a.flags
     if not fl.c_contiguous or writable and not fl.writeable:
         return None
-    dt = _cached_type(_NP_TYPES, a.dtype)
+    try:
+        dt = _NP_TYPES[a.dtype]
+    except KeyError:
+        dt = _cached_type(_NP_TYPES, a.dtype)
     if dt is None:
         return None
-    return _numpy_ptr(a), a.size, dt
+    try:
+        return _addressof(_from_buffer(a)), a.size, dt
+    except (TypeError, ValueError, BufferError):
+        return _numpy_ptr(a), a.size, dt
 
 
 def _torch_facts(t, writable):
     if t.layout is not _STRIDED or not t.is_cpu or not t.is_contiguous() \
             or writable and t.requires_grad:
         return None
-    dt = _cached_type(_TORCH_TYPES, t.dtype)
+    try:
+        dt = _TORCH_TYPES[t.dtype]
+    except KeyError:
+        dt = _cached_type(_TORCH_TYPES, t.dtype)
     if dt is None:
         return None
     return t.data_ptr(), t.numel(), dt
@@ -263,12 +278,10 @@ def host_pair(send, recv):
     them or say why not.  A type lookup each, no Buffer and no numpy
     __array_interface__ dict built: the fast path of the calls whose cost
     matters."""
-    tp = type(send)
-    s = (_FACTS.get(tp) or _facts_of(tp))(send, False)
+    s = (_FACTS.get(type(send)) or _facts_of(type(send)))(send, False)
     if s is None:
         return None
-    tp = type(recv)
-    r = (_FACTS.get(tp) or _facts_of(tp))(recv, True)
+    r = (_FACTS.get(type(recv)) or _facts_of(type(recv)))(recv, True)
     if r is None or r[1] != s[1] or r[2] is not s[2]:
         return None
     return s[0], r[0], s[1], s[2]
@@ -288,7 +301,7 @@ def _from_numpy(a, name, writable, dtype):
     if dtype is None and found is not None:
         dt = found
     else:
-        dt = _override(found, dtype, a.itemsize, "%s (numpy %s)" % (name, a.dtype))
+        dt = _override(found, dtype, a.itemsize, "%s (numpy %s)", name, a.dtype)
     count = a.nbytes // ITEMSIZE[dt]
     return Buffer(_numpy_ptr(a), count, dt, "host", a, tuple(a.shape))
 
@@ -308,7 +321,7 @@ def _from_torch(t, name, writable, dtype):
     if dtype is None and found is not None:
         dt = found
     else:
-        dt = _override(found, dtype, t.element_size(), "%s (torch %s)" % (name, t.dtype))
+        dt = _override(found, dtype, t.element_size(), "%s (torch %s)", name, t.dtype)
     count = t.numel() * t.element_size() // ITEMSIZE[dt]
     if writable and t.requires_grad and t.is_leaf and torch.is_grad_enabled():
         raise ArgumentError("%s: a leaf tensor that requires grad cannot be written in place "
@@ -336,8 +349,8 @@ def _from_cai(obj, name, writable, dtype):
                                 % (name, tuple(strides)))
     if writable and readonly:
         raise ArgumentError("%s: CUDA array is read-only but the call writes it" % name)
-    dt = _override(_TYPESTRS.get(typestr), dtype, itemsize,
-                   "%s (CUDA array of %s)" % (name, typestr))
+    dt = _override(_TYPESTRS.get(typestr), dtype, itemsize, "%s (CUDA array of %s)", name,
+                   typestr)
     n = 1
     for s in shape:
         n *= s
