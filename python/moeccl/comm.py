@@ -57,9 +57,9 @@ def unique_id_from_store(store, rank, key="moeccl/unique_id", timeout=None):
 # ------------------------------------------------------------ streams and groups
 
 class _GroupState(threading.local):
-    """This thread's group depth and the buffers its open group keeps alive
-    (class defaults: reading them raises nothing, which getattr with a
-    default would, at a microsecond a call)."""
+    """This thread's group depth and the buffers its open group keeps alive.
+    Class defaults, so that reading them raises no AttributeError inside
+    (getattr with a default pays about a microsecond for one)."""
     depth = 0
     refs = ()  # a list from the outermost group_start on
 
