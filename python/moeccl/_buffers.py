@@ -218,16 +218,15 @@ def _numpy_ptr(a):
         return a.__array_interface__["data"][0]
 
 
+# The fast path's readers: facts, or None for anything the general path
+# must look at (which also fills the dtype caches: a dtype the fast path has
+# not met yet goes that way once).  _numpy_ptr's common case inline: a call
+# saved is a tenth of a microsecond.
 def _numpy_facts(a, writable):
-    # _cached_type's and _numpy_ptr's common cases inline: a call each
-    # saved is a tenth of a microsecond
     fl = a.flags
     if not fl.c_contiguous or writable and not fl.writeable:
         return None
-    try:
-        dt = _NP_TYPES[a.dtype]
-    except KeyError:
-        dt = _cached_type(_NP_TYPES, a.dtype)
+    dt = _NP_TYPES.get(a.dtype)
     if dt is None:
         return None
     try:
@@ -240,10 +239,7 @@ def _torch_facts(t, writable):
     if t.layout is not _STRIDED or not t.is_cpu or not t.is_contiguous() \
             or writable and t.requires_grad:
         return None
-    try:
-        dt = _TORCH_TYPES[t.dtype]
-    except KeyError:
-        dt = _cached_type(_TORCH_TYPES, t.dtype)
+    dt = _TORCH_TYPES.get(t.dtype)
     if dt is None:
         return None
     return t.data_ptr(), t.numel(), dt
