@@ -2,15 +2,26 @@
 # else python3, the first that imports numpy and torch; skip 77 without),
 # this build's library (MOECCL_LIBRARY) and the package's source on
 # PYTHONPATH.  MP_DEADLINE_SCALE stretches the deadlines.
+# tests/test_torch_dropin.sh sources it with py_find_only=1 for find_python
+# alone.
 srcdir=${srcdir:-.}
 scale=${MP_DEADLINE_SCALE:-1}
-py=
-for p in ${PYTHON:-} /usr/bin/python3 python3; do
-  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy, torch' >/dev/null 2>&1; then
-    py=$p
-    break
-  fi
-done
+# find_python MODULES CANDIDATE...: py= the first candidate that is a
+# command and imports MODULES ("numpy, torch"); empty (status 1) if none.
+find_python() {
+  modules=$1
+  shift
+  py=
+  for p in "$@"; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c "import $modules" >/dev/null 2>&1; then
+      py=$p
+      return 0
+    fi
+  done
+  return 1
+}
+[ -n "${py_find_only:-}" ] && return 0
+find_python "numpy, torch" ${PYTHON:-} /usr/bin/python3 python3
 if [ -z "$py" ]; then
   echo "SKIP: no Python here imports numpy and torch (install python3-numpy python3-torch)"
   exit 77

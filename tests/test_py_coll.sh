@@ -33,13 +33,15 @@ for r in 0 1; do
 done
 wait $pid0 || st=1
 wait $pid1 || st=1
-# 1 rank: the binding's own cost, at most 50 us (it should be a few);
-# 2 ranks: reported (the peer's wake-ups dominate on a loaded machine)
+# 1 rank: the binding's own cost, at most 10 us over C in one of three
+# measurements (4-5 us at load averages of 2 to 16 on 2 cores: the best of
+# 100 short rounds is one that no other job interrupted); 2 ranks: reported
+# (the peer's wake-ups dominate on a loaded machine)
 cost=$PWD/tests/.libs/libpy_cost.so
-limit=50
+limit=10
 [ -n "$sanitized" ] && limit=0 # a sanitized library: reported, not judged
 run "test_py_cost.py on 1 rank" 120 "$py" -m moeccl.run -n 1 --deadline $((100 * scale)) \
   "$srcdir/tests/test_py_cost.py" "$cost" --limit $limit || st=1
 run "test_py_cost.py on 2 ranks" 180 "$py" -m moeccl.run -n 2 --deadline $((150 * scale)) \
-  "$srcdir/tests/test_py_cost.py" "$cost" --iters 500 || st=1
+  "$srcdir/tests/test_py_cost.py" "$cost" --iters 100 --rounds 50 || st=1
 exit $st

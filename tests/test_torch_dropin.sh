@@ -9,13 +9,8 @@
 srcdir=${srcdir:-.}
 script=$srcdir/tests/test_torch_dropin.py
 scale=${MP_DEADLINE_SCALE:-1}
-py=
-for p in ${PYTHON:-} python3 /usr/bin/python3; do
-  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch' >/dev/null 2>&1; then
-    py=$p
-    break
-  fi
-done
+py_find_only=1 . "$srcdir/tests/py_env.sh"
+find_python torch ${PYTHON:-} python3 /usr/bin/python3
 if [ -z "$py" ]; then
   echo "SKIP: no Python here imports torch (set PYTHON, or install python3-torch)"
   exit 77

@@ -7,7 +7,8 @@ import threading
 import time
 
 from . import _lib
-from ._buffers import ArgumentError, as_buffer, same_kind, same_type, to_datatype, to_redop
+from ._buffers import (ArgumentError, as_buffer, host_pair, same_kind, same_type, to_datatype,
+                       to_redop)
 from ._lib import MoecclError, call
 
 # ------------------------------------------------------------ unique ids
@@ -55,26 +56,34 @@ def unique_id_from_store(store, rank, key="moeccl/unique_id", timeout=None):
 
 # ------------------------------------------------------------ streams and groups
 
-_group = threading.local()
+class _GroupState(threading.local):
+    """This thread's group depth and the buffers its open group keeps alive.
+    Class defaults, so that reading them raises no AttributeError inside
+    (getattr with a default pays about a microsecond for one)."""
+    depth = 0
+    refs = ()  # a list from the outermost group_start on
+
+
+_group = _GroupState()
 
 
 def _keep(objs):
     """Keeps buffers alive until the outermost group_end."""
-    if getattr(_group, "depth", 0) > 0:
+    if _group.depth > 0:
         _group.refs.extend(objs)
 
 
 def group_start():
     """moecclGroupStart: calls up to the matching group_end are issued together."""
     call("moecclGroupStart")
-    if getattr(_group, "depth", 0) == 0:
+    if _group.depth == 0:
         _group.refs = []
-    _group.depth = getattr(_group, "depth", 0) + 1
+    _group.depth += 1
 
 
 def group_end():
     """moecclGroupEnd: the outermost end issues the group's calls."""
-    depth = getattr(_group, "depth", 0)
+    depth = _group.depth
     if depth == 0:
         raise ArgumentError("group_end without group_start")
     _group.depth = depth - 1
@@ -169,6 +178,12 @@ def _stream_handle(stream, kind, bufs):
                         % type(stream).__name__)
 
 
+def _same_count(sb, rb):
+    if rb.count != sb.count:
+        raise ArgumentError("recv has %d elements, send %d: they must match"
+                            % (rb.count, sb.count))
+
+
 def _size_array(values, n, name):
     try:
         vals = [int(v) for v in values]
@@ -240,6 +255,7 @@ class Comm:
         call("moecclCommCount", handle, ctypes.byref(n), comm=handle)
         call("moecclCommUserRank", handle, ctypes.byref(r), comm=handle)
         self.size, self.rank = n.value, r.value
+        self._alltoall = _lib.lib().moecclAlltoAll  # the fast path's function
         self._premul = []
 
     @classmethod
@@ -314,9 +330,24 @@ class Comm:
     def _run(self, name, bufs, stream, *args):
         kind = same_kind(bufs)
         s = None if stream is None and kind == "host" else _stream_handle(stream, kind, bufs)
-        if getattr(_group, "depth", 0):
+        if _group.depth:
             _keep([b.obj for b in bufs if b is not None])
         call(name, *args, s, comm=self.handle)
+
+    def _pair(self, send, recv, dtype):
+        """The handle and the Buffers of send and recv (written), of one
+        datatype."""
+        h = self._h()
+        sb = as_buffer(send, "send", dtype=dtype)
+        rb = as_buffer(recv, "recv", writable=True, dtype=dtype)
+        same_type([sb, rb], ["send", "recv"])
+        return h, sb, rb
+
+    def _nranks_times(self, big, big_name, small, small_name):
+        """Refuses buffers unless big holds nranks x small's elements."""
+        if big.count != small.count * self.size:
+            raise ArgumentError("%s has %d elements; want nranks (%d) x %s's %d"
+                                % (big_name, big.count, self.size, small_name, small.count))
 
     def _root(self, root):
         if not isinstance(root, int) or not 0 <= root < self.size:
@@ -332,16 +363,24 @@ class Comm:
     def all_to_all(self, send, recv, stream=None, dtype=None):
         """Block j of send (send.size / nranks elements) to rank j; block i of
         recv from rank i.  send and recv have the same size and type."""
-        h = self._h()
-        sb = as_buffer(send, "send", dtype=dtype)
-        rb = as_buffer(recv, "recv", writable=True, dtype=dtype)
-        same_type([sb, rb], ["send", "recv"])
+        h = self.handle
+        if stream is None and dtype is None and h is not None:
+            # the fast path: two host buffers that pass every check as they
+            # are go straight to the library; anything else, refusals
+            # included, takes the general path below
+            f = host_pair(send, recv)
+            if f is not None and not f[2] % self.size:
+                if _group.depth:
+                    _keep([send, recv])
+                rc = self._alltoall(f[0], f[1], f[2] // self.size, f[3], h, None)
+                if rc:
+                    _lib.check(rc, "moecclAlltoAll", h)
+                return
+        h, sb, rb = self._pair(send, recv, dtype)
         if sb.count % self.size:
             raise ArgumentError("send has %d elements, not a multiple of %d ranks"
                                 % (sb.count, self.size))
-        if rb.count != sb.count:
-            raise ArgumentError("recv has %d elements, send %d: they must match"
-                                % (rb.count, sb.count))
+        _same_count(sb, rb)
         self._run("moecclAlltoAll", [sb, rb], stream, sb.ptr, rb.ptr, sb.count // self.size,
                   int(sb.datatype), h)
 
@@ -350,10 +389,8 @@ class Comm:
         """send_counts[j] elements at send_displs[j] to rank j, received at
         its recv_displs[i]; displacements default to the counts' prefix sums.
         Counts and displacements are in elements."""
-        h, n = self._h(), self.size
-        sb = as_buffer(send, "send", dtype=dtype)
-        rb = as_buffer(recv, "recv", writable=True, dtype=dtype)
-        same_type([sb, rb], ["send", "recv"])
+        n = self.size
+        h, sb, rb = self._pair(send, recv, dtype)
         sc, scv = _size_array(send_counts, n, "send_counts")
         rc, rcv = _size_array(recv_counts, n, "recv_counts")
         sd, sdv = self._displs(send_displs, scv, "send_displs")
@@ -380,38 +417,27 @@ class Comm:
 
     def all_reduce(self, send, recv=None, op="sum", stream=None, dtype=None):
         """recv = op over ranks of send (in place when recv is None or send)."""
-        h = self._h()
-        sb = as_buffer(send, "send", writable=recv is None, dtype=dtype)
-        rb = sb if recv is None else as_buffer(recv, "recv", writable=True, dtype=dtype)
-        same_type([sb, rb], ["send", "recv"])
-        if rb.count != sb.count:
-            raise ArgumentError("recv has %d elements, send %d: they must match"
-                                % (rb.count, sb.count))
+        if recv is None:
+            h = self._h()
+            sb = rb = as_buffer(send, "send", writable=True, dtype=dtype)
+        else:
+            h, sb, rb = self._pair(send, recv, dtype)
+            _same_count(sb, rb)
         self._run("moecclAllReduce", [sb, rb], stream, sb.ptr, rb.ptr, sb.count,
                   int(sb.datatype), self._op(op), h)
 
     def reduce_scatter(self, send, recv, op="sum", stream=None, dtype=None):
         """Rank i gets block i (recv.size elements) of op over ranks of send
         (nranks * recv.size elements)."""
-        h = self._h()
-        sb = as_buffer(send, "send", dtype=dtype)
-        rb = as_buffer(recv, "recv", writable=True, dtype=dtype)
-        same_type([sb, rb], ["send", "recv"])
-        if sb.count != rb.count * self.size:
-            raise ArgumentError("send has %d elements; want nranks (%d) x recv's %d"
-                                % (sb.count, self.size, rb.count))
+        h, sb, rb = self._pair(send, recv, dtype)
+        self._nranks_times(sb, "send", rb, "recv")
         self._run("moecclReduceScatter", [sb, rb], stream, sb.ptr, rb.ptr, rb.count,
                   int(sb.datatype), self._op(op), h)
 
     def all_gather(self, send, recv, stream=None, dtype=None):
         """recv (nranks * send.size elements) = every rank's send in rank order."""
-        h = self._h()
-        sb = as_buffer(send, "send", dtype=dtype)
-        rb = as_buffer(recv, "recv", writable=True, dtype=dtype)
-        same_type([sb, rb], ["send", "recv"])
-        if rb.count != sb.count * self.size:
-            raise ArgumentError("recv has %d elements; want nranks (%d) x send's %d"
-                                % (rb.count, self.size, sb.count))
+        h, sb, rb = self._pair(send, recv, dtype)
+        self._nranks_times(rb, "recv", sb, "send")
         self._run("moecclAllGather", [sb, rb], stream, sb.ptr, rb.ptr, sb.count,
                   int(sb.datatype), h)
 
@@ -446,9 +472,7 @@ class Comm:
         if recv is not None:
             rb = as_buffer(recv, "recv", writable=True, dtype=dtype)
             same_type([sb, rb], ["send", "recv"])
-            if rb.count != sb.count:
-                raise ArgumentError("recv has %d elements, send %d: they must match"
-                                    % (rb.count, sb.count))
+            _same_count(sb, rb)
         rptr = rb.ptr if rb is not None else (sb.ptr if self.rank == root else None)
         self._run("moecclReduce", [sb, rb], stream, sb.ptr, rptr, sb.count, int(sb.datatype),
                   self._op(op), root, h)
@@ -465,9 +489,7 @@ class Comm:
         if self.rank == root:
             if rb is None:
                 raise ArgumentError("the root (rank %d) needs recv" % root)
-            if rb.count != sb.count * self.size:
-                raise ArgumentError("recv has %d elements; want nranks (%d) x send's %d"
-                                    % (rb.count, self.size, sb.count))
+            self._nranks_times(rb, "recv", sb, "send")
         self._run("moecclGather", [sb, rb], stream, sb.ptr, rb.ptr if rb else None, sb.count,
                   int(sb.datatype), root, h)
 
@@ -483,9 +505,7 @@ class Comm:
         if self.rank == root:
             if sb is None:
                 raise ArgumentError("the root (rank %d) needs send" % root)
-            if sb.count != rb.count * self.size:
-                raise ArgumentError("send has %d elements; want nranks (%d) x recv's %d"
-                                    % (sb.count, self.size, rb.count))
+            self._nranks_times(sb, "send", rb, "recv")
         self._run("moecclScatter", [sb, rb], stream, sb.ptr if sb else None, rb.ptr, rb.count,
                   int(rb.datatype), root, h)
 

@@ -117,6 +117,16 @@ def _check_tokens(x, plan, name):
         raise ArgumentError("%s is not contiguous (call .contiguous())" % name)
 
 
+def _backward_plan(ctx):
+    """The plan of ctx's forward, refused if it was laid out again since."""
+    plan = ctx.plan
+    if plan.generation != ctx.generation:
+        raise RuntimeError("moeccl: the MoE plan was laid out again (another forward) "
+                           "before this backward; run backward first or use one plan "
+                           "per forward")
+    return plan
+
+
 def _stream(plan, *tensors):
     bufs = [as_buffer(t, "tensor") for t in tensors if t is not None]
     kinds = {b.kind for b in bufs}
@@ -144,11 +154,7 @@ class Dispatch(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_rows):
-        plan = ctx.plan
-        if plan.generation != ctx.generation:
-            raise RuntimeError("moeccl: the MoE plan was laid out again (another forward) "
-                               "before this backward; run backward first or use one plan "
-                               "per forward")
+        plan = _backward_plan(ctx)
         T, H = ctx.shape
         R = plan.num_rows
         g = grad_rows.contiguous()
@@ -192,11 +198,7 @@ class Combine(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        plan = ctx.plan
-        if plan.generation != ctx.generation:
-            raise RuntimeError("moeccl: the MoE plan was laid out again (another forward) "
-                               "before this backward; run backward first or use one plan "
-                               "per forward")
+        plan = _backward_plan(ctx)
         rows, w = ctx.saved_tensors
         R, T, H = plan.num_rows, plan.num_tokens, rows.shape[1]
         g = grad_out.contiguous().to(rows.dtype)
