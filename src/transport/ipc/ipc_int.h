@@ -18,7 +18,9 @@
  *     (a counter per pair in the receiver's shared memory, written by the
  *     stream), waits until its senders' streams marked theirs, copies each
  *     message straight from the sender's buffer into its own (one copy,
- *     pulled by the receiver), marks them read, and waits until its
+ *     pulled by the receiver; a reducing receive is a kernel reading the
+ *     sender's buffer, one launch per run of them folding into one
+ *     destination), marks them read, and waits until its
  *     receivers read its sends.  Waits and writes of a phase go in one batch
  *     of stream memory operations.  No library thread, no host function and
  *     no spinning kernel is involved: when the stream passes the call, the
