@@ -689,8 +689,9 @@ static const char* const lr_coll_name[] = {"AllReduce", "ReduceScatter", "Reduce
  * the stream ran it (on the emulation: no host wait, the kernels and
  * stream operations it queued), and its result against the fold. */
 /* How lr_call calls: on a device stream of its own (else NULL), and for
- * Reduce with no receive buffer off the root. */
-enum { LR_ON_STREAM = 1, LR_NULL_RECV = 2 };
+ * Reduce with no receive buffer off the root, and with one element (most
+ * ranks' slices are empty: their ops drop out). */
+enum { LR_ON_STREAM = 1, LR_NULL_RECV = 2, LR_TINY = 4 };
 
 static int lr_call(moecclComm_t comm, int rank, int n, int coll, moecclDataType_t t, int op,
                    int inplace, int root, uint64_t seed, int report, int how) {
@@ -698,7 +699,7 @@ static int lr_call(moecclComm_t comm, int rank, int n, int coll, moecclDataType_
               : t == moecclFloat16 || t == moecclBfloat16                 ? 2
               : t == moecclInt32 || t == moecclUint32 || t == moecclFloat32 ? 4
                                                                             : 8;
-  size_t count = coll == LR_REDUCESCATTER ? 257 : 1003; /* uneven slices */
+  size_t count = how & LR_TINY ? 1 : coll == LR_REDUCESCATTER ? 257 : 1003; /* uneven slices */
   size_t in_n = coll == LR_REDUCESCATTER ? count * (size_t)n : count;
   size_t out_n = count;
   unsigned char** in = mp_xmalloc(sizeof(*in) * (size_t)n);
@@ -752,10 +753,11 @@ static int lr_call(moecclComm_t comm, int rank, int n, int coll, moecclDataType_
   }
   if (op == LR_PREMUL) MP_OK_COMM(comm, moecclRedOpDestroy(rop, comm));
   char what[160];
-  snprintf(what, sizeof what, "%s %s type %d%s%s%s%s", lr_coll_name[coll], lr_op_name[op], (int)t,
+  snprintf(what, sizeof what, "%s %s type %d%s%s%s%s%s", lr_coll_name[coll], lr_op_name[op], (int)t,
            inplace ? " in place" : "", coll == LR_REDUCE ? (root ? " root>0" : " root 0") : "",
            how & LR_ON_STREAM ? " on a device stream" : "",
-           how & LR_NULL_RECV ? " (no receive buffer off the root)" : "");
+           how & LR_NULL_RECV ? " (no receive buffer off the root)" : "",
+           how & LR_TINY ? " (1 element)" : "");
   if (D == &moeccl_device_emu_ops) {
     uint64_t syncs = b.emu.syncs - a.emu.syncs, k = b.launches - a.launches;
     uint64_t memops = b.emu.memops - a.emu.memops, copies = b.emu.copies - a.emu.copies;
@@ -769,7 +771,8 @@ static int lr_call(moecclComm_t comm, int rank, int n, int coll, moecclDataType_
     MP_CHECK(k == b.emu.launches - a.emu.launches, "%s: launches not on the emulated stream", what);
     /* direct: one fold kernel for the reduce-scatter part (n <= 16), and
      * integer Avg's division */
-    uint64_t want_k = 1 + (red.postdiv != 0 && (coll != LR_REDUCE || rank == root));
+    int folds = !(how & LR_TINY) || coll == LR_REDUCESCATTER || rank == 0; /* slice 0 only */
+    uint64_t want_k = (uint64_t)folds + (red.postdiv != 0 && (coll != LR_REDUCE || rank == root));
     MP_CHECK(k == want_k, "%s: %llu kernels launched, want %llu", what, (unsigned long long)k,
              (unsigned long long)want_k);
   }
@@ -834,7 +837,9 @@ static int lowred(moecclComm_t comm, int rank, int n) {
       return 1;
   for (int coll = LR_ALLREDUCE; coll <= LR_REDUCE; coll++)
     if (lr_call(comm, rank, n, coll, moecclBfloat16, LR_AVG, 0, n - 1, seed_of(n, 44, 0), 0,
-                LR_ON_STREAM))
+                LR_ON_STREAM) ||
+        lr_call(comm, rank, n, coll, moecclInt32, LR_AVG, coll == LR_ALLREDUCE, n - 1,
+                seed_of(n, 45, 0), 0, LR_TINY))
       return 1;
   return 0;
 }
