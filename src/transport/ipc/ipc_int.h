@@ -102,7 +102,10 @@ typedef struct {
 typedef struct {
   uint64_t magic;
   int32_t nlocal, pid;
-  char pad[LINE - 16];
+  /* times a sender found this rank's socket full (it then waits for the
+   * rank to read it: lower_begin empties its socket when this moved) */
+  _Atomic uint64_t blocked;
+  char pad[LINE - 24];
 } seg_hdr_t;
 
 /* A datagram on a rank's socket: a segment (at init) or an allocation's
@@ -182,6 +185,7 @@ typedef struct ipc_state {
   } streams[STREAM_SLOTS];
   int nstreams;
   uint64_t freed_seen; /* entries of the process's freed log handled */
+  uint64_t blocked_seen; /* this rank's seg_hdr_t.blocked when it last emptied its socket */
   /* the watchdog's: 1 + the comm rank of a peer that died with work queued
    * (its waits were released); the next call fails naming it */
   _Atomic int lost;

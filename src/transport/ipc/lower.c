@@ -68,7 +68,10 @@ static int describe(ipc_state_t* s, int l, int buf, const char* ptr, uint64_t by
         .magic = MSG_MAGIC, .from = s->me, .kind = 1, .id = id, .bytes = xbytes, .device = device};
     int r = moeccl_ipc_send_msg(s, l, &m, fd);
     close(fd);
-    if (r == 0) return 0;
+    if (r == 0) { /* its socket is full: ask it to read it */
+      atomic_fetch_add_explicit(&((seg_hdr_t*)p->seg)->blocked, 1, memory_order_relaxed);
+      return 0;
+    }
     if (r < 0) {
       *rc = moeccl_comm_fail(s->comm, moecclRemoteError,
                              "ipc: passing a device allocation's descriptor to rank %d failed: %s",
@@ -100,9 +103,9 @@ static import_t* find_import(ipeer_t* p, uint64_t id) {
   return NULL;
 }
 
-/* Takes the descriptor of allocation id from l's stash, reading the socket
- * into the stashes first.  -1: an error; 0: not there yet; 1: *e. */
-static int take_stashed(ipc_state_t* s, int l, uint64_t id, stash_t* e) {
+/* Reads every allocation descriptor waiting on the socket into the
+ * senders' stashes.  -1: an error. */
+static int drain_socket(ipc_state_t* s) {
   for (;;) {
     msg_t m;
     int fd, from, r = moeccl_ipc_recv_msg(s, &m, &fd, &from);
@@ -121,6 +124,13 @@ static int take_stashed(ipc_state_t* s, int l, uint64_t id, stash_t* e) {
     }
     q->stash[q->nstash++] = (stash_t){m.id, m.bytes, fd, m.device};
   }
+  return 0;
+}
+
+/* Takes the descriptor of allocation id from l's stash, reading the socket
+ * into the stashes first.  -1: an error; 0: not there yet; 1: *e. */
+static int take_stashed(ipc_state_t* s, int l, uint64_t id, stash_t* e) {
+  if (drain_socket(s) < 0) return -1;
   ipeer_t* p = &s->peers[l];
   for (int i = 0; i < p->nstash; i++)
     if (p->stash[i].id == id) {
@@ -300,7 +310,21 @@ moecclResult_t moeccl_ipc_lower_begin(void* state, const moeccl_sched_t* sc) {
     }
     if (rc != moecclSuccess || (si == n && ri == n)) break;
     if (moved) continue;
-    /* A peer has not made its side of the call yet (its host): wait. */
+    /* A peer has not made its side of the call yet (its host): wait.  A
+     * sender may be blocked on this rank's full socket (a call that hands
+     * over more allocations than the socket queues: two per peer for
+     * AllReduce, from 6 peers on) while this rank waits for another
+     * blocked on it: empty the socket when a sender says so. */
+    uint64_t blocked = atomic_load_explicit(&((seg_hdr_t*)s->peers[s->me].seg)->blocked,
+                                            memory_order_relaxed);
+    if (blocked != s->blocked_seen) {
+      s->blocked_seen = blocked;
+      if (drain_socket(s) < 0) {
+        rc = moeccl_comm_fail(s->comm, moecclSystemError, "ipc: socket: %s", strerror(errno));
+        break;
+      }
+      continue;
+    }
     double now = moeccl_now();
     if (!waited)
       waited = 1, deadline = now + s->comm->timeout, check = now + 0.1, s->stats.host_waits++;
