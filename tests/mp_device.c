@@ -52,6 +52,15 @@
  *             descriptor passed, no allocation mapped, no system call, no
  *             host function (thread hop) and no host wait for a stream;
  *             the counts are printed (docs/ARCHITECTURE.md quotes them)
+ *   lowred    AllReduce, ReduceScatter and Reduce (to every root) on device
+ *             buffers, every datatype x sum, prod, max, min, Avg and
+ *             PreMulSum (by 3), out of place and in place, lowered onto
+ *             the stream: bit for bit the host direct algorithm's fold
+ *             (the owner's input, then the next ranks' in turn, by the
+ *             host kernels), and per call, counted before the stream ran
+ *             it, no host wait and one fold kernel (two with integer
+ *             Avg's division); a few calls' counts are printed
+ *             (docs/ARCHITECTURE.md quotes them)
  *   killed    (a run of its own, 3 ranks) rank 1 hands over its part of a
  *             device all-to-all whose turn its stream never reaches, and
  *             dies (SIGKILL): the survivors' streams, which wait for it, are
@@ -76,6 +85,7 @@
 
 #include "device/device.h"
 #include "kernels/mem.h"
+#include "kernels/reduce.h"
 #include "moeccl_moe.h"
 #include "mp_harness.h"
 #include "transport/transport.h"
@@ -609,6 +619,231 @@ static int reduce(moecclComm_t comm, int rank, int n) {
   return 0;
 }
 
+/* ---- lowred: reductions lowered onto the stream ---------------------------- */
+
+static const moecclDataType_t lr_types[] = {moecclInt8,    moecclUint8,    moecclInt32,
+                                            moecclUint32,  moecclInt64,    moecclUint64,
+                                            moecclFloat16, moecclFloat32,  moecclFloat64,
+                                            moecclBfloat16, moecclFloat8e4m3, moecclFloat8e5m2};
+enum { LR_SUM, LR_PROD, LR_MAX, LR_MIN, LR_AVG, LR_PREMUL, LR_NOPS };
+static const char* const lr_op_name[LR_NOPS] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+
+static int lr_floating(moecclDataType_t t) { return t >= moecclFloat16; }
+
+/* Rank r's elements: random bits, for the floating types with the top
+ * exponent bit clear (finite, below 2 in magnitude: no NaN payloads). */
+static void lr_fill(unsigned char* h, moecclDataType_t t, size_t es, size_t n, uint64_t seed,
+                    int r) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = mp_pattern(seed, r, 0, i);
+    if (lr_floating(t)) v &= ~((uint64_t)1 << (8 * es - 2));
+    memcpy(h + i * es, &v, es);
+  }
+}
+
+/* The reduction an op gives on n ranks, as the library sets it up. */
+static void lr_red(moeccl_red_t* red, moecclDataType_t t, int op, int n, const void* scalar) {
+  static const moeccl_red_op_t kop[LR_NOPS] = {MOECCL_RED_SUM, MOECCL_RED_PROD, MOECCL_RED_MAX,
+                                               MOECCL_RED_MIN, MOECCL_RED_SUM,  MOECCL_RED_SUM};
+  moeccl_red_init(red, t, kop[op]);
+  if (op == LR_AVG && lr_floating(t)) moeccl_red_set_premul_inverse(red, n);
+  if (op == LR_AVG && !lr_floating(t)) red->postdiv = n;
+  if (op == LR_PREMUL) moeccl_red_set_premul(red, scalar);
+}
+
+/* want[i] for i in [lo, hi): the host direct algorithm's fold, owner o's
+ * own input first, then o+1, ..., o+n-1 (mod n), by the host kernels. */
+static void lr_expect(const moeccl_red_t* red, unsigned char* want, unsigned char* const* in, int n,
+                      int o, size_t lo, size_t hi) {
+  size_t es = red->elem_size, off = lo * es;
+  if (hi <= lo) return;
+  moeccl_reduce(red, want + off, in[o] + off, in[(o + 1) % n] + off, hi - lo,
+                MOECCL_OPF_PRE_A | MOECCL_OPF_PRE_B);
+  for (int k = 2; k < n; k++)
+    moeccl_reduce(red, want + off, want + off, in[(o + k) % n] + off, hi - lo, MOECCL_OPF_PRE_B);
+  moeccl_reduce_postdiv(red, want + off, hi - lo);
+}
+
+/* Slice p of count over n (coll_slices: the first count % n one more). */
+static size_t lr_slice(size_t count, int n, int p) {
+  size_t q = count / (size_t)n, r = count % (size_t)n;
+  return (size_t)p * q + ((size_t)p < r ? (size_t)p : r);
+}
+
+typedef struct {
+  moeccl_device_emu_counts_t emu;
+  uint64_t launches;
+} lr_snap_t;
+
+static void lr_take(lr_snap_t* s) {
+  moeccl_device_emu_counts(&s->emu);
+  moeccl_mem_device_counts_t m;
+  moeccl_mem_device_counts(&m);
+  s->launches = m.launches;
+}
+
+enum { LR_ALLREDUCE, LR_REDUCESCATTER, LR_REDUCE };
+static const char* const lr_coll_name[] = {"AllReduce", "ReduceScatter", "Reduce"};
+
+/* One call of coll on device buffers (in place or not), its counts before
+ * the stream ran it (on the emulation: no host wait, the kernels and
+ * stream operations it queued), and its result against the fold. */
+/* How lr_call calls: on a device stream of its own (else NULL), and for
+ * Reduce with no receive buffer off the root, and with one element (most
+ * ranks' slices are empty: their ops drop out). */
+enum { LR_ON_STREAM = 1, LR_NULL_RECV = 2, LR_TINY = 4 };
+
+static int lr_call(moecclComm_t comm, int rank, int n, int coll, moecclDataType_t t, int op,
+                   int inplace, int root, uint64_t seed, int report, int how) {
+  size_t es = t == moecclInt8 || t == moecclUint8 || t >= moecclFloat8e4m3 ? 1
+              : t == moecclFloat16 || t == moecclBfloat16                 ? 2
+              : t == moecclInt32 || t == moecclUint32 || t == moecclFloat32 ? 4
+                                                                            : 8;
+  size_t count = how & LR_TINY ? 1 : coll == LR_REDUCESCATTER ? 257 : 1003; /* uneven slices */
+  size_t in_n = coll == LR_REDUCESCATTER ? count * (size_t)n : count;
+  size_t out_n = count;
+  unsigned char** in = mp_xmalloc(sizeof(*in) * (size_t)n);
+  for (int p = 0; p < n; p++) {
+    in[p] = mp_xmalloc(in_n * es);
+    lr_fill(in[p], t, es, in_n, seed, p);
+  }
+  uint64_t scalar = 0;
+  if (op == LR_PREMUL) { /* 3, in the type */
+    float f = 3.0f;
+    double d = 3.0;
+    uint16_t h = moeccl_float_to_half(3.0f), bf = 0x4040; /* bfloat16 3 */
+    uint8_t e4 = 0x44, e5 = 0x42;                         /* float8 e4m3 and e5m2 3 */
+    if (t == moecclFloat32) memcpy(&scalar, &f, 4);
+    else if (t == moecclFloat64) memcpy(&scalar, &d, 8);
+    else if (t == moecclFloat16) memcpy(&scalar, &h, 2);
+    else if (t == moecclBfloat16) memcpy(&scalar, &bf, 2);
+    else if (t == moecclFloat8e4m3) memcpy(&scalar, &e4, 1);
+    else if (t == moecclFloat8e5m2) memcpy(&scalar, &e5, 1);
+    else scalar = 3; /* little-endian: 3 in every integer width */
+  }
+  moeccl_red_t red;
+  lr_red(&red, t, op, n, &scalar);
+  static const moecclRedOp_t builtin[LR_PREMUL] = {moecclSum, moecclProd, moecclMax, moecclMin,
+                                                   moecclAvg};
+  moecclRedOp_t rop = op == LR_PREMUL ? moecclSum : builtin[op];
+  if (op == LR_PREMUL)
+    MP_OK_COMM(comm, moecclRedOpCreatePreMulSum(&rop, &scalar, t, moecclScalarHostImmediate, comm));
+  /* device buffers: in place, the input sits where NCCL says */
+  size_t in_bytes = in_n * es, out_bytes = out_n * es;
+  size_t whole = in_bytes > out_bytes ? in_bytes : out_bytes;
+  void* sb = dev_alloc(comm, whole);
+  void* rb = inplace ? sb : dev_alloc(comm, out_bytes);
+  MP_CHECK(sb && rb, "no device memory");
+  MP_CHECK(to_dev(sb, in[rank], in_bytes) == 0, "fill");
+  void* recv = coll == LR_REDUCESCATTER && inplace ? (char*)sb + (size_t)rank * out_bytes : rb;
+  if ((how & LR_NULL_RECV) && rank != root) recv = NULL;
+  void* st = NULL;
+  if (how & LR_ON_STREAM) MP_CHECK(D->stream_create(&st) == moecclSuccess, "no device stream");
+  lr_snap_t a, b;
+  lr_take(&a);
+  moecclResult_t rc;
+  if (coll == LR_ALLREDUCE) rc = moecclAllReduce(sb, recv, count, t, rop, comm, st);
+  else if (coll == LR_REDUCESCATTER) rc = moecclReduceScatter(sb, recv, count, t, rop, comm, st);
+  else rc = moecclReduce(sb, recv, count, t, rop, root, comm, st);
+  lr_take(&b);
+  MP_OK_COMM(comm, rc);
+  if (st) {
+    MP_CHECK(D->synchronize(st) == moecclSuccess, "sync");
+    MP_CHECK(D->stream_destroy(st) == moecclSuccess, "stream destroy");
+  }
+  if (op == LR_PREMUL) MP_OK_COMM(comm, moecclRedOpDestroy(rop, comm));
+  char what[160];
+  snprintf(what, sizeof what, "%s %s type %d%s%s%s%s%s", lr_coll_name[coll], lr_op_name[op], (int)t,
+           inplace ? " in place" : "", coll == LR_REDUCE ? (root ? " root>0" : " root 0") : "",
+           how & LR_ON_STREAM ? " on a device stream" : "",
+           how & LR_NULL_RECV ? " (no receive buffer off the root)" : "",
+           how & LR_TINY ? " (1 element)" : "");
+  if (D == &moeccl_device_emu_ops) {
+    uint64_t syncs = b.emu.syncs - a.emu.syncs, k = b.launches - a.launches;
+    uint64_t memops = b.emu.memops - a.emu.memops, copies = b.emu.copies - a.emu.copies;
+    if (report && rank == 0)
+      printf("lowred: %s, rank 0 of %d: %llu host waits, %llu kernels, %llu stream memory "
+             "operations, %llu copies\n",
+             what, n, (unsigned long long)syncs, (unsigned long long)k, (unsigned long long)memops,
+             (unsigned long long)copies);
+    MP_CHECK(syncs == 0, "%s: the host waited for a stream %llu times", what,
+             (unsigned long long)syncs);
+    MP_CHECK(k == b.emu.launches - a.emu.launches, "%s: launches not on the emulated stream", what);
+    /* direct: one fold kernel for the reduce-scatter part (n <= 16), and
+     * integer Avg's division */
+    int folds = !(how & LR_TINY) || coll == LR_REDUCESCATTER || rank == 0; /* slice 0 only */
+    uint64_t want_k = (uint64_t)folds + (red.postdiv != 0 && (coll != LR_REDUCE || rank == root));
+    MP_CHECK(k == want_k, "%s: %llu kernels launched, want %llu", what, (unsigned long long)k,
+             (unsigned long long)want_k);
+  }
+  unsigned char* got = mp_xmalloc(out_bytes);
+  unsigned char* want = mp_xmalloc(out_bytes);
+  int check = coll != LR_REDUCE || rank == root;
+  if (check) MP_CHECK(from_dev(got, recv, out_bytes) == 0, "read");
+  if (coll == LR_REDUCESCATTER) {
+    for (int p = 0; p < n; p++) /* block rank of the vector, its owner rank */
+      if (p == rank) {
+        moeccl_reduce(&red, want, in[rank] + (size_t)rank * out_bytes,
+                      in[(rank + 1) % n] + (size_t)rank * out_bytes, count,
+                      MOECCL_OPF_PRE_A | MOECCL_OPF_PRE_B);
+        for (int k = 2; k < n; k++)
+          moeccl_reduce(&red, want, want, in[(rank + k) % n] + (size_t)rank * out_bytes, count,
+                        MOECCL_OPF_PRE_B);
+        moeccl_reduce_postdiv(&red, want, count);
+      }
+  } else {
+    for (int o = 0; o < n; o++)
+      lr_expect(&red, want, in, n, o, lr_slice(count, n, o), lr_slice(count, n, o + 1));
+  }
+  for (size_t i = 0; check && i < out_bytes; i++)
+    MP_CHECK(got[i] == want[i], "%s on %d ranks: byte %zu (element %zu) is %02x, want %02x", what,
+             n, i, i / es, got[i], want[i]);
+  free(got), free(want);
+  for (int p = 0; p < n; p++) free(in[p]);
+  free(in);
+  MP_OK_COMM(comm, moecclMemFree(sb));
+  if (rb != sb) MP_OK_COMM(comm, moecclMemFree(rb));
+  return 0;
+}
+
+/* Every datatype x op of AllReduce, ReduceScatter and Reduce (to every
+ * root), out of place and in place: lowered with no host wait where the
+ * stream path takes them, and bit for bit the host direct algorithm's
+ * fold. */
+static int lowred(moecclComm_t comm, int rank, int n) {
+  /* the stream path's direct fold only (the host path picks its own
+   * algorithms, part reduce checks it) */
+  if (moeccl_peer_stream_transport(comm, (rank + 1) % n) < 0) return 0;
+  const char* forced[] = {"MOECCL_ALLREDUCE_ALGO", "MOECCL_REDUCESCATTER_ALGO",
+                          "MOECCL_REDUCE_ALGO"};
+  for (int i = 0; i < 3; i++)
+    if (getenv(forced[i]) && *getenv(forced[i])) return 0;
+  int ntypes = (int)(sizeof lr_types / sizeof lr_types[0]);
+  for (int ti = 0; ti < ntypes; ti++)
+    for (int op = 0; op < LR_NOPS; op++)
+      for (int coll = LR_ALLREDUCE; coll <= LR_REDUCE; coll++)
+        for (int inplace = 0; inplace < 2; inplace++)
+          for (int root = 0; root < (coll == LR_REDUCE ? n : 1); root++) {
+            uint64_t seed = seed_of(n, 40 + coll, (uint64_t)(ti * 16 + op * 2 + inplace));
+            int report = !inplace && root == 0 &&
+                         ((lr_types[ti] == moecclFloat32 && op == LR_SUM) ||
+                          (lr_types[ti] == moecclInt32 && op == LR_AVG));
+            if (lr_call(comm, rank, n, coll, lr_types[ti], op, inplace, root, seed, report, 0))
+              return 1;
+          }
+  for (int root = 0; root < n; root++)
+    if (lr_call(comm, rank, n, LR_REDUCE, moecclFloat32, LR_SUM, 0, root, seed_of(n, 43, 0), 0,
+                LR_NULL_RECV))
+      return 1;
+  for (int coll = LR_ALLREDUCE; coll <= LR_REDUCE; coll++)
+    if (lr_call(comm, rank, n, coll, moecclBfloat16, LR_AVG, 0, n - 1, seed_of(n, 44, 0), 0,
+                LR_ON_STREAM) ||
+        lr_call(comm, rank, n, coll, moecclInt32, LR_AVG, coll == LR_ALLREDUCE, n - 1,
+                seed_of(n, 45, 0), 0, LR_TINY))
+      return 1;
+  return 0;
+}
+
 /* A buffer of bytes on the device holding what host holds. */
 static void* dev_copy_of(moecclComm_t comm, const void* host, size_t bytes) {
   void* d = dev_alloc(comm, bytes + 1);
@@ -942,6 +1177,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("flood") && flood(comm, rank, n)) return 1;
   if (mp_want("nodes") && nodes(comm, rank, n)) return 1;
   if (mp_want("counts") && counts(comm, rank, n)) return 1;
+  if (mp_want("lowred") && lowred(comm, rank, n)) return 1;
   return 0;
 }
 

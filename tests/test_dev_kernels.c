@@ -171,6 +171,65 @@ static void reductions(void) {
   }
 }
 
+/* The stream path's fold (moeccl_devkern_fold_async: dst = src[0] (+)
+ * src[1] (+) ..., a bit per raw operand) against the host kernels applied
+ * operand by operand; 16 operands fit one launch, 17 and 32 take more. */
+static void one_fold(const moeccl_red_t* r, int nsrc, uint32_t raw, size_t n, const char* label) {
+  size_t bytes = n * r->elem_size;
+  unsigned char *h[32], *want = malloc(bytes), *got = malloc(bytes);
+  void* d[32];
+  for (int k = 0; k < nsrc; k++) {
+    h[k] = malloc(bytes), fill(h[k], bytes);
+    d[k] = dalloc(bytes), put(d[k], h[k], bytes);
+  }
+  void* dd = dalloc(bytes);
+  moeccl_reduce(r, want, h[0], h[1], n, raw & 3);
+  for (int k = 2; k < nsrc; k++) moeccl_reduce(r, want, want, h[k], n, (raw >> k & 1) ? 2 : 0);
+  uint64_t before = moeccl_devkern_launches();
+  OK(moeccl_devkern_fold_async(r, dd, (const void* const*)d, nsrc, raw, n, S));
+  OK(D->synchronize(S));
+  uint64_t launches = moeccl_devkern_launches() - before;
+  uint64_t want_launches = nsrc <= 16 ? 1 : nsrc <= 31 ? 2 : 3;
+  CHECK(launches == want_launches, "fold of %d operands: %llu launches, want %llu", nsrc,
+        (unsigned long long)launches, (unsigned long long)want_launches);
+  get(got, dd, bytes);
+  size_t i = first_diff(r->type, got, want, n);
+  CHECK(i == n, "%s %s fold of %d (raw %#x): element %zu of %zu differs from the host's",
+        type_name[r->type], label, nsrc, raw, i, n);
+  for (int k = 0; k < nsrc; k++) {
+    OK(D->free(d[k]));
+    free(h[k]);
+  }
+  OK(D->free(dd));
+  free(want), free(got);
+}
+
+static void folds(void) {
+  if (!moeccl_devkern_ready()) {
+    printf("test_dev_kernels: folds: no kernels for %s in this build\n", D->name);
+    return;
+  }
+  static const char* op_name[] = {"sum", "prod", "max", "min"};
+  static const int nsrcs[] = {2, 5, 16, 17, 32};
+  for (int t = 0; t < moecclNumTypes; t++) {
+    for (int op = 0; op < MOECCL_RED_NOPS; op++)
+      for (int k = 0; k < 5; k++) {
+        moeccl_red_t r;
+        OK(moeccl_red_init(&r, (moecclDataType_t)t, (moeccl_red_op_t)op));
+        one_fold(&r, nsrcs[k], 0, 257, op_name[op]);
+      }
+    unsigned char scalar[8];
+    fill(scalar, sizeof scalar);
+    moeccl_red_t r;
+    OK(moeccl_red_init(&r, (moecclDataType_t)t, MOECCL_RED_SUM));
+    moeccl_red_set_premul(&r, scalar);
+    for (int k = 0; k < 5; k++) /* the direct reduce-scatter's mask: every operand raw */
+      one_fold(&r, nsrcs[k], nsrcs[k] == 32 ? 0xffffffffu : (1u << nsrcs[k]) - 1, 1031,
+               "premulsum");
+    one_fold(&r, 17, (uint32_t)next(), 1031, "premulsum, some raw");
+  }
+}
+
 /* ---- row programs ------------------------------------------------------- */
 
 static float randf(void) { return (float)((int)(next() % 2001) - 1000) / 256.0f; }
@@ -380,6 +439,7 @@ int main(void) {
   moeccl_mem_device_counts_t before, after;
   moeccl_mem_device_counts(&before);
   reductions();
+  folds();
   rows();
   moeccl_mem_device_counts(&after);
   uint64_t launched = after.launches - before.launches,

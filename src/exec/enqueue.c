@@ -4,6 +4,7 @@
 #include "device/device.h"
 #include "exec/executor.h"
 #include "exec/stream.h"
+#include "kernels/devkern.h"
 #include "transport/transport.h"
 #include "tune/tuner.h"
 
@@ -274,11 +275,20 @@ static int stream_reach(const moeccl_comm_t* comm, int peer) {
   return 1;
 }
 
+/* Whether a collective's reduction can run on the stream: the device's
+ * kernels are loaded (every rank has the same build and kind of device),
+ * and the scalar of a PreMulSum is not device memory (read at planning,
+ * with a host wait: the host path does that). */
+static int reduction_lowerable(const moeccl_call_t* call) {
+  return !call->coll.reduce || (!call->scalar_ptr && moeccl_devkern_ready());
+}
+
 /* Whether a call goes to the stream path (docs/ARCHITECTURE.md): its
  * buffers are all device memory (the caller found one that is), its stream is NULL (the legacy
- * default stream) or a device stream, it moves bytes without reducing (all-to-all, send/recv,
- * AllGather, Broadcast, Gather, Scatter), and a stream transport reaches its peers.  Every rank
- * decides alike for a call whose ranks all pass device buffers, as NCCL requires. */
+ * default stream) or a device stream, it moves bytes (all-to-all, send/recv, AllGather,
+ * Broadcast, Gather, Scatter) or reduces (AllReduce, ReduceScatter, Reduce: kernels on the
+ * stream), and a stream transport reaches its peers.  Every rank decides alike for a call whose
+ * ranks all pass device buffers, as NCCL requires. */
 static int lowerable(const moeccl_comm_t* comm, const moeccl_call_t* call, moecclStream_t stream) {
   if (stream && moeccl_host_stream_valid(stream)) return 0;
   if (!moeccl_device()) return 0;
@@ -287,8 +297,8 @@ static int lowerable(const moeccl_comm_t* comm, const moeccl_call_t* call, moecc
       return on_device(call->sendbuf) && on_device(call->recvbuf) && stream_reach(comm, -1);
     case MOECCL_CALL_COLL: /* a Gather's recvbuff or a Scatter's sendbuff may be NULL off the root
                             */
-      return !call->coll.reduce && on_device(call->sendbuf) && on_device(call->recvbuf) &&
-             stream_reach(comm, -1);
+      return reduction_lowerable(call) && on_device(call->sendbuf) &&
+             on_device(call->recvbuf) && stream_reach(comm, -1);
     case MOECCL_CALL_P2P:
       for (int i = 0; i < call->np2p; i++)
         if (!call->p2p[i].buf || !on_device(call->p2p[i].buf) ||

@@ -111,54 +111,91 @@ static moecclResult_t queue_reduce(void* stream, void* arg) {
                                  stream);
 }
 
+static moeccl_kred_args_t red_args(const moeccl_red_t* r, int what, void* dst, const void* a,
+                                   const void* b, size_t n, unsigned flags) {
+  return (moeccl_kred_args_t){.dst = dst,
+                              .a = a,
+                              .b = b,
+                              .n = n,
+                              .type = (int32_t)r->type,
+                              .op = (int32_t)r->op,
+                              .what = what,
+                              .flags = (int32_t)(flags & 3),
+                              .premul = r->premul,
+                              .postdiv = r->postdiv,
+                              .sf = r->scalar.f,
+                              .si = r->scalar.i,
+                              .su = r->scalar.u};
+}
+
+/* Whether a launch of what has nothing to do, as on the host. */
+static int red_is_noop(const moeccl_red_t* r, int what, const void* dst, const void* a, size_t n) {
+  return n == 0 || (what == MOECCL_KRED_POSTDIV && r->postdiv == 0) ||
+         (what == MOECCL_KRED_SCALE && !r->premul && dst == a);
+}
+
 moecclResult_t moeccl_devkern_reduce(const moeccl_red_t* r, int what, void* dst, const void* a,
                                      const void* b, size_t n, unsigned flags, int* ran) {
   *ran = 1;
-  if (n == 0 || (what == MOECCL_KRED_POSTDIV && r->postdiv == 0) ||
-      (what == MOECCL_KRED_SCALE && !r->premul && dst == a))
-    return moecclSuccess; /* nothing to do, as on the host */
+  if (red_is_noop(r, what, dst, a, n)) return moecclSuccess;
   *ran = 0;
   if (!on_device(dst) || (what != MOECCL_KRED_POSTDIV && !on_device(a)) ||
       (what == MOECCL_KRED_REDUCE && !on_device(b)))
     return moecclSuccess;
-  red_launch_t l = {kernel(MOECCL_K_REDUCE),
-                    {.dst = dst,
-                     .a = a,
-                     .b = b,
-                     .n = n,
-                     .type = (int32_t)r->type,
-                     .op = (int32_t)r->op,
-                     .what = what,
-                     .flags = (int32_t)(flags & 3),
-                     .premul = r->premul,
-                     .postdiv = r->postdiv,
-                     .sf = r->scalar.f,
-                     .si = r->scalar.i,
-                     .su = r->scalar.u}};
+  red_launch_t l = {kernel(MOECCL_K_REDUCE), red_args(r, what, dst, a, b, n, flags)};
   if (!l.fn) return moecclSuccess;
   *ran = 1;
   return moeccl_device_run(queue_reduce, &l);
 }
 
-/* ---- row programs -------------------------------------------------------- */
-
-/* The index range [lo, hi] a term field takes (lo > hi: none). */
-static void span_of(const moeccl_rows_t* p, size_t field, uint32_t* lo, uint32_t* hi) {
-  *lo = UINT32_MAX, *hi = 0;
-  for (size_t i = 0; i < p->nterms; i++) {
-    uint32_t v = ((const uint32_t*)&p->terms[i])[field];
-    if (v == MOECCL_ROW_NONE) continue;
-    if (v < *lo) *lo = v;
-    if (v > *hi) *hi = v;
-  }
+int moeccl_devkern_ready(void) {
+  return kernel(MOECCL_K_REDUCE) != NULL && kernel(MOECCL_K_REDUCE_FOLD) != NULL;
 }
+
+moecclResult_t moeccl_devkern_reduce_async(const moeccl_red_t* r, int what, void* dst,
+                                           const void* a, const void* b, size_t n,
+                                           unsigned flags, void* stream) {
+  if (red_is_noop(r, what, dst, a, n)) return moecclSuccess;
+  red_launch_t l = {kernel(MOECCL_K_REDUCE), red_args(r, what, dst, a, b, n, flags)};
+  if (!l.fn) return moecclInternalError; /* the caller asked moeccl_devkern_ready */
+  return queue_reduce(stream, &l);
+}
+
+moecclResult_t moeccl_devkern_fold_async(const moeccl_red_t* r, void* dst, const void* const* src,
+                                         int nsrc, uint32_t raw, size_t n, void* stream) {
+  void* fn = kernel(MOECCL_K_REDUCE_FOLD);
+  if (!fn || nsrc < 2 || nsrc > 32) return moecclInternalError;
+  if (n == 0) return moecclSuccess;
+  /* operands past what one launch takes go to the next, folded onto dst */
+  for (int i = 0; i < nsrc;) {
+    moeccl_kfold_args_t g;
+    memset(&g, 0, sizeof g);
+    if (i == 0) {
+      g.first = red_args(r, MOECCL_KRED_REDUCE, dst, src[0], src[1], n, raw & 3);
+      i = 2;
+    } else {
+      g.first = red_args(r, MOECCL_KRED_REDUCE, dst, dst, src[i], n, (raw >> i & 1) ? 2 : 0);
+      i++;
+    }
+    for (; i < nsrc && g.nmore < DM_FOLD_MORE; i++, g.nmore++) {
+      g.more[g.nmore] = src[i];
+      if (raw >> i & 1) g.more_pre |= 1 << g.nmore;
+    }
+    __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
+    MOECCL_CHECK(moeccl_device()->launch(fn, grid_for(n), BLOCK, &g, sizeof g, stream));
+  }
+  return moecclSuccess;
+}
+
+/* ---- row programs -------------------------------------------------------- */
 
 /* Whether the bytes p writes overlap the rows it reads: the kernels' items
  * run in any order, the host's in term order. */
 static int rows_overlap(const moeccl_rows_t* p, const char* dst, const char* src) {
   size_t rb = moeccl_rows_row_bytes(p), du = p->mode == MOECCL_ROWS_DOT ? 4 : rb;
   uint32_t d0, d1, s0, s1;
-  span_of(p, 0, &d0, &d1), span_of(p, 1, &s0, &s1);
+  moeccl_rows_span(p, MOECCL_ROWS_FIELD_DST, &d0, &d1);
+  moeccl_rows_span(p, MOECCL_ROWS_FIELD_SRC, &s0, &s1);
   if (d0 > d1 || s0 > s1) return 0;
   const char *dl = dst + (size_t)d0 * du, *dh = dst + ((size_t)d1 + 1) * du;
   const char *sl = src + (size_t)s0 * rb, *sh = src + ((size_t)s1 + 1) * rb;
@@ -170,7 +207,7 @@ static int rows_overlap(const moeccl_rows_t* p, const char* dst, const char* src
  * one wins, the kernels' items race.  -1 when out of memory. */
 static int dst_repeats(const moeccl_rows_t* p) {
   uint32_t d0, d1;
-  span_of(p, 0, &d0, &d1);
+  moeccl_rows_span(p, MOECCL_ROWS_FIELD_DST, &d0, &d1);
   if (d0 > d1) return 0;
   size_t range = (size_t)(d1 - d0) + 1;
   unsigned char* seen = calloc((range + 7) / 8, 1);
@@ -264,7 +301,7 @@ moecclResult_t moeccl_devkern_rows(const moeccl_rows_t* p, void* dst, const void
   *ran = 0;
   int uses_aux = aux && (p->mode == MOECCL_ROWS_SUM || p->mode == MOECCL_ROWS_DOT);
   uint32_t s0, s1;
-  span_of(p, 1, &s0, &s1);
+  moeccl_rows_span(p, MOECCL_ROWS_FIELD_SRC, &s0, &s1);
   /* SUM's weights may be host memory (the caller's, as moecclMoeCombine
    * takes them): read where the terms are */
   int host_w = uses_aux && p->mode == MOECCL_ROWS_SUM && !on_device(aux);
@@ -293,7 +330,7 @@ moecclResult_t moeccl_devkern_rows(const moeccl_rows_t* p, void* dst, const void
   l.args.serial = repeats; /* ADD: a column's terms in order in one thread */
   if (host_w) {
     uint32_t a0, a1;
-    span_of(p, 2, &a0, &a1);
+    moeccl_rows_span(p, MOECCL_ROWS_FIELD_AUX, &a0, &a1);
     l.host_w = aux, l.nw = a0 <= a1 ? (size_t)a1 + 1 : 0;
     if (!l.nw) l.host_w = NULL, l.args.aux = NULL; /* no term is weighted */
   }

@@ -1,7 +1,9 @@
 /*
  * Device kernels (docs/ARCHITECTURE.md, "Device kernels"): the reductions
  * and the MoE row programs of the device memory kind, launched through
- * the device seam (device.h) on the library's copy stream and waited for.
+ * the device seam (device.h) on the library's copy stream and waited for
+ * (the host path), or on the caller's stream and not waited for (the
+ * stream path: the _async launches below).
  * The kernels are kernels.cu's (a fatbin built by nvcc and embedded in
  * libmoeccl) on CUDA and their C twins (twins.c) on the emulation.
  *
@@ -26,6 +28,7 @@ enum {
   MOECCL_K_ROWS_DOT,
   MOECCL_K_ROWS_COPY,
   MOECCL_K_ROWS_ADD,
+  MOECCL_K_REDUCE_FOLD,
   MOECCL_K_COUNT
 };
 
@@ -44,6 +47,24 @@ struct moeccl_rows;
  * POSTDIV: dst /= postdiv (a, b unused), n elements of r. */
 moecclResult_t moeccl_devkern_reduce(const struct moeccl_red* r, int what, void* dst, const void* a,
                                      const void* b, size_t n, unsigned flags, int* ran);
+/* The stream path's launches (docs/ARCHITECTURE.md, "Device buffers
+ * between ranks of one node"): queued on stream after what was queued
+ * before, never waited for; every operand is device memory (mapped peer
+ * memory included).  moecclInternalError where the kernels are missing:
+ * ask moeccl_devkern_ready first.
+ * Whether the current device has the kernels (they are loaded now). */
+int moeccl_devkern_ready(void);
+/* moeccl_devkern_reduce's work, on stream. */
+moecclResult_t moeccl_devkern_reduce_async(const struct moeccl_red* r, int what, void* dst,
+                                           const void* a, const void* b, size_t n,
+                                           unsigned flags, void* stream);
+/* dst = src[0] (+) src[1] (+) ... (+) src[nsrc-1], folded left, n elements,
+ * 2 <= nsrc <= 32; bit k of raw: src[k] is a raw input (pre-multiplied, as
+ * MOECCL_OPF_PRE_*).  One launch for up to 2 + DM_FOLD_MORE (devmath.h)
+ * operands, the same bits as nsrc - 1 moeccl_devkern_reduce calls. */
+moecclResult_t moeccl_devkern_fold_async(const struct moeccl_red* r, void* dst,
+                                         const void* const* src, int nsrc, uint32_t raw, size_t n,
+                                         void* stream);
 /* Row program p (rows.h) on device memory. */
 moecclResult_t moeccl_devkern_rows(const struct moeccl_rows* p, void* dst, const void* src,
                                    const void* aux, int* ran);

@@ -62,6 +62,18 @@ typedef struct {
   uint64_t su; /* of the unsigned ones */
 } moeccl_kred_args_t;
 
+/* moeccl_k_reduce_fold: a left fold of up to 2 + DM_FOLD_MORE operands
+ * in one launch, for i < first.n: first's REDUCE (dst[i] = A (+) B), then
+ * dst[i] = dst[i] (+) more[k][i] for k < nmore, more[k] pre-multiplied
+ * when bit k of more_pre is set.  Each element goes through the same
+ * steps as that many moeccl_k_reduce launches, so the bits are theirs. */
+#define DM_FOLD_MORE 14
+typedef struct {
+  moeccl_kred_args_t first;
+  const void* more[DM_FOLD_MORE];
+  int32_t nmore, more_pre;
+} moeccl_kfold_args_t;
+
 /* A row program's term (rows.h's moeccl_row_term_t). */
 typedef struct {
   uint32_t dst, src, aux;
@@ -85,13 +97,14 @@ typedef struct {
 
 /* ---- rounding one operation at a time ------------------------------------ */
 
+/* DM_MUL<S>, DM_ADD<S> and DM_DIV<S> of type T (S: F float, D double). */
 #ifdef __CUDA_ARCH__
-DM_FN float DM_MULF(float x, float y) { return __fmul_rn(x, y); }
-DM_FN float DM_ADDF(float x, float y) { return __fadd_rn(x, y); }
-DM_FN float DM_DIVF(float x, float y) { return __fdiv_rn(x, y); }
-DM_FN double DM_MULD(double x, double y) { return __dmul_rn(x, y); }
-DM_FN double DM_ADDD(double x, double y) { return __dadd_rn(x, y); }
-DM_FN double DM_DIVD(double x, double y) { return __ddiv_rn(x, y); }
+#define DM_ROUNDED_OPS(T, S, MUL, ADD, DIV)                                                        \
+  DM_FN T DM_MUL##S(T x, T y) { return MUL(x, y); }                                                \
+  DM_FN T DM_ADD##S(T x, T y) { return ADD(x, y); }                                                \
+  DM_FN T DM_DIV##S(T x, T y) { return DIV(x, y); }
+DM_ROUNDED_OPS(float, F, __fmul_rn, __fadd_rn, __fdiv_rn)
+DM_ROUNDED_OPS(double, D, __dmul_rn, __dadd_rn, __ddiv_rn)
 #else
 /* An empty asm that claims to change the value keeps gcc from fusing the
  * product into a later add (reduce.c's FP_ROUNDED). */
@@ -102,21 +115,18 @@ DM_FN double DM_DIVD(double x, double y) { return __ddiv_rn(x, y); }
 #else
 #define DM_KEEP(v) ((void)0)
 #endif
-DM_FN float DM_MULF(float x, float y) {
-  float p = x * y;
-  DM_KEEP(p);
-  return p;
-}
-DM_FN float DM_ADDF(float x, float y) { return x + y; }
-DM_FN float DM_DIVF(float x, float y) { return x / y; }
-DM_FN double DM_MULD(double x, double y) {
-  double p = x * y;
-  DM_KEEP(p);
-  return p;
-}
-DM_FN double DM_ADDD(double x, double y) { return x + y; }
-DM_FN double DM_DIVD(double x, double y) { return x / y; }
+#define DM_ROUNDED_OPS(T, S)                                                                       \
+  DM_FN T DM_MUL##S(T x, T y) {                                                                    \
+    T p = x * y;                                                                                   \
+    DM_KEEP(p);                                                                                    \
+    return p;                                                                                      \
+  }                                                                                                \
+  DM_FN T DM_ADD##S(T x, T y) { return x + y; }                                                    \
+  DM_FN T DM_DIV##S(T x, T y) { return x / y; }
+DM_ROUNDED_OPS(float, F)
+DM_ROUNDED_OPS(double, D)
 #endif
+#undef DM_ROUNDED_OPS
 
 /* ---- reductions ---------------------------------------------------------- */
 
@@ -201,6 +211,18 @@ DM_FN void dm_reduce_item(const moeccl_kred_args_t* g, uint64_t i) {
     case DM_E4M3: DM_FLT_ITEM(uint8_t, float, e4m3_dec, e4m3_enc, DM_MULF, DM_ADDF, DM_DIVF)
     case DM_E5M2: DM_FLT_ITEM(uint8_t, float, e5m2_dec, e5m2_enc, DM_MULF, DM_ADDF, DM_DIVF)
     default: return;
+  }
+}
+
+/* Element i of a moeccl_k_reduce_fold launch. */
+DM_FN void dm_fold_item(const moeccl_kfold_args_t* g, uint64_t i) {
+  dm_reduce_item(&g->first, i);
+  moeccl_kred_args_t next = g->first;
+  next.a = next.dst;
+  for (int32_t k = 0; k < g->nmore; k++) {
+    next.b = g->more[k];
+    next.flags = (g->more_pre >> k & 1) ? 2 : 0;
+    dm_reduce_item(&next, i);
   }
 }
 

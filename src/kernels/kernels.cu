@@ -19,6 +19,10 @@ extern "C" __global__ void moeccl_k_reduce(const moeccl_kred_args_t g) {
   GRID_STRIDE(g.n, dm_reduce_item(&g, item))
 }
 
+extern "C" __global__ void moeccl_k_reduce_fold(const moeccl_kfold_args_t g) {
+  GRID_STRIDE(g.first.n, dm_fold_item(&g, item))
+}
+
 extern "C" __global__ void moeccl_k_rows_sum(const moeccl_krows_args_t g) {
   GRID_STRIDE(dm_rows_items(0, &g), dm_rows_sum_item(&g, item))
 }

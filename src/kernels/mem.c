@@ -107,17 +107,6 @@ static moecclResult_t device_postdiv(const moeccl_red_t* r, void* buf, size_t n)
   return ran ? rc : bounce_op(r, buf, buf, NULL, n, 0, 2);
 }
 
-/* The index range [lo, hi] a term field takes (lo > hi: none). */
-static void span_of(const moeccl_rows_t* p, size_t field, uint32_t* lo, uint32_t* hi) {
-  *lo = UINT32_MAX, *hi = 0;
-  for (size_t i = 0; i < p->nterms; i++) {
-    uint32_t v = ((const uint32_t*)&p->terms[i])[field];
-    if (v == MOECCL_ROW_NONE) continue;
-    if (v < *lo) *lo = v;
-    if (v > *hi) *hi = v;
-  }
-}
-
 /* Device row programs: the rows a program reads (and the destination rows
  * it may partly write, to keep the rest) go to host memory through the
  * copy engine, the host kernel runs on them with rebased indices, and the
@@ -130,7 +119,9 @@ static moecclResult_t staged_rows(const moeccl_rows_t* p, void* dst, const void*
   size_t aux_unit = p->mode == MOECCL_ROWS_DOT ? rb : 4; /* DOT: rows of the row type */
   int uses_aux = aux && (p->mode == MOECCL_ROWS_SUM || p->mode == MOECCL_ROWS_DOT);
   uint32_t d0, d1, s0, s1, a0, a1;
-  span_of(p, 0, &d0, &d1), span_of(p, 1, &s0, &s1), span_of(p, 2, &a0, &a1);
+  moeccl_rows_span(p, MOECCL_ROWS_FIELD_DST, &d0, &d1);
+  moeccl_rows_span(p, MOECCL_ROWS_FIELD_SRC, &s0, &s1);
+  moeccl_rows_span(p, MOECCL_ROWS_FIELD_AUX, &a0, &a1);
   if (!p->nterms || d0 > d1) return moecclSuccess;
   size_t dn = (size_t)(d1 - d0 + 1) * dst_unit, sn = s0 <= s1 ? (size_t)(s1 - s0 + 1) * rb : 0;
   size_t an = uses_aux && a0 <= a1 ? (size_t)(a1 - a0 + 1) * aux_unit : 0;

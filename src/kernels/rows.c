@@ -189,6 +189,19 @@ static float dot(moecclDataType_t type, const void* a, const void* b, size_t n) 
   return s;
 }
 
+void moeccl_rows_span(const moeccl_rows_t* p, int field, uint32_t* lo, uint32_t* hi) {
+  *lo = UINT32_MAX, *hi = 0;
+  for (size_t i = 0; i < p->nterms; i++) {
+    const moeccl_row_term_t* t = &p->terms[i];
+    uint32_t v = field == MOECCL_ROWS_FIELD_DST   ? t->dst
+                 : field == MOECCL_ROWS_FIELD_SRC ? t->src
+                                                  : t->aux;
+    if (v == MOECCL_ROW_NONE) continue;
+    if (v < *lo) *lo = v;
+    if (v > *hi) *hi = v;
+  }
+}
+
 size_t moeccl_rows_row_bytes(const moeccl_rows_t* p) {
   return p->mode == MOECCL_ROWS_COPY ? p->elems : p->elems * elem_size(p->type);
 }

@@ -71,6 +71,11 @@ typedef struct moeccl_rows {
 
 /* Bytes of one row of p. */
 size_t moeccl_rows_row_bytes(const moeccl_rows_t* p);
+/* Which field of the terms moeccl_rows_span reads. */
+enum { MOECCL_ROWS_FIELD_DST = 0, MOECCL_ROWS_FIELD_SRC = 1, MOECCL_ROWS_FIELD_AUX = 2 };
+/* The index range [*lo, *hi] field (MOECCL_ROWS_FIELD_*) takes over p's
+ * terms, MOECCL_ROW_NONE left out; *lo > *hi when none. */
+void moeccl_rows_span(const moeccl_rows_t* p, int field, uint32_t* lo, uint32_t* hi);
 /* 1 when the kernels handle rows of type. */
 int moeccl_rows_type_ok(moecclDataType_t type);
 /* Runs program p: dst, src and aux are the byte bases (aux NULL: none). */

@@ -15,6 +15,13 @@ static void twin_reduce(const void* args, void* (*map)(const void*)) {
   for (uint64_t i = 0; i < g.n; i++) dm_reduce_item(&g, i);
 }
 
+static void twin_reduce_fold(const void* args, void* (*map)(const void*)) {
+  moeccl_kfold_args_t g = *(const moeccl_kfold_args_t*)args;
+  g.first.dst = map(g.first.dst), g.first.a = map(g.first.a), g.first.b = map(g.first.b);
+  for (int32_t k = 0; k < g.nmore; k++) g.more[k] = map(g.more[k]);
+  for (uint64_t i = 0; i < g.first.n; i++) dm_fold_item(&g, i);
+}
+
 static moeccl_krows_args_t rows_mapped(const void* args, void* (*map)(const void*)) {
   moeccl_krows_args_t g = *(const moeccl_krows_args_t*)args;
   g.dst = map(g.dst), g.src = map(g.src), g.aux = map(g.aux);
@@ -39,4 +46,5 @@ const moeccl_dev_twin_t moeccl_kernel_twins[MOECCL_K_COUNT] = {
     [MOECCL_K_ROWS_DOT] = {"moeccl_k_rows_dot", twin_rows_dot},
     [MOECCL_K_ROWS_COPY] = {"moeccl_k_rows_copy", twin_rows_copy},
     [MOECCL_K_ROWS_ADD] = {"moeccl_k_rows_add", twin_rows_add},
+    [MOECCL_K_REDUCE_FOLD] = {"moeccl_k_reduce_fold", twin_reduce_fold},
 };

@@ -18,7 +18,9 @@
  *     (a counter per pair in the receiver's shared memory, written by the
  *     stream), waits until its senders' streams marked theirs, copies each
  *     message straight from the sender's buffer into its own (one copy,
- *     pulled by the receiver), marks them read, and waits until its
+ *     pulled by the receiver; a reducing receive is a kernel reading the
+ *     sender's buffer, one launch per run of them folding into one
+ *     destination), marks them read, and waits until its
  *     receivers read its sends.  Waits and writes of a phase go in one batch
  *     of stream memory operations.  No library thread, no host function and
  *     no spinning kernel is involved: when the stream passes the call, the
@@ -100,7 +102,10 @@ typedef struct {
 typedef struct {
   uint64_t magic;
   int32_t nlocal, pid;
-  char pad[LINE - 16];
+  /* times a sender found this rank's socket full (it then waits for the
+   * rank to read it: lower_begin empties its socket when this moved) */
+  _Atomic uint64_t blocked;
+  char pad[LINE - 24];
 } seg_hdr_t;
 
 /* A datagram on a rank's socket: a segment (at init) or an allocation's
@@ -180,6 +185,7 @@ typedef struct ipc_state {
   } streams[STREAM_SLOTS];
   int nstreams;
   uint64_t freed_seen; /* entries of the process's freed log handled */
+  uint64_t blocked_seen; /* this rank's seg_hdr_t.blocked when it last emptied its socket */
   /* the watchdog's: 1 + the comm rank of a peer that died with work queued
    * (its waits were released); the next call fails naming it */
   _Atomic int lost;

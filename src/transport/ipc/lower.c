@@ -6,6 +6,9 @@
  */
 #include "transport/ipc/ipc_int.h"
 
+#include "kernels/devkern.h"
+#include "kernels/reduce.h"
+
 static int was_exported(ipeer_t* p, uint64_t id) {
   for (int i = 0; i < p->nexported; i++)
     if (p->exported[i] == id) return 1;
@@ -65,7 +68,10 @@ static int describe(ipc_state_t* s, int l, int buf, const char* ptr, uint64_t by
         .magic = MSG_MAGIC, .from = s->me, .kind = 1, .id = id, .bytes = xbytes, .device = device};
     int r = moeccl_ipc_send_msg(s, l, &m, fd);
     close(fd);
-    if (r == 0) return 0;
+    if (r == 0) { /* its socket is full: ask it to read it */
+      atomic_fetch_add_explicit(&((seg_hdr_t*)p->seg)->blocked, 1, memory_order_relaxed);
+      return 0;
+    }
     if (r < 0) {
       *rc = moeccl_comm_fail(s->comm, moecclRemoteError,
                              "ipc: passing a device allocation's descriptor to rank %d failed: %s",
@@ -97,9 +103,9 @@ static import_t* find_import(ipeer_t* p, uint64_t id) {
   return NULL;
 }
 
-/* Takes the descriptor of allocation id from l's stash, reading the socket
- * into the stashes first.  -1: an error; 0: not there yet; 1: *e. */
-static int take_stashed(ipc_state_t* s, int l, uint64_t id, stash_t* e) {
+/* Reads every allocation descriptor waiting on the socket into the
+ * senders' stashes.  -1: an error. */
+static int drain_socket(ipc_state_t* s) {
   for (;;) {
     msg_t m;
     int fd, from, r = moeccl_ipc_recv_msg(s, &m, &fd, &from);
@@ -118,6 +124,13 @@ static int take_stashed(ipc_state_t* s, int l, uint64_t id, stash_t* e) {
     }
     q->stash[q->nstash++] = (stash_t){m.id, m.bytes, fd, m.device};
   }
+  return 0;
+}
+
+/* Takes the descriptor of allocation id from l's stash, reading the socket
+ * into the stashes first.  -1: an error; 0: not there yet; 1: *e. */
+static int take_stashed(ipc_state_t* s, int l, uint64_t id, stash_t* e) {
+  if (drain_socket(s) < 0) return -1;
   ipeer_t* p = &s->peers[l];
   for (int i = 0; i < p->nstash; i++)
     if (p->stash[i].id == id) {
@@ -250,8 +263,11 @@ static moecclResult_t check_alive(ipc_state_t* s, int l) {
                                (int)p->pid);
 }
 
+/* A message: a send, or a receive (copied or reduced), with a peer. */
 static int is_peer_op(const moeccl_sched_op_t* op, int rank) {
-  return (op->type == MOECCL_OP_SEND || op->type == MOECCL_OP_RECV) && op->peer != rank;
+  return (op->type == MOECCL_OP_SEND || op->type == MOECCL_OP_RECV ||
+          op->type == MOECCL_OP_RECV_REDUCE) &&
+         op->peer != rank;
 }
 
 moecclResult_t moeccl_ipc_lower_begin(void* state, const moeccl_sched_t* sc) {
@@ -288,13 +304,27 @@ moecclResult_t moeccl_ipc_lower_begin(void* state, const moeccl_sched_t* sc) {
     r = 1;
     for (; ri < n && r > 0 && rc == moecclSuccess; ri += r > 0) {
       const moeccl_sched_op_t* op = &sc->ops[ri];
-      if (!is_peer_op(op, rank) || op->type != MOECCL_OP_RECV) continue;
+      if (!is_peer_op(op, rank) || op->type == MOECCL_OP_SEND) continue;
       r = consume(s, sc, ri, &rc);
       moved |= r > 0;
     }
     if (rc != moecclSuccess || (si == n && ri == n)) break;
     if (moved) continue;
-    /* A peer has not made its side of the call yet (its host): wait. */
+    /* A peer has not made its side of the call yet (its host): wait.  A
+     * sender may be blocked on this rank's full socket (a call that hands
+     * over more allocations than the socket queues: two per peer for
+     * AllReduce, from 6 peers on) while this rank waits for another
+     * blocked on it: empty the socket when a sender says so. */
+    uint64_t blocked = atomic_load_explicit(&((seg_hdr_t*)s->peers[s->me].seg)->blocked,
+                                            memory_order_relaxed);
+    if (blocked != s->blocked_seen) {
+      s->blocked_seen = blocked;
+      if (drain_socket(s) < 0) {
+        rc = moeccl_comm_fail(s->comm, moecclSystemError, "ipc: socket: %s", strerror(errno));
+        break;
+      }
+      continue;
+    }
     double now = moeccl_now();
     if (!waited)
       waited = 1, deadline = now + s->comm->timeout, check = now + 0.1, s->stats.host_waits++;
@@ -326,6 +356,76 @@ static int stream_slot(ipc_state_t* s, void* stream) {
   if (s->nstreams == STREAM_SLOTS) return STREAM_SLOTS - 1;
   s->streams[s->nstreams].stream = stream;
   return s->nstreams++;
+}
+
+/* Room for n copies (or fold operands) in the state's arrays. */
+static moecclResult_t grow_copies(ipc_state_t* s, int n) {
+  if (n <= s->copies_cap) return moecclSuccess;
+  int cap = s->copies_cap ? 2 * s->copies_cap : 16;
+  if (cap < n) cap = n;
+  void** d = realloc(s->copy_dst, sizeof(*d) * (size_t)cap);
+  if (d) s->copy_dst = d;
+  const void** sr = realloc(s->copy_src, sizeof(*sr) * (size_t)cap);
+  if (sr) s->copy_src = sr;
+  size_t* b = realloc(s->copy_bytes, sizeof(*b) * (size_t)cap);
+  if (b) s->copy_bytes = b;
+  if (!d || !sr || !b) return moeccl_error(s->comm, moecclSystemError, "out of memory");
+  s->copies_cap = cap;
+  return moecclSuccess;
+}
+
+/* The RECV_REDUCE op after i in [i+1, end) that goes on folding into op
+ * i's destination (its local operand is that destination, only sends
+ * between them), or -1. */
+static int next_fold(const moeccl_sched_t* sc, int i, int end, int rank) {
+  const moeccl_sched_op_t* op = &sc->ops[i];
+  char* dst = buf_at(sc, op->dst_buf, op->dst_off);
+  for (int j = i + 1; j < end; j++) {
+    const moeccl_sched_op_t* q = &sc->ops[j];
+    if (q->type == MOECCL_OP_SEND) continue;
+    if (q->type != MOECCL_OP_RECV_REDUCE || !is_peer_op(q, rank) || q->bytes != op->bytes ||
+        (q->flags & MOECCL_OPF_PRE_A) || buf_at(sc, q->dst_buf, q->dst_off) != dst ||
+        buf_at(sc, q->src_buf, q->src_off) != dst)
+      return -1;
+    return j;
+  }
+  return -1;
+}
+
+/* The reducing receives of ops [begin, end), straight out of the senders'
+ * mapped memory (no copy): each run of them folding into one destination
+ * (the direct algorithm's reduce-scatter: own block, then each peer's in
+ * turn) is one kernel launch on the stream, the same order of operations
+ * as the host path's. */
+static moecclResult_t reduce_received(ipc_state_t* s, const moeccl_sched_t* sc, int begin, int end,
+                                      void* stream) {
+  int rank = s->comm->rank;
+  for (int i = begin; i < end; i++) {
+    const moeccl_sched_op_t* op = &sc->ops[i];
+    if (op->type != MOECCL_OP_RECV_REDUCE || !is_peer_op(op, rank)) continue;
+    int k = 0, last = i;
+    uint32_t raw = (op->flags & MOECCL_OPF_PRE_A) ? 1u : 0u;
+    MOECCL_CHECK(grow_copies(s, 1));
+    s->copy_src[k++] = buf_at(sc, op->src_buf, op->src_off);
+    /* up to the raw mask's width; a longer run goes on in a next launch,
+     * from the destination */
+    for (int j = i; j >= 0 && k < 32; j = next_fold(sc, j, end, rank)) {
+      const moeccl_sched_op_t* q = &sc->ops[j];
+      if (s->match[j].bytes != q->bytes)
+        return moeccl_comm_fail(s->comm, moecclInternalError,
+                                "ipc: a reducing receive from rank %d has no matching message",
+                                q->peer);
+      MOECCL_CHECK(grow_copies(s, k + 1));
+      if (q->flags & MOECCL_OPF_PRE_B) raw |= 1u << k;
+      s->copy_src[k++] = s->match[j].src;
+      last = j;
+    }
+    MOECCL_CHECK(moeccl_devkern_fold_async(sc->red, buf_at(sc, op->dst_buf, op->dst_off),
+                                           s->copy_src, k, raw, op->bytes / sc->red->elem_size,
+                                           stream));
+    i = last;
+  }
+  return moecclSuccess;
 }
 
 moecclResult_t moeccl_ipc_lower_step(void* state, const moeccl_sched_t* sc, int step, int phase,
@@ -375,17 +475,7 @@ moecclResult_t moeccl_ipc_lower_step(void* state, const moeccl_sched_t* sc, int 
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &sc->ops[i];
     if (!is_peer_op(op, rank) || op->type != MOECCL_OP_RECV || !s->match[i].bytes) continue;
-    if (c == s->copies_cap) {
-      int cap = s->copies_cap ? 2 * s->copies_cap : 16;
-      void** d = realloc(s->copy_dst, sizeof(*d) * (size_t)cap);
-      if (d) s->copy_dst = d;
-      const void** sr = realloc(s->copy_src, sizeof(*sr) * (size_t)cap);
-      if (sr) s->copy_src = sr;
-      size_t* b = realloc(s->copy_bytes, sizeof(*b) * (size_t)cap);
-      if (b) s->copy_bytes = b;
-      if (!d || !sr || !b) return moeccl_error(s->comm, moecclSystemError, "out of memory");
-      s->copies_cap = cap;
-    }
+    MOECCL_CHECK(grow_copies(s, c + 1));
     s->copy_dst[c] = buf_at(sc, op->dst_buf, op->dst_off);
     s->copy_src[c] = s->match[i].src;
     s->copy_bytes[c++] = s->match[i].bytes;
@@ -393,5 +483,5 @@ moecclResult_t moeccl_ipc_lower_step(void* state, const moeccl_sched_t* sc, int 
   if (c) MOECCL_CHECK(s->d->copy_batch(s->copy_dst, s->copy_src, s->copy_bytes, c, stream));
   s->stats.copies += (uint64_t)c;
   s->stats.copy_calls += c > 0;
-  return moecclSuccess;
+  return reduce_received(s, sc, begin, end, stream);
 }
