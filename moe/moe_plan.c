@@ -194,7 +194,8 @@ int main(int argc, char** argv) {
   if (gpu_kind != 2) {
     gpu(&mc, gpu_kind);
   } else {
-    plan_probe(moe_backend_blas(1), m.hidden, m.ffn, m.layers, m.experts, &mc);
+    plan_probe(moe_backend_blas(1), m.hidden, m.ffn, m.layers, m.experts,
+               (int)(m.tokens / (mc.ranks > 0 ? mc.ranks : 1)), &mc);
     mc.param_bytes = 4;
     if (mc.nrates < 1) {
       fprintf(stderr, "moe_plan: --gpu host: the probe found no memory\n");

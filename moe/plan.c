@@ -190,9 +190,9 @@ int plan_predict(const plan_model_t* m, const plan_machine_t* mc, const plan_lay
   if (P > 1) {
     SIM_TRY(price(mc->sim, K_A2AV, P, 1, per, &a2a, &out->algo));
     SIM_TRY(price(mc->sim, K_A2A, P, 1, (double)nexp * 8, &lay_t, NULL));
-  } else {
+  } else if (mc->cores == 0) {
     a2a = elem(mc, 2 * rows / C * H * ab); /* the rows copied in and out */
-  }
+  } /* on a host the probe's layer copied them (its local dispatch and combine) */
   if (Q > 1) SIM_TRY(price(mc->sim, K_AR, Q, 1, (2.0 * E + 1) * 4, &stats, NULL));
   if (S > 1) SIM_TRY(price(mc->sim, K_P2P, Q, 0, n * H * ab, &p2p, NULL));
   a2a *= sl, lay_t *= sl, stats *= sl, p2p *= sl;

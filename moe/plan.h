@@ -112,10 +112,11 @@ void plan_report(FILE* f, const plan_model_t* m, const plan_machine_t* mc, const
                  int n, int top);
 
 /* The host probe: the rates of the model's layers by rows per expert at
- * H x F (layers of experts each: what one rank of the plan holds), the
- * elementwise rate, Adam's, from the moe/ backend (seconds of work). */
+ * H x F (layers of experts each: what one rank of the plan holds; going
+ * round pieces of step_tokens tokens, a rank's in a step), the elementwise
+ * rate, Adam's, from the moe/ backend (seconds of work). */
 struct moe_backend_ops;
 void plan_probe(const struct moe_backend_ops* be, int hidden, int ffn, int layers, int experts,
-                plan_machine_t* mc);
+                int step_tokens, plan_machine_t* mc);
 
 #endif

@@ -26,7 +26,7 @@ static double now(void) {
 }
 
 void plan_probe(const moe_backend_ops_t* be, int hidden, int ffn, int layers, int experts,
-                plan_machine_t* mc) {
+                int step_tokens, plan_machine_t* mc) {
   static const int sizes[] = {1, 4, 16, 64, 128, 256, 512}; /* rows per expert */
   int n = sizeof sizes / sizeof sizes[0];
   /* the model itself (moe/model.c: router, the local dispatch, the SwiGLU
@@ -56,21 +56,37 @@ void plan_probe(const moe_backend_ops_t* be, int hidden, int ffn, int layers, in
     moe_rng_normal(&rng, x, big * H, 1.0f);
     moe_rng_normal(&rng, t, big * H, 1.0f);
     moe_loss_t loss;
-#define LAYER(tok)                                                                   \
+#define LAYER(ws, x, tok)                                                             \
   do {                                                                               \
-    moe_model_forward(be, &p, &ws, x, t, (tok), NULL, &loss, NULL);                  \
-    moe_model_backward(be, &p, &ws, t, &g, NULL, NULL);                              \
+    moe_model_forward(be, &p, (ws), (x), t, (tok), NULL, &loss, NULL);               \
+    moe_model_backward(be, &p, (ws), t, &g, NULL, NULL);                             \
   } while (0)
     /* warm-up: the cores reach their clock and the library its buffers */
-    for (double t0 = now(); now() - t0 < 0.2;) LAYER(most / 2);
+    for (double t0 = now(); now() - t0 < 0.2;) LAYER(&ws, x, most / 2);
     for (int k = 0; k < n && k < PLAN_RATES; k++) {
       int m = sizes[k], tok = m * cfg.experts / cfg.topk;
+      /* A step's pieces are different tokens in different buffers: the
+       * probe goes round as many (a step's tokens of this rank, at most
+       * 64 pieces), so that it finds no more of them in cache than a step
+       * does (one piece repeated did: 4 micro-batches of one rank were
+       * predicted 35% fast). */
+      int w = step_tokens / tok;
+      if (w > most / tok) w = most / tok;
+      if (w > 64) w = 64;
+      if (w < 1) w = 1;
+      int made = w > 1 ? w : 0, ok = 1;
+      moe_workspace_t* pieces = made ? calloc(made, sizeof(*pieces)) : NULL;
+      for (int i = 0; pieces && i < made; i++) ok &= !moe_workspace_alloc(&pieces[i], &cfg, tok);
+      if (!pieces || !ok) w = 1; /* no memory for them: the one workspace */
       double t0 = now(), el;
       int reps = 0;
       do { /* at least 150 ms */
-        LAYER(tok);
+        int i = reps % w;
+        LAYER(w > 1 ? &pieces[i] : &ws, x + (size_t)i * tok * H, tok);
         reps++;
       } while ((el = now() - t0) < 0.15);
+      for (int i = 0; pieces && i < made; i++) moe_workspace_free(&pieces[i]);
+      free(pieces);
       mc->rate_rows[mc->nrates] = m;
       mc->rate[mc->nrates++] = 18.0 * cfg.layers * tok * cfg.topk * H * F * reps / el;
     }

@@ -173,7 +173,7 @@ int train_plan(train_options_t* o, moecclComm_t world, int rank, int nranks) {
   int probers = cores > 0 && cores < nranks ? (int)cores : nranks;
   if (rank < probers) /* the model's experts over the ranks probing at once */
     plan_probe(moe_backend_blas(o->threads), o->cfg.hidden, o->cfg.ffn, o->cfg.layers,
-               o->cfg.experts / probers, &probed);
+               o->cfg.experts / probers, o->tokens / probers, &probed);
   /* A step goes at its slowest rank's pace (its peers wait for it at every
    * exchange): the plan takes each rate from the rank that probed slowest
    * (rank 0's alone missed a core that a neighbour took from another). */
