@@ -30,7 +30,11 @@
 #   moe_backend  moe/'s CUDA backend (cuBLAS and moe/kernels.cu) op by op
 #                against its host backend, within 1e-5 of each output's
 #                largest value (gpu-carry/moe_backend.xz, made by gpu-prep.sh)
-#   mp_device    tests/mp_device on 2, 4 and 8 ranks of the one GPU
+#   mp_device    tests/mp_device on 2, 4 and 8 ranks of the one GPU (the
+#                reductions lowered onto the stream included: part lowred)
+#   moe_device   tests/test_moe_device.sh with MOE_DEVICE_TEST_GPU=1:
+#                moe_train --device cuda's first step against --device
+#                host's on 1-8 ranks (the autotools build carried in BUILD=)
 #   shim         the NCCL drop-in's own test (host memory)
 #   torch_N      tests/test_torch_dropin.py: PyTorch's torch.distributed,
 #                NCCL backend, moeccl's libnccl.so.2 preloaded, N = 2, 4
@@ -179,6 +183,16 @@ else
   skip moe_backend "no gpu-carry/moe_backend.xz (scripts/gpu-prep.sh makes it)"
 fi
 stage mp_device 150 env MP_VARIANTS=0 "$(bin mp_device)" 2 4 8
+# moe_train --device cuda against --device host, first-step dumps on 1-8
+# ranks of the GPU (the autotools build has moe/; the plain one does not)
+if [ "$DEV" != cuda ]; then
+  skip moe_device "the device is $DEV: tests/test_moe_device.sh runs the stand-in in the suite"
+elif [ -z "${BUILD:-}" ] || [ ! -x "$BUILD/moe/moe_train" ]; then
+  skip moe_device "no autotools build carried in BUILD= (moe/ is not in the plain build)"
+else
+  stage moe_device 240 bash -c 'cd "$1" && MOE_DEVICE_TEST_GPU=1 sh "$2/tests/test_moe_device.sh"' _ \
+    "$BUILD" "$PWD"
+fi
 stage shim 40 env MOECCL_DEVICE=none "$(bin test_nccl_shim)" # host memory: ncclMemAlloc's is touched by the host
 for n in 2 4; do
   if [ "$DEV" != cuda ]; then

@@ -12,7 +12,9 @@
 # ends at the host run's loss and below its first, --device auto runs, and
 # a bad --device is refused (exit 2).
 # Every run has a deadline (timeout 120 s, MP_DEADLINE_SCALE stretches it)
-# and MOECCL_TIMEOUT=30.
+# and MOECCL_TIMEOUT=30.  MOE_DEVICE_TEST_GPU=1 runs --device cuda on the
+# GPU instead of the stand-in (scripts/gpu-check.sh, stage moe_device): the
+# same comparisons, the GPU's cuBLAS and kernels against the host.
 train=./moe/moe_train
 cmp=./tests/moe_npy_cmp
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_moe_device.XXXXXX") || exit 1
@@ -37,13 +39,21 @@ dump() {
   fi
 }
 # pair NAME ARGS...: the layout on the host, then on the stand-in, compared
+if [ "${MOE_DEVICE_TEST_GPU:-0}" = 1 ]; then
+  standin=0 on="the GPU"
+else
+  standin=1 on="the stand-in"
+fi
+# the stand-in where it is tested, else nothing (the GPU)
+cuda() { if [ $standin = 1 ]; then MOE_CUDA_STANDIN=1 "$@"; else "$@"; fi; }
+# whether NAME's output says it ran where it should
+ran_on() { if [ $standin = 1 ]; then grep -q 'stand-in' "$1"; else ! grep -q 'stand-in' "$1"; fi; }
 pair() {
   pn=$1
   shift
   dump "${pn}_host" --device host "$@" || return
-  MOE_CUDA_STANDIN=1 dump "${pn}_cuda" --device cuda "$@" || return
-  grep -q 'stand-in' "$tmp/${pn}_cuda.out" ||
-    { echo "FAIL: $pn: --device cuda did not run the stand-in"; fail=1; }
+  cuda dump "${pn}_cuda" --device cuda "$@" || return
+  ran_on "$tmp/${pn}_cuda.out" || { echo "FAIL: $pn: --device cuda did not run on $on"; fail=1; }
   printf '%-58s ' "--device cuda $*:"
   $cmp "$tmp/${pn}_host" "$tmp/${pn}_cuda" 1e-4 ||
     { echo "FAIL: $pn: --device cuda differs from --device host"; fail=1; }
@@ -64,7 +74,7 @@ pair ep4dp2_rep -n 8 --ep 4 --dp 2 --replicas 4 --chunks 2
 # final loss (within 1e-4), below the first, and a placement was made
 tr="$src --steps 12 -n 4 --ep 4 --skew 2 --rebalance-every 4 --replicas 4"
 if run $tr --device host >"$tmp/train_host.out" 2>&1 &&
-  MOE_CUDA_STANDIN=1 run $tr --device cuda >"$tmp/train_cuda.out" 2>&1; then
+  cuda run $tr --device cuda >"$tmp/train_cuda.out" 2>&1; then
   h=$(awk '/^ +[0-9]+ / { last = $2 } END { print last }' "$tmp/train_host.out")
   awk -v h="$h" '/^ +[0-9]+ / { if (!first) first = $2; last = $2 }
        END { d = last - h; d = d < 0 ? -d : d
