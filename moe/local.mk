@@ -12,7 +12,7 @@ if HAVE_OPENBLAS
 MOE_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/moe
 
 noinst_LTLIBRARIES += moe/libmoe.la
-moe_libmoe_la_SOURCES = moe/model.c moe/model.h moe/adam.c moe/adam.h moe/npy.c moe/npy.h \
+moe_libmoe_la_SOURCES = moe/model.c moe/model.h moe/experts.c moe/adam.c moe/adam.h moe/npy.c moe/npy.h \
 	moe/backend.h moe/backend_blas.c moe/pp_sched.c moe/pp_sched.h moe/pp_sched_sim.c \
 	moe/pp_sched_int.h moe/placement.c moe/placement.h moe/plan.c moe/plan.h moe/plan_probe.c
 moe_libmoe_la_CPPFLAGS = $(MOE_CPPFLAGS) $(OPENBLAS_CFLAGS)

@@ -120,7 +120,7 @@ if [ -n "$blas_a" ]; then
     echo '};'
     echo 'const size_t moe_kernels_fatbin_len = sizeof(moe_kernels_fatbin);'; } >"$tmp/moe/fatbin.c"
   cc -O2 -std=gnu11 -Iinclude -Imoe -Itests -o "$tmp/moe/test_moe_backend" tests/test_moe_backend.c \
-    moe/model.c moe/backend_blas.c moe/backend_cuda.c moe/cuda_standin.c moe/cuda_real.c \
+    moe/model.c moe/experts.c moe/backend_blas.c moe/backend_cuda.c moe/cuda_standin.c moe/cuda_real.c \
     "$tmp/moe/fatbin.c" "$blas_a" -Wl,-Bstatic -lgfortran -lquadmath -Wl,-Bdynamic -lpthread -lm -ldl
   strip "$tmp/moe/test_moe_backend"
   xz -6 -c "$tmp/moe/test_moe_backend" >"$carry/moe_backend.xz"
