@@ -68,8 +68,7 @@ void plan_probe(const moe_backend_ops_t* be, int hidden, int ffn, int layers, in
       /* A step's pieces are different tokens in different buffers: the
        * probe goes round as many (a step's tokens of this rank, at most
        * 64 pieces), so that it finds no more of them in cache than a step
-       * does (one piece repeated did: 4 micro-batches of one rank were
-       * predicted 35% fast). */
+       * does. */
       int w = step_tokens / tok;
       if (w > most / tok) w = most / tok;
       if (w > 64) w = 64;
