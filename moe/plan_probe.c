@@ -3,8 +3,9 @@
  * expert, on the weights a rank of the plan holds (the model's layers and
  * its experts over the ranks probing at once: a step streams those from
  * memory, one layer repeated would find them in cache), m from 1 to 512 (few rows per expert are slow), after a
- * warm-up, over at least 150 ms (all the work over all the time: what a
- * step sees, slow moments included; not a median or a best), as
+ * warm-up, the sizes taking turns until each has run 150 ms (all the work
+ * over all the time: what a step sees, slow moments included; not a
+ * median or a best), as
  * FLOP/s of the experts' products:
  * the rest of the layer's work rides on that rate; how fast the backend
  * streams elementwise work (SwiGLU over a large array); how fast Adam
@@ -63,31 +64,54 @@ void plan_probe(const moe_backend_ops_t* be, int hidden, int ffn, int layers, in
   } while (0)
     /* warm-up: the cores reach their clock and the library its buffers */
     for (double t0 = now(); now() - t0 < 0.2;) LAYER(&ws, x, most / 2);
-    for (int k = 0; k < n && k < PLAN_RATES; k++) {
-      int m = sizes[k], tok = m * cfg.experts / cfg.topk;
-      /* A step's pieces are different tokens in different buffers: the
-       * probe goes round as many (a step's tokens of this rank, at most
-       * 64 pieces), so that it finds no more of them in cache than a step
-       * does. */
-      int w = step_tokens / tok;
-      if (w > most / tok) w = most / tok;
-      if (w > 64) w = 64;
-      if (w < 1) w = 1;
-      int made = w > 1 ? w : 0, ok = 1;
-      moe_workspace_t* pieces = made ? calloc(made, sizeof(*pieces)) : NULL;
-      for (int i = 0; pieces && i < made; i++) ok &= !moe_workspace_alloc(&pieces[i], &cfg, tok);
-      if (!pieces || !ok) w = 1; /* no memory for them: the one workspace */
-      double t0 = now(), el;
-      int reps = 0;
-      do { /* at least 150 ms */
-        int i = reps % w;
-        LAYER(w > 1 ? &pieces[i] : &ws, x + (size_t)i * tok * H, tok);
-        reps++;
-      } while ((el = now() - t0) < 0.15);
-      for (int i = 0; pieces && i < made; i++) moe_workspace_free(&pieces[i]);
-      free(pieces);
-      mc->rate_rows[mc->nrates] = m;
-      mc->rate[mc->nrates++] = 18.0 * cfg.layers * tok * cfg.topk * H * F * reps / el;
+    /* A step's pieces are different tokens in different buffers: each size
+     * goes round as many (a step's tokens of this rank, at most 64 pieces,
+     * at most 256 MiB of them over all sizes), so that it finds no more of
+     * them in cache than a step does. */
+    const double ws_token = 4.0 * ((layers + 1.0) * (H + 2.0 * H * 2 + 3.0 * F * 2 + experts) + 2 * H);
+    int nk = n < PLAN_RATES ? n : PLAN_RATES, tok[PLAN_RATES], w[PLAN_RATES], made[PLAN_RATES];
+    moe_workspace_t* pieces[PLAN_RATES] = {0};
+    double spent[PLAN_RATES] = {0}, work[PLAN_RATES] = {0};
+    for (int k = 0; k < nk; k++) {
+      tok[k] = sizes[k] * cfg.experts / cfg.topk;
+      w[k] = step_tokens / tok[k];
+      if (w[k] > most / tok[k]) w[k] = most / tok[k];
+      if (w[k] > 64) w[k] = 64;
+      if (w[k] * tok[k] * ws_token > 256.0 * 1024 * 1024 / nk)
+        w[k] = (int)(256.0 * 1024 * 1024 / nk / (tok[k] * ws_token));
+      if (w[k] < 1) w[k] = 1;
+      made[k] = w[k] > 1 ? w[k] : 0;
+      int ok = 1;
+      pieces[k] = made[k] ? calloc(made[k], sizeof(*pieces[k])) : NULL;
+      for (int i = 0; pieces[k] && i < made[k]; i++)
+        ok &= !moe_workspace_alloc(&pieces[k][i], &cfg, tok[k]);
+      if (!pieces[k] || !ok) w[k] = 1; /* no memory for them: the one workspace */
+    }
+    /* The sizes take turns, about 20 ms each, until each has had 150 ms:
+     * the machine's speed drifts over seconds (a shared VM here: the same
+     * GEMM 1.5x apart minutes apart), and sizes timed one after the other
+     * would carry that drift into their ratio, which is what the planner
+     * compares when it weighs more, smaller pieces against fewer. */
+    for (int more = 1; more;) {
+      more = 0;
+      for (int k = 0; k < nk; k++) {
+        if (spent[k] >= 0.15) continue;
+        double t0 = now(), el;
+        int reps = 0;
+        do {
+          int i = (int)(work[k] + reps) % w[k];
+          LAYER(w[k] > 1 ? &pieces[k][i] : &ws, x + (size_t)i * tok[k] * H, tok[k]);
+          reps++;
+        } while ((el = now() - t0) < 0.02);
+        spent[k] += el, work[k] += reps;
+        more |= spent[k] < 0.15;
+      }
+    }
+    for (int k = 0; k < nk; k++) {
+      for (int i = 0; pieces[k] && i < made[k]; i++) moe_workspace_free(&pieces[k][i]);
+      free(pieces[k]);
+      mc->rate_rows[mc->nrates] = sizes[k];
+      mc->rate[mc->nrates++] = 18.0 * cfg.layers * tok[k] * cfg.topk * H * F * work[k] / spent[k];
     }
 #undef LAYER
     /* elementwise: SwiGLU reads two arrays and writes one */
