@@ -134,6 +134,15 @@ typedef struct moe_backend_ops {
   /* One line saying what computes (library, version, threads) into buf;
    * returns buf. */
   const char* (*describe)(char* buf, size_t len);
+
+  /* The precision of sgemm's inputs from now on: 0 float32 (the default),
+   * 1 bfloat16: A and B rounded to bfloat16 (to nearest, ties to even:
+   * moe_k_bf16), their products summed in float32 into C, as a GPU's bf16
+   * tensor-core GEMM with float32 accumulation (cuBLAS's GemmEx with
+   * CUBLAS_COMPUTE_32F) does; everything else stays float32.  Both
+   * backends compute the same products (a product of two bfloat16 is exact
+   * in float32); the sums' order is each library's. */
+  void (*gemm_precision)(int bf16);
 } moe_backend_ops_t;
 
 /* Memory of backend mem, or the host's (calloc / free) when mem is NULL:

@@ -16,6 +16,25 @@ void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
 char* openblas_get_config(void);
 
+static int gemm_bf16;     /* gemm_precision */
+static float* bf16_a;     /* sgemm's operands rounded to bfloat16 (held as float32) */
+static float* bf16_b;
+static size_t bf16_a_n, bf16_b_n;
+
+/* The n floats from x rounded to bfloat16 in *buf (grown to n); NULL when
+ * there is no memory for them (the product is not made: the backend fails). */
+static const float* round_bf16(const float* x, size_t n, float** buf, size_t* cap) {
+  if (n > *cap) {
+    float* p = realloc(*buf, n * sizeof(float));
+    if (!p) return NULL;
+    *buf = p, *cap = n;
+  }
+  for (size_t i = 0; i < n; i++) (*buf)[i] = moe_k_bf16_float(moe_k_bf16(x[i]));
+  return *buf;
+}
+
+static const char* blas_failure;
+
 static void blas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                        int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
@@ -25,9 +44,22 @@ static void blas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alph
         c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
     return;
   }
+  if (gemm_bf16) { /* the spans of A and B as stored, row-major */
+    size_t na = (size_t)((trans_a ? k : m) - 1) * lda + (trans_a ? m : k);
+    size_t nb = (size_t)((trans_b ? n : k) - 1) * ldb + (trans_b ? k : n);
+    const float* ra = round_bf16(a, na, &bf16_a, &bf16_a_n);
+    const float* rb = ra ? round_bf16(b, nb, &bf16_b, &bf16_b_n) : NULL;
+    if (!ra || !rb) {
+      if (!blas_failure) blas_failure = "sgemm: no memory to round its operands to bfloat16";
+      return;
+    }
+    a = ra, b = rb;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+static void blas_gemm_precision(int bf16) { gemm_bf16 = bf16 != 0; }
 
 static void blas_swiglu_forward(size_t count, const float* a, const float* b, float* h) {
   for (size_t i = 0; i < count; i++) h[i] = moe_k_swiglu(a[i], b[i]);
@@ -121,7 +153,7 @@ static void* blas_comm_ptr(void* p) { return p; }
 
 static void blas_sync(void) {}
 
-static const char* blas_failed(void) { return NULL; }
+static const char* blas_failed(void) { return blas_failure; }
 
 static const char* blas_describe(char* buf, size_t len) {
   snprintf(buf, len, "OpenBLAS (%s), %d thread(s)", openblas_get_config(),
@@ -155,6 +187,7 @@ static const moe_backend_ops_t blas_ops = {
     .sync = blas_sync,
     .failed = blas_failed,
     .describe = blas_describe,
+    .gemm_precision = blas_gemm_precision,
 };
 
 const moe_backend_ops_t* moe_backend_blas(int threads) {

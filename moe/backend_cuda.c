@@ -13,6 +13,9 @@ static char failure[256]; /* the first failure, sticky */
 static double* partial;   /* sq_dist's block sums, on the device */
 static size_t partial_n;
 static double* partial_host;
+static int gemm_bf16;         /* gemm_precision */
+static uint16_t* bf16_buf[2]; /* sgemm's A and B in bfloat16, on the device */
+static size_t bf16_n[2];
 
 /* Runs call unless an earlier op failed; keeps the first failure. */
 #define RUN(what, call)                                                                         \
@@ -21,13 +24,41 @@ static double* partial_host;
       snprintf(failure, sizeof(failure), "%s: %s: %s", api->name, what, api->last_error());     \
   } while (0)
 
+/* Device scratch i of at least n bfloat16 values; NULL on failure (kept). */
+static uint16_t* bf16_scratch(int i, size_t n) {
+  if (n <= bf16_n[i]) return bf16_buf[i];
+  if (bf16_buf[i]) { /* the queued products may still read it */
+    RUN("sync", api->sync());
+    RUN("free", api->free(bf16_buf[i]));
+    bf16_buf[i] = NULL, bf16_n[i] = 0;
+  }
+  void* p = NULL;
+  RUN("alloc", api->alloc(&p, n * sizeof(uint16_t)));
+  if (failure[0]) return NULL;
+  bf16_buf[i] = p, bf16_n[i] = n;
+  return p;
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
  * memory, the operands swapped. */
 static void cu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                      int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
+  if (gemm_bf16 && k > 0) { /* each operand's span as stored, rounded on the device */
+    size_t na = (size_t)((trans_a ? k : m) - 1) * lda + (trans_a ? m : k);
+    size_t nb = (size_t)((trans_b ? n : k) - 1) * ldb + (trans_b ? k : n);
+    uint16_t *ha = bf16_scratch(0, na), *hb = ha ? bf16_scratch(1, nb) : NULL;
+    if (!ha || !hb) return;
+    RUN("to_bf16", api->to_bf16(na, a, ha));
+    RUN("to_bf16", api->to_bf16(nb, b, hb));
+    RUN("gemm_bf16",
+        api->gemm_bf16(trans_b, trans_a, n, m, k, alpha, hb, ldb, ha, lda, beta, c, ldc));
+    return;
+  }
   RUN("sgemm", api->sgemm(trans_b, trans_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc));
 }
+
+static void cu_gemm_precision(int bf16) { gemm_bf16 = bf16 != 0; }
 
 static void cu_swiglu_forward(size_t count, const float* a, const float* b, float* h) {
   if (count) RUN("swiglu", api->swiglu(count, a, b, h));
@@ -184,12 +215,16 @@ static const moe_backend_ops_t cuda_ops = {
     .sync = cu_sync,
     .failed = cu_failed,
     .describe = cu_describe,
+    .gemm_precision = cu_gemm_precision,
 };
 
 const moe_backend_ops_t* moe_backend_cuda(const moe_cuda_api_t* with) {
   if (api != with) { /* another table: the scratch was the old one's */
     if (api && partial) api->free(partial);
+    for (int i = 0; i < 2; i++)
+      if (api && bf16_buf[i]) api->free(bf16_buf[i]);
     partial = NULL, partial_n = 0;
+    bf16_buf[0] = bf16_buf[1] = NULL, bf16_n[0] = bf16_n[1] = 0;
     failure[0] = 0;
   }
   api = with;

@@ -1,5 +1,5 @@
 /* What the CUDA compute backend (backend_cuda.c) needs from a GPU, as one
- * table: cuBLAS's sgemm, the kernels of kernels.cu (one entry each, typed),
+ * table: cuBLAS's sgemm and bfloat16 GemmEx, the kernels of kernels.cu (one entry each, typed),
  * copies and a synchronize, all on one stream.  Two tables fill it:
  *
  *   moe_cuda_api_load    the GPU: libcuda and libcublas loaded with dlopen
@@ -28,7 +28,12 @@ typedef struct moe_cuda_api {
    * op(A) m x k, op(B) k x n, C m x n, ld* the column strides. */
   int (*sgemm)(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                const float* b, int ldb, float beta, float* c, int ldc);
+  /* cublasGemmEx the same way with A and B in bfloat16, C in float32, the
+   * products summed in float32 (CUBLAS_COMPUTE_32F) */
+  int (*gemm_bf16)(int trans_a, int trans_b, int m, int n, int k, float alpha, const uint16_t* a,
+                   int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc);
   /* kernels.cu, one thread per element, token, expert, slot or block */
+  int (*to_bf16)(size_t count, const float* x, uint16_t* out); /* moe_k_bf16 of each */
   int (*swiglu)(size_t count, const float* a, const float* b, float* h);
   int (*swiglu_back)(size_t count, const float* a, const float* b, const float* dh, float* da,
                      float* db);

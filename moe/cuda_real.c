@@ -42,17 +42,19 @@ static struct {
   int (*blasSetStream)(CUhandle, CUhandle);
   int (*blasSgemm)(CUhandle, int, int, int, int, int, const float*, const float*, int,
                    const float*, int, const float*, float*, int);
+  int (*blasGemmEx)(CUhandle, int, int, int, int, int, const void*, const void*, int, int,
+                    const void*, int, int, const void*, void*, int, int, int, int);
   const char* (*blasStatusString)(int);
 } cu;
 
 enum {
   K_SWIGLU, K_SWIGLU_BACK, K_ROUTER_TOKEN, K_ROUTER_STAT, K_ROUTER_DLOGITS, K_GATHER, K_COMBINE,
-  K_COMBINE_BACK, K_SCATTER, K_ADD, K_SCALED_DIFF, K_SQ_DIST, K_ADAM, K_COUNT
+  K_COMBINE_BACK, K_SCATTER, K_ADD, K_SCALED_DIFF, K_SQ_DIST, K_ADAM, K_TO_BF16, K_COUNT
 };
 static const char* const kernel_name[K_COUNT] = {
     "moe_kswiglu",  "moe_kswiglu_back", "moe_krouter_token", "moe_krouter_stat",
     "moe_krouter_dlogits", "moe_kgather", "moe_kcombine", "moe_kcombine_back",
-    "moe_kscatter", "moe_kadd", "moe_kscaled_diff", "moe_ksq_dist_blocks", "moe_kadam"};
+    "moe_kscatter", "moe_kadd", "moe_kscaled_diff", "moe_ksq_dist_blocks", "moe_kadam", "moe_kto_bf16"};
 
 static CUhandle stream, blas, kernel[K_COUNT], context;
 static char device_name[128];
@@ -100,6 +102,24 @@ static int r_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, c
   return blas_check(cu.blasSgemm(blas, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, &alpha, a, lda,
                                  b, ldb, &beta, c, ldc),
                     "cublasSgemm");
+}
+
+/* cudaDataType and cuBLAS enums (library_types.h, cublas_api.h) */
+enum { R_32F = 0, R_16BF = 14, COMPUTE_32F = 68, GEMM_DEFAULT = -1 };
+
+static int r_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                       const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c,
+                       int ldc) {
+  if (current()) return -1;
+  return blas_check(cu.blasGemmEx(blas, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, &alpha, a,
+                                  R_16BF, lda, b, R_16BF, ldb, &beta, c, R_32F, ldc, COMPUTE_32F,
+                                  GEMM_DEFAULT),
+                    "cublasGemmEx");
+}
+
+static int r_to_bf16(size_t count, const float* x, uint16_t* out) {
+  void* args[] = {&count, &x, &out};
+  return launch(K_TO_BF16, count, args);
 }
 
 static int r_swiglu(size_t count, const float* a, const float* b, float* h) {
@@ -228,6 +248,8 @@ static const char* r_last_error(void) { return error; }
 static const moe_cuda_api_t real = {
     .name = "cuda",
     .sgemm = r_sgemm,
+    .gemm_bf16 = r_gemm_bf16,
+    .to_bf16 = r_to_bf16,
     .swiglu = r_swiglu,
     .swiglu_back = r_swiglu_back,
     .router_token = r_router_token,
@@ -298,6 +320,7 @@ static int load(void) {
   SYM(libcublas, blasCreate, "cublasCreate_v2");
   SYM(libcublas, blasSetStream, "cublasSetStream_v2");
   SYM(libcublas, blasSgemm, "cublasSgemm_v2");
+  SYM(libcublas, blasGemmEx, "cublasGemmEx");
   *(void**)&cu.blasStatusString = dlsym(libcublas, "cublasGetStatusString"); /* optional */
   int count = 0, dev = 0;
   CUhandle module = NULL;

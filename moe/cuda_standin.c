@@ -144,6 +144,38 @@ static int s_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, c
   return 0;
 }
 
+/* cuBLAS's GemmEx in bfloat16: each operand's span widened to float32
+ * (exact), then the float32 product, whose sums are float32 as
+ * CUBLAS_COMPUTE_32F's. */
+static int s_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                       const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c,
+                       int ldc) {
+  if (m <= 0 || n <= 0) return s_sgemm(trans_a, trans_b, m, n, k, alpha, NULL, lda, NULL, ldb,
+                                        beta, c, ldc);
+  /* column-major: op(A) m x k is A k x m (trans) or m x k, columns of lda */
+  size_t na = k <= 0 ? 0 : (size_t)((trans_a ? m : k) - 1) * lda + (trans_a ? k : m);
+  size_t nb = k <= 0 ? 0 : (size_t)((trans_b ? k : n) - 1) * ldb + (trans_b ? n : k);
+  float *fa = malloc((na + 1) * sizeof(float)), *fb = malloc((nb + 1) * sizeof(float));
+  if (!fa || !fb) {
+    free(fa), free(fb);
+    snprintf(s_error, sizeof(s_error), "gemm_bf16: no host memory for %zu elements", na + nb);
+    return -1;
+  }
+  const uint16_t *sa = SH(a), *sb = SH(b);
+  for (size_t i = 0; i < na; i++) fa[i] = moe_k_bf16_float(sa[i]);
+  for (size_t i = 0; i < nb; i++) fb[i] = moe_k_bf16_float(sb[i]);
+  int rc = s_sgemm(trans_a, trans_b, m, n, k, alpha, fa, lda, fb, ldb, beta, c, ldc);
+  free(fa), free(fb);
+  return rc;
+}
+
+static int s_to_bf16(size_t count, const float* x, uint16_t* out) {
+  x = SH(x);
+  out = SH(out);
+  for (size_t i = 0; i < count; i++) out[i] = moe_k_bf16(x[i]);
+  return 0;
+}
+
 static int s_swiglu(size_t count, const float* a, const float* b, float* h) {
   a = SH(a);
   b = SH(b);
@@ -306,6 +338,8 @@ static const char* s_last_error(void) { return s_error; }
 static const moe_cuda_api_t standin = {
     .name = "cuda-standin",
     .sgemm = s_sgemm,
+    .gemm_bf16 = s_gemm_bf16,
+    .to_bf16 = s_to_bf16,
     .swiglu = s_swiglu,
     .swiglu_back = s_swiglu_back,
     .router_token = s_router_token,

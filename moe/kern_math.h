@@ -20,6 +20,30 @@
 #define MOE_KFN static inline
 #endif
 
+/* x rounded to bfloat16 (the top 16 bits of its float32), to nearest, ties
+ * to even, as CUDA's __float2bfloat16_rn; a NaN stays a (quiet) NaN. */
+MOE_KFN uint16_t moe_k_bf16(float x) {
+  union {
+    float f;
+    uint32_t u;
+  } v;
+  v.f = x;
+  if ((v.u & 0x7f800000u) == 0x7f800000u && (v.u & 0x007fffffu))
+    return (uint16_t)((v.u >> 16) | 0x0040u);
+  v.u += 0x7fffu + ((v.u >> 16) & 1u);
+  return (uint16_t)(v.u >> 16);
+}
+
+/* A bfloat16 as the float32 it is exactly. */
+MOE_KFN float moe_k_bf16_float(uint16_t h) {
+  union {
+    float f;
+    uint32_t u;
+  } v;
+  v.u = (uint32_t)h << 16;
+  return v.f;
+}
+
 MOE_KFN float moe_k_sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 /* SwiGLU: h = silu(a) b. */

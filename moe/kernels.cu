@@ -11,6 +11,11 @@
 
 extern "C" {
 
+__global__ void moe_kto_bf16(size_t count, const float* x, uint16_t* out) {
+  size_t i = TID;
+  if (i < count) out[i] = moe_k_bf16(x[i]);
+}
+
 __global__ void moe_kswiglu(size_t count, const float* a, const float* b, float* h) {
   size_t i = TID;
   if (i < count) h[i] = moe_k_swiglu(a[i], b[i]);

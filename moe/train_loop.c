@@ -68,6 +68,7 @@ static void synthetic_batch(const moe_backend_ops_t* be, const moe_params_t* tea
 static const moe_backend_ops_t* pick_backend(const train_options_t* o, int rank, int* device) {
   const moe_backend_ops_t* host = moe_backend_blas(o->threads); /* sets the BLAS threads */
   *device = 0;
+  host->gemm_precision(o->gemm_bf16);
   if (o->device == TRAIN_DEVICE_HOST) return host;
   const char* si = getenv("MOE_CUDA_STANDIN");
   int standin = si && !strcmp(si, "1");
@@ -81,7 +82,9 @@ static const moe_backend_ops_t* pick_backend(const train_options_t* o, int rank,
     return NULL;
   }
   *device = 1;
-  return moe_backend_cuda(api);
+  const moe_backend_ops_t* be = moe_backend_cuda(api);
+  be->gemm_precision(o->gemm_bf16);
+  return be;
 }
 
 /* The EP group's load this step: the most expert rows a rank of it
@@ -222,7 +225,7 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
   if (root) {
     printf("# moe_train (moeccl %d.%d.%d), %d rank%s (PP %d x EP %d x DP %d, %d expert%s and "
            "%d tokens per rank, %d micro-batch%s, %s, %d chunk%s): L=%d E=%d K=%d H=%d F=%d N=%d "
-           "steps=%d lr=%g aux=%g seed=%lu %s\n# compute: %s\n",
+           "steps=%d lr=%g aux=%g seed=%lu %s\n# compute: %s%s\n",
            version / 10000, version / 100 % 100, version % 100, nranks, nranks > 1 ? "s" : "",
            ds.S, ds.P, ds.D, ds.nexp, ds.nexp > 1 ? "s" : "", ds.n, ds.M, ds.M > 1 ? "es" : "",
            pp_sched_name(o->schedule), o->chunks, o->chunks > 1 ? "s" : "", c->layers,
@@ -230,7 +233,7 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
            o->load    ? o->load
            : o->fresh ? "teacher, fresh inputs"
                       : "teacher, one batch",
-           blas);
+           blas, o->gemm_bf16 ? "; products' inputs in bfloat16, summed in float32" : "");
     printf("# %5s %12s %12s %10s %12s %7s %10s  ms (rank 0): %s\n", "step", "loss", "mse", "aux",
            "baseline", "ratio", "tokens/s",
            "router dispatch experts combine backward (exchanges) allreduce optimizer comm%");

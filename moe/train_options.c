@@ -29,6 +29,8 @@ static void usage(FILE* out) {
                "  --device D    host (default), cuda (every tensor in GPU memory: cuBLAS and\n"
                "                moe/'s kernels; MOE_CUDA_STANDIN=1 runs the host stand-in) or\n"
                "                auto (cuda where a GPU is found, else host)\n"
+               "  --gemm P      the matrix products' inputs: fp32 (default) or bf16 (rounded\n"
+               "                to bfloat16, summed in float32, on either device)\n"
                "  --load DIR    wg{l}.npy w1_{l}.npy w3_{l}.npy w2_{l}.npy x.npy target.npy;\n"
                "                shapes not given as flags are taken from the files\n"
                "  --dump DIR    first step's out.npy grad_x.npy grad_wg{l}.npy grad_w1_{l}.npy\n"
@@ -129,7 +131,8 @@ int parse_options(int argc, char** argv, train_options_t* o) {
     O_SKEW,
     O_PLAN,
     O_PLAN_JSON,
-    O_DEVICE
+    O_DEVICE,
+    O_GEMM
   };
   static const struct option longopts[] = {
       {"layers", 1, 0, O_LAYERS},   {"experts", 1, 0, O_EXPERTS},
@@ -147,7 +150,7 @@ int parse_options(int argc, char** argv, train_options_t* o) {
       {"overlap", 0, 0, O_OVERLAP}, {"rebalance-every", 1, 0, O_REBALANCE},
       {"replicas", 1, 0, O_REPLICAS}, {"skew", 1, 0, O_SKEW},
       {"plan", 0, 0, O_PLAN},       {"plan-json", 1, 0, O_PLAN_JSON},
-      {"device", 1, 0, O_DEVICE},
+      {"device", 1, 0, O_DEVICE},   {"gemm", 1, 0, O_GEMM},
       {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
   *o = (train_options_t){
       .cfg = {2, 8, 2, 64, 128, 0.01f}, .tokens = 256, .steps = 200, .lr = 0.003f, .seed = 1,
@@ -211,6 +214,14 @@ int parse_options(int argc, char** argv, train_options_t* o) {
         else if (!strcmp(optarg, "auto")) o->device = TRAIN_DEVICE_AUTO;
         else {
           fprintf(stderr, "moe_train: --device %s: want host, cuda or auto\n", optarg);
+          rc = -1;
+        }
+        break;
+      case O_GEMM:
+        if (!strcmp(optarg, "fp32")) o->gemm_bf16 = 0;
+        else if (!strcmp(optarg, "bf16")) o->gemm_bf16 = 1;
+        else {
+          fprintf(stderr, "moe_train: --gemm %s: want fp32 or bf16\n", optarg);
           rc = -1;
         }
         break;

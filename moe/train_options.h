@@ -24,6 +24,7 @@ typedef struct train_options {
   float skew;                   /* --skew A: hot experts in the synthetic task */
   int plan;                     /* --plan: the planner picks the layout */
   int device;                   /* --device: TRAIN_DEVICE_HOST, _CUDA or _AUTO */
+  int gemm_bf16;                /* --gemm bf16: the products' inputs in bfloat16 */
   const char* plan_json;        /* --plan-json FILE: every layout's prediction */
   const char* timeline;         /* --timeline FILE: the last step's ops as JSON */
   int set_layers, set_experts, set_hidden, set_ffn, set_tokens; /* given on the command line */

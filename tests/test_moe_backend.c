@@ -24,6 +24,7 @@
 #include "adam.h"
 #include "backend.h"
 #include "cuda_api.h"
+#include "kern_math.h"
 #include "model.h"
 #include "unit_check.h"
 
@@ -89,14 +90,80 @@ static void check_sgemm(unsigned* seed) {
       float *b = randf((size_t)(tb ? n : k) * ldb, 1, seed), *c = randf((size_t)m * ldc, 1, seed);
       void *da = up(a, (size_t)(ta ? k : m) * lda * 4), *db = up(b, (size_t)(tb ? n : k) * ldb * 4);
       void* dc = up(c, (size_t)m * ldc * 4);
+      float* c0 = malloc((size_t)m * ldc * 4);
+      memcpy(c0, c, (size_t)m * ldc * 4);
       host->sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.25f, c, ldc);
       dev->sgemm(ta, tb, m, n, k, 0.5f, da, lda, db, ldb, 0.25f, dc, ldc);
       char name[32];
       snprintf(name, sizeof(name), "sgemm %c%c", ta ? 'T' : 'N', tb ? 'T' : 'N');
       same(name, c, dc, (size_t)m * ldc, exact ? 1e-6 : tol);
+      /* bfloat16 inputs (gemm_precision 1): both backends, and the products
+       * of the rounded inputs summed in double, within float32's sums */
+      float* cb = malloc((size_t)m * ldc * 4);
+      memcpy(cb, c0, (size_t)m * ldc * 4);
+      api->to_device(dc, c0, (size_t)m * ldc * 4);
+      host->gemm_precision(1), dev->gemm_precision(1);
+      host->sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.25f, cb, ldc);
+      dev->sgemm(ta, tb, m, n, k, 0.5f, da, lda, db, ldb, 0.25f, dc, ldc);
+      host->gemm_precision(0), dev->gemm_precision(0);
+      snprintf(name, sizeof(name), "sgemm %c%c bf16", ta ? 'T' : 'N', tb ? 'T' : 'N');
+      same(name, cb, dc, (size_t)m * ldc, exact ? 1e-6 : tol);
+      double worst = 0, moved = 0;
+      for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+          double r = 0;
+          for (int l = 0; l < k; l++) {
+            float x = ta ? a[(size_t)l * lda + i] : a[(size_t)i * lda + l];
+            float y = tb ? b[(size_t)j * ldb + l] : b[(size_t)l * ldb + j];
+            r += (double)moe_k_bf16_float(moe_k_bf16(x)) * moe_k_bf16_float(moe_k_bf16(y));
+          }
+          r = 0.5 * r + 0.25 * c0[(size_t)i * ldc + j];
+          double d = fabs(r - cb[(size_t)i * ldc + j]);
+          worst = d > worst ? d : worst;
+          d = fabs(cb[(size_t)i * ldc + j] - c[(size_t)i * ldc + j]);
+          moved = d > moved ? d : moved;
+        }
+      CHECK(worst <= 1e-5, "%s: %g from the rounded inputs' products", name, worst);
+      CHECK(moved > 1e-4, "%s: the same as float32 (%g apart)", name, moved);
       api->free(da), api->free(db), api->free(dc);
-      free(a), free(b), free(c);
+      free(a), free(b), free(c), free(c0), free(cb);
     }
+}
+
+/* moe_k_bf16: to nearest, ties to even; infinities, NaN, overflow. */
+static void check_bf16_rounding(void) {
+  static const struct {
+    uint32_t in;
+    uint16_t out;
+  } cases[] = {
+      {0x3f800000u, 0x3f80}, /* 1 */
+      {0x3f808000u, 0x3f80}, /* 1 + half an ulp: tie, to even (down) */
+      {0x3f818000u, 0x3f82}, /* tie, to even (up) */
+      {0x3f808001u, 0x3f81}, /* above the tie */
+      {0x3f807fffu, 0x3f80}, /* below it */
+      {0xbf808001u, 0xbf81}, /* negative */
+      {0x7f7fffffu, 0x7f80}, /* the largest float: to infinity */
+      {0x7f800000u, 0x7f80}, /* infinity */
+      {0xff800000u, 0xff80},
+      {0x00000001u, 0x0000}, /* the smallest subnormal: to zero */
+      {0x80000000u, 0x8000}, /* -0 */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    union {
+      uint32_t u;
+      float f;
+    } v = {cases[i].in};
+    uint16_t got = moe_k_bf16(v.f);
+    CHECK(got == cases[i].out, "bf16(0x%08x) = 0x%04x, want 0x%04x", cases[i].in, got,
+          cases[i].out);
+  }
+  union {
+    uint32_t u;
+    float f;
+  } nan = {0x7f800001u}; /* a signalling NaN whose payload is in the low bits */
+  uint16_t q = moe_k_bf16(nan.f);
+  CHECK((q & 0x7f80) == 0x7f80 && (q & 0x7f), "bf16(sNaN) = 0x%04x: not a NaN", q);
+  CHECK(moe_k_bf16_float(0x3f81) == 1.0078125f, "bf16 0x3f81 widened");
 }
 
 static void check_elementwise(unsigned* seed) {
@@ -325,6 +392,7 @@ static void run_table(const moe_cuda_api_t* with, int bit_exact, double t) {
 }
 
 int main(void) {
+  check_bf16_rounding();
   host = moe_backend_blas(1);
   check_memory(host, 0);
   run_table(moe_cuda_api_standin(), 1, 0);

@@ -10,7 +10,9 @@
 # the host bit for bit).  Then a --device cuda training run with expert
 # moves (--rebalance-every, --replicas: weights and Adam moments migrate)
 # ends at the host run's loss and below its first, --device auto runs, and
-# a bad --device is refused (exit 2).
+# a bad --device is refused (exit 2).  --gemm bf16 (the products' inputs
+# rounded to bfloat16, summed in float32) is compared the same way, and
+# must differ from the float32 step.
 # Every run has a deadline (timeout 120 s, MP_DEADLINE_SCALE stretches it)
 # and MOECCL_TIMEOUT=30.  MOE_DEVICE_TEST_GPU=1 runs --device cuda on the
 # GPU instead of the stand-in (scripts/gpu-check.sh, stage moe_device): the
@@ -69,6 +71,15 @@ pair pp2ep2_zb -n 4 --pp 2 --ep 2 --microbatches 4 --schedule zb-h1
 pair pp2_int_ov -n 2 --pp 2 --microbatches 4 --schedule interleaved --vstages 2 --overlap
 pair ep2_rep -n 2 --ep 2 --replicas 2
 pair ep4dp2_rep -n 8 --ep 4 --dp 2 --replicas 4 --chunks 2
+# the products' inputs in bfloat16 (--gemm bf16): the same on both devices,
+# and not the float32 step (the rounding is there: beyond 1e-6 of the max)
+pair r1_bf16 --gemm bf16
+pair ep2_bf16 -n 2 --ep 2 --chunks 2 --gemm bf16
+if [ -d "$tmp/r1_host" ] && [ -d "$tmp/r1_bf16_host" ] &&
+  $cmp "$tmp/r1_host" "$tmp/r1_bf16_host" 1e-6 >"$tmp/bf16_vs_fp32.out" 2>&1; then
+  echo "FAIL: --gemm bf16 gave the float32 step: $(tail -n 2 "$tmp/bf16_vs_fp32.out")"
+  fail=1
+fi
 
 # training with expert moves on the stand-in and on the host: the same
 # final loss (within 1e-4), below the first, and a placement was made
@@ -96,6 +107,12 @@ run $src --steps 1 --device tpu >"$tmp/bad.out" 2>&1
 rc=$?
 if [ $rc != 2 ] || ! grep -q 'want host, cuda or auto' "$tmp/bad.out"; then
   echo "FAIL: --device tpu: exit $rc: $(tail -n 2 "$tmp/bad.out")"
+  fail=1
+fi
+run $src --steps 1 --gemm fp16 >"$tmp/badg.out" 2>&1
+rc=$?
+if [ $rc != 2 ] || ! grep -q 'want fp32 or bf16' "$tmp/badg.out"; then
+  echo "FAIL: --gemm fp16: exit $rc: $(tail -n 2 "$tmp/badg.out")"
   fail=1
 fi
 [ $fail = 0 ] && echo "PASS"
