@@ -5,7 +5,7 @@
 EXTRA_DIST += moe/README.md scripts/moe_ref.py tests/test_moe_ref.sh tests/test_moe_train.sh \
 	tests/test_moe_public.sh tests/test_moe_layout.sh scripts/pp_timeline.py \
 	tests/test_moe_pipe.sh tests/test_moe_plan.sh scripts/plan_calibrate.py \
-	tests/test_moe_device.sh
+	tests/test_moe_device.sh tests/moe_env.sh
 # That rule, checked on the sources (with or without OpenBLAS).
 TESTS += tests/test_moe_public.sh
 if HAVE_OPENBLAS

@@ -190,7 +190,7 @@ if [ "$DEV" != cuda ]; then
 elif [ -z "${BUILD:-}" ] || [ ! -x "$BUILD/moe/moe_train" ]; then
   skip moe_device "no autotools build carried in BUILD= (moe/ is not in the plain build)"
 else
-  stage moe_device 240 bash -c 'cd "$1" && MOE_DEVICE_TEST_GPU=1 sh "$2/tests/test_moe_device.sh"' _ \
+  stage moe_device 240 bash -c 'cd "$1" && MOE_DEVICE_TEST_GPU=1 srcdir="$2" sh "$2/tests/test_moe_device.sh"' _ \
     "$BUILD" "$PWD"
 fi
 stage shim 40 env MOECCL_DEVICE=none "$(bin test_nccl_shim)" # host memory: ncclMemAlloc's is touched by the host

@@ -17,29 +17,11 @@
 # and MOECCL_TIMEOUT=30.  MOE_DEVICE_TEST_GPU=1 runs --device cuda on the
 # GPU instead of the stand-in (scripts/gpu-check.sh, stage moe_device): the
 # same comparisons, the GPU's cuBLAS and kernels against the host.
-train=./moe/moe_train
-cmp=./tests/moe_npy_cmp
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_moe_device.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-: "${MOECCL_TIMEOUT:=30}"
-export MOECCL_TIMEOUT
-scale=${MP_DEADLINE_SCALE:-1}
-limit=$(awk -v s="$scale" 'BEGIN { s = s > 0 ? s : 1; printf "%d", 120 * s }')
-run() { timeout -k 5 "$limit" "$train" "$@"; }
-fail=0
+moe_test=test_moe_device
+. "${srcdir:-.}/tests/moe_env.sh"
 
 src="--layers 4 --experts 8 --topk 2 --hidden 32 --ffn 48 --tokens 62 --aux 0.05 --seed 5"
 
-# dump NAME ARGS...
-dump() {
-  name=$1
-  shift
-  if ! run $src --steps 1 --dump "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1; then
-    echo "FAIL: $name ($*): $(tail -n 3 "$tmp/$name.out")"
-    fail=1
-    return 1
-  fi
-}
 # pair NAME ARGS...: the layout on the host, then on the stand-in, compared
 if [ "${MOE_DEVICE_TEST_GPU:-0}" = 1 ]; then
   standin=0 on="the GPU"

@@ -14,18 +14,9 @@
 # defaults falls below 10% of the baseline on 2 ranks (EP) and on 4 (2 x 2),
 # and the layout errors moe_train refuses (exit 2).  Every run has a
 # deadline (timeout 120 s; MP_DEADLINE_SCALE stretches it) and MOECCL_TIMEOUT=30.
-srcdir=${srcdir:-.}
+moe_test=test_moe_layout
+. "${srcdir:-.}/tests/moe_env.sh"
 ref="$srcdir/scripts/moe_ref.py"
-train=./moe/moe_train
-cmp=./tests/moe_npy_cmp
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_moe_layout.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-: "${MOECCL_TIMEOUT:=30}"
-export MOECCL_TIMEOUT
-scale=${MP_DEADLINE_SCALE:-1}
-limit=$(awk -v s="$scale" 'BEGIN { s = s > 0 ? s : 1; printf "%d", 120 * s }')
-run() { timeout -k 5 "$limit" "$train" "$@"; }
-fail=0
 
 py=
 for p in ${PYTHON:+"$PYTHON"} python3 /usr/bin/python3; do
@@ -42,7 +33,7 @@ else
   echo "data: moe_train's synthetic task (no python3 with numpy), L2 E8 K2 H32 F48 N62 aux 0.05"
 fi
 
-# dump NAME RANKS P D [CHUNKS]
+# dump NAME RANKS P D [CHUNKS] (in place of moe_env.sh's)
 dump() {
   if ! run -n "$2" --ep "$3" --dp "$4" --chunks "${5:-1}" $src --steps 1 --dump "$tmp/$1" \
       >"$tmp/$1.out" 2>&1; then

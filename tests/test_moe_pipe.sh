@@ -12,31 +12,12 @@
 # report prints the bubble, --timeline writes valid JSON, and the layout
 # errors are refused (exit 2).  Every run has a deadline (timeout 120 s,
 # MP_DEADLINE_SCALE stretches it) and MOECCL_TIMEOUT=30.
-srcdir=${srcdir:-.}
+moe_test=test_moe_pipe
+. "${srcdir:-.}/tests/moe_env.sh"
 ref="$srcdir/scripts/moe_ref.py"
-train=./moe/moe_train
-cmp=./tests/moe_npy_cmp
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_moe_pipe.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-: "${MOECCL_TIMEOUT:=30}"
-export MOECCL_TIMEOUT
-scale=${MP_DEADLINE_SCALE:-1}
-limit=$(awk -v s="$scale" 'BEGIN { s = s > 0 ? s : 1; printf "%d", 120 * s }')
-run() { timeout -k 5 "$limit" "$train" "$@"; }
-fail=0
 
 src="--layers 4 --experts 8 --topk 2 --hidden 32 --ffn 48 --tokens 62 --aux 0.05 --seed 11"
 
-# dump NAME ARGS...
-dump() {
-  name=$1
-  shift
-  if ! run $src --steps 1 --dump "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1; then
-    echo "FAIL: $name ($*): $(tail -n 3 "$tmp/$name.out")"
-    fail=1
-    return 1
-  fi
-}
 # check REF NAME ARGS...: NAME's dump against REF's
 check() {
   r=$1 name=$2
