@@ -73,8 +73,12 @@ typedef struct step_timing {
   double bexch; /* of backward: in the EP exchanges (or waiting for them) */
 } step_timing_t;
 
-/* Seconds on the monotonic clock. */
+/* Seconds on the monotonic clock, once the ops queued on the device backend
+ * given to train_time_device (if any) are done: a device computes
+ * asynchronously, and a phase's time must be its work, not the time to
+ * queue it (the next phase would be charged for it). */
 double train_now(void);
+void train_time_device(const moe_backend_ops_t* be);
 
 /* Zeroed floats (at least one); sets *failed when there is no memory. */
 float* falloc(size_t count, int* failed);

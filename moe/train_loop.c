@@ -146,6 +146,7 @@ int train_rank(const train_options_t* given, int rank, int nranks, moecclUniqueI
   const moe_backend_ops_t* be = pick_backend(given, rank, &device);
   char blas[512];
   if (!be) return 1;
+  train_time_device(device ? be : NULL);
   dist_t ds;
   int root = rank == 0;
   moecclComm_t world = NULL;

@@ -54,6 +54,10 @@
 #   dev_perf_N   a2a_dev_perf on N = 2, 4, 8 ranks, 1 MiB to DEV_PERF_MAX (256M):
 #                moeccl, NCCL (the baseline with --nccl-lib, where it runs
 #                several ranks on one GPU) and the device copy roofline
+#   moe_overlap_N scripts/moe_overlap.py: moe_train --device cuda on N = 2, 4,
+#                8 ranks (EP N, H 1024, F 2048, 4096 tokens per rank),
+#                unchunked against 2 and 4 chunks: communication hidden, speedup
+#                (the autotools build carried in BUILD=)
 #   (openmpi and nccl-tests come packed in gpu-carry/tools.tar.xz, unpacked
 #   into a temporary folder first)
 #   nccl_C_N     the same nccl-tests binaries on the baseline NCCL
@@ -256,6 +260,21 @@ max=256M
 for n in 2 4 8; do
   stage dev_perf_$n 60 "$perf" -n $n -b 1M -e ${DEV_PERF_MAX:-$max} -f 4 -i 20 -w 3 -r 5 \
     ${nccl:+--nccl-lib "$nccl"} --json "$OUT/dev_perf_$n.json"
+done
+
+# moe_train --device cuda, unchunked against 2 and 4 chunks (the EP exchanges
+# of one chunk under the experts of another), N ranks of the GPU: the share
+# of the communication hidden and the speedup (scripts/moe_overlap.py)
+for n in 2 4 8; do
+  if [ "$DEV" != cuda ]; then
+    skip moe_overlap_$n "the device is $DEV: moe_train --device cuda needs a GPU"
+  elif [ -z "${BUILD:-}" ] || [ ! -x "$BUILD/moe/moe_train" ]; then
+    skip moe_overlap_$n "no autotools build carried in BUILD= (moe/ is not in the plain build)"
+  else
+    stage moe_overlap_$n 45 python3 scripts/moe_overlap.py --reps 2 --chunks 2,4 \
+      --json "$OUT/moe_overlap_$n.json" -- "$BUILD/moe/moe_train" -n $n --ep $n --device cuda \
+      --layers 2 --experts 16 --topk 2 --hidden 1024 --ffn 2048 --tokens $((4096 * n)) --steps 6
+  fi
 done
 
 [ -z "$why" ] && [ -z "$nccl" ] && why="no baseline NCCL (see baseline.log)"

@@ -17,7 +17,7 @@ rc=$?
 for s in build device kernels mp_device shim dev_perf_2 dev_perf_4 dev_perf_8; do
   grep -q "^$s 0 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s did not pass"; fail=1; }
 done
-for s in torch_2 torch_4 baseline; do
+for s in torch_2 torch_4 baseline moe_overlap_2 moe_overlap_4 moe_overlap_8; do
   grep -q "^$s 77 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s not skipped"; fail=1; }
 done
 for c in alltoall sendrecv all_gather broadcast; do
