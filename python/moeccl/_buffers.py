@@ -266,19 +266,19 @@ def _facts_of(tp):
     return _torch_facts
 
 
-def host_pair(send, recv):
-    """(send's pointer, recv's pointer, elements, DataType) of two host
-    buffers of one datatype and size that as_buffer would take as they are
-    (C-contiguous numpy arrays or CPU tensors of a moeccl datatype, recv
-    writable), else None: then as_buffer and the call's checks either take
-    them or say why not.  A type lookup each, no Buffer and no numpy
-    __array_interface__ dict built: the fast path of the calls whose cost
-    matters."""
+def host_pair(send, recv, send_times=1, recv_times=1):
+    """(send's pointer, recv's pointer, send's elements, DataType) of two
+    host buffers of one datatype, send_times x recv's elements = recv_times x
+    send's, that as_buffer would take as they are (C-contiguous numpy arrays
+    or CPU tensors of a moeccl datatype, recv writable), else None: then
+    as_buffer and the call's checks either take them or say why not.  A type
+    lookup each, no Buffer and no numpy __array_interface__ dict built: the
+    fast path of the calls whose cost matters."""
     s = (_FACTS.get(type(send)) or _facts_of(type(send)))(send, False)
     if s is None:
         return None
     r = (_FACTS.get(type(recv)) or _facts_of(type(recv)))(recv, True)
-    if r is None or r[1] != s[1] or r[2] is not s[2]:
+    if r is None or r[1] * send_times != s[1] * recv_times or r[2] is not s[2]:
         return None
     return s[0], r[0], s[1], s[2]
 

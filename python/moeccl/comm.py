@@ -7,9 +7,13 @@ import threading
 import time
 
 from . import _lib
-from ._buffers import (ArgumentError, as_buffer, host_pair, same_kind, same_type, to_datatype,
-                       to_redop)
+from ._buffers import (_REDOP_NAMES, ArgumentError, as_buffer, host_pair, same_kind, same_type,
+                       to_datatype, to_redop)
 from ._lib import MoecclError, call
+
+# the reductions' names as the fast paths take them (exactly these strings;
+# any other spelling, RedOp or int goes through to_redop)
+_FAST_OPS = {name: int(op) for name, op in _REDOP_NAMES.items()}
 
 # ------------------------------------------------------------ unique ids
 
@@ -255,7 +259,9 @@ class Comm:
         call("moecclCommCount", handle, ctypes.byref(n), comm=handle)
         call("moecclCommUserRank", handle, ctypes.byref(r), comm=handle)
         self.size, self.rank = n.value, r.value
-        self._alltoall = _lib.lib().moecclAlltoAll  # the fast path's function
+        lib = _lib.lib()  # the fast paths' functions
+        self._alltoall, self._allreduce = lib.moecclAlltoAll, lib.moecclAllReduce
+        self._reducescatter, self._allgather = lib.moecclReduceScatter, lib.moecclAllGather
         self._premul = []
 
     @classmethod
@@ -417,6 +423,18 @@ class Comm:
 
     def all_reduce(self, send, recv=None, op="sum", stream=None, dtype=None):
         """recv = op over ranks of send (in place when recv is None or send)."""
+        h = self.handle
+        if stream is None and dtype is None and h is not None and op.__class__ is str:
+            # the fast path, as all_to_all's
+            o = _FAST_OPS.get(op)
+            f = host_pair(send, send if recv is None else recv) if o is not None else None
+            if f is not None:
+                if _group.depth:
+                    _keep([send, recv])
+                rc = self._allreduce(f[0], f[1], f[2], f[3], o, h, None)
+                if rc:
+                    _lib.check(rc, "moecclAllReduce", h)
+                return
         if recv is None:
             h = self._h()
             sb = rb = as_buffer(send, "send", writable=True, dtype=dtype)
@@ -429,6 +447,17 @@ class Comm:
     def reduce_scatter(self, send, recv, op="sum", stream=None, dtype=None):
         """Rank i gets block i (recv.size elements) of op over ranks of send
         (nranks * recv.size elements)."""
+        h = self.handle
+        if stream is None and dtype is None and h is not None and op.__class__ is str:
+            o = _FAST_OPS.get(op)
+            f = host_pair(send, recv, self.size, 1) if o is not None else None
+            if f is not None:
+                if _group.depth:
+                    _keep([send, recv])
+                rc = self._reducescatter(f[0], f[1], f[2] // self.size, f[3], o, h, None)
+                if rc:
+                    _lib.check(rc, "moecclReduceScatter", h)
+                return
         h, sb, rb = self._pair(send, recv, dtype)
         self._nranks_times(sb, "send", rb, "recv")
         self._run("moecclReduceScatter", [sb, rb], stream, sb.ptr, rb.ptr, rb.count,
@@ -436,6 +465,16 @@ class Comm:
 
     def all_gather(self, send, recv, stream=None, dtype=None):
         """recv (nranks * send.size elements) = every rank's send in rank order."""
+        h = self.handle
+        if stream is None and dtype is None and h is not None:
+            f = host_pair(send, recv, 1, self.size)
+            if f is not None:
+                if _group.depth:
+                    _keep([send, recv])
+                rc = self._allgather(f[0], f[1], f[2], f[3], h, None)
+                if rc:
+                    _lib.check(rc, "moecclAllGather", h)
+                return
         h, sb, rb = self._pair(send, recv, dtype)
         self._nranks_times(rb, "recv", sb, "send")
         self._run("moecclAllGather", [sb, rb], stream, sb.ptr, rb.ptr, sb.count,
