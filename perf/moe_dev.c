@@ -375,14 +375,18 @@ static int row(bench_t* b, size_t T, int K, moecclDataType_t dt) {
   return w1 > 0 || w2 > 0;
 }
 
-/* 1 when every rank says ok; else the first reason is in S->why. */
+static char first_why[256]; /* the lowest failing rank's reason */
+
+/* 1 when every rank says ok, else 0 with first_why set. */
 static int all_ok(int ok, const char* why) {
   S->ok[me] = ok;
-  if (!ok && !S->why[0]) snprintf(S->why, sizeof S->why, "rank %d: %s", me, why);
+  snprintf(S->why[me], sizeof S->why[me], "%s", ok ? "" : why);
   barrier();
-  for (int r = 0; r < nranks; r++) ok &= S->ok[r];
+  int all = 1;
+  for (int r = nranks - 1; r >= 0; r--)
+    if (!S->ok[r]) all = 0, snprintf(first_why, sizeof first_why, "rank %d: %s", r, S->why[r]);
   barrier();
-  return ok;
+  return all;
 }
 
 /* Every rank starts the baseline or none does (rank 0 says why). */
@@ -421,8 +425,9 @@ static void header(const bench_t* b) {
     printf("# baseline: moeccl's grouped moecclSend/moecclRecv and moecclAlltoAll in NCCL's "
            "place (--baseline moeccl)\n");
   else if (o->baseline == BASE_NCCL)
-    printf("# baseline: none: NCCL could not run here: %s\n", S->why);
-  else if (o->baseline) printf("# baseline: none: the baseline could not run here: %s\n", S->why);
+    printf("# baseline: none: NCCL could not run here: %s\n", first_why);
+  else if (o->baseline)
+    printf("# baseline: none: the baseline could not run here: %s\n", first_why);
   else printf("# baseline: none (--baseline none)\n");
   printf("# us per call, the slowest rank's: moeccl = layout + dispatch + combine; base = "
          "device permute + counts all-to-all (waited for) + grouped send/recv there and back + "

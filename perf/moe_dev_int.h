@@ -62,8 +62,8 @@ typedef struct shared {
   moecclUniqueId moeccl_id;
   nccl_id_t nccl_id;
   int ok[MAX_RANKS];
-  char why[256];
-  double v[MAX_RANKS][4]; /* per-rank values being gathered */
+  char why[MAX_RANKS][200]; /* each rank's reason the baseline cannot run */
+  double v[MAX_RANKS][4];   /* per-rank values being gathered */
 } shared_t;
 
 typedef struct bench {

@@ -54,6 +54,13 @@
 #   dev_perf_N   a2a_dev_perf on N = 2, 4, 8 ranks, 1 MiB to DEV_PERF_MAX (256M):
 #                moeccl, NCCL (the baseline with --nccl-lib, where it runs
 #                several ranks on one GPU) and the device copy roofline
+#   moe_dev_perf_N  moe_perf --device cuda on N = 2, 4, 8 ranks: the MoE
+#                layout + dispatch + combine against a device permute, NCCL's
+#                grouped send/recv (the baseline above) and a device
+#                unpermute, K = 2 and 6, 4096 tokens per rank, hidden 4096,
+#                bfloat16, both results checked; moe_perf links MPI, so it
+#                comes from an autotools build (BUILD=, or MOE_PERF=PATH),
+#                run with the carried Open MPI's libraries on the path
 #   (openmpi and nccl-tests come packed in gpu-carry/tools.tar.xz, unpacked
 #   into a temporary folder first)
 #   nccl_C_N     the same nccl-tests binaries on the baseline NCCL
@@ -256,6 +263,22 @@ max=256M
 for n in 2 4 8; do
   stage dev_perf_$n 60 "$perf" -n $n -b 1M -e ${DEV_PERF_MAX:-$max} -f 4 -i 20 -w 3 -r 5 \
     ${nccl:+--nccl-lib "$nccl"} --json "$OUT/dev_perf_$n.json"
+done
+
+# moe_perf --device cuda: not in the plain build (moe_perf links MPI)
+moe=${MOE_PERF:-${BUILD:+$BUILD/perf/moe_perf}} moe_why= moe_ld="$LD_LIBRARY_PATH:$mpi/lib"
+if [ -z "$moe" ] || [ ! -x "$moe" ]; then
+  moe_why="no moe_perf: it links MPI, so it comes from an autotools build (BUILD= or MOE_PERF=)"
+elif LD_LIBRARY_PATH=$moe_ld ldd "$moe" 2>&1 | grep -q 'not found'; then
+  moe_why="moe_perf's libraries: $(LD_LIBRARY_PATH=$moe_ld ldd "$moe" 2>&1 | grep 'not found' | tr -s '\n\t' '  ')"
+fi
+moe_shape="-t 4096 -H 4096"
+[ "$DEV" = cuda ] || moe_shape="-t 256 -H 256"
+for n in 2 4 8; do
+  if [ -n "$moe_why" ]; then skip moe_dev_perf_$n "$moe_why"; else
+    stage moe_dev_perf_$n 60 env LD_LIBRARY_PATH="$moe_ld" "$moe" --device cuda -n $n $moe_shape \
+      -d bfloat16 -k 2,6 -i 3 -w 1 -r 3 ${nccl:+--nccl-lib "$nccl"} --json "$OUT/moe_dev_perf_$n.json"
+  fi
 done
 
 [ -z "$why" ] && [ -z "$nccl" ] && why="no baseline NCCL (see baseline.log)"
