@@ -347,29 +347,31 @@ static int row(bench_t* b, size_t T, int K, moecclDataType_t dt) {
   config_close(b);
   if (me != 0) return w1 > 0 || w2 > 0;
   const char* tn = dt == moecclFloat32 ? "float" : "bfloat16";
-  char bw[24] = "-", bus[24] = "-", sp[24] = "-";
+  char mw[24] = "-", bw[24] = "-", bus[24] = "-", sp[24] = "-"; /* "-": not run or not checked */
+  if (o->check) snprintf(mw, sizeof mw, "%.0f", w1);
   if (b->xcomm) {
-    snprintf(bw, sizeof bw, "%.0f", w2);
+    if (o->check) snprintf(bw, sizeof bw, "%.0f", w2);
     snprintf(bus, sizeof bus, "%.1f", med[2] * 1e6);
     snprintf(sp, sizeof sp, "%.2fx", med[2] / med[1]);
   }
-  printf("%-8s %3d %7zu %10.1f %10s %7s %9.1f %5.1f%% %10.2f %10.2f %5.2f %6.0f %6s\n", tn, K, T,
+  printf("%-8s %3d %7zu %10.1f %10s %7s %9.1f %5.1f%% %10.2f %10.2f %5.2f %6s %6s\n", tn, K, T,
          med[1] * 1e6, bus, sp, med[0] * 1e6, 100 * med[0] / med[1], moe_bytes / 1e6,
-         exp_bytes / 1e6, hot, w1, bw);
+         exp_bytes / 1e6, hot, mw, bw);
   fflush(stdout);
-  if (json_out) {
+  if (json_out) { /* wrong counts: null when not checked (-c 0) */
     fprintf(json_out,
             "%s\n  {\"type\": \"%s\", \"ranks\": %d, \"tokens\": %zu, \"hidden\": %zu, "
             "\"experts\": %d, \"topk\": %d, \"skew\": %g, \"moeccl_us\": %.3f, "
             "\"roof_us\": %.3f, \"pct_roof\": %.2f, \"moeccl_bytes\": %.0f, "
-            "\"per_expert_bytes\": %.0f, \"hot_rank_load\": %.3f, \"wrong\": %.0f",
+            "\"per_expert_bytes\": %.0f, \"hot_rank_load\": %.3f, \"wrong\": %s",
             json_rows++ ? "," : "", tn, nranks, T, o->H, o->E, K, o->skew, med[1] * 1e6,
-            med[0] * 1e6, 100 * med[0] / med[1], moe_bytes, exp_bytes, hot, w1);
+            med[0] * 1e6, 100 * med[0] / med[1], moe_bytes, exp_bytes, hot, o->check ? mw : "null");
     if (b->xcomm)
       fprintf(json_out,
               ", \"baseline\": \"%s\", \"base_us\": %.3f, \"speedup\": %.4f, "
-              "\"base_wrong\": %.0f",
-              o->baseline == BASE_NCCL ? "nccl" : "moeccl", med[2] * 1e6, med[2] / med[1], w2);
+              "\"base_wrong\": %s",
+              o->baseline == BASE_NCCL ? "nccl" : "moeccl", med[2] * 1e6, med[2] / med[1],
+              o->check ? bw : "null");
     fputs("}", json_out);
   }
   return w1 > 0 || w2 > 0;
@@ -486,7 +488,7 @@ static void usage(void) {
       "  -t, --tokens T[,T..]   tokens per rank (default 4096)\n"
       "  -H, --hidden H         elements per row (default 1024)\n"
       "  -E, --experts E        experts, placed in contiguous blocks (default 16)\n"
-      "  -k, --topk K[,K..]     experts per token, distinct (default 2,6)\n"
+      "  -k, --topk K[,K..]     experts per token, distinct (default 2,6; <= 24, bfloat16 <= 8)\n"
       "  -s, --skew S           Zipf exponent of the expert popularity (default 1; 0 uniform)\n"
       "  -d, --dtype D          float, bfloat16 or all (default float)\n"
       "  -i, --iters N          timed calls per series (default 5)\n"
@@ -586,6 +588,8 @@ static int parse_opts(int argc, char** argv, options_t* o) {
   const char* why = NULL;
   for (int i = 0; i < o->nk; i++)
     if (o->ks[i] > o->E) why = "every K must be at most E";
+    else if (o->ks[i] > (o->dts[o->ndt - 1] == moecclBfloat16 ? 8 : 24))
+      why = "K above 24 (float) or 8 (bfloat16): the gate weights' sums would not be exact";
   if (optind < argc) why = "unexpected argument";
   else if (!o->ranks) why = "-n RANKS is required";
   if (why) fprintf(stderr, "moe_perf --device: %s (see -h)\n", why);

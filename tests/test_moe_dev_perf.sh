@@ -59,6 +59,7 @@ refuse "--device gpu" 2 $perf --device gpu -n 2
 refuse "no -n" 2 $perf --device cuda
 refuse "one rank" 2 $perf --device cuda -n 1
 refuse "K > E" 2 $perf --device cuda -n 2 -E 4 -k 2,6
+refuse "K not exact in bfloat16" 2 $perf --device cuda -n 2 -E 16 -k 9 -d bfloat16
 refuse "unknown baseline" 2 $perf --device cuda -n 2 --baseline mpi
 refuse "unknown dtype" 2 $perf --device cuda -n 2 -d half
 refuse "zero tokens" 2 $perf --device cuda -n 2 -t 0
