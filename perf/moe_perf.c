@@ -18,6 +18,7 @@
  */
 #include "perf_common.h"
 
+#include "moe_dev.h"
 #include "moeccl_moe.h"
 
 #include <math.h>
@@ -459,6 +460,10 @@ static int write_json(const char* path, const struct result* r, int nr, int n)
 
 int main(int argc, char** argv)
 {
+  /* --device cuda: device buffers, forked ranks, no MPI (perf/moe_dev.c) */
+  int device = moe_dev_select(&argc, argv);
+  if (device != 0)
+    return device > 0 ? moe_dev_main(argc, argv) : 2;
   MPI_Init(&argc, &argv);
   struct perf_opts o;
   memset(&o, 0, sizeof o);

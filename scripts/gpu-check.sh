@@ -58,6 +58,13 @@
 #                8 ranks (EP N, H 1024, F 2048, 4096 tokens per rank),
 #                unchunked against 2 and 4 chunks: communication hidden, speedup
 #                (the autotools build carried in BUILD=)
+#   moe_dev_perf_N  moe_perf --device cuda on N = 2, 4, 8 ranks: the MoE
+#                layout + dispatch + combine against a device permute, NCCL's
+#                grouped send/recv (the baseline above) and a device
+#                unpermute, K = 2 and 6, 4096 tokens per rank, hidden 4096,
+#                bfloat16, both results checked; moe_perf links MPI, so it
+#                comes from an autotools build (BUILD=, or MOE_PERF=PATH),
+#                run with the carried Open MPI's libraries on the path
 #   (openmpi and nccl-tests come packed in gpu-carry/tools.tar.xz, unpacked
 #   into a temporary folder first)
 #   nccl_C_N     the same nccl-tests binaries on the baseline NCCL
@@ -274,6 +281,22 @@ for n in 2 4 8; do
     stage moe_overlap_$n 45 python3 scripts/moe_overlap.py --reps 2 --chunks 2,4 \
       --json "$OUT/moe_overlap_$n.json" -- "$BUILD/moe/moe_train" -n $n --ep $n --device cuda \
       --layers 2 --experts 16 --topk 2 --hidden 1024 --ffn 2048 --tokens $((4096 * n)) --steps 6
+  fi
+done
+
+# moe_perf --device cuda: not in the plain build (moe_perf links MPI)
+moe=${MOE_PERF:-${BUILD:+$BUILD/perf/moe_perf}} moe_why= moe_ld="$LD_LIBRARY_PATH:$mpi/lib"
+if [ -z "$moe" ] || [ ! -x "$moe" ]; then
+  moe_why="no moe_perf: it links MPI, so it comes from an autotools build (BUILD= or MOE_PERF=)"
+elif LD_LIBRARY_PATH=$moe_ld ldd "$moe" 2>&1 | grep -q 'not found'; then
+  moe_why="moe_perf's libraries: $(LD_LIBRARY_PATH=$moe_ld ldd "$moe" 2>&1 | grep 'not found' | tr -s '\n\t' '  ')"
+fi
+moe_shape="-t 4096 -H 4096"
+[ "$DEV" = cuda ] || moe_shape="-t 256 -H 256"
+for n in 2 4 8; do
+  if [ -n "$moe_why" ]; then skip moe_dev_perf_$n "$moe_why"; else
+    stage moe_dev_perf_$n 60 env LD_LIBRARY_PATH="$moe_ld" "$moe" --device cuda -n $n $moe_shape \
+      -d bfloat16 -k 2,6 -i 3 -w 1 -r 3 ${nccl:+--nccl-lib "$nccl"} --json "$OUT/moe_dev_perf_$n.json"
   fi
 done
 

@@ -15,3 +15,9 @@ check_PROGRAMS += tests/test_moe_sched
 TESTS += tests/test_moe_sched
 tests_test_moe_sched_SOURCES = tests/test_moe_sched.c tests/unit_check.h
 tests_test_moe_sched_LDADD = libmoeccl_core.la -lm
+
+# moe_perf --device cuda on the device emulation: both sides checked, the
+# NCCL baseline's refusal, bad command lines (skips where moe_perf was not
+# built: it needs MPI).
+TESTS += tests/test_moe_dev_perf.sh
+EXTRA_DIST += tests/test_moe_dev_perf.sh
