@@ -227,6 +227,25 @@ def main():
         "met": all(r["hidden"] >= 0.6 and r["speedup"] >= 1.3 for r in rows) if rows else None,
         "ranks": ov, "why": None if rows else "the moe_overlap stages were skipped (see their logs)"}
 
+    # moe_vs_nccl: moe_perf --device cuda against permute + NCCL's grouped
+    # send/recv + unpermute, at least 1.5x at K = 2 and 6 (issue 28)
+    mrows = []
+    for n in (2, 4, 8):
+        try:
+            with open(os.path.join(out, "moe_dev_perf_%d.json" % n)) as f:
+                rows = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for r in rows:
+            if r.get("baseline") == "nccl" and r["topk"] in (2, 6):
+                mrows.append({"ranks": n, "topk": r["topk"], "tokens": r["tokens"],
+                              "speedup": r["speedup"], "wrong": r["wrong"],
+                              "base_wrong": r["base_wrong"]})
+    targets["moe_vs_nccl"] = {
+        "met": all(r["speedup"] >= 1.5 and not r["wrong"] and not r["base_wrong"] for r in mrows)
+        if mrows else None, "rows": mrows,
+        "why": None if mrows else "no moe_dev_perf row against NCCL (skipped, or NCCL did not run)"}
+
     summary = {"device": device, "mps": mps(out), "stages": st, "failed_stages": failed,
                "targets": targets, "a2a_dev_perf": dp, "nccl_tests": nt, "nccl_tests_side_by_side": sbs}
     with open(os.path.join(out, "summary.json"), "w") as f:
