@@ -18,6 +18,11 @@ and checks the targets of issue 10's section 7 and issue 24:
   nt_wrong     nccl-tests: #wrong 0 in every row, the drop-in loaded
   torch        tests/test_torch_dropin.py passed on 2 and 4 ranks with the
                drop-in mapped in every rank
+and issue 28's, from the moe_overlap_N and moe_dev_perf_N JSON:
+  overlap      moe_train --device cuda's best chunk count hides at least 60%
+               of the EP communication and runs the step 1.3x the unchunked
+  moe_vs_nccl  moe_perf --device cuda at least 1.5x permute + NCCL's grouped
+               send/recv + unpermute at K = 2 and 6, every value right
 A target is true, false, or null with the reason it could not be judged.
 Prints the summary; exits 1 when a stage failed or a target is false.
 """
