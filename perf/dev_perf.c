@@ -27,60 +27,25 @@
  * the roofline only.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dev_ranks.h"
 #include "device/device.h"
 #include "moeccl.h"
 #include "perf_parse.h"
 
-#define MAX_RANKS 64
+#define MAX_RANKS DEV_RANKS_MAX
 #define MAX_REPS 101
-#define BARRIER_TIMEOUT_S 300.0
 #define SKEW_S 1.2 /* zipf exponent of the receivers' popularity in -o alltoallv */
-#define NCCL_DEFAULT_LIB "/usr/local/cuda/lib64/libnccl.so.2"
-
-/* ---- NCCL, by dlopen: the few entry points used, with NCCL 2.28's types ---- */
-
-typedef int nccl_result_t; /* ncclResult_t: 0 = ncclSuccess */
-typedef struct {
-  char internal[128];
-} nccl_id_t;
-typedef void* nccl_comm_t;
-enum { NCCL_FLOAT32 = 7 }; /* ncclFloat32 */
-
-typedef struct nccl_api {
-  void* lib;
-  const char* path;
-  int version;
-  nccl_result_t (*get_version)(int*);
-  nccl_result_t (*get_unique_id)(nccl_id_t*);
-  nccl_result_t (*init_rank)(nccl_comm_t*, int, nccl_id_t, int);
-  nccl_result_t (*destroy)(nccl_comm_t);
-  nccl_result_t (*alltoall)(const void*, void*, size_t, int, nccl_comm_t, void*);
-  nccl_result_t (*send)(const void*, size_t, int, int, nccl_comm_t, void*);
-  nccl_result_t (*recv)(void*, size_t, int, int, nccl_comm_t, void*);
-  nccl_result_t (*group_start)(void);
-  nccl_result_t (*group_end)(void);
-  const char* (*error_string)(nccl_result_t);
-  const char* (*last_error)(nccl_comm_t);
-} nccl_api_t;
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -98,11 +63,8 @@ typedef struct options {
 /* ---- what the forked ranks share (one anonymous shared mapping) ----------- */
 
 typedef struct shared {
-  _Atomic unsigned arrived, generation;
-  _Atomic int failed;   /* a rank gave up: the others stop at the next barrier */
-  _Atomic int id_ready; /* 1: moeccl_id is valid, -1: the launcher could not make it */
-  moecclUniqueId moeccl_id;
-  nccl_id_t nccl_id;
+  dev_ranks_head_t head; /* the barrier, the failure flag, moeccl's id (dev_ranks.h) */
+  dev_nccl_id_t nccl_id;
   int nccl_ok[MAX_RANKS];
   char nccl_why[256];
   double t[MAX_RANKS];   /* each rank's seconds of the series just timed */
@@ -110,63 +72,23 @@ typedef struct shared {
 } shared_t;
 
 static shared_t* S;
-static int me, nranks;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void die(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char* fmt, ...) {
-  char text[512];
-  int k = snprintf(text, sizeof text, "a2a_dev_perf: rank %d: ", me);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text + k, sizeof text - (size_t)k - 1, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "%s\n", text); /* one write: the ranks' lines do not interleave */
-  atomic_store(&S->failed, 1);
-  _exit(1);
-}
-
-/* All ranks here, or die: a rank that failed or a rank that never comes
- * (BARRIER_TIMEOUT_S) ends the run instead of hanging it. */
-static void barrier(void) {
-  unsigned gen = atomic_load(&S->generation);
-  if (atomic_fetch_add(&S->arrived, 1) == (unsigned)nranks - 1) {
-    atomic_store(&S->arrived, 0);
-    atomic_fetch_add(&S->generation, 1);
-    return;
-  }
-  double deadline = now() + BARRIER_TIMEOUT_S;
-  for (unsigned spins = 0; atomic_load(&S->generation) == gen; spins++) {
-    if (atomic_load(&S->failed)) _exit(1);
-    if (spins > 1000) {
-      sched_yield();
-      if ((spins & 1023) == 0 && now() > deadline)
-        die("a barrier waited %.0f s for the other ranks", BARRIER_TIMEOUT_S);
-    }
-  }
-}
 
 /* The slowest rank's value of S->t, after the barrier every rank passed. */
 static double slowest(double mine) {
-  S->t[me] = mine;
-  barrier();
+  S->t[dev_me] = mine;
+  dev_barrier();
   double m = 0;
-  for (int r = 0; r < nranks; r++) m = S->t[r] > m ? S->t[r] : m;
-  barrier(); /* nobody writes t again before everyone read it */
+  for (int r = 0; r < dev_nranks; r++) m = S->t[r] > m ? S->t[r] : m;
+  dev_barrier(); /* nobody writes t again before everyone read it */
   return m;
 }
 
 static long total_wrong(long mine) {
-  S->wrong[me] = mine;
-  barrier();
+  S->wrong[dev_me] = mine;
+  dev_barrier();
   long w = 0;
-  for (int r = 0; r < nranks; r++) w += S->wrong[r];
-  barrier();
+  for (int r = 0; r < dev_nranks; r++) w += S->wrong[r];
+  dev_barrier();
   return w;
 }
 
@@ -178,16 +100,16 @@ static long total_wrong(long mine) {
  * to the all-to-all's total per rank. */
 static size_t count_of(enum op_kind op, size_t bytes, int src, int dst) {
   size_t total = bytes / 4;
-  if (op == OP_A2A) return total / (size_t)nranks;
+  if (op == OP_A2A) return total / (size_t)dev_nranks;
   double w[MAX_RANKS], sum = 0;
-  for (int p = 0; p < nranks; p++) {
+  for (int p = 0; p < dev_nranks; p++) {
     uint64_t h = ((uint64_t)(src + 1) * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(p + 1) << 32);
     h ^= h >> 29, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 32;
     double jitter = 0.75 + 0.5 * (double)(h % 1000) / 1000.0;
     w[p] = jitter * pow((double)(p + 1), -SKEW_S);
     sum += w[p];
   }
-  return (size_t)((double)(total / (size_t)nranks) * (double)nranks * w[dst] / sum);
+  return (size_t)((double)(total / (size_t)dev_nranks) * (double)dev_nranks * w[dst] / sum);
 }
 
 typedef struct layout {
@@ -197,8 +119,8 @@ typedef struct layout {
 
 static void make_layout(enum op_kind op, size_t bytes, layout_t* l) {
   l->send_total = l->recv_total = 0;
-  for (int p = 0; p < nranks; p++) {
-    l->sc[p] = count_of(op, bytes, me, p), l->rc[p] = count_of(op, bytes, p, me);
+  for (int p = 0; p < dev_nranks; p++) {
+    l->sc[p] = count_of(op, bytes, dev_me, p), l->rc[p] = count_of(op, bytes, p, dev_me);
     l->sd[p] = l->send_total, l->send_total += l->sc[p];
     l->rd[p] = l->recv_total, l->recv_total += l->rc[p];
   }
@@ -215,8 +137,8 @@ typedef struct bench {
   const options_t* o;
   const moeccl_device_ops_t* d;
   moecclComm_t comm;
-  nccl_api_t* nccl;
-  nccl_comm_t ncomm;
+  dev_nccl_t* nccl;
+  void* ncomm;
   void* stream;
   float *send, *recv; /* device */
   float* host;        /* staging for fills and checks */
@@ -227,7 +149,7 @@ enum lib_kind { LIB_ROOF, LIB_MOECCL, LIB_NCCL };
 
 static void sync_stream(bench_t* b) {
   moecclResult_t r = b->d->synchronize(b->stream);
-  if (r != moecclSuccess) die("stream synchronize: %s", moecclGetErrorString(r));
+  if (r != moecclSuccess) dev_die("stream synchronize: %s", moecclGetErrorString(r));
 }
 
 /* One call of lib on layout l, queued on the stream. */
@@ -235,7 +157,7 @@ static void issue_op(bench_t* b, enum lib_kind lib, enum op_kind op, const layou
   if (lib == LIB_ROOF) {
     moecclResult_t r = b->d->copy_async(
         b->recv, b->send, l->recv_total * 4 > b->cap ? b->cap : l->recv_total * 4, b->stream);
-    if (r != moecclSuccess) die("copy_async: %s", moecclGetErrorString(r));
+    if (r != moecclSuccess) dev_die("copy_async: %s", moecclGetErrorString(r));
     return;
   }
   if (lib == LIB_MOECCL) {
@@ -244,31 +166,31 @@ static void issue_op(bench_t* b, enum lib_kind lib, enum op_kind op, const layou
                      : moecclAlltoAllv(b->send, l->sc, l->sd, b->recv, l->rc, l->rd, moecclFloat32,
                                        b->comm, b->stream);
     if (r != moecclSuccess)
-      die("moeccl %s: %s: %s", op == OP_A2A ? "AlltoAll" : "AlltoAllv", moecclGetErrorString(r),
+      dev_die("moeccl %s: %s: %s", op == OP_A2A ? "AlltoAll" : "AlltoAllv", moecclGetErrorString(r),
           moecclGetLastError(b->comm));
     return;
   }
-  nccl_api_t* n = b->nccl;
-  nccl_result_t r;
+  dev_nccl_t* n = b->nccl;
+  int r;
   if (op == OP_A2A) {
-    r = n->alltoall(b->send, b->recv, l->sc[0], NCCL_FLOAT32, b->ncomm, b->stream);
+    r = n->alltoall(b->send, b->recv, l->sc[0], DEV_NCCL_FLOAT32, b->ncomm, b->stream);
   } else {
     r = n->group_start();
-    for (int p = 0; p < nranks && r == 0; p++) {
-      if (l->sc[p]) r = n->send(b->send + l->sd[p], l->sc[p], NCCL_FLOAT32, p, b->ncomm, b->stream);
+    for (int p = 0; p < dev_nranks && r == 0; p++) {
+      if (l->sc[p]) r = n->send(b->send + l->sd[p], l->sc[p], DEV_NCCL_FLOAT32, p, b->ncomm, b->stream);
       if (r == 0 && l->rc[p])
-        r = n->recv(b->recv + l->rd[p], l->rc[p], NCCL_FLOAT32, p, b->ncomm, b->stream);
+        r = n->recv(b->recv + l->rd[p], l->rc[p], DEV_NCCL_FLOAT32, p, b->ncomm, b->stream);
     }
-    nccl_result_t e = n->group_end();
+    int e = n->group_end();
     if (r == 0) r = e;
   }
   if (r != 0)
-    die("NCCL %s: %s: %s", op == OP_A2A ? "ncclAlltoAll" : "ncclSend/ncclRecv", n->error_string(r),
+    dev_die("NCCL %s: %s: %s", op == OP_A2A ? "ncclAlltoAll" : "ncclSend/ncclRecv", n->error_string(r),
         n->last_error ? n->last_error(b->ncomm) : "");
 }
 
 static void to_device(bench_t* b, void* dst, size_t bytes) {
-  if (moeccl_device_copy(dst, b->host, bytes) != moecclSuccess) die("copy to the device failed");
+  if (moeccl_device_copy(dst, b->host, bytes) != moecclSuccess) dev_die("copy to the device failed");
 }
 
 /* One call on patterned data; the wrong elements of this rank's receive
@@ -277,8 +199,8 @@ static void to_device(bench_t* b, void* dst, size_t bytes) {
  * largest row. */
 #define GUARD 4096
 static long check_op(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
-  for (int p = 0; p < nranks; p++)
-    for (size_t i = 0; i < l->sc[p]; i++) b->host[l->sd[p] + i] = pattern(me, p, i);
+  for (int p = 0; p < dev_nranks; p++)
+    for (size_t i = 0; i < l->sc[p]; i++) b->host[l->sd[p] + i] = pattern(dev_me, p, i);
   to_device(b, b->send, l->send_total * 4);
   size_t span = l->recv_total * 4 + GUARD;
   if (span > b->cap) span = b->cap;
@@ -287,11 +209,11 @@ static long check_op(bench_t* b, enum lib_kind lib, enum op_kind op, const layou
   issue_op(b, lib, op, l);
   sync_stream(b);
   if (moeccl_device_copy(b->host, b->recv, span) != moecclSuccess)
-    die("copy from the device failed");
+    dev_die("copy from the device failed");
   long wrong = 0;
   size_t end = 0;
-  for (int p = 0; p < nranks; p++) {
-    for (size_t i = 0; i < l->rc[p]; i++) wrong += b->host[l->rd[p] + i] != pattern(p, me, i);
+  for (int p = 0; p < dev_nranks; p++) {
+    for (size_t i = 0; i < l->rc[p]; i++) wrong += b->host[l->rd[p] + i] != pattern(p, dev_me, i);
     end = l->rd[p] + l->rc[p] > end ? l->rd[p] + l->rc[p] : end;
   }
   for (size_t i = end; i < span / 4; i++) wrong += b->host[i] != 12345.0f;
@@ -302,11 +224,11 @@ static long check_op(bench_t* b, enum lib_kind lib, enum op_kind op, const layou
 static double series(bench_t* b, enum lib_kind lib, enum op_kind op, const layout_t* l) {
   for (int i = 0; i < b->o->warmup; i++) issue_op(b, lib, op, l);
   sync_stream(b);
-  barrier();
-  double t0 = now();
+  dev_barrier();
+  double t0 = dev_now();
   for (int i = 0; i < b->o->iters; i++) issue_op(b, lib, op, l);
   sync_stream(b);
-  return slowest((now() - t0) / b->o->iters);
+  return slowest((dev_now() - t0) / b->o->iters);
 }
 
 static int cmp_double(const void* a, const void* b) {
@@ -337,9 +259,9 @@ static int row(bench_t* b, enum op_kind op, size_t bytes) {
   long wrong[3] = {0, 0, 0};
   if (o->check)
     for (int k = 1; k < nlib; k++) wrong[k] = total_wrong(check_op(b, (enum lib_kind)k, op, &l));
-  if (me != 0) return wrong[1] || wrong[2];
+  if (dev_me != 0) return wrong[1] || wrong[2];
   /* bytes: what each rank sends (the all-to-all's size); busbw as nccl-tests */
-  double sent = (double)l.send_total * 4, f = (double)(nranks - 1) / nranks;
+  double sent = (double)l.send_total * 4, f = (double)(dev_nranks - 1) / dev_nranks;
   double bus = sent / med[1] * f / 1e9, roof_pct = 100.0 * med[0] / med[1];
   printf("%12zu %9s %10.1f %8.2f %6.1f", bytes, op == OP_A2A ? "alltoall" : "alltoallv",
          med[1] * 1e6, bus, roof_pct);
@@ -352,7 +274,7 @@ static int row(bench_t* b, enum op_kind op, size_t bytes) {
     fprintf(json_out,
             "%s\n  {\"op\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"moeccl_us\": %.3f, "
             "\"moeccl_busbw\": %.4f, \"roof_us\": %.3f, \"pct_roof\": %.2f, \"wrong\": %ld",
-            json_rows++ ? "," : "", op == OP_A2A ? "alltoall" : "alltoallv", bytes, nranks,
+            json_rows++ ? "," : "", op == OP_A2A ? "alltoall" : "alltoallv", bytes, dev_nranks,
             med[1] * 1e6, bus, med[0] * 1e6, roof_pct, wrong[1]);
     if (b->ncomm)
       fprintf(json_out,
@@ -365,78 +287,38 @@ static int row(bench_t* b, enum op_kind op, size_t bytes) {
 
 /* ---- NCCL ------------------------------------------------------------------ */
 
-#define NCCL_SYM(field, name)                                                                      \
-  do {                                                                                             \
-    *(void**)&n->field = dlsym(n->lib, name);                                                      \
-    if (!n->field) {                                                                               \
-      snprintf(why, whylen, "%s has no %s", path, name);                                           \
-      return -1;                                                                                   \
-    }                                                                                              \
-  } while (0)
-
-/* Loads the real NCCL; 0, or -1 with why. */
-static int nccl_load(nccl_api_t* n, const char* path, char* why, size_t whylen) {
-  memset(n, 0, sizeof *n);
-  n->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!n->lib && strcmp(path, NCCL_DEFAULT_LIB) == 0) /* then the loader's path */
-    n->lib = dlopen(path = "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!n->lib) {
-    snprintf(why, whylen, "dlopen %s: %s", path, dlerror());
-    return -1;
-  }
-  n->path = path;
-  /* moeccl's drop-in (libnccl.so.2 too) links libmoeccl: not the baseline */
-  if (dlsym(n->lib, "moecclCommInitRank")) {
-    snprintf(why, whylen, "%s is moeccl's NCCL drop-in, not NCCL (--nccl-lib)", path);
-    return -1;
-  }
-  NCCL_SYM(get_version, "ncclGetVersion");
-  NCCL_SYM(get_unique_id, "ncclGetUniqueId");
-  NCCL_SYM(init_rank, "ncclCommInitRank");
-  NCCL_SYM(destroy, "ncclCommDestroy");
-  NCCL_SYM(alltoall, "ncclAlltoAll");
-  NCCL_SYM(send, "ncclSend");
-  NCCL_SYM(recv, "ncclRecv");
-  NCCL_SYM(group_start, "ncclGroupStart");
-  NCCL_SYM(group_end, "ncclGroupEnd");
-  NCCL_SYM(error_string, "ncclGetErrorString");
-  *(void**)&n->last_error = dlsym(n->lib, "ncclGetLastError");
-  if (n->get_version(&n->version) != 0) n->version = 0;
-  return 0;
-}
-
 /* Every rank loads NCCL and joins one communicator, or every rank learns
  * why not (rank 0 tells).  1 with b->ncomm set, else 0. */
-static int nccl_start(bench_t* b, nccl_api_t* n) {
+static int nccl_start(bench_t* b, dev_nccl_t* n) {
   char why[256] = "";
   int ok = b->d->count() > 0 && strcmp(b->d->name, "cuda") == 0;
   if (!ok) snprintf(why, sizeof why, "the device backend is %s, not cuda", b->d->name);
-  if (ok) ok = nccl_load(n, b->o->nccl_path, why, sizeof why) == 0;
-  if (ok && me == 0) {
-    nccl_result_t r = n->get_unique_id(&S->nccl_id);
+  if (ok) ok = dev_nccl_load(n, b->o->nccl_path, 0, why, sizeof why) == 0;
+  if (ok && dev_me == 0) {
+    int r = n->get_unique_id(&S->nccl_id);
     if (r != 0) {
       snprintf(why, sizeof why, "ncclGetUniqueId: %s", n->error_string(r));
       ok = 0;
     }
   }
-  S->nccl_ok[me] = ok;
-  if (!ok && !S->nccl_why[0]) snprintf(S->nccl_why, sizeof S->nccl_why, "rank %d: %s", me, why);
-  barrier();
-  for (int r = 0; r < nranks; r++) ok &= S->nccl_ok[r];
-  barrier();
+  S->nccl_ok[dev_me] = ok;
+  if (!ok && !S->nccl_why[0]) snprintf(S->nccl_why, sizeof S->nccl_why, "rank %d: %s", dev_me, why);
+  dev_barrier();
+  for (int r = 0; r < dev_nranks; r++) ok &= S->nccl_ok[r];
+  dev_barrier();
   if (ok) {
-    nccl_result_t r = n->init_rank(&b->ncomm, nranks, S->nccl_id, me);
-    S->nccl_ok[me] = r == 0;
+    int r = n->init_rank(&b->ncomm, dev_nranks, S->nccl_id, dev_me);
+    S->nccl_ok[dev_me] = r == 0;
     if (r != 0) {
       const char* last = n->last_error ? n->last_error(NULL) : "";
-      if (me == 0 || !S->nccl_why[0])
-        snprintf(S->nccl_why, sizeof S->nccl_why, "rank %d: ncclCommInitRank: %s%s%s", me,
+      if (dev_me == 0 || !S->nccl_why[0])
+        snprintf(S->nccl_why, sizeof S->nccl_why, "rank %d: ncclCommInitRank: %s%s%s", dev_me,
                  n->error_string(r), last && *last ? ": " : "", last ? last : "");
       b->ncomm = NULL;
     }
-    barrier();
-    for (int q = 0; q < nranks; q++) ok &= S->nccl_ok[q];
-    barrier();
+    dev_barrier();
+    for (int q = 0; q < dev_nranks; q++) ok &= S->nccl_ok[q];
+    dev_barrier();
     if (!ok && b->ncomm) {
       n->destroy(b->ncomm);
       b->ncomm = NULL;
@@ -451,7 +333,7 @@ static int rank_main(const options_t* o) {
   bench_t b = {.o = o};
   b.d = moeccl_device();
   if (!b.d || b.d->count() < 1)
-    die("no device backend (MOECCL_DEVICE=cuda needs a CUDA driver and device; emu emulates one)");
+    dev_die("no device backend (MOECCL_DEVICE=cuda needs a CUDA driver and device; emu emulates one)");
   int dev = 0; /* the seam's streams live on the current device: every rank on device 0 */
   /* both buffers hold the largest receive (the hot rank's, in all-to-allv)
    * and the largest send: all-to-allv's blocks round down, never up */
@@ -464,28 +346,22 @@ static int rank_main(const options_t* o) {
   b.cap += GUARD;
   if (moecclMemAllocDevice((void**)&b.send, b.cap, dev) != moecclSuccess ||
       moecclMemAllocDevice((void**)&b.recv, b.cap, dev) != moecclSuccess)
-    die("moecclMemAllocDevice(%zu): %s", b.cap, moecclGetLastError(NULL));
-  if (!(b.host = malloc(b.cap))) die("out of host memory (%zu bytes)", b.cap);
+    dev_die("moecclMemAllocDevice(%zu): %s", b.cap, moecclGetLastError(NULL));
+  if (!(b.host = malloc(b.cap))) dev_die("out of host memory (%zu bytes)", b.cap);
   moecclResult_t r = b.d->stream_create(&b.stream);
-  if (r != moecclSuccess) die("stream_create: %s", moecclGetErrorString(r));
-  /* the launcher serves moeccl's rendezvous */
-  while (atomic_load(&S->id_ready) == 0) {
-    if (atomic_load(&S->failed)) _exit(1);
-    usleep(1000);
-  }
-  if (atomic_load(&S->id_ready) < 0) _exit(1);
-  r = moecclCommInitRank(&b.comm, nranks, S->moeccl_id, me);
+  if (r != moecclSuccess) dev_die("stream_create: %s", moecclGetErrorString(r));
+  r = moecclCommInitRank(&b.comm, dev_nranks, *dev_ranks_id(), dev_me);
   if (r != moecclSuccess)
-    die("moecclCommInitRank: %s: %s", moecclGetErrorString(r), moecclGetLastError(NULL));
-  nccl_api_t nccl;
+    dev_die("moecclCommInitRank: %s: %s", moecclGetErrorString(r), moecclGetLastError(NULL));
+  dev_nccl_t nccl;
   b.nccl = &nccl;
   if (o->nccl) nccl_start(&b, &nccl);
-  if (me == 0) {
+  if (dev_me == 0) {
     char devname[160] = "";
     snprintf(devname, sizeof devname, "%s backend, %d device(s)", b.d->name, b.d->count());
     printf("# a2a_dev_perf: %d ranks, %s, all on device 0 of %d; float32; %d reps of %d calls "
            "(median), %d warm-up\n",
-           nranks, devname, b.d->count(), o->reps, o->iters, o->warmup);
+           dev_nranks, devname, b.d->count(), o->reps, o->iters, o->warmup);
     if (b.ncomm) printf("# baseline: NCCL %d (%s)\n", nccl.version, nccl.path);
     else if (o->nccl) printf("# baseline: none: NCCL could not run here: %s\n", S->nccl_why);
     else printf("# baseline: none (--baseline none)\n");
@@ -497,7 +373,7 @@ static int rank_main(const options_t* o) {
     printf("# %10s %9s %10s %8s %6s %10s %8s %6s %9s %6s %6s\n", "bytes", "op", "moeccl_us",
            "busbw", "%roof", "nccl_us", "busbw", "vs_nccl", "roof_us", "wrong", "nwrong");
     if (o->json && !(json_out = fopen(o->json, "w")))
-      die("--json %s: %s", o->json, strerror(errno));
+      dev_die("--json %s: %s", o->json, strerror(errno));
     if (json_out) fputs("[", json_out);
   }
   int bad = 0;
@@ -513,14 +389,14 @@ static int rank_main(const options_t* o) {
     fputs("\n]\n", json_out);
     fclose(json_out);
   }
-  barrier();
+  dev_barrier();
   if (b.ncomm) nccl.destroy(b.ncomm);
   moecclCommDestroy(b.comm);
   b.d->stream_destroy(b.stream);
   moecclMemFree(b.send);
   moecclMemFree(b.recv);
   free(b.host);
-  if (bad && me == 0) fprintf(stderr, "a2a_dev_perf: wrong values (see the wrong columns)\n");
+  if (bad && dev_me == 0) fprintf(stderr, "a2a_dev_perf: wrong values (see the wrong columns)\n");
   return bad;
 }
 
@@ -541,7 +417,7 @@ static void usage(void) {
          "      --nccl-lib PATH    the real NCCL (default %s, else libnccl.so.2)\n"
          "      --json FILE        also write every row to FILE as a JSON array\n"
          "  -h, --help             this text\n",
-         MAX_RANKS, NCCL_DEFAULT_LIB);
+         MAX_RANKS, DEV_NCCL_DEFAULT_LIB);
 }
 
 static int parse_opts(int argc, char** argv, options_t* o) {
@@ -562,7 +438,7 @@ static int parse_opts(int argc, char** argv, options_t* o) {
                    .check = 1,
                    .ops = OP_A2A | OP_A2AV,
                    .nccl = 1,
-                   .nccl_path = NCCL_DEFAULT_LIB};
+                   .nccl_path = DEV_NCCL_DEFAULT_LIB};
   int c, step;
   while ((c = getopt_long(argc, argv, "n:b:e:f:i:w:r:c:o:h", lo, NULL)) != -1) {
     int bad = 0;
@@ -607,71 +483,13 @@ static int parse_opts(int argc, char** argv, options_t* o) {
   return why ? 2 : 0;
 }
 
+static int run_rank(void* o) { return rank_main(o) ? 1 : 0; }
+
 int main(int argc, char** argv) {
   options_t o;
   int rc = parse_opts(argc, argv, &o);
   if (rc) return rc == 1 ? 0 : 2;
-  nranks = o.ranks;
   /* NCCL newer than 2.28 runs several ranks on one GPU only when asked */
   setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
-  S = mmap(NULL, sizeof *S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (S == MAP_FAILED) {
-    perror("a2a_dev_perf: mmap");
-    return 1;
-  }
-  memset(S, 0, sizeof *S);
-  pid_t pids[MAX_RANKS], launcher = getpid();
-  int started = 0, status = 0;
-  for (int r = 0; r < nranks; r++) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-      perror("a2a_dev_perf: fork");
-      status = 1;
-      break;
-    }
-    if (pid == 0) { /* forked before any device call: CUDA does not survive a fork */
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != launcher) _exit(1);
-      me = r;
-      int bad = rank_main(&o);
-      fflush(stdout);
-      _exit(bad ? 1 : 0);
-    }
-    pids[started++] = pid;
-  }
-  if (status == 0) {
-    moecclResult_t res = moecclGetUniqueId(&S->moeccl_id);
-    if (res != moecclSuccess) {
-      fprintf(stderr, "a2a_dev_perf: moecclGetUniqueId: %s: %s\n", moecclGetErrorString(res),
-              moecclGetLastError(NULL));
-      status = 1;
-    }
-  }
-  atomic_store(&S->id_ready, status ? -1 : 1);
-  if (status) atomic_store(&S->failed, 1);
-  for (int left = started; left > 0;) {
-    int st;
-    pid_t pid = wait(&st);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int r = 0; r < started; r++) {
-      if (pids[r] != pid) continue;
-      pids[r] = 0;
-      left--;
-      int rrc = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-      if (!WIFEXITED(st))
-        fprintf(stderr, "a2a_dev_perf: rank %d ended by signal %d\n", r, WTERMSIG(st));
-      if (rrc && !status) status = rrc;
-      if (rrc) { /* the others would wait for it (in NCCL, for ever) */
-        atomic_store(&S->failed, 1);
-        for (int q = 0; q < started; q++)
-          if (pids[q] > 0) kill(pids[q], SIGTERM);
-      }
-    }
-  }
-  return status;
+  return dev_ranks_run("a2a_dev_perf", o.ranks, sizeof *S, (void**)&S, run_rank, &o, 0);
 }

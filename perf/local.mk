@@ -24,7 +24,8 @@ endif
 # have it), so it is built always.  It reaches the device seam
 # (src/device/device.h) for streams and copies, as tests/mp_device does.
 bin_PROGRAMS += perf/a2a_dev_perf
-perf_a2a_dev_perf_SOURCES = perf/dev_perf.c perf/perf_parse.c perf/perf_parse.h
+perf_a2a_dev_perf_SOURCES = perf/dev_perf.c perf/dev_ranks.c perf/dev_ranks.h perf/perf_parse.c \
+  perf/perf_parse.h
 perf_a2a_dev_perf_LDADD = libmoeccl_core.la -ldl -lm
 
 # a2a_sim prices the algorithms' schedules on modelled clusters: no MPI, no

@@ -27,17 +27,10 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,72 +40,32 @@
 #include "perf_parse.h"
 #include "perf_rand.h"
 
-#define BARRIER_TIMEOUT_S 300.0
 #define SEED 0x6d6f6563636cULL /* moe_perf's: the same router output */
 #define SENTINEL 0xA5          /* the bytes of an output before a check */
 
 static shared_t* S;
-static int me, nranks;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-void moe_dev_die(const char* fmt, ...) {
-  char text[512];
-  int k = snprintf(text, sizeof text, "moe_perf --device: rank %d: ", me);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text + k, sizeof text - (size_t)k - 1, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "%s\n", text);
-  atomic_store(&S->failed, 1);
-  _exit(1);
-}
-
-/* All ranks here, or die: a failed rank or one that never comes ends the
- * run instead of hanging it. */
-static void barrier(void) {
-  unsigned gen = atomic_load(&S->generation);
-  if (atomic_fetch_add(&S->arrived, 1) == (unsigned)nranks - 1) {
-    atomic_store(&S->arrived, 0);
-    atomic_fetch_add(&S->generation, 1);
-    return;
-  }
-  double deadline = now() + BARRIER_TIMEOUT_S;
-  for (unsigned spins = 0; atomic_load(&S->generation) == gen; spins++) {
-    if (atomic_load(&S->failed)) _exit(1);
-    if (spins > 1000) {
-      sched_yield();
-      if ((spins & 1023) == 0 && now() > deadline)
-        moe_dev_die("a barrier waited %.0f s for the other ranks", BARRIER_TIMEOUT_S);
-    }
-  }
-}
 
 /* n <= 4 values of every rank: their sums and their maxima over the ranks. */
 static void gather(const double* mine, int n, double* sum, double* max) {
-  memcpy(S->v[me], mine, (size_t)n * sizeof *mine);
-  barrier();
+  memcpy(S->v[dev_me], mine, (size_t)n * sizeof *mine);
+  dev_barrier();
   for (int i = 0; i < n; i++) {
     sum[i] = 0, max[i] = -INFINITY;
-    for (int r = 0; r < nranks; r++) sum[i] += S->v[r][i], max[i] = fmax(max[i], S->v[r][i]);
+    for (int r = 0; r < dev_nranks; r++) sum[i] += S->v[r][i], max[i] = fmax(max[i], S->v[r][i]);
   }
-  barrier(); /* nobody writes v again before everyone read it */
+  dev_barrier(); /* nobody writes v again before everyone read it */
 }
 
 static void* dev_alloc(size_t bytes) {
   void* p = NULL;
   if (moecclMemAllocDevice(&p, bytes ? bytes : 64, 0) != moecclSuccess)
-    moe_dev_die("moecclMemAllocDevice(%zu): %s", bytes, moecclGetLastError(NULL));
+    dev_die("moecclMemAllocDevice(%zu): %s", bytes, moecclGetLastError(NULL));
   return p;
 }
 
 static void* xcalloc(size_t n, size_t size) {
   void* p = calloc(n ? n : 1, size);
-  if (!p) moe_dev_die("out of host memory");
+  if (!p) dev_die("out of host memory");
   return p;
 }
 
@@ -139,7 +92,7 @@ static void make_router(bench_t* b) {
   int* order = xcalloc((size_t)E, sizeof *order);
   perf_shuffle(order, E, o->seed ^ 0x5a17ULL);
   for (int i = 0; i < E; i++) p[order[i]] = 1.0 / pow(1.0 + i, o->skew);
-  uint64_t s = o->seed + 0x1000193ULL * (uint64_t)(me + 1);
+  uint64_t s = o->seed + 0x1000193ULL * (uint64_t)(dev_me + 1);
   int used[MAX_K];
   for (size_t t = 0; t < b->T; t++)
     for (int j = 0; j < K; j++) {
@@ -169,7 +122,7 @@ static void make_router(bench_t* b) {
 static void make_tokens(bench_t* b) {
   for (size_t t = 0; t < b->T; t++)
     for (size_t h = 0; h < b->H; h++) {
-      uint64_t v = perf_mix64(b->o->seed ^ ((uint64_t)me << 48) ^ (t * 0x10001ULL + h));
+      uint64_t v = perf_mix64(b->o->seed ^ ((uint64_t)dev_me << 48) ^ (t * 0x10001ULL + h));
       float f = (float)((int)(v % 3) - 1);
       uint32_t u;
       memcpy(&u, &f, 4);
@@ -188,7 +141,7 @@ static void issue_moeccl(bench_t* b) {
   if (r == moecclSuccess)
     r = moecclMoeCombine(b->plan, b->rows, b->R, b->w, b->out_moe, b->H, b->dt, b->stream);
   if (r != moecclSuccess)
-    moe_dev_die("moeccl MoE: %s: %s", moecclGetErrorString(r), moecclGetLastError(b->comm));
+    dev_die("moeccl MoE: %s: %s", moecclGetErrorString(r), moecclGetLastError(b->comm));
 }
 
 static void issue(bench_t* b, int lib) {
@@ -227,11 +180,11 @@ static double check_once(bench_t* b, int lib) {
 static double series(bench_t* b, int lib) {
   for (int i = 0; i < b->o->warmup; i++) issue(b, lib);
   moe_dev_check(b->d->synchronize(b->stream), "stream synchronize");
-  barrier();
-  double t0 = now();
+  dev_barrier();
+  double t0 = dev_now();
   for (int i = 0; i < b->o->iters; i++) issue(b, lib);
   moe_dev_check(b->d->synchronize(b->stream), "stream synchronize");
-  double mine = (now() - t0) / b->o->iters, sum, max;
+  double mine = (dev_now() - t0) / b->o->iters, sum, max;
   gather(&mine, 1, &sum, &max);
   return max;
 }
@@ -249,8 +202,8 @@ static void config_open(bench_t* b, size_t T, int K, moecclDataType_t dt) {
   b->ecnt = xcalloc((size_t)E, sizeof(int));
   b->eoff = xcalloc((size_t)E, sizeof(int));
   for (int e = 0; e < E; e++) /* the library's default placement */
-    for (int r = 0; r < nranks; r++)
-      if ((long)r * E / nranks <= e) b->owner[e] = r;
+    for (int r = 0; r < dev_nranks; r++)
+      if ((long)r * E / dev_nranks <= e) b->owner[e] = r;
   make_router(b);
   b->tok_h = xcalloc(T, b->rb);
   b->host = xcalloc(T, b->rb);
@@ -260,7 +213,7 @@ static void config_open(bench_t* b, size_t T, int K, moecclDataType_t dt) {
   b->recv_counts = xcalloc((size_t)(b->nlocal > 0 ? b->nlocal : 1), sizeof(size_t));
   moecclResult_t r = moecclMoeLayout(b->plan, b->ids, T, K, 0, b->recv_counts, NULL);
   if (r != moecclSuccess)
-    moe_dev_die("moecclMoeLayout: %s: %s", moecclGetErrorString(r), moecclGetLastError(b->comm));
+    dev_die("moecclMoeLayout: %s: %s", moecclGetErrorString(r), moecclGetLastError(b->comm));
   b->R = 0;
   for (int i = 0; i < b->nlocal; i++) b->R += b->recv_counts[i];
   b->tok = dev_alloc(T * b->rb);
@@ -272,16 +225,16 @@ static void config_open(bench_t* b, size_t T, int K, moecclDataType_t dt) {
   b->roof = dev_alloc((b->R > T ? b->R : T) * b->rb);
   b->wdev = dev_alloc(b->TK * sizeof(float));
   moe_dev_check(moeccl_device_copy(b->wdev, b->w, b->TK * sizeof(float)), "copy to the device");
-  b->off_cterms = sizeof(int64_t) * (size_t)nranks;
+  b->off_cterms = sizeof(int64_t) * (size_t)dev_nranks;
   b->off_sterms = b->off_cterms + b->TK * sizeof(dm_term_t);
   b->off_first = b->off_sterms + b->TK * sizeof(dm_term_t);
   b->pin_bytes = (b->off_first + (T + 1) * sizeof(uint32_t) + 7) / 8 * 8;
   void* pin = NULL;
-  moe_dev_check(b->d->host_alloc(&pin, b->pin_bytes + sizeof(int64_t) * (size_t)nranks),
+  moe_dev_check(b->d->host_alloc(&pin, b->pin_bytes + sizeof(int64_t) * (size_t)dev_nranks),
                 "host_alloc");
   b->pin = pin;
   b->dterms = dev_alloc(b->pin_bytes);
-  b->dcnt = dev_alloc(sizeof(int64_t) * (size_t)nranks);
+  b->dcnt = dev_alloc(sizeof(int64_t) * (size_t)dev_nranks);
 }
 
 static void config_close(bench_t* b) {
@@ -303,7 +256,7 @@ static void count_rows(const bench_t* b, double* v) {
     int seen[MAX_RANKS] = {0};
     for (int j = 0; j < b->K; j++) {
       int e = b->ids[t * (size_t)b->K + (size_t)j];
-      if (e < 0 || b->owner[e] == me) continue;
+      if (e < 0 || b->owner[e] == dev_me) continue;
       v[1] += 1, v[0] += !seen[b->owner[e]], seen[b->owner[e]] = 1;
     }
   }
@@ -340,12 +293,12 @@ static int row(bench_t* b, size_t T, int K, moecclDataType_t dt) {
     wrong[k] += wrong_of(b, k == LIB_MOECCL ? b->out_moe : b->out_base);
   double mine[3] = {wrong[1], wrong[2], (double)b->R}, sum[4], max[4], n[2];
   gather(mine, 3, sum, max);
-  double w1 = sum[0], w2 = sum[1], hot = sum[2] > 0 ? max[2] / (sum[2] / nranks) : 0;
+  double w1 = sum[0], w2 = sum[1], hot = sum[2] > 0 ? max[2] / (sum[2] / dev_nranks) : 0;
   count_rows(b, n);
   gather(n, 2, sum, max);
   double moe_bytes = sum[0] * (double)b->rb, exp_bytes = sum[1] * (double)b->rb;
   config_close(b);
-  if (me != 0) return w1 > 0 || w2 > 0;
+  if (dev_me != 0) return w1 > 0 || w2 > 0;
   const char* tn = dt == moecclFloat32 ? "float" : "bfloat16";
   char mw[24] = "-", bw[24] = "-", bus[24] = "-", sp[24] = "-"; /* "-": not run or not checked */
   if (o->check) snprintf(mw, sizeof mw, "%.0f", w1);
@@ -364,7 +317,7 @@ static int row(bench_t* b, size_t T, int K, moecclDataType_t dt) {
             "\"experts\": %d, \"topk\": %d, \"skew\": %g, \"moeccl_us\": %.3f, "
             "\"roof_us\": %.3f, \"pct_roof\": %.2f, \"moeccl_bytes\": %.0f, "
             "\"per_expert_bytes\": %.0f, \"hot_rank_load\": %.3f, \"wrong\": %s",
-            json_rows++ ? "," : "", tn, nranks, T, o->H, o->E, K, o->skew, med[1] * 1e6,
+            json_rows++ ? "," : "", tn, dev_nranks, T, o->H, o->E, K, o->skew, med[1] * 1e6,
             med[0] * 1e6, 100 * med[0] / med[1], moe_bytes, exp_bytes, hot, o->check ? mw : "null");
     if (b->xcomm)
       fprintf(json_out,
@@ -381,13 +334,13 @@ static char first_why[256]; /* the lowest failing rank's reason */
 
 /* 1 when every rank says ok, else 0 with first_why set. */
 static int all_ok(int ok, const char* why) {
-  S->ok[me] = ok;
-  snprintf(S->why[me], sizeof S->why[me], "%s", ok ? "" : why);
-  barrier();
+  S->ok[dev_me] = ok;
+  snprintf(S->why[dev_me], sizeof S->why[dev_me], "%s", ok ? "" : why);
+  dev_barrier();
   int all = 1;
-  for (int r = nranks - 1; r >= 0; r--)
+  for (int r = dev_nranks - 1; r >= 0; r--)
     if (!S->ok[r]) all = 0, snprintf(first_why, sizeof first_why, "rank %d: %s", r, S->why[r]);
-  barrier();
+  dev_barrier();
   return all;
 }
 
@@ -400,7 +353,7 @@ static void base_start(bench_t* b) {
     b->xcomm = b->comm;
     return;
   }
-  int r = b->x.init_rank(&b->xcomm, nranks, S->nccl_id, me);
+  int r = b->x.init_rank(&b->xcomm, dev_nranks, S->nccl_id, dev_me);
   if (r != 0) {
     const char* last = b->x.last_error ? b->x.last_error(NULL) : NULL;
     snprintf(why, sizeof why, "ncclCommInitRank: %s%s%s", b->x.error_string(r),
@@ -419,7 +372,7 @@ static void header(const bench_t* b) {
   const options_t* o = b->o;
   printf("# moe_perf --device cuda: %d ranks on device 0 (%s backend, %d device(s)); E %d "
          "(contiguous), H %zu, skew %g, %d reps of %d calls (median), %d warm-up, check %d\n",
-         nranks, b->d->name, b->d->count(), o->E, o->H, o->skew, o->reps, o->iters, o->warmup,
+         dev_nranks, b->d->name, b->d->count(), o->E, o->H, o->skew, o->reps, o->iters, o->warmup,
          o->check);
   if (b->xcomm && o->baseline == BASE_NCCL)
     printf("# baseline: NCCL %d (%s)\n", b->x.version, b->x.path);
@@ -442,25 +395,20 @@ static void header(const bench_t* b) {
 }
 
 static int rank_main(const options_t* o) {
-  bench_t b = {.o = o, .me = me, .n = nranks};
+  bench_t b = {.o = o, .me = dev_me, .n = dev_nranks};
   b.d = moeccl_device();
   if (!b.d || b.d->count() < 1)
-    moe_dev_die(
+    dev_die(
         "no device backend (MOECCL_DEVICE=cuda needs a CUDA driver and device; emu emulates one)");
   moe_dev_check(b.d->stream_create(&b.stream), "stream_create");
-  while (atomic_load(&S->id_ready) == 0) { /* the launcher serves moeccl's rendezvous */
-    if (atomic_load(&S->failed)) _exit(1);
-    usleep(1000);
-  }
-  if (atomic_load(&S->id_ready) < 0) _exit(1);
-  moecclResult_t r = moecclCommInitRank(&b.comm, nranks, S->moeccl_id, me);
+  moecclResult_t r = moecclCommInitRank(&b.comm, dev_nranks, *dev_ranks_id(), dev_me);
   if (r != moecclSuccess)
-    moe_dev_die("moecclCommInitRank: %s: %s", moecclGetErrorString(r), moecclGetLastError(NULL));
+    dev_die("moecclCommInitRank: %s: %s", moecclGetErrorString(r), moecclGetLastError(NULL));
   if (o->baseline) base_start(&b);
-  if (me == 0) {
+  if (dev_me == 0) {
     header(&b);
     if (o->json && !(json_out = fopen(o->json, "w")))
-      moe_dev_die("--json %s: %s", o->json, strerror(errno));
+      dev_die("--json %s: %s", o->json, strerror(errno));
     if (json_out) fputs("[", json_out);
   }
   int bad = 0;
@@ -469,13 +417,13 @@ static int rank_main(const options_t* o) {
       for (int ki = 0; ki < o->nk; ki++) bad |= row(&b, o->ts[ti], o->ks[ki], o->dts[di]);
   if (json_out) {
     fputs("\n]\n", json_out);
-    if (fclose(json_out) != 0) moe_dev_die("--json %s: %s", o->json, strerror(errno));
+    if (fclose(json_out) != 0) dev_die("--json %s: %s", o->json, strerror(errno));
   }
-  barrier();
+  dev_barrier();
   if (b.xcomm && b.xcomm != b.comm) b.x.destroy(b.xcomm);
   moecclCommDestroy(b.comm);
   b.d->stream_destroy(b.stream);
-  if (bad && me == 0) fprintf(stderr, "moe_perf --device: wrong values (the wrong columns)\n");
+  if (bad && dev_me == 0) fprintf(stderr, "moe_perf --device: wrong values (the wrong columns)\n");
   return bad ? 3 : 0;
 }
 
@@ -500,7 +448,7 @@ static void usage(void) {
       "      --seed N           seed of the router output and tokens\n"
       "      --json FILE        the rows as a JSON array\n"
       "  -h, --help             this text\n",
-      MAX_RANKS, NCCL_DEFAULT_LIB);
+      MAX_RANKS, DEV_NCCL_DEFAULT_LIB);
 }
 
 /* A comma list of sizes (T) or of ints in [1, MAX_K] (K): the count, or -1. */
@@ -542,7 +490,7 @@ static int parse_opts(int argc, char** argv, options_t* o) {
                    .reps = 7,
                    .check = 1,
                    .baseline = BASE_NCCL,
-                   .nccl_path = NCCL_DEFAULT_LIB};
+                   .nccl_path = DEV_NCCL_DEFAULT_LIB};
   int c;
   char* end;
   while ((c = getopt_long(argc, argv, "n:t:H:E:k:s:d:i:w:r:c:h", lo, NULL)) != -1) {
@@ -616,73 +564,13 @@ int moe_dev_select(int* argc, char** argv) {
   return want;
 }
 
-/* Waits for the ranks; the first failure's status (a rank that failed
- * other than by a wrong value brings the others down: they would wait for
- * it, in NCCL for ever). */
-static int wait_ranks(pid_t* pids, int started, int status) {
-  for (int left = started; left > 0;) {
-    int st;
-    pid_t pid = wait(&st);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int r = 0; r < started; r++) {
-      if (pids[r] != pid) continue;
-      pids[r] = 0, left--;
-      int rrc = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-      if (!WIFEXITED(st))
-        fprintf(stderr, "moe_perf --device: rank %d ended by signal %d\n", r, WTERMSIG(st));
-      if (rrc && (!status || status == 3)) status = rrc;
-      if (rrc && rrc != 3) {
-        atomic_store(&S->failed, 1);
-        for (int q = 0; q < started; q++)
-          if (pids[q] > 0) kill(pids[q], SIGTERM);
-      }
-    }
-  }
-  return status;
-}
+static int run_rank(void* o) { return rank_main(o); }
 
 int moe_dev_main(int argc, char** argv) {
   options_t o;
   int rc = parse_opts(argc, argv, &o);
   if (rc) return rc == 1 ? 0 : 2;
-  nranks = o.ranks;
   setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0); /* several ranks on one GPU, NCCL >= 2.30 */
-  S = mmap(NULL, sizeof *S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (S == MAP_FAILED) return perror("moe_perf --device: mmap"), 1;
-  memset(S, 0, sizeof *S);
-  pid_t pids[MAX_RANKS], launcher = getpid();
-  int started = 0, status = 0;
-  for (int r = 0; r < nranks; r++) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-      perror("moe_perf --device: fork");
-      status = 1;
-      break;
-    }
-    if (pid == 0) { /* before any device call: CUDA does not survive a fork */
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != launcher) _exit(1);
-      me = r;
-      int bad = rank_main(&o);
-      fflush(stdout);
-      _exit(bad);
-    }
-    pids[started++] = pid;
-  }
-  if (status == 0) {
-    moecclResult_t res = moecclGetUniqueId(&S->moeccl_id);
-    if (res != moecclSuccess) {
-      fprintf(stderr, "moe_perf --device: moecclGetUniqueId: %s: %s\n", moecclGetErrorString(res),
-              moecclGetLastError(NULL));
-      status = 1;
-    }
-  }
-  atomic_store(&S->id_ready, status ? -1 : 1);
-  if (status) atomic_store(&S->failed, 1);
-  return wait_ranks(pids, started, status);
+  /* a wrong value (status 3) lets the other ranks finish */
+  return dev_ranks_run("moe_perf --device", o.ranks, sizeof *S, (void**)&S, run_rank, &o, 3);
 }

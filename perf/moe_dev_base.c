@@ -20,7 +20,6 @@
  * calls of the same shape.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,8 +28,6 @@
 #include "moe_dev_int.h"
 
 #define NCCL_MIN_VERSION 23000 /* 2.28 refuses two ranks on one GPU */
-#define NCCL_UINT8 1
-#define NCCL_INT64 4
 
 static int m_alltoall(const void* s, void* r, size_t n, int t, void* c, void* st) {
   return moecclAlltoAll(s, r, n, (moecclDataType_t)t, c, st);
@@ -45,41 +42,6 @@ static int m_group_start(void) { return moecclGroupStart(); }
 static int m_group_end(void) { return moecclGroupEnd(); }
 static const char* m_error_string(int r) { return moecclGetErrorString((moecclResult_t)r); }
 static const char* m_last_error(void* c) { return moecclGetLastError(c); }
-
-#define NCCL_SYM(field, name)                                                                      \
-  do {                                                                                             \
-    *(void**)&x->field = dlsym(x->lib, name);                                                      \
-    if (!x->field) return snprintf(why, whylen, "%s has no %s", path, name), -1;                   \
-  } while (0)
-
-/* Loads the real NCCL, 2.30 or newer; 0, or -1 with why. */
-static int nccl_load(xport_t* x, const char* path, char* why, size_t whylen) {
-  x->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!x->lib && strcmp(path, NCCL_DEFAULT_LIB) == 0) /* then the loader's path */
-    x->lib = dlopen(path = "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!x->lib) return snprintf(why, whylen, "dlopen %s: %s", path, dlerror()), -1;
-  x->path = path;
-  if (dlsym(x->lib, "moecclCommInitRank"))
-    return snprintf(why, whylen, "%s is moeccl's NCCL drop-in, not NCCL (--nccl-lib)", path), -1;
-  NCCL_SYM(get_version, "ncclGetVersion");
-  NCCL_SYM(get_unique_id, "ncclGetUniqueId");
-  NCCL_SYM(init_rank, "ncclCommInitRank");
-  NCCL_SYM(destroy, "ncclCommDestroy");
-  NCCL_SYM(alltoall, "ncclAlltoAll");
-  NCCL_SYM(send, "ncclSend");
-  NCCL_SYM(recv, "ncclRecv");
-  NCCL_SYM(group_start, "ncclGroupStart");
-  NCCL_SYM(group_end, "ncclGroupEnd");
-  NCCL_SYM(error_string, "ncclGetErrorString");
-  *(void**)&x->last_error = dlsym(x->lib, "ncclGetLastError");
-  if (x->get_version(&x->version) != 0) x->version = 0;
-  if (x->version < NCCL_MIN_VERSION)
-    return snprintf(why, whylen,
-                    "%s is NCCL %d, older than 2.30 (which runs several ranks on one GPU)", path,
-                    x->version),
-           -1;
-  return 0;
-}
 
 /* The baseline's host part: counting sort of the slots by expert (so by
  * destination rank); the permute's terms (perm row q = token t), the
@@ -130,14 +92,14 @@ static void base_exchange(bench_t* b, char* from, const size_t* fd, const int64_
   int r = x->group_start();
   for (int p = 0; p < b->n && r == 0; p++) {
     if (fc[p])
-      r = x->send(from + fd[p] * b->rb, (size_t)fc[p] * b->rb, NCCL_UINT8, p, b->xcomm, b->stream);
+      r = x->send(from + fd[p] * b->rb, (size_t)fc[p] * b->rb, DEV_NCCL_UINT8, p, b->xcomm, b->stream);
     if (r == 0 && tc[p])
-      r = x->recv(to + td[p] * b->rb, (size_t)tc[p] * b->rb, NCCL_UINT8, p, b->xcomm, b->stream);
+      r = x->recv(to + td[p] * b->rb, (size_t)tc[p] * b->rb, DEV_NCCL_UINT8, p, b->xcomm, b->stream);
   }
   int e = x->group_end();
   if (r == 0) r = e;
   if (r != 0)
-    moe_dev_die("baseline send/recv: %s: %s", x->error_string(r),
+    dev_die("baseline send/recv: %s: %s", x->error_string(r),
                 x->last_error ? x->last_error(b->xcomm) : "");
 }
 
@@ -155,14 +117,14 @@ void moe_dev_base_issue(bench_t* b) {
   launch_rows(b, b->kcopy, 2, &g);
   xport_t* x = &b->x;
   int64_t* rcnt = (int64_t*)(b->pin + b->pin_bytes);
-  int r = x->alltoall(b->dterms, b->dcnt, 1, NCCL_INT64, b->xcomm, b->stream);
-  if (r != 0) moe_dev_die("baseline counts all-to-all: %s", x->error_string(r));
+  int r = x->alltoall(b->dterms, b->dcnt, 1, DEV_NCCL_INT64, b->xcomm, b->stream);
+  if (r != 0) dev_die("baseline counts all-to-all: %s", x->error_string(r));
   moe_dev_check(b->d->copy_async(rcnt, b->dcnt, sizeof(int64_t) * (size_t)b->n, b->stream),
                 "copy of the counts");
   moe_dev_check(b->d->synchronize(b->stream), "stream synchronize"); /* the sizes, on the host */
   size_t d = 0;
   for (int p = 0; p < b->n; p++) b->rdsp[p] = d, d += (size_t)rcnt[p];
-  if (d > b->R) moe_dev_die("the baseline receives %zu rows, moeccl's layout %zu", d, b->R);
+  if (d > b->R) dev_die("the baseline receives %zu rows, moeccl's layout %zu", d, b->R);
   const int64_t* scnt = (const int64_t*)b->pin;
   base_exchange(b, b->perm, b->sdsp, scnt, b->rows, b->rdsp, rcnt);
   base_exchange(b, b->rows, b->rdsp, rcnt, b->perm, b->sdsp, scnt); /* identity experts */
@@ -181,7 +143,7 @@ void moe_dev_base_issue(bench_t* b) {
 
 /* The checks in the order a user can act on them: the backend, the
  * kernels, NCCL itself. */
-void moe_dev_base_load(bench_t* b, nccl_id_t* id, char* why, size_t len) {
+void moe_dev_base_load(bench_t* b, dev_nccl_id_t* id, char* why, size_t len) {
   if (b->o->baseline == BASE_NCCL && strcmp(b->d->name, "cuda") != 0) {
     snprintf(why, len, "the device backend is %s, not cuda", b->d->name);
     return;
@@ -207,7 +169,7 @@ void moe_dev_base_load(bench_t* b, nccl_id_t* id, char* why, size_t len) {
                      .last_error = m_last_error};
     return;
   }
-  if (nccl_load(&b->x, b->o->nccl_path, why, len) != 0) return;
+  if (dev_nccl_load(&b->x, b->o->nccl_path, NCCL_MIN_VERSION, why, len) != 0) return;
   int rc = b->me == 0 ? b->x.get_unique_id(id) : 0;
   if (rc != 0) snprintf(why, len, "ncclGetUniqueId: %s", b->x.error_string(rc));
 }

@@ -9,38 +9,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev_ranks.h"
 #include "device/device.h"
 #include "moeccl.h"
 #include "moeccl_moe.h"
 
-#define MAX_RANKS 64
+#define MAX_RANKS DEV_RANKS_MAX
 #define MAX_REPS 101
 #define MAX_K 64
 #define MAX_LIST 16
-#define NCCL_DEFAULT_LIB "/usr/local/cuda/lib64/libnccl.so.2"
 
-typedef struct {
-  char internal[128];
-} nccl_id_t;
-
-/* The baseline's communication: NCCL's entry points, or moeccl's of the
- * same shape (--baseline moeccl), behind one table. */
-typedef struct xport {
-  void* lib;
-  const char* path;
-  int version;
-  int (*get_version)(int*);
-  int (*get_unique_id)(nccl_id_t*);
-  int (*init_rank)(void**, int, nccl_id_t, int);
-  int (*destroy)(void*);
-  int (*alltoall)(const void*, void*, size_t, int, void*, void*);
-  int (*send)(const void*, size_t, int, int, void*, void*);
-  int (*recv)(void*, size_t, int, int, void*, void*);
-  int (*group_start)(void);
-  int (*group_end)(void);
-  const char* (*error_string)(int);
-  const char* (*last_error)(void*);
-} xport_t;
+/* The baseline's communication: NCCL's entry points (dev_ranks.h), or
+ * moeccl's of the same shape (--baseline moeccl), in one table. */
+typedef dev_nccl_t xport_t;
 
 enum { BASE_NONE = 0, BASE_NCCL, BASE_MOECCL };
 enum { LIB_ROOF = 0, LIB_MOECCL, LIB_BASE };
@@ -57,10 +38,8 @@ typedef struct options {
 
 /* What the forked ranks share (one anonymous shared mapping). */
 typedef struct shared {
-  _Atomic unsigned arrived, generation;
-  _Atomic int failed, id_ready; /* id_ready 1: moeccl_id valid, -1: no id */
-  moecclUniqueId moeccl_id;
-  nccl_id_t nccl_id;
+  dev_ranks_head_t head; /* the barrier, the failure flag, moeccl's id (dev_ranks.h) */
+  dev_nccl_id_t nccl_id;
   int ok[MAX_RANKS];
   char why[MAX_RANKS][200]; /* each rank's reason the baseline cannot run */
   double v[MAX_RANKS][4];   /* per-rank values being gathered */
@@ -90,18 +69,14 @@ typedef struct bench {
   size_t off_cterms, off_sterms, off_first, pin_bytes; /* in pin and dterms */
 } bench_t;
 
-/* Says what failed (rank, text) and ends this rank; the others stop at
- * their next barrier. */
-void moe_dev_die(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
 static inline void moe_dev_check(moecclResult_t r, const char* what) {
-  if (r != moecclSuccess) moe_dev_die("%s: %s", what, moecclGetErrorString(r));
+  if (r != moecclSuccess) dev_die("%s: %s", what, moecclGetErrorString(r));
 }
 
 /* Readies this rank's baseline before any communicator: the row kernels,
  * and NCCL (rank 0 also writes *id) or moeccl's stand-in.  why is ""
  * when it can run, else the reason. */
-void moe_dev_base_load(bench_t* b, nccl_id_t* id, char* why, size_t len);
+void moe_dev_base_load(bench_t* b, dev_nccl_id_t* id, char* why, size_t len);
 /* One baseline call on b's configuration, queued on b->stream (it waits
  * for the stream once, for the counts). */
 void moe_dev_base_issue(bench_t* b);

@@ -114,7 +114,7 @@ $CC $tflags -o "$out/bin/test_device" tests/test_device.c "$out/lib/libmoeccl_co
 $CC $tflags -o "$out/bin/test_dev_kernels" tests/test_dev_kernels.c "$out/lib/libmoeccl_core.a" $libs
 $CC $tflags -o "$out/bin/mp_device" tests/mp_device.c tests/mp_harness.c \
   "$out/lib/libmoeccl_core.a" $libs
-$CC $tflags -o "$out/bin/a2a_dev_perf" perf/dev_perf.c perf/perf_parse.c \
+$CC $tflags -o "$out/bin/a2a_dev_perf" perf/dev_perf.c perf/dev_ranks.c perf/perf_parse.c \
   "$out/lib/libmoeccl_core.a" $libs
 $CC $CFLAGS -Iinclude -Ishim -Itests -o "$out/bin/test_nccl_shim" tests/test_nccl_shim.c \
   -L"$out/lib" -lnccl -Wl,-rpath,'$ORIGIN/../lib' $libs
