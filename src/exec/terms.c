@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/debug.h"
 #include "device/device.h"
 #include "exec/executor_int.h"
 
@@ -114,12 +115,31 @@ void moeccl_exec_terms_stats(const moeccl_comm_t* c, uint64_t* calls, uint64_t* 
   *waits = c->terms ? c->terms->waits : 0;
 }
 
+/* A stream may still read a buffer whose call it has not passed (a call
+ * with no message on this rank is not among the work the transports
+ * drain): destroy waits for it, up to the communicator's timeout, and
+ * leaves what a stream may still read allocated. */
 void moeccl_exec_terms_free(moeccl_comm_t* c) {
   struct moeccl_term_ring* r = c->terms;
   if (!r) return;
   const moeccl_device_ops_t* d = moeccl_device();
-  for (int k = 0; k < TERM_SLOTS; k++)
+  double deadline = moeccl_now() + c->timeout;
+  int held = 0;
+  for (int k = 0; k < TERM_SLOTS; k++) {
+    while (!slot_free(r, k) && moeccl_now() < deadline) usleep(100);
+    if (!slot_free(r, k)) {
+      held++;
+      continue;
+    }
     if (r->slot[k].mem) d->host_free(r->slot[k].mem);
+  }
+  if (held) {
+    WARN(INIT,
+         "rank %d: %d calls with row programs had not passed their stream after %.0f s; their "
+         "pinned memory stays allocated",
+         c->rank, held, c->timeout);
+    return; /* the flags too: the stream still writes them */
+  }
   d->host_free((void*)r->flags);
   free(r);
   c->terms = NULL;
