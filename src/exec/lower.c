@@ -265,6 +265,17 @@ static moecclResult_t copies_flush(copies_t* b, void* stream) {
   return n ? moeccl_device()->copy_batch(b->dst, b->src, b->bytes, n, stream) : moecclSuccess;
 }
 
+/* The copies from pinned host memory one by one (a handful once merged):
+ * copy_batch's hints say device to device, and a driver that refuses a
+ * batch stops batching for good. */
+static moecclResult_t copies_flush_host(copies_t* b, void* stream) {
+  int n = b->n;
+  b->n = 0;
+  for (int i = 0; i < n; i++)
+    MOECCL_CHECK(moeccl_device()->copy_async(b->dst[i], b->src[i], b->bytes[i], stream));
+  return moecclSuccess;
+}
+
 static moecclResult_t copies_add(copies_t* b, void* dst, const void* src, size_t bytes,
                                  void* stream) {
   if (!bytes || dst == src) return moecclSuccess;
@@ -284,23 +295,27 @@ static moecclResult_t copies_add(copies_t* b, void* dst, const void* src, size_t
  * self messages); the plain copies among them in batches. */
 static moecclResult_t lower_local(const moeccl_sched_t* s, int begin, int end, int self,
                                   host_bufs_t* h, void* stream) {
-  copies_t batch;
-  batch.n = 0;
+  copies_t batch, from_host;
+  batch.n = from_host.n = 0;
   int next_recv = begin;
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
     if (op->type == MOECCL_OP_COPY && op->flags == 0) {
-      const void* src = moeccl_exec_buf(s, op->src_buf, op->src_off);
+      void* dst = moeccl_exec_buf(s, op->dst_buf, op->dst_off);
       if (h->any && h->image[op->src_buf]) { /* its bytes packed in op order */
-        src = h->image[op->src_buf] + h->cursor[op->src_buf];
+        const char* src = h->image[op->src_buf] + h->cursor[op->src_buf];
         h->cursor[op->src_buf] += op->bytes;
+        if (from_host.n == COPY_BATCH) MOECCL_CHECK(copies_flush_host(&from_host, stream));
+        MOECCL_CHECK(copies_add(&from_host, dst, src, op->bytes, stream));
+        continue;
       }
-      MOECCL_CHECK(
-          copies_add(&batch, moeccl_exec_buf(s, op->dst_buf, op->dst_off), src, op->bytes, stream));
+      MOECCL_CHECK(copies_add(&batch, dst, moeccl_exec_buf(s, op->src_buf, op->src_off),
+                              op->bytes, stream));
       continue;
     }
     if (moeccl_exec_is_local(op)) { /* after the copies before it, as the host path runs them */
       MOECCL_CHECK(copies_flush(&batch, stream));
+      MOECCL_CHECK(copies_flush_host(&from_host, stream));
       MOECCL_CHECK(local_op(s, op, stream));
       continue;
     }
@@ -314,7 +329,8 @@ static moecclResult_t lower_local(const moeccl_sched_t* s, int begin, int end, i
     MOECCL_CHECK(copies_add(&batch, moeccl_exec_buf(s, r->dst_buf, r->dst_off),
                             moeccl_exec_buf(s, op->src_buf, op->src_off), bytes, stream));
   }
-  return copies_flush(&batch, stream);
+  MOECCL_CHECK(copies_flush(&batch, stream));
+  return copies_flush_host(&from_host, stream);
 }
 
 moecclResult_t moeccl_executor_lower(moeccl_comm_t* c, moeccl_sched_t* s, void* stream) {
