@@ -1001,9 +1001,14 @@ static int moe_counted(moecclComm_t comm, int rank, int n, const moe_case_t* c) 
   for (int k = 0; k < 3; k++) {
     moe_snap_t a, b;
     moe_snap(comm, &a);
-    if (k == 0) MP_OK_COMM(comm, moecclMoeDispatch(c->plan, c->dtok, c->drows, c->cap, c->H, c->dt, NULL));
-    if (k == 1) MP_OK_COMM(comm, moecclMoeCombine(c->plan, c->drows, c->cap, c->w, c->dout, c->H, c->dt, NULL));
-    if (k == 2) MP_OK_COMM(comm, moecclMoeDispatchBackward(c->plan, c->drows, c->cap, c->dgrad, c->H, c->dt, NULL));
+    if (k == 0)
+      MP_OK_COMM(comm, moecclMoeDispatch(c->plan, c->dtok, c->drows, c->cap, c->H, c->dt, NULL));
+    if (k == 1)
+      MP_OK_COMM(comm,
+                 moecclMoeCombine(c->plan, c->drows, c->cap, c->w, c->dout, c->H, c->dt, NULL));
+    if (k == 2)
+      MP_OK_COMM(comm, moecclMoeDispatchBackward(c->plan, c->drows, c->cap, c->dgrad, c->H, c->dt,
+                                                 NULL));
     moe_snap(comm, &b);
     unsigned long long kernels = b.mem.launches - a.mem.launches;
     unsigned long long memops = b.emu.memops - a.emu.memops, copies = b.emu.copies - a.emu.copies;
@@ -1014,7 +1019,8 @@ static int moe_counted(moecclComm_t comm, int rank, int n, const moe_case_t* c) 
              "%llu kernels, %llu stream memory operations, %llu copies, %llu host waits for a "
              "stream (%llu of them for the row programs' pinned memory), %llu bytes staged in host "
              "memory\n",
-             lowered ? "stream" : "host", n, k == 0 ? "Dispatch" : k == 1 ? "Combine" : "DispatchBackward",
+             lowered ? "stream" : "host", n,
+             k == 0 ? "Dispatch" : k == 1 ? "Combine" : "DispatchBackward",
              c->dt == moecclFloat32 ? "float32" : "bfloat16", c->T, c->R, c->row, kernels, memops,
              copies, syncs + ring, ring, staged);
     if (!kernels_loaded) {
@@ -1067,7 +1073,8 @@ static int moe_rounds(moecclComm_t comm, int rank, int n, moe_case_t* a, moe_cas
            "the host waited %llu times for the stream to free some\n",
            n, 6 * ROUNDS, (unsigned long long)(s1.term_calls - s0.term_calls),
            (unsigned long long)(s1.term_waits - s0.term_waits));
-  return moe_case_check(a, "layout A after the rounds") || moe_case_check(b, "layout B after the rounds");
+  return moe_case_check(a, "layout A after the rounds") ||
+         moe_case_check(b, "layout B after the rounds");
 }
 
 static int moe(moecclComm_t comm, int rank, int n) {

@@ -296,8 +296,9 @@ static int moe_lowerable(const moeccl_call_t* call) {
  * buffers are all device memory (the caller found one that is), its stream is NULL (the legacy
  * default stream) or a device stream, it moves bytes (all-to-all, send/recv, AllGather,
  * Broadcast, Gather, Scatter), reduces (AllReduce, ReduceScatter, Reduce: kernels on the
- * stream) or is a MoE call moe_lowerable takes, and a stream transport reaches its peers.  Every rank decides alike for a call whose
- * ranks all pass device buffers, as NCCL requires. */
+ * stream) or is a MoE call moe_lowerable takes, and a stream transport reaches its peers.
+ * Every rank decides alike for a call whose ranks all pass device buffers, as NCCL
+ * requires. */
 static int lowerable(const moeccl_comm_t* comm, const moeccl_call_t* call, moecclStream_t stream) {
   if (stream && moeccl_host_stream_valid(stream)) return 0;
   if (!moeccl_device()) return 0;

@@ -246,7 +246,8 @@ static size_t count_groups(const rows_launch_t* l) {
 
 /* Bytes of pinned memory l's terms, group starts and host weights take. */
 static size_t terms_bytes(const rows_launch_t* l, size_t ngroups) {
-  return l->p->nterms * sizeof(dm_term_t) + (ngroups + 1) * sizeof(uint32_t) + l->nw * sizeof(float);
+  return l->p->nterms * sizeof(dm_term_t) + (ngroups + 1) * sizeof(uint32_t) +
+         l->nw * sizeof(float);
 }
 
 /* Writes l's terms (and SUM's group starts, and its weights in host
