@@ -73,6 +73,10 @@
  *             dies (SIGKILL): the survivors' streams, which wait for it, are
  *             let go within seconds (the ipc watchdog), their next call
  *             fails naming rank 1, and destroy returns
+ *   disagree  (a run of its own, 2 ranks) rank 1 passes another hidden size
+ *             to a MoE dispatch on device buffers: both calls fail at once
+ *             with a text saying the ranks disagree, the communicator is
+ *             broken, destroy returns
  *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
  *             buffers is refused on every rank with a text naming a peer on
  *             the other node, and the communicator goes on; send/recv of
@@ -1368,6 +1372,29 @@ static int killed_body(moecclComm_t comm, int rank, int n, void* arg) {
   _exit(MP_EXIT_PASS); /* the communicator is gone: skip the harness's destroy */
 }
 
+/* Ranks whose MoE calls disagree: rank 1 passes half the hidden size to a
+ * dispatch on device buffers.  On the stream path each rank finds it in
+ * its peer's descriptors before anything is queued: every rank's call
+ * fails with a text saying so, none hangs, the communicator is broken and
+ * destroy returns. */
+static int disagree_body(moecclComm_t comm, int rank, int n, void* arg) {
+  (void)arg;
+  D = moeccl_device();
+  MP_CHECK(D, "no device backend");
+  moe_case_t c;
+  if (moe_case_make(comm, rank, n, &c, 2 * n, 200, moecclFloat32, seed_of(n, 15, rank))) return 1;
+  size_t H = rank == 1 ? c.H / 2 : c.H;
+  moecclResult_t rc = moecclMoeDispatch(c.plan, c.dtok, c.drows, c.cap, H, c.dt, NULL);
+  MP_CHECK(rc == moecclInvalidArgument, "a dispatch whose ranks disagree gave %d", (int)rc);
+  MP_CHECK(strstr(mp_last_error_text(comm), "disagree") != NULL, "the text says: %s",
+           mp_last_error_text(comm));
+  moecclResult_t async = moecclSuccess;
+  MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &async));
+  MP_CHECK(async != moecclSuccess, "the communicator is not broken");
+  (void)moecclCommDestroy(comm); /* must return (the run's deadline says so) */
+  _exit(MP_EXIT_PASS);           /* the communicator is gone: skip the harness's destroy */
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   D = moeccl_device();
@@ -1439,6 +1466,12 @@ int main(int argc, char** argv) {
     opts.expect_killed_signal = SIGKILL;
     printf("killed (3 ranks):\n");
     rc = mp_fold(rc, mp_run_opts(3, killed_body, NULL, &opts));
+  }
+  if (argc == 1 && !getenv("MP_VARIANT") && mp_want("disagree")) {
+    mp_opts opts = MP_OPTS_DEFAULT;
+    opts.deadline_s = 60;
+    printf("disagree (2 ranks, a MoE dispatch on device buffers):\n");
+    rc = mp_fold(rc, mp_run_opts(2, disagree_body, NULL, &opts));
   }
   return rc;
 }
