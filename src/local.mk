@@ -34,7 +34,8 @@ libmoeccl_core_la_SOURCES = \
   src/tune/pricing.c src/tune/pricing.h \
   src/plan/plan.c src/plan/plan.h \
   src/exec/executor.c src/exec/executor.h src/exec/executor_int.h src/exec/local.c \
-  src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/enqueue.c src/exec/enqueue.h \
+  src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/terms.c \
+  src/exec/enqueue.c src/exec/enqueue.h \
   src/exec/stream.h src/exec/stream.c src/exec/hoststream.c src/exec/devstream.c \
   src/api/communicator.c src/api/alltoall.c src/api/collectives.c src/api/memalloc.c \
   src/api/moe.c src/api/moe_int.h src/api/moe_layout.c src/api/moe_hier.c src/api/moe_common.c \

@@ -35,10 +35,17 @@
  *             byte goes through host memory (counted and printed)
  *   moe       MoE dispatch, combine and dispatch backward on device token
  *             and row buffers give bit for bit what they give on host
- *             buffers (the same plan, -1 slots included), by kernels with
- *             no byte through host memory (counted and printed); the combine
- *             backward, which reads the forward's expert rows on the host,
- *             refuses device ones with a text
+ *             buffers (the same plans, -1 slots included; float32 and
+ *             bfloat16; the NULL stream and a device stream), by kernels
+ *             with no byte through host memory; on the stream path each
+ *             call is counted before the stream ran it (no host wait,
+ *             kernels, stream memory operations, copies: printed,
+ *             docs/ARCHITECTURE.md quotes them); 30 calls of two layouts
+ *             queued back to back (more than the ring of pinned buffers
+ *             for the row programs holds, the caller's weights scribbled
+ *             on as each combine returns) give the host's results; the
+ *             combine backward, which reads the forward's expert rows on
+ *             the host, refuses device ones with a text
  *   refused   moecclMemAllocDevice of a bad device, moecclMemFree of a
  *             device pointer, a made-up stream
  *   flood     rank 1 sends rank 0 more device messages (14) than a Unix
@@ -66,6 +73,10 @@
  *             dies (SIGKILL): the survivors' streams, which wait for it, are
  *             let go within seconds (the ipc watchdog), their next call
  *             fails naming rank 1, and destroy returns
+ *   disagree  (a run of its own, 2 ranks) rank 1 passes another hidden size
+ *             to a MoE dispatch on device buffers: both calls fail at once
+ *             with a text saying the ranks disagree, the communicator is
+ *             broken, destroy returns
  *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
  *             buffers is refused on every rank with a text naming a peer on
  *             the other node, and the communicator goes on; send/recv of
@@ -77,13 +88,17 @@
  * does (MOECCL_DEVICE_EMU_LEGACY: the handle travels instead of a
  * descriptor); and the bruck all-to-all, whose steps go through the
  * communicator's scratch buffer (device memory for device calls), and
- * the reductions under the ring and tree algorithms.
+ * the reductions under the ring and tree algorithms; and kernels that do
+ * not load (MOECCL_DEVICE_EMU_NO_KERNELS: the reductions and the MoE calls
+ * take the host path and stage through host memory, the same results).
  */
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "device/device.h"
+#include "exec/executor.h"
+#include "kernels/devkern.h"
 #include "kernels/mem.h"
 #include "kernels/reduce.h"
 #include "moeccl_moe.h"
@@ -536,7 +551,9 @@ static void kc_snap(kcount_t* k) {
 }
 
 /* Since *a: kernels ran, nothing was staged in host memory; rank 0 prints
- * the counts. */
+ * the counts.  Where the kernels did not load (the no-kernels variant) the
+ * device memory kind staged the operands through host memory instead, and
+ * no kernel ran. */
 static int kc_report(const char* what, int rank, int n, const kcount_t* a, int calls) {
   kcount_t b;
   kc_snap(&b);
@@ -547,6 +564,11 @@ static int kc_report(const char* what, int rank, int n, const kcount_t* a, int c
     printf("kernels: %s, rank 0 of %d, %d calls: %llu kernels launched, %llu bytes staged through "
            "host memory, %llu host waits for a stream\n",
            what, n, calls, launches, staged, syncs);
+  if (!moeccl_devkern_ready()) {
+    MP_CHECK(launches == 0 && staged > 0, "%s without kernels: %llu launched, %llu bytes staged",
+             what, launches, staged);
+    return 0;
+  }
   MP_CHECK(launches > 0, "%s: no kernel launched", what);
   MP_CHECK(staged == 0, "%s: %llu bytes went through host memory", what, staged);
   return 0;
@@ -851,63 +873,253 @@ static void* dev_copy_of(moecclComm_t comm, const void* host, size_t bytes) {
   return d;
 }
 
-static int moe(moecclComm_t comm, int rank, int n) {
-  int E = 2 * n, K = 2;
-  size_t T = 300 + 37 * (size_t)rank, H = 64, row = H * 4;
-  moecclMoePlan_t plan = NULL;
-  MP_OK_COMM(comm, moecclMoePlanCreate(&plan, E, NULL, comm));
-  int32_t* ids = mp_xmalloc(T * (size_t)K * sizeof(int32_t));
-  float* w = mp_xmalloc(T * (size_t)K * sizeof(float));
-  float* tok = mp_xmalloc(T * row);
+/* One MoE layout of a part: its plan, the router's output, and the three
+ * calls' results on host buffers (the reference), with the device buffers
+ * the same calls run on. */
+typedef struct {
+  moecclMoePlan_t plan;
+  moecclDataType_t dt;
+  size_t T, R, cap, H, row;
+  int K;
+  float* w;                     /* T*K gate weights, host memory (the API's) */
+  unsigned char* tok;           /* T rows */
+  unsigned char *rows_h, *out_h, *grad_h;
+  void *dtok, *drows, *dout, *dgrad;
+} moe_case_t;
+
+static uint16_t to_bf16(float f) { /* the values used are exact in bfloat16 */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+
+/* The three calls (dispatch, combine, dispatch backward) of c on tokens,
+ * rows, out and grad, on stream st. */
+static int moe_calls(moecclComm_t comm, const moe_case_t* c, const void* tok, void* rows,
+                     void* out, void* grad, void* st) {
+  MP_OK_COMM(comm, moecclMoeDispatch(c->plan, tok, rows, c->cap, c->H, c->dt, st));
+  MP_OK_COMM(comm, moecclMoeCombine(c->plan, rows, c->cap, c->w, out, c->H, c->dt, st));
+  MP_OK_COMM(comm, moecclMoeDispatchBackward(c->plan, rows, c->cap, grad, c->H, c->dt, st));
+  return 0;
+}
+
+static int moe_case_make(moecclComm_t comm, int rank, int n, moe_case_t* c, int E, size_t T,
+                         moecclDataType_t dt, uint64_t seed) {
+  memset(c, 0, sizeof(*c));
+  c->dt = dt, c->T = T, c->H = 64, c->K = 2;
+  c->row = c->H * (dt == moecclFloat32 ? 4 : 2);
+  MP_OK_COMM(comm, moecclMoePlanCreate(&c->plan, E, NULL, comm));
+  size_t slots = T * (size_t)c->K;
+  int32_t* ids = mp_xmalloc(slots * sizeof(int32_t));
+  c->w = mp_xmalloc(slots * sizeof(float) + 1);
+  c->tok = mp_xmalloc(T * c->row + 1);
   mp_rng rng;
-  mp_rng_seed(&rng, seed_of(n, 8, rank));
+  mp_rng_seed(&rng, seed);
   for (size_t t = 0; t < T; t++) {
-    int a = (int)mp_rng_below(&rng, (uint64_t)E), b = (a + 1 + (int)mp_rng_below(&rng, (uint64_t)E - 1)) % E;
+    int a = (int)mp_rng_below(&rng, (uint64_t)E);
+    int b = (a + 1 + (int)mp_rng_below(&rng, (uint64_t)E - 1)) % E;
     ids[t * 2] = a, ids[t * 2 + 1] = t % 11 == 0 ? -1 : b;
-    w[t * 2] = 0.75f, w[t * 2 + 1] = 0.25f;
-    for (size_t h = 0; h < H; h++) tok[t * H + h] = (float)((int)((t * 7 + h * 3) % 13) - 6) / 4.0f;
+    c->w[t * 2] = 0.75f - 0.125f * (float)(t % 3), c->w[t * 2 + 1] = 0.25f;
+    for (size_t h = 0; h < c->H; h++) {
+      float v = (float)((int)((t * 7 + h * 3 + (size_t)rank) % 13) - 6) / 4.0f;
+      if (dt == moecclFloat32) ((float*)c->tok)[t * c->H + h] = v;
+      else ((uint16_t*)c->tok)[t * c->H + h] = to_bf16(v);
+    }
   }
-  size_t recv[2] = {0, 0};
-  MP_OK_COMM(comm, moecclMoeLayout(plan, ids, T, K, 0, recv, NULL));
-  size_t R = recv[0] + recv[1], cap = R + 1;
-  float* rows_h = mp_xmalloc(cap * row);
-  float* out_h = mp_xmalloc(T * row);
-  float* grad_h = mp_xmalloc(T * row);
-  MP_OK_COMM(comm, moecclMoeDispatch(plan, tok, rows_h, cap, H, moecclFloat32, NULL));
-  MP_OK_COMM(comm, moecclMoeCombine(plan, rows_h, cap, w, out_h, H, moecclFloat32, NULL));
-  MP_OK_COMM(comm, moecclMoeDispatchBackward(plan, rows_h, cap, grad_h, H, moecclFloat32, NULL));
-  void* dtok = dev_copy_of(comm, tok, T * row);
-  void* drows = dev_alloc(comm, cap * row);
-  void* dout = dev_alloc(comm, T * row);
-  void* dgrad = dev_alloc(comm, T * row);
-  MP_CHECK(dtok && drows && dout && dgrad, "no device memory");
+  size_t recv[64] = {0};
+  MP_CHECK(E <= 64, "too many experts");
+  MP_OK_COMM(comm, moecclMoeLayout(c->plan, ids, T, c->K, 0, recv, NULL));
+  free(ids);
+  for (int e = 0; e < E; e++) c->R += recv[e];
+  c->cap = c->R + 1;
+  c->rows_h = mp_xmalloc(c->cap * c->row);
+  c->out_h = mp_xmalloc(T * c->row + 1);
+  c->grad_h = mp_xmalloc(T * c->row + 1);
+  if (moe_calls(comm, c, c->tok, c->rows_h, c->out_h, c->grad_h, NULL)) return 1;
+  c->dtok = dev_copy_of(comm, c->tok, T * c->row);
+  c->drows = dev_alloc(comm, c->cap * c->row);
+  c->dout = dev_alloc(comm, T * c->row + 1);
+  c->dgrad = dev_alloc(comm, T * c->row + 1);
+  MP_CHECK(c->dtok && c->drows && c->dout && c->dgrad, "no device memory");
+  (void)n;
+  return 0;
+}
+
+/* The device results of c are the host ones, bit for bit. */
+static int moe_case_check(const moe_case_t* c, const char* what) {
+  unsigned char *r1 = dev_read(c->drows, c->R * c->row), *r2 = dev_read(c->dout, c->T * c->row),
+                *r3 = dev_read(c->dgrad, c->T * c->row);
+  MP_CHECK(r1 && r2 && r3, "reading device memory back failed");
+  MP_CHECK(memcmp(r1, c->rows_h, c->R * c->row) == 0,
+           "%s: device dispatch rows differ from host ones (%zu rows)", what, c->R);
+  MP_CHECK(memcmp(r2, c->out_h, c->T * c->row) == 0,
+           "%s: device combine differs from host combine (%zu tokens)", what, c->T);
+  MP_CHECK(memcmp(r3, c->grad_h, c->T * c->row) == 0,
+           "%s: device dispatch backward differs from host", what);
+  free(r1), free(r2), free(r3);
+  return 0;
+}
+
+/* Overwrites c's device results with a sentinel (a later round must write them again). */
+static int moe_case_clear(moecclComm_t comm, const moe_case_t* c) {
+  (void)comm;
+  return dev_sentinel(c->drows, c->cap * c->row) || dev_sentinel(c->dout, c->T * c->row) ||
+         dev_sentinel(c->dgrad, c->T * c->row);
+}
+
+static int moe_case_free(moecclComm_t comm, moe_case_t* c) {
+  free(c->w), free(c->tok), free(c->rows_h), free(c->out_h), free(c->grad_h);
+  MP_OK_COMM(comm, moecclMemFree(c->dtok));
+  MP_OK_COMM(comm, moecclMemFree(c->drows));
+  MP_OK_COMM(comm, moecclMemFree(c->dout));
+  MP_OK_COMM(comm, moecclMemFree(c->dgrad));
+  MP_OK_COMM(comm, moecclMoePlanDestroy(c->plan));
+  return 0;
+}
+
+/* What one MoE call queued (or, on the host path, did), counted. */
+typedef struct {
+  moeccl_device_emu_counts_t emu;
+  moeccl_ipc_stats_t ipc;
+  moeccl_mem_device_counts_t mem;
+  uint64_t term_calls, term_waits;
+} moe_snap_t;
+
+static void moe_snap(moecclComm_t comm, moe_snap_t* m) {
+  moeccl_device_emu_counts(&m->emu);
+  moeccl_ipc_stats(comm, &m->ipc);
+  moeccl_mem_device_counts(&m->mem);
+  moeccl_exec_terms_stats(comm, &m->term_calls, &m->term_waits);
+}
+
+/* The three calls of c on its device buffers, one at a time, each counted
+ * before the stream ran it: on the stream path no host wait of any kind,
+ * kernels and no byte staged in host memory; rank 0 prints the counts
+ * (docs/ARCHITECTURE.md quotes them). */
+static int moe_counted(moecclComm_t comm, int rank, int n, const moe_case_t* c) {
+  static const char* names[3] = {"dispatch", "combine", "dispatch backward"};
+  int kernels_loaded = moeccl_devkern_ready(); /* else the host path, staging */
+  /* one rank: lowered with no transport (no message) */
+  int lowered =
+      kernels_loaded && (n == 1 || moeccl_peer_stream_transport(comm, (rank + 1) % n) >= 0);
+  for (int k = 0; k < 3; k++) {
+    moe_snap_t a, b;
+    moe_snap(comm, &a);
+    if (k == 0)
+      MP_OK_COMM(comm, moecclMoeDispatch(c->plan, c->dtok, c->drows, c->cap, c->H, c->dt, NULL));
+    if (k == 1)
+      MP_OK_COMM(comm,
+                 moecclMoeCombine(c->plan, c->drows, c->cap, c->w, c->dout, c->H, c->dt, NULL));
+    if (k == 2)
+      MP_OK_COMM(comm, moecclMoeDispatchBackward(c->plan, c->drows, c->cap, c->dgrad, c->H, c->dt,
+                                                 NULL));
+    moe_snap(comm, &b);
+    unsigned long long kernels = b.mem.launches - a.mem.launches;
+    unsigned long long memops = b.emu.memops - a.emu.memops, copies = b.emu.copies - a.emu.copies;
+    unsigned long long syncs = b.emu.syncs - a.emu.syncs, ring = b.term_waits - a.term_waits;
+    unsigned long long staged = b.mem.staged_bytes - a.mem.staged_bytes;
+    if (rank == 0)
+      printf("moe counts: %s path, rank 0 of %d, moecclMoe%s (%s, %zu tokens, %zu rows of %zu B): "
+             "%llu kernels, %llu stream memory operations, %llu copies, %llu host waits for a "
+             "stream (%llu of them for the row programs' pinned memory), %llu bytes staged in host "
+             "memory\n",
+             lowered ? "stream" : "host", n,
+             k == 0 ? "Dispatch" : k == 1 ? "Combine" : "DispatchBackward",
+             c->dt == moecclFloat32 ? "float32" : "bfloat16", c->T, c->R, c->row, kernels, memops,
+             copies, syncs + ring, ring, staged);
+    if (!kernels_loaded) {
+      MP_CHECK(kernels == 0 && staged > 0 && b.ipc.calls == a.ipc.calls,
+               "%s without kernels: %llu launched, %llu bytes staged, lowered %d", names[k],
+               kernels, staged, (int)(b.ipc.calls - a.ipc.calls));
+      continue;
+    }
+    /* one rank's dispatch only copies its own rows */
+    MP_CHECK(kernels > 0 || (n == 1 && k == 0), "%s: no kernel launched", names[k]);
+    MP_CHECK(staged == 0, "%s: %llu bytes went through host memory", names[k], staged);
+    if (!lowered) continue;
+    MP_CHECK(n == 1 || b.ipc.calls - a.ipc.calls == 1, "%s: not lowered onto the stream",
+             names[k]);
+    MP_CHECK(syncs == 0 && ring == 0, "%s: the host waited for a stream %llu times (%llu for "
+             "pinned memory)", names[k], syncs + ring, ring);
+    MP_CHECK(b.emu.host_fns == a.emu.host_fns, "%s: a host function was queued", names[k]);
+  }
+  return 0;
+}
+
+/* Many calls of two layouts queued back to back on the NULL stream, more
+ * than the ring of pinned buffers holds: each call's terms and weights
+ * stay its own until the stream passed it (the caller's weights are
+ * scribbled on as soon as each combine returns), and the results are the
+ * host's. */
+static int moe_rounds(moecclComm_t comm, int rank, int n, moe_case_t* a, moe_case_t* b) {
+  enum { ROUNDS = 5 };
+  MP_CHECK(moe_case_clear(comm, a) == 0 && moe_case_clear(comm, b) == 0, "clear");
+  moe_snap_t s0, s1;
+  moe_snap(comm, &s0);
+  size_t na = a->T * (size_t)a->K, nb = b->T * (size_t)b->K;
+  float* keep_a = mp_xmalloc(na * sizeof(float) + 1);
+  float* keep_b = mp_xmalloc(nb * sizeof(float) + 1);
+  memcpy(keep_a, a->w, na * sizeof(float)), memcpy(keep_b, b->w, nb * sizeof(float));
+  for (int r = 0; r < ROUNDS; r++)
+    for (int which = 0; which < 2; which++) {
+      moe_case_t* c = which ? b : a;
+      float* keep = which ? keep_b : keep_a;
+      size_t nw = which ? nb : na;
+      memcpy(c->w, keep, nw * sizeof(float));
+      if (moe_calls(comm, c, c->dtok, c->drows, c->dout, c->dgrad, NULL)) return 1;
+      for (size_t i = 0; i < nw; i++) c->w[i] = -1e30f; /* the calls copied them */
+    }
+  moe_snap(comm, &s1);
+  memcpy(a->w, keep_a, na * sizeof(float)), memcpy(b->w, keep_b, nb * sizeof(float));
+  free(keep_a), free(keep_b);
+  if (rank == 0)
+    printf("moe rounds: rank 0 of %d, %d MoE calls queued back to back: %llu took pinned memory, "
+           "the host waited %llu times for the stream to free some\n",
+           n, 6 * ROUNDS, (unsigned long long)(s1.term_calls - s0.term_calls),
+           (unsigned long long)(s1.term_waits - s0.term_waits));
+  return moe_case_check(a, "layout A after the rounds") ||
+         moe_case_check(b, "layout B after the rounds");
+}
+
+static int moe(moecclComm_t comm, int rank, int n) {
+  moe_case_t a, b, h;
+  if (moe_case_make(comm, rank, n, &a, 2 * n, 300 + 37 * (size_t)rank, moecclFloat32,
+                    seed_of(n, 8, rank)))
+    return 1;
+  if (moe_case_make(comm, rank, n, &b, n + 1, 200 + 53 * (size_t)((rank + 1) % n), moecclFloat32,
+                    seed_of(n, 13, rank)))
+    return 1;
+  if (moe_case_make(comm, rank, n, &h, 2 * n, 150 + 11 * (size_t)rank, moecclBfloat16,
+                    seed_of(n, 14, rank)))
+    return 1;
   kcount_t k0;
   kc_snap(&k0);
-  MP_OK_COMM(comm, moecclMoeDispatch(plan, dtok, drows, cap, H, moecclFloat32, NULL));
-  MP_OK_COMM(comm, moecclMoeCombine(plan, drows, cap, w, dout, H, moecclFloat32, NULL));
-  MP_OK_COMM(comm, moecclMoeDispatchBackward(plan, drows, cap, dgrad, H, moecclFloat32, NULL));
+  if (moe_counted(comm, rank, n, &a)) return 1;
   if (kc_report("MoE dispatch, combine, dispatch backward on device buffers", rank, n, &k0, 3))
     return 1;
-  unsigned char *r1 = dev_read(drows, R * row), *r2 = dev_read(dout, T * row), *r3 = dev_read(dgrad, T * row);
-  MP_CHECK(r1 && r2 && r3, "reading device memory back failed");
-  MP_CHECK(memcmp(r1, rows_h, R * row) == 0, "device dispatch rows differ from host ones (%zu rows)", R);
-  MP_CHECK(memcmp(r2, out_h, T * row) == 0, "device combine differs from host combine (%zu tokens)", T);
-  MP_CHECK(memcmp(r3, grad_h, T * row) == 0, "device dispatch backward differs from host");
+  if (moe_case_check(&a, "float32") || moe_counted(comm, rank, n, &h) ||
+      moe_case_check(&h, "bfloat16"))
+    return 1;
+  if (moe_rounds(comm, rank, n, &a, &b)) return 1;
+  /* on a device stream */
+  void* st = NULL;
+  MP_CHECK(D->stream_create(&st) == moecclSuccess, "no device stream");
+  MP_CHECK(moe_case_clear(comm, &b) == 0, "clear");
+  if (moe_calls(comm, &b, b.dtok, b.drows, b.dout, b.dgrad, st)) return 1;
+  MP_CHECK(D->synchronize(st) == moecclSuccess, "stream synchronize");
+  MP_CHECK(D->stream_destroy(st) == moecclSuccess, "stream destroy");
+  if (moe_case_check(&b, "on a device stream")) return 1;
   /* The combine backward reads the forward's expert rows on the host. */
-  float* gw = mp_xmalloc(T * (size_t)K * sizeof(float));
-  void* dge = dev_alloc(comm, cap * row);
+  float* gw = mp_xmalloc(a.T * (size_t)a.K * sizeof(float));
+  void* dge = dev_alloc(comm, a.cap * a.row);
   MP_CHECK(dge, "no device memory");
-  moecclResult_t rc = moecclMoeCombineBackward(plan, dout, w, drows, dge, cap, gw, H, moecclFloat32, NULL);
+  moecclResult_t rc = moecclMoeCombineBackward(a.plan, a.dout, a.w, a.drows, dge, a.cap, gw, a.H,
+                                               moecclFloat32, NULL);
   MP_CHECK(rc == moecclInvalidArgument, "combine backward of device expert rows gave %d", (int)rc);
   MP_CHECK(strstr(mp_last_error_text(comm), "device memory") != NULL, "the text says: %s", mp_last_error_text(comm));
-  free(r1), free(r2), free(r3), free(gw);
-  free(ids), free(w), free(tok), free(rows_h), free(out_h), free(grad_h);
-  MP_OK_COMM(comm, moecclMemFree(dtok));
-  MP_OK_COMM(comm, moecclMemFree(drows));
-  MP_OK_COMM(comm, moecclMemFree(dout));
-  MP_OK_COMM(comm, moecclMemFree(dgrad));
+  free(gw);
   MP_OK_COMM(comm, moecclMemFree(dge));
-  MP_OK_COMM(comm, moecclMoePlanDestroy(plan));
+  if (moe_case_free(comm, &a) || moe_case_free(comm, &b) || moe_case_free(comm, &h)) return 1;
   /* The communicator goes on after the refusal. */
   return a2a_round(comm, rank, n, moecclFloat32, 64, seed_of(n, 8, 99));
 }
@@ -1160,6 +1372,29 @@ static int killed_body(moecclComm_t comm, int rank, int n, void* arg) {
   _exit(MP_EXIT_PASS); /* the communicator is gone: skip the harness's destroy */
 }
 
+/* Ranks whose MoE calls disagree: rank 1 passes half the hidden size to a
+ * dispatch on device buffers.  On the stream path each rank finds it in
+ * its peer's descriptors before anything is queued: every rank's call
+ * fails with a text saying so, none hangs, the communicator is broken and
+ * destroy returns. */
+static int disagree_body(moecclComm_t comm, int rank, int n, void* arg) {
+  (void)arg;
+  D = moeccl_device();
+  MP_CHECK(D, "no device backend");
+  moe_case_t c;
+  if (moe_case_make(comm, rank, n, &c, 2 * n, 200, moecclFloat32, seed_of(n, 15, rank))) return 1;
+  size_t H = rank == 1 ? c.H / 2 : c.H;
+  moecclResult_t rc = moecclMoeDispatch(c.plan, c.dtok, c.drows, c.cap, H, c.dt, NULL);
+  MP_CHECK(rc == moecclInvalidArgument, "a dispatch whose ranks disagree gave %d", (int)rc);
+  MP_CHECK(strstr(mp_last_error_text(comm), "disagree") != NULL, "the text says: %s",
+           mp_last_error_text(comm));
+  moecclResult_t async = moecclSuccess;
+  MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &async));
+  MP_CHECK(async != moecclSuccess, "the communicator is not broken");
+  (void)moecclCommDestroy(comm); /* must return (the run's deadline says so) */
+  _exit(MP_EXIT_PASS);           /* the communicator is gone: skip the harness's destroy */
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   D = moeccl_device();
@@ -1200,6 +1435,9 @@ static const mp_variant variants[] = {
      * cannot lower (reductions, MoE) and on request */
     {"host-path", {"MOECCL_DEVICE_STREAM_DISABLE=1"}, "3"},
     {"host-path-delays", {"MOECCL_DEVICE_STREAM_DISABLE=1", "MOECCL_DEVICE_EMU_DELAY_US=200"}, "2"},
+    /* no kernels (a CUDA build without nvcc): reductions and MoE calls
+     * take the host path and stage through host memory, same results */
+    {"no-kernels", {"MOECCL_DEVICE_EMU_NO_KERNELS=1", "MP_SUBTESTS=moe,reduce"}, "3"},
     {NULL, {NULL}, NULL},
 };
 
@@ -1228,6 +1466,12 @@ int main(int argc, char** argv) {
     opts.expect_killed_signal = SIGKILL;
     printf("killed (3 ranks):\n");
     rc = mp_fold(rc, mp_run_opts(3, killed_body, NULL, &opts));
+  }
+  if (argc == 1 && !getenv("MP_VARIANT") && mp_want("disagree")) {
+    mp_opts opts = MP_OPTS_DEFAULT;
+    opts.deadline_s = 60;
+    printf("disagree (2 ranks, a MoE dispatch on device buffers):\n");
+    rc = mp_fold(rc, mp_run_opts(2, disagree_body, NULL, &opts));
   }
   return rc;
 }

@@ -3,6 +3,7 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "exec/enqueue.h"
+#include "exec/executor.h"
 #include "plan/plan.h"
 #include "base/param.h"
 #include "transport/transport.h"
@@ -62,6 +63,7 @@ static void comm_free(moeccl_comm_t* comm) {
   free(comm->dev_scratch_old);
   free(comm->staging);
   if (comm->dev_staging) moeccl_device()->free(comm->dev_staging);
+  moeccl_exec_terms_free(comm);
   free(comm->redops);
   free(comm->peers);
   free(comm->local_ranks);

@@ -123,6 +123,8 @@
     "emu backend: a random delay of up to this many microseconds before each stream operation")    \
   X(DEVICE_EMU_LEGACY, device_emu_legacy, BOOL, FAIL, ONCE, "0", 0, 0, NULL, NULL,                 \
     "emu backend: allocations export only legacy IPC handles, as cudaMalloc memory does")          \
+  X(DEVICE_EMU_NO_KERNELS, device_emu_no_kernels, BOOL, FAIL, ONCE, "0", 0, 0, NULL, NULL,         \
+    "emu backend: the kernels do not load, as on CUDA without a fatbin (the fallbacks run)")      \
   X(DEVICE_STREAM_DISABLE, device_stream_disable, BOOL, FAIL, ONCE, "0", 0, 0, NULL, NULL,         \
     "device calls run by the host (a library thread per stream) instead of lowered onto the "      \
     "caller's stream by the ipc transport")                                                        \

@@ -129,6 +129,7 @@ struct moecclComm {
   size_t staging_bytes;
   void* dev_staging; /* the same for receives into device memory (device memory) */
   size_t dev_staging_bytes;
+  struct moeccl_term_ring* terms; /* lowered calls' row programs' pinned memory (exec/terms.c) */
 
   volatile moecclResult_t async_error; /* sticky: set when the comm broke */
   char last_error[512];

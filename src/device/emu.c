@@ -589,6 +589,7 @@ static moecclResult_t emu_sync_all(void) {
 static moecclResult_t emu_module_load(const moeccl_dev_image_t* image, void** module) {
   alive("module_load");
   if (!image || !image->twins || image->ntwins <= 0) return moecclInvalidUsage;
+  if (moeccl_param_device_emu_no_kernels()) return moecclInvalidUsage; /* as CUDA, no fatbin */
   *module = (void*)(uintptr_t)image;
   return moecclSuccess;
 }

@@ -283,12 +283,22 @@ static int reduction_lowerable(const moeccl_call_t* call) {
   return !call->coll.reduce || (!call->scalar_ptr && moeccl_devkern_ready());
 }
 
+/* Whether a MoE call's schedule runs on the stream: the dispatch, the
+ * combine and the dispatch backward on the flat path (one node), with the
+ * device's row kernels; the weights in host memory are copied at enqueue.
+ * The combine backward, whose dot products read the forward's expert rows
+ * on the host, takes the host path. */
+static int moe_lowerable(const moeccl_call_t* call) {
+  return call->moe.op != MOECCL_MOE_COMBINE_BACKWARD && !call->moe.hier && moeccl_devkern_ready();
+}
+
 /* Whether a call goes to the stream path (docs/ARCHITECTURE.md): its
  * buffers are all device memory (the caller found one that is), its stream is NULL (the legacy
  * default stream) or a device stream, it moves bytes (all-to-all, send/recv, AllGather,
- * Broadcast, Gather, Scatter) or reduces (AllReduce, ReduceScatter, Reduce: kernels on the
- * stream), and a stream transport reaches its peers.  Every rank decides alike for a call whose
- * ranks all pass device buffers, as NCCL requires. */
+ * Broadcast, Gather, Scatter), reduces (AllReduce, ReduceScatter, Reduce: kernels on the
+ * stream) or is a MoE call moe_lowerable takes, and a stream transport reaches its peers.
+ * Every rank decides alike for a call whose ranks all pass device buffers, as NCCL
+ * requires. */
 static int lowerable(const moeccl_comm_t* comm, const moeccl_call_t* call, moecclStream_t stream) {
   if (stream && moeccl_host_stream_valid(stream)) return 0;
   if (!moeccl_device()) return 0;
@@ -305,6 +315,9 @@ static int lowerable(const moeccl_comm_t* comm, const moeccl_call_t* call, moecc
             !stream_reach(comm, call->p2p[i].peer))
           return 0;
       return call->np2p > 0;
+    case MOECCL_CALL_MOE:
+      return moe_lowerable(call) && on_device(call->sendbuf) && on_device(call->recvbuf) &&
+             stream_reach(comm, -1);
     default: return 0;
   }
 }

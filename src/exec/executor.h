@@ -41,4 +41,11 @@ moecclResult_t moeccl_executor_run(moeccl_job_t* jobs, int njobs);
  * it.  The caller holds comm->lock and has the call's turn. */
 moecclResult_t moeccl_executor_lower(moeccl_comm_t* comm, moeccl_sched_t* sched, void* stream);
 
+/* The pinned buffers of lowered calls' row programs (terms.c): calls that
+ * took one, and times the host waited for the stream to free one (the
+ * communicator's ring was in use by queued calls).  terms_free, at
+ * destroy, once the streams have passed the communicator's work. */
+void moeccl_exec_terms_stats(const moeccl_comm_t* comm, uint64_t* calls, uint64_t* waits);
+void moeccl_exec_terms_free(moeccl_comm_t* comm);
+
 #endif

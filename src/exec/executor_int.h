@@ -99,6 +99,20 @@ moecclResult_t moeccl_exec_check_peers(moeccl_job_t* jobs, int njobs);
 moecclResult_t moeccl_exec_timed_out(moeccl_job_t* jobs, int njobs);
 int moeccl_exec_spin_limit(const moeccl_comm_t* c);
 
+/* terms.c: one call's pinned memory for its row programs (the stream
+ * path): the arena, and the flag the stream writes with seq once it
+ * passed the call (moeccl_exec_terms_passed queues that write, after the
+ * call's last operation).  take may wait, up to the communicator's
+ * timeout, when the communicator's ring is in use by queued calls. */
+#include "kernels/devkern.h"
+typedef struct {
+  moeccl_dev_arena_t arena;
+  volatile uint64_t* flag;
+  uint64_t seq;
+} moeccl_term_use_t;
+moecclResult_t moeccl_exec_terms_take(moeccl_comm_t* c, size_t bytes, moeccl_term_use_t* use);
+moecclResult_t moeccl_exec_terms_passed(const moeccl_term_use_t* use, void* stream);
+
 /* executor.c: the communicator's device scratch for s (lower.c too). */
 moecclResult_t moeccl_exec_dev_scratch(moeccl_comm_t* c, moeccl_sched_t* s);
 

@@ -225,13 +225,6 @@ static int dst_repeats(const moeccl_rows_t* p) {
   return repeats;
 }
 
-/* The terms (and SUM's group starts) go to pinned host memory the kernel
- * reads, kept for the process (grown, never freed: no driver call at
- * exit).  Used under moeccl_device_run's lock only. */
-static void* scratch;
-static size_t scratch_bytes;
-static pid_t scratch_owner;
-
 typedef struct {
   const moeccl_rows_t* p;
   int k;
@@ -241,23 +234,28 @@ typedef struct {
   moeccl_krows_args_t args;
 } rows_launch_t;
 
-static moecclResult_t fill_terms(rows_launch_t* l) {
-  const moeccl_device_ops_t* d = moeccl_device();
+/* SUM's groups: runs of consecutive terms of one dst (0 for other modes). */
+static size_t count_groups(const rows_launch_t* l) {
   const moeccl_rows_t* p = l->p;
   size_t ngroups = 0;
   if (l->k == MOECCL_K_ROWS_SUM)
     for (size_t i = 0; i < p->nterms; i++)
       ngroups += i == 0 || p->terms[i].dst != p->terms[i - 1].dst;
-  size_t need = p->nterms * sizeof(dm_term_t) + (ngroups + 1) * sizeof(uint32_t) + l->nw * 4;
-  if (scratch_owner != getpid()) scratch = NULL, scratch_bytes = 0; /* forked: not ours */
-  if (need > scratch_bytes) {
-    size_t want = need > 2 * scratch_bytes ? need : 2 * scratch_bytes;
-    void* s = NULL;
-    MOECCL_CHECK(d->host_alloc(&s, want));
-    if (scratch) d->host_free(scratch);
-    scratch = s, scratch_bytes = want, scratch_owner = getpid();
-  }
-  dm_term_t* t = scratch;
+  return ngroups;
+}
+
+/* Bytes of pinned memory l's terms, group starts and host weights take. */
+static size_t terms_bytes(const rows_launch_t* l, size_t ngroups) {
+  return l->p->nterms * sizeof(dm_term_t) + (ngroups + 1) * sizeof(uint32_t) +
+         l->nw * sizeof(float);
+}
+
+/* Writes l's terms (and SUM's group starts, and its weights in host
+ * memory) at mem, pinned memory the kernel reads, and points l's
+ * arguments at them. */
+static void write_terms(rows_launch_t* l, void* mem, size_t ngroups) {
+  const moeccl_rows_t* p = l->p;
+  dm_term_t* t = mem;
   memcpy(t, p->terms, p->nterms * sizeof(dm_term_t));
   uint32_t* first = (uint32_t*)(t + p->nterms);
   size_t g = 0;
@@ -270,12 +268,34 @@ static moecclResult_t fill_terms(rows_launch_t* l) {
     l->args.aux = w;
   }
   l->args.terms = t, l->args.first = first, l->args.ngroups = ngroups;
+}
+
+/* The host path's terms go to pinned host memory kept for the process
+ * (grown, never freed: no driver call at exit).  Used under
+ * moeccl_device_run's lock only. */
+static void* scratch;
+static size_t scratch_bytes;
+static pid_t scratch_owner;
+
+static moecclResult_t fill_terms(rows_launch_t* l) {
+  const moeccl_device_ops_t* d = moeccl_device();
+  size_t ngroups = count_groups(l), need = terms_bytes(l, ngroups);
+  if (scratch_owner != getpid()) scratch = NULL, scratch_bytes = 0; /* forked: not ours */
+  if (need > scratch_bytes) {
+    size_t want = need > 2 * scratch_bytes ? need : 2 * scratch_bytes;
+    void* s = NULL;
+    MOECCL_CHECK(d->host_alloc(&s, want));
+    if (scratch) d->host_free(scratch);
+    scratch = s, scratch_bytes = want, scratch_owner = getpid();
+  }
+  write_terms(l, scratch, ngroups);
   return moecclSuccess;
 }
 
-static moecclResult_t queue_rows(void* stream, void* arg) {
-  rows_launch_t* l = arg;
-  MOECCL_CHECK(fill_terms(l));
+/* Queues l's kernel on stream, its terms already written; one_thread: a
+ * single thread runs the items in order (a program whose items the host
+ * runs in an order the kernel's threads would not keep). */
+static moecclResult_t launch_rows(rows_launch_t* l, void* stream, int one_thread) {
   static const int mode_of[MOECCL_K_COUNT] = {[MOECCL_K_ROWS_SUM] = 0,
                                               [MOECCL_K_ROWS_DOT] = 1,
                                               [MOECCL_K_ROWS_COPY] = 2,
@@ -283,7 +303,14 @@ static moecclResult_t queue_rows(void* stream, void* arg) {
   uint64_t items = dm_rows_items(mode_of[l->k], &l->args);
   if (items == 0) return moecclSuccess;
   __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
-  return moeccl_device()->launch(l->fn, grid_for(items), BLOCK, &l->args, sizeof l->args, stream);
+  return moeccl_device()->launch(l->fn, one_thread ? 1 : grid_for(items), one_thread ? 1 : BLOCK,
+                                 &l->args, sizeof l->args, stream);
+}
+
+static moecclResult_t queue_rows(void* stream, void* arg) {
+  rows_launch_t* l = arg;
+  MOECCL_CHECK(fill_terms(l));
+  return launch_rows(l, stream, 0);
 }
 
 /* The largest of 16, 8, 4, 2 bytes dividing the row size and both bases. */
@@ -292,6 +319,27 @@ static int copy_unit(size_t elems, const void* dst, const void* src) {
   for (int u = 16; u > 1; u /= 2)
     if (!(m & (uintptr_t)(u - 1))) return u;
   return 1;
+}
+
+/* l for program p over dst, src and aux (NULL: none); NULL fn when the
+ * device has no kernels. */
+static rows_launch_t rows_launch(const moeccl_rows_t* p, void* dst, const void* src,
+                                 const void* aux) {
+  static const int k_of[] = {[MOECCL_ROWS_SUM] = MOECCL_K_ROWS_SUM,
+                             [MOECCL_ROWS_DOT] = MOECCL_K_ROWS_DOT,
+                             [MOECCL_ROWS_COPY] = MOECCL_K_ROWS_COPY,
+                             [MOECCL_ROWS_ADD] = MOECCL_K_ROWS_ADD};
+  rows_launch_t l = {.p = p, .k = k_of[p->mode]};
+  l.fn = kernel(l.k);
+  l.args = (moeccl_krows_args_t){.dst = dst,
+                                 .src = src,
+                                 .aux = aux,
+                                 .nterms = p->nterms,
+                                 .elems = p->elems,
+                                 .type = (int32_t)p->type,
+                                 .unit = 1};
+  if (p->mode == MOECCL_ROWS_COPY) l.args.unit = copy_unit(p->elems, dst, src);
+  return l;
 }
 
 moecclResult_t moeccl_devkern_rows(const moeccl_rows_t* p, void* dst, const void* src,
@@ -309,24 +357,11 @@ moecclResult_t moeccl_devkern_rows(const moeccl_rows_t* p, void* dst, const void
       (uses_aux && !host_w && !on_device(aux)) || (s0 <= s1 && rows_overlap(p, dst, src)) ||
       p->elems == 0)
     return moecclSuccess;
-  static const int k_of[] = {[MOECCL_ROWS_SUM] = MOECCL_K_ROWS_SUM,
-                             [MOECCL_ROWS_DOT] = MOECCL_K_ROWS_DOT,
-                             [MOECCL_ROWS_COPY] = MOECCL_K_ROWS_COPY,
-                             [MOECCL_ROWS_ADD] = MOECCL_K_ROWS_ADD};
   int repeats = dst_repeats(p);
   if (repeats < 0) return moecclSystemError;
   if (repeats && p->mode != MOECCL_ROWS_ADD) return moecclSuccess;
-  rows_launch_t l = {.p = p, .k = k_of[p->mode]};
-  l.fn = kernel(l.k);
+  rows_launch_t l = rows_launch(p, dst, src, uses_aux ? aux : NULL);
   if (!l.fn) return moecclSuccess;
-  l.args = (moeccl_krows_args_t){.dst = dst,
-                                 .src = src,
-                                 .aux = uses_aux ? aux : NULL,
-                                 .nterms = p->nterms,
-                                 .elems = p->elems,
-                                 .type = (int32_t)p->type,
-                                 .unit = 1};
-  if (p->mode == MOECCL_ROWS_COPY) l.args.unit = copy_unit(p->elems, dst, src);
   l.args.serial = repeats; /* ADD: a column's terms in order in one thread */
   if (host_w) {
     uint32_t a0, a1;
@@ -336,4 +371,43 @@ moecclResult_t moeccl_devkern_rows(const moeccl_rows_t* p, void* dst, const void
   }
   *ran = 1;
   return moeccl_device_run(queue_rows, &l);
+}
+
+/* ---- row programs on the caller's stream --------------------------------- */
+
+#define ARENA_ALIGN 16
+
+size_t moeccl_devkern_rows_arena_bytes(const moeccl_rows_t* p) {
+  if (!p->nterms) return 0;
+  size_t starts = p->mode == MOECCL_ROWS_SUM ? p->nterms + 1 : 1;
+  return p->nterms * sizeof(dm_term_t) + starts * sizeof(uint32_t) + ARENA_ALIGN;
+}
+
+moecclResult_t moeccl_devkern_rows_async(const moeccl_rows_t* p, const moeccl_row_term_t* terms,
+                                         void* dst, const void* src, const void* aux,
+                                         moeccl_dev_arena_t* arena, void* stream) {
+  if (!p->nterms || !p->elems) return moecclSuccess;
+  moeccl_rows_t q = *p; /* the program with the terms this launch runs */
+  q.terms = terms;
+  int uses_aux = aux && (q.mode == MOECCL_ROWS_SUM || q.mode == MOECCL_ROWS_DOT);
+  rows_launch_t l = rows_launch(&q, dst, src, uses_aux ? aux : NULL);
+  if (!l.fn) return moecclInternalError; /* the caller asked moeccl_devkern_ready */
+  int repeats = dst_repeats(&q);
+  if (repeats < 0) return moecclSystemError;
+  uint32_t s0, s1;
+  moeccl_rows_span(&q, MOECCL_ROWS_FIELD_SRC, &s0, &s1);
+  /* A destination row written twice (the host's later term wins) or
+   * overlapping the rows read: one thread runs the items in the host's
+   * order (never for the MoE calls' programs, whose destinations are
+   * other buffers than their sources and written once); ADD keeps a
+   * column's terms in order in one thread. */
+  int one_thread = (repeats && q.mode != MOECCL_ROWS_ADD) ||
+                   (s0 <= s1 && rows_overlap(&q, dst, src));
+  l.args.serial = repeats && q.mode == MOECCL_ROWS_ADD;
+  size_t ngroups = count_groups(&l), need = terms_bytes(&l, ngroups);
+  size_t at = (arena->used + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+  if (at > arena->bytes || need > arena->bytes - at) return moecclInternalError;
+  arena->used = at + need;
+  write_terms(&l, arena->base + at, ngroups);
+  return launch_rows(&l, stream, one_thread);
 }

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "device/device.h"
+#include "kernels/rows.h"
 #include "moeccl.h"
 
 /* The kernels by family; the datatype and the operation are arguments. */
@@ -68,6 +69,26 @@ moecclResult_t moeccl_devkern_fold_async(const struct moeccl_red* r, void* dst,
 /* Row program p (rows.h) on device memory. */
 moecclResult_t moeccl_devkern_rows(const struct moeccl_rows* p, void* dst, const void* src,
                                    const void* aux, int* ran);
+/* Pinned host memory a lowered call's row programs take their terms from
+ * (exec/lower.c hands each call one): [base, base + bytes), used so far. */
+typedef struct moeccl_dev_arena {
+  char* base;
+  size_t bytes, used;
+} moeccl_dev_arena_t;
+/* At most the arena bytes one moeccl_devkern_rows_async of p takes. */
+size_t moeccl_devkern_rows_arena_bytes(const struct moeccl_rows* p);
+/* Row program p with terms (p->terms, or p->terms_idx for a gathered
+ * message) on stream, never waited for: the terms (and SUM's group
+ * starts) are written into arena, which must live until the stream has
+ * passed the launch.  dst, src and aux (NULL: none) are device memory or
+ * pinned host memory, mapped peer memory included.  Every program runs,
+ * the host's bits: one whose destination rows repeat or overlap what it
+ * reads runs its items in the host's order.  moecclInternalError where the
+ * kernels are missing or the arena is short. */
+moecclResult_t moeccl_devkern_rows_async(const struct moeccl_rows* p,
+                                         const moeccl_row_term_t* terms, void* dst,
+                                         const void* src, const void* aux,
+                                         moeccl_dev_arena_t* arena, void* stream);
 /* Kernels this process launched. */
 uint64_t moeccl_devkern_launches(void);
 

@@ -96,6 +96,10 @@ typedef struct {
    * point); otherwise every receive's message is exactly its bytes
    * (moeccl_req_t.exact). */
   int inexact;
+  /* A lowered call's pinned memory for its row programs' terms (the
+   * stream path, exec/lower.c: set in the schedule it hands the stream
+   * transport); not read elsewhere. */
+  struct moeccl_dev_arena* arena;
   /* executor's: the checks and reservations of its prepare were done for
    * this schedule as it stands (a repeated call runs it again unchanged);
    * reset and every addition clear it */

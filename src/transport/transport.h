@@ -259,8 +259,11 @@ typedef struct moeccl_transport_ops {
    *   lower_step: queues step `step`'s messages on stream (NULL: the legacy
    *     default stream), phase 0 before the step's local ops (its sends
    *     marked ready, waits for its senders, the copies, and the reducing
-   *     receives as kernels reading the senders' memory, in op order, with
-   *     the schedule's reduction), phase 1 after them
+   *     and consuming receives as kernels reading the senders' memory, in
+   *     op order, with the schedule's reduction or the receive's row
+   *     program, whose terms go to s->arena; a SEND with MOECCL_OPF_ROWS
+   *     hands over its program's whole span for the receiver to pick the
+   *     rows from), phase 1 after them
    *     (its receives marked read, waits for the readers of its sends): once
    *     the stream passes phase 1 every receive of the step holds its
    *     message and every buffer the step sent from may be written.

@@ -20,7 +20,10 @@
  *     message straight from the sender's buffer into its own (one copy,
  *     pulled by the receiver; a reducing receive is a kernel reading the
  *     sender's buffer, one launch per run of them folding into one
- *     destination), marks them read, and waits until its
+ *     destination; a consuming receive, a MoE row program, is one launch
+ *     reading the sender's message, or for a gathered send the sender's
+ *     whole buffer its program picks rows from), marks them read, and
+ *     waits until its
  *     receivers read its sends.  Waits and writes of a phase go in one batch
  *     of stream memory operations.  No library thread, no host function and
  *     no spinning kernel is involved: when the stream passes the call, the
@@ -74,6 +77,10 @@ typedef struct {
   uint64_t off;   /* of the message in it */
   uint64_t bytes; /* of the message */
   uint64_t alloc_bytes;
+  /* a gathered send (MOECCL_OPF_ROWS): bytes is the sender's whole buffer,
+   * whose rows the receiver's program picks; this is the message it reads
+   * (its receive's length).  0: a plain message */
+  uint64_t gathered;
   int32_t device, how;
   unsigned char ipc[MOECCL_IPC_HANDLE_BYTES]; /* HOW_IPC: the legacy handle */
 } desc_t;
@@ -151,8 +158,9 @@ typedef struct {
 /* What lower_begin decided per op of the schedule, for lower_step. */
 typedef struct {
   const char* src; /* RECV: the sender's memory, mapped here */
-  uint64_t bytes;  /* RECV: what to copy */
+  uint64_t bytes;  /* RECV: what to copy (a consuming one: its program's message) */
   uint64_t count;  /* the pair's message count after this one (ready / done value) */
+  uint64_t span;   /* RECV of a gathered message: src is the sender's whole buffer, of span bytes */
 } match_t;
 
 #define STREAM_SLOTS 16 /* streams whose progress the segment shows */

@@ -8,6 +8,7 @@
 
 #include "kernels/devkern.h"
 #include "kernels/reduce.h"
+#include "kernels/rows.h"
 
 static int was_exported(ipeer_t* p, uint64_t id) {
   for (int i = 0; i < p->nexported; i++)
@@ -221,11 +222,16 @@ static int publish(ipc_state_t* s, const moeccl_sched_t* sc, int i, moecclResult
   uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
   if (head - atomic_load_explicit(&ring->tail, memory_order_acquire) >= RING) return 0;
   desc_t e;
-  int r = describe(s, l, (int)op->src_buf, buf_at(sc, op->src_buf, op->src_off), op->bytes, &e, rc);
+  /* a gathered send hands over the whole buffer its rows are picked from:
+   * the receiver's program reads them there, nothing is packed */
+  int gathered = (op->flags & MOECCL_OPF_ROWS) != 0;
+  uint64_t bytes = gathered ? sc->rows[op->prog].span : op->bytes;
+  int r = describe(s, l, (int)op->src_buf, buf_at(sc, op->src_buf, op->src_off), bytes, &e, rc);
   if (r <= 0) return r;
+  e.gathered = gathered ? op->bytes : 0;
   ring->ent[head % RING] = e;
   atomic_store_explicit(&ring->head, head + 1, memory_order_release);
-  s->match[i] = (match_t){NULL, op->bytes, __atomic_add_fetch(&p->sent, 1, __ATOMIC_RELAXED)};
+  s->match[i] = (match_t){NULL, op->bytes, __atomic_add_fetch(&p->sent, 1, __ATOMIC_RELAXED), 0};
   return 1;
 }
 
@@ -241,16 +247,21 @@ static int consume(ipc_state_t* s, const moeccl_sched_t* sc, int i, moecclResult
   const char* src = NULL;
   int r = resolve(s, l, e, &src, rc);
   if (r <= 0) return r;
-  uint64_t bytes = e->bytes;
-  if (bytes > op->bytes || (!sc->inexact && bytes != op->bytes)) {
+  uint64_t bytes = e->gathered ? e->gathered : e->bytes;
+  uint64_t span = e->gathered ? e->bytes : 0;
+  int consuming = (op->flags & MOECCL_OPF_ROWS) != 0;
+  if (bytes > op->bytes || (!sc->inexact && bytes != op->bytes) ||
+      (e->gathered && (!consuming || !sc->rows[op->prog].terms_idx))) {
     /* the flags still go on the stream (the sender's stream waits for them) */
     *rc = moeccl_comm_fail(s->comm, moecclInvalidArgument,
-                           "ipc: rank %d sent %llu bytes to a receive of %llu: the ranks' calls "
-                           "disagree",
-                           p->comm_rank, (unsigned long long)bytes, (unsigned long long)op->bytes);
+                           "ipc: rank %d sent %llu bytes%s to a receive of %llu%s: the ranks' "
+                           "calls disagree",
+                           p->comm_rank, (unsigned long long)bytes,
+                           e->gathered ? " (rows to pick)" : "", (unsigned long long)op->bytes,
+                           consuming ? " (rows to consume)" : "");
     bytes = 0;
   }
-  s->match[i] = (match_t){src, bytes, __atomic_add_fetch(&p->recvd, 1, __ATOMIC_RELAXED)};
+  s->match[i] = (match_t){src, bytes, __atomic_add_fetch(&p->recvd, 1, __ATOMIC_RELAXED), span};
   atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
   return 1;
 }
@@ -428,6 +439,44 @@ static moecclResult_t reduce_received(ipc_state_t* s, const moeccl_sched_t* sc, 
   return moecclSuccess;
 }
 
+/* Whether the rows program p's terms pick from a buffer of span bytes. */
+static int rows_within(const moeccl_rows_t* p, const moeccl_row_term_t* terms, uint64_t span) {
+  moeccl_rows_t q = *p;
+  q.terms = terms;
+  uint32_t lo, hi;
+  moeccl_rows_span(&q, MOECCL_ROWS_FIELD_SRC, &lo, &hi);
+  size_t rb = moeccl_rows_row_bytes(p);
+  return lo > hi || ((uint64_t)hi + 1) * rb <= span;
+}
+
+/* The consuming receives of ops [begin, end) (MOECCL_OPF_ROWS: the MoE
+ * dispatch's expansion, the combine's sums), each one launch of its row
+ * program reading the sender's mapped memory: the message, or for a
+ * gathered one the sender's whole buffer, whose rows the program's
+ * terms_idx pick.  In op order on the stream, as the host path runs the
+ * adding ones, so the sums come out the same. */
+static moecclResult_t rows_received(ipc_state_t* s, const moeccl_sched_t* sc, int begin, int end,
+                                    void* stream) {
+  int rank = s->comm->rank;
+  for (int i = begin; i < end; i++) {
+    const moeccl_sched_op_t* op = &sc->ops[i];
+    if (op->type != MOECCL_OP_RECV || !(op->flags & MOECCL_OPF_ROWS) || !is_peer_op(op, rank))
+      continue;
+    const moeccl_rows_t* p = &sc->rows[op->prog];
+    const match_t* m = &s->match[i];
+    const moeccl_row_term_t* terms = m->span ? p->terms_idx : p->terms;
+    if (m->bytes != op->bytes || !rows_within(p, terms, m->span ? m->span : m->bytes))
+      return moeccl_comm_fail(s->comm, moecclInternalError,
+                              "ipc: a consuming receive from rank %d has no matching message, "
+                              "or rows outside it",
+                              op->peer);
+    const void* aux = p->aux_buf == UINT32_MAX ? NULL : buf_at(sc, p->aux_buf, p->aux_off);
+    MOECCL_CHECK(moeccl_devkern_rows_async(p, terms, buf_at(sc, p->out_buf, p->out_off), m->src,
+                                           aux, sc->arena, stream));
+  }
+  return moecclSuccess;
+}
+
 moecclResult_t moeccl_ipc_lower_step(void* state, const moeccl_sched_t* sc, int step, int phase,
                                      void* stream) {
   ipc_state_t* s = state;
@@ -474,7 +523,9 @@ moecclResult_t moeccl_ipc_lower_step(void* state, const moeccl_sched_t* sc, int 
   int c = 0;
   for (int i = begin; i < end; i++) {
     const moeccl_sched_op_t* op = &sc->ops[i];
-    if (!is_peer_op(op, rank) || op->type != MOECCL_OP_RECV || !s->match[i].bytes) continue;
+    if (!is_peer_op(op, rank) || op->type != MOECCL_OP_RECV || !s->match[i].bytes ||
+        (op->flags & MOECCL_OPF_ROWS))
+      continue;
     MOECCL_CHECK(grow_copies(s, c + 1));
     s->copy_dst[c] = buf_at(sc, op->dst_buf, op->dst_off);
     s->copy_src[c] = s->match[i].src;
@@ -483,5 +534,6 @@ moecclResult_t moeccl_ipc_lower_step(void* state, const moeccl_sched_t* sc, int 
   if (c) MOECCL_CHECK(s->d->copy_batch(s->copy_dst, s->copy_src, s->copy_bytes, c, stream));
   s->stats.copies += (uint64_t)c;
   s->stats.copy_calls += c > 0;
-  return reduce_received(s, sc, begin, end, stream);
+  MOECCL_CHECK(reduce_received(s, sc, begin, end, stream));
+  return rows_received(s, sc, begin, end, stream);
 }
