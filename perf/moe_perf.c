@@ -39,7 +39,7 @@
 struct setting {
   char algo[8];
   int chunks;
-  char label[16];
+  char label[24];
 };
 
 struct cfg {

@@ -711,10 +711,10 @@ static void test_moe_pick(void) {
    * one forwarder per other node, which copies it and hands it on. */
   moeccl_moe_cost_rows_t rows[2] = {
       {.net_rows = 3072, .node_rows = 512, .pack_rows = 3584, .expand_rows = 4096,
-       .net_msgs = 6, .node_msgs = 1, .rounds = 1, .net_io_rows = 6144, .node_in_rows = 512},
+       .net_msgs = 6, .node_msgs = 1, .net_io_rows = 6144, .node_in_rows = 512},
       {.net_rows = 1536, .node_rows = 512, .fwd_node_rows = 1536, .pack_rows = 2048,
        .fwd_rows = 1536, .expand_rows = 4096, .net_msgs = 3, .node_msgs = 1,
-       .fwd_node_msgs = 3, .rounds = 2, .net_io_rows = 3072, .node_in_rows = 512,
+       .fwd_node_msgs = 3, .net_io_rows = 3072, .node_in_rows = 512,
        .fwd_in_rows = 1536}};
   moeccl_moe_cost_rows_t all[16];
   for (int r = 0; r < 8; r++) all[2 * r] = rows[0], all[2 * r + 1] = rows[1];

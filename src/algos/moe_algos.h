@@ -39,7 +39,6 @@ typedef struct {
   uint64_t net_rows, node_rows, fwd_node_rows; /* between nodes; on the node: direct, forwarded */
   uint64_t pack_rows, fwd_rows, expand_rows;   /* copied locally: before, by forwarders, after */
   uint64_t net_msgs, node_msgs, fwd_node_msgs; /* messages of each kind */
-  uint64_t rounds;                             /* message rounds in sequence (1 chunk) */
   uint64_t net_io_rows;                        /* network rows out + in */
   uint64_t node_in_rows, fwd_in_rows;          /* node rows in: direct, forwarded */
 } moeccl_moe_cost_rows_t;

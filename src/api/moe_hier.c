@@ -202,7 +202,6 @@ static void hier_costs(moecclMoePlan_t p, uint64_t out[2 * NCOST]) {
        .expand_rows = l->R,
        .net_msgs = max64(netm_o, netm_i),
        .node_msgs = max64(nodem_o, nodem_i),
-       .rounds = 1,
        .net_io_rows = net_o + net_i,
        .node_in_rows = node_i},
       {.net_rows = max64(Pr, Nin),
@@ -214,7 +213,6 @@ static void hier_costs(moecclMoePlan_t p, uint64_t out[2 * NCOST]) {
        .net_msgs = max64(rm_o, rm_i),
        .node_msgs = max64(nodem_o, nodem_i),
        .fwd_node_msgs = max64(fwm_out, fwdm_in),
-       .rounds = 2,
        .net_io_rows = Pr + Nin,
        .node_in_rows = node_i,
        .fwd_in_rows = fwd_in}};
