@@ -698,10 +698,10 @@ static void test_gathered(void) {
  * shared memory's on the node (10 GB/s), copies at 20 GB/s. */
 static moeccl_topo_t pick_topo(double net_GBps) {
   moeccl_topo_t t = {.nranks = 8, .nnodes = 4, .ngroups = 1, .copy_GBps = 20.0};
-  t.link[MOECCL_LINK_GROUP] = (moeccl_link_t){.latency_us = 50.0, .overhead_us = 4.5,
-                                              .bw_GBps = net_GBps};
-  t.link[MOECCL_LINK_NODE] = (moeccl_link_t){.latency_us = 1.5, .overhead_us = 0.3,
-                                             .bw_GBps = 10.0};
+  t.link[MOECCL_LINK_GROUP] =
+      (moeccl_link_t){.latency_us = 50.0, .overhead_us = 4.5, .bw_GBps = net_GBps};
+  t.link[MOECCL_LINK_NODE] =
+      (moeccl_link_t){.latency_us = 1.5, .overhead_us = 0.3, .bw_GBps = 10.0};
   return t;
 }
 
@@ -709,13 +709,26 @@ static void test_moe_pick(void) {
   /* One rank's dispatch of 512 tokens, K = 8 (every rank alike): flat
    * sends each token to the 6 ranks off its node; node dedup sends it to
    * one forwarder per other node, which copies it and hands it on. */
-  moeccl_moe_cost_rows_t rows[2] = {
-      {.net_rows = 3072, .node_rows = 512, .pack_rows = 3584, .expand_rows = 4096,
-       .net_msgs = 6, .node_msgs = 1, .net_io_rows = 6144, .node_in_rows = 512},
-      {.net_rows = 1536, .node_rows = 512, .fwd_node_rows = 1536, .pack_rows = 2048,
-       .fwd_rows = 1536, .expand_rows = 4096, .net_msgs = 3, .node_msgs = 1,
-       .fwd_node_msgs = 3, .net_io_rows = 3072, .node_in_rows = 512,
-       .fwd_in_rows = 1536}};
+  moeccl_moe_cost_rows_t rows[2] = {{.net_rows = 3072,
+                                     .node_rows = 512,
+                                     .pack_rows = 3584,
+                                     .expand_rows = 4096,
+                                     .net_msgs = 6,
+                                     .node_msgs = 1,
+                                     .net_io_rows = 6144,
+                                     .node_in_rows = 512},
+                                    {.net_rows = 1536,
+                                     .node_rows = 512,
+                                     .fwd_node_rows = 1536,
+                                     .pack_rows = 2048,
+                                     .fwd_rows = 1536,
+                                     .expand_rows = 4096,
+                                     .net_msgs = 3,
+                                     .node_msgs = 1,
+                                     .fwd_node_msgs = 3,
+                                     .net_io_rows = 3072,
+                                     .node_in_rows = 512,
+                                     .fwd_in_rows = 1536}};
   moeccl_moe_cost_rows_t all[16];
   for (int r = 0; r < 8; r++) all[2 * r] = rows[0], all[2 * r + 1] = rows[1];
   int machine_of[8] = {0}, cores[1] = {2};
@@ -728,7 +741,8 @@ static void test_moe_pick(void) {
   int path = moeccl_pricing_moe_pick(&own, 4096.0, 1, -1, 0, us, &chunks);
   CHECK_STDOUT(path == 1 && chunks == 1,
                "pick, slow links, a core per rank: path %d in %d chunks (us %.0f %.0f %.0f), "
-               "want hier in 1", path, chunks, us[0], us[1], us[2]);
+               "want hier in 1",
+               path, chunks, us[0], us[1], us[2]);
   moeccl_moe_pricing_t shared = own;
   shared.all = all, shared.nranks = 8, shared.nmachines = 1;
   shared.machine_of = machine_of, shared.machine_cpus = cores, shared.scratch = scratch;
@@ -737,7 +751,8 @@ static void test_moe_pick(void) {
   double one = us[1], best = us[2];
   CHECK_STDOUT(path == 1 && chunks > 1 && best < 0.98 * one,
                "pick, 8 ranks on 2 cores: path %d in %d chunks (us %.0f %.0f %.0f), want hier "
-               "in more than 1", path, chunks, us[0], us[1], us[2]);
+               "in more than 1",
+               path, chunks, us[0], us[1], us[2]);
   /* in 1 chunk the stages add up: at least the transfer plus the
    * forwarders' copies on the shared cores */
   double net = 1536 * 4096.0 / (0.0625 * 1e3), fwd = 8 * 1536 * 4096.0 / (20.0 * 1e3) / 2;
@@ -766,8 +781,10 @@ static void test_moe_pick(void) {
   fast.link[MOECCL_LINK_GROUP] = fast.link[MOECCL_LINK_NODE];
   moeccl_moe_pricing_t uniform = {.topo = &fast, .most = none};
   path = moeccl_pricing_moe_pick(&uniform, 4096.0, 1, -1, 0, us, &chunks);
-  CHECK_STDOUT(path == 0, "pick, fast uniform links, dedup saves nothing: path %d in %d chunks "
-               "(us %.0f %.0f %.0f), want flat", path, chunks, us[0], us[1], us[2]);
+  CHECK_STDOUT(path == 0,
+               "pick, fast uniform links, dedup saves nothing: path %d in %d chunks "
+               "(us %.0f %.0f %.0f), want flat",
+               path, chunks, us[0], us[1], us[2]);
 }
 
 int main(void) {
