@@ -14,7 +14,12 @@
  * exact: token elements are -1, 0 or 1 and slot j's gate weight is
  * 2^-(j+1), so every sum is exact in float32 and bfloat16 and both results
  * must equal x[t] * sum_j w[t][j] bit for bit; they are also compared with
- * each other.  See moe_perf(1).
+ * each other.
+ *
+ * Settings (--moe-algo, --moe-chunks): one communicator and plan per
+ * (MOECCL_MOE_ALGO, MOECCL_MOE_CHUNKS), each a series of the same timing
+ * loop, so that every setting and the one MPI baseline interleave rep by
+ * rep and their ratios come from one run.  See moe_perf(1).
  */
 #include "perf_common.h"
 
@@ -28,6 +33,15 @@
 
 #define MAX_K 64
 #define MAX_LIST 16
+#define MAX_SET 16
+
+/* One moeccl setting: MOECCL_MOE_ALGO (flat, hier, or auto: unset) and
+ * MOECCL_MOE_CHUNKS (chunks < 0: as the environment has it). */
+struct setting {
+  char algo[8];
+  int chunks;
+  char label[24];
+};
 
 struct cfg {
   size_t T, H;
@@ -40,8 +54,11 @@ struct cfg {
 /* One configuration's state on this rank. */
 struct moe_state {
   struct cfg g;
-  int layout_only;      /* series 1: moecclMoeLayout alone */
-  moecclMoePlan_t plan;
+  int layout_only;      /* the last series: moecclMoeLayout alone */
+  moecclMoePlan_t plan; /* the current setting's */
+  moecclMoePlan_t plans[MAX_SET];
+  moecclComm_t* comms;  /* [nset] */
+  int nset;
   int nlocal;
   size_t* recv_counts;  /* [nlocal] */
   int32_t* ids;         /* [T][K] */
@@ -289,7 +306,15 @@ static long long verify(struct perf_ctx* c)
   return wrong_of(S, c->lib == PERF_MPI ? S->out_mpi : S->out_moe);
 }
 
-static void select_series(struct perf_ctx* c, int series) { S_of(c)->layout_only = series == 1; }
+/* Series 0 .. nset-1: each setting's layer; nset: the first's layout alone. */
+static void select_series(struct perf_ctx* c, int series)
+{
+  struct moe_state* S = S_of(c);
+  int set = series < S->nset ? series : 0;
+  S->layout_only = series == S->nset;
+  S->plan = S->plans[set];
+  c->comm = S->comms[set];
+}
 
 /* ---- setup ---------------------------------------------------------------- */
 
@@ -327,10 +352,17 @@ static void state_open(struct perf_ctx* c, struct moe_state* S, const struct cfg
   MPI_Type_commit(&S->row_type);
 }
 
-/* The plan, the rows this rank receives (one layout) and their buffer. */
-static int state_plan(struct perf_ctx* c, struct moe_state* S)
+/* A plan per setting, the rows this rank receives (one layout, the same
+ * on every path) and their buffer. */
+static int state_plan(struct perf_ctx* c, struct moe_state* S, moecclComm_t* comms, int nset)
 {
-  moecclResult_t r = moecclMoePlanCreate(&S->plan, S->g.E, NULL, c->comm);
+  moecclResult_t r = moecclSuccess;
+  S->comms = comms, S->nset = nset;
+  for (int i = 0; i < nset && r == moecclSuccess; i++) {
+    c->comm = comms[i];
+    r = moecclMoePlanCreate(&S->plans[i], S->g.E, NULL, comms[i]);
+  }
+  select_series(c, 0);
   if (r == moecclSuccess)
     r = moecclMoeLocalExperts(S->plan, &S->nlocal, NULL);
   S->recv_counts = perf_xcalloc((size_t)(S->nlocal > 0 ? S->nlocal : 1), sizeof(size_t));
@@ -350,8 +382,9 @@ static int state_plan(struct perf_ctx* c, struct moe_state* S)
 
 static void state_close(struct moe_state* S)
 {
-  if (S->plan)
-    moecclMoePlanDestroy(S->plan);
+  for (int i = 0; i < MAX_SET; i++)
+    if (S->plans[i])
+      moecclMoePlanDestroy(S->plans[i]);
   perf_buf_free(S->tokens, S->lib);
   perf_buf_free(S->out_moe, S->lib);
   perf_buf_free(S->out_mpi, S->lib);
@@ -392,8 +425,10 @@ static void count_rows(struct perf_ctx* c, const struct moe_state* S, double* mo
 
 struct result {
   const char* type;
+  const char* setting;
   struct cfg g;
   double layout_us, moe_us, mpi_us;
+  double first_us; /* the first setting's moe_us in the same run */
   double moe_bytes, mpi_bytes; /* dispatch, crossing ranks, all ranks */
   double hot;                  /* the busiest rank's received rows / the mean */
   long long moe_wrong, mpi_wrong, cross_wrong;
@@ -413,6 +448,9 @@ static void usage(void)
          "      --reps N        timed reps; medians are reported (default 7)\n"
          "  -c, --check 0|1     check both results (default 1)\n"
          "  -M                  buffers from moecclMemAlloc (MPI uses the same)\n"
+         "      --moe-algo L    settings timed in one run, each vs the same MPI baseline:\n"
+         "                      flat, hier, auto, hier/C, auto/C (C: MOECCL_MOE_CHUNKS)\n"
+         "      --moe-chunks L  chunk counts for the hier and auto settings without /C\n"
          "      --seed N        seed of the router output and tokens\n"
          "      --json FILE     rows as JSON (rank 0)\n"
          "  -h, --help\n",
@@ -435,6 +473,97 @@ static int parse_list(const char* s, int* v, int max)
   return k;
 }
 
+/* parse_list, for chunk counts: 0 .. MOECCL_MOE_MAX_CHUNKS (64). */
+static int parse_chunks(const char* s, int* v, int max)
+{
+  int k = 0;
+  char* end;
+  while (*s && k < max) {
+    long x = strtol(s, &end, 10);
+    if (end == s || x < 0 || x > 64 || (*end && *end != ','))
+      return -1;
+    v[k++] = (int)x;
+    s = *end == ',' ? end + 1 : end;
+  }
+  return *s ? -1 : k;
+}
+
+/* The settings of --moe-algo and --moe-chunks (NULL: the environment's):
+ * each algo item, with its own /C, or once per chunk count (flat once).
+ * Returns the count, or -1 for a bad list or more than MAX_SET. */
+static int parse_settings(const char* algos, const char* chunks, struct setting* out)
+{
+  int cv[MAX_SET], nc = 0, n = 0;
+  if (chunks && (nc = parse_chunks(chunks, cv, MAX_SET)) < 1)
+    return -1;
+  char* list = strdup(algos ? algos : "");
+  int bad = 0;
+  char* save = NULL;
+  char* tok = algos ? strtok_r(list, ",", &save) : NULL;
+  do {
+    struct setting x = {"", -1, ""};
+    int own = -1;
+    if (tok) {
+      char* slash = strchr(tok, '/');
+      if (slash) {
+        int one[1];
+        *slash = 0;
+        bad |= parse_chunks(slash + 1, one, 1) != 1;
+        own = bad ? -1 : one[0];
+      }
+      bad |= strcmp(tok, "flat") && strcmp(tok, "hier") && strcmp(tok, "auto");
+      bad |= own >= 0 && !strcmp(tok, "flat");
+      snprintf(x.algo, sizeof x.algo, "%s", tok);
+    }
+    int flat = !strcmp(x.algo, "flat"), reps = own >= 0 || flat || !nc ? 1 : nc;
+    for (int i = 0; i < reps && !bad; i++) {
+      if (n == MAX_SET)
+        bad = 1;
+      else {
+        x.chunks = own >= 0 ? own : flat || !nc ? -1 : cv[i];
+        const char* a = x.algo[0] ? x.algo : "env";
+        if (x.chunks < 0)
+          snprintf(x.label, sizeof x.label, "%s", a);
+        else
+          snprintf(x.label, sizeof x.label, "%s/%d", a, x.chunks);
+        out[n++] = x;
+      }
+    }
+  } while (!bad && tok && (tok = strtok_r(NULL, ",", &save)));
+  free(list);
+  return bad || n == 0 ? -1 : n;
+}
+
+/* One communicator per setting, made with its MOECCL_MOE_ALGO and
+ * MOECCL_MOE_CHUNKS (read where a communicator is made); the environment
+ * is restored after. */
+static int setting_comms(struct perf_ctx* c, const struct setting* set, int nset,
+                         moecclComm_t* comms)
+{
+  const char* env_algo = getenv("MOECCL_MOE_ALGO");
+  const char* env_chunks = getenv("MOECCL_MOE_CHUNKS");
+  char* keep_algo = env_algo ? strdup(env_algo) : NULL;
+  char* keep_chunks = env_chunks ? strdup(env_chunks) : NULL;
+  int rc = 0;
+  for (int i = 0; i < nset && !rc; i++) {
+    if (set[i].algo[0])
+      perf_algo_env("MOECCL_MOE_ALGO", set[i].algo);
+    if (set[i].chunks >= 0) {
+      char v[16];
+      snprintf(v, sizeof v, "%d", set[i].chunks);
+      setenv("MOECCL_MOE_CHUNKS", v, 1);
+    }
+    rc = perf_comm_init(c->me, c->n, &comms[i]);
+    if (rc)
+      for (int j = 0; j < i; j++)
+        moecclCommAbort(comms[j]);
+    keep_algo ? setenv("MOECCL_MOE_ALGO", keep_algo, 1) : unsetenv("MOECCL_MOE_ALGO");
+    keep_chunks ? setenv("MOECCL_MOE_CHUNKS", keep_chunks, 1) : unsetenv("MOECCL_MOE_CHUNKS");
+  }
+  free(keep_algo), free(keep_chunks);
+  return rc;
+}
+
 static int write_json(const char* path, const struct result* r, int nr, int n)
 {
   FILE* f = fopen(path, "w");
@@ -444,13 +573,14 @@ static int write_json(const char* path, const struct result* r, int nr, int n)
   for (int i = 0; i < nr; i++) {
     const struct result* x = &r[i];
     fprintf(f,
-            "    {\"type\": \"%s\", \"tokens\": %zu, \"hidden\": %zu, \"experts\": %d, \"topk\": %d, "
+            "    {\"type\": \"%s\", \"setting\": \"%s\", \"tokens\": %zu, \"hidden\": %zu, \"experts\": %d, \"topk\": %d, "
             "\"skew\": %g, \"layout_us\": %.2f, \"moeccl_us\": %.2f, \"mpi_us\": %.2f, "
-            "\"speedup\": %.4f, \"moeccl_bytes\": %.0f, \"per_expert_bytes\": %.0f, "
+            "\"speedup\": %.4f, \"vs_first\": %.4f, \"moeccl_bytes\": %.0f, \"per_expert_bytes\": %.0f, "
             "\"saved_fraction\": %.4f, \"hot_rank_load\": %.3f, \"moeccl_wrong\": %lld, "
             "\"mpi_wrong\": %lld, \"cross_wrong\": %lld}%s\n",
-            x->type, x->g.T, x->g.H, x->g.E, x->g.K, x->g.skew, x->layout_us, x->moe_us,
-            x->mpi_us, x->moe_us > 0 ? x->mpi_us / x->moe_us : 0.0, x->moe_bytes, x->mpi_bytes,
+            x->type, x->setting, x->g.T, x->g.H, x->g.E, x->g.K, x->g.skew, x->layout_us,
+            x->moe_us, x->mpi_us, x->moe_us > 0 ? x->mpi_us / x->moe_us : 0.0,
+            x->moe_us > 0 ? x->first_us / x->moe_us : 0.0, x->moe_bytes, x->mpi_bytes,
             x->mpi_bytes > 0 ? 1.0 - x->moe_bytes / x->mpi_bytes : 0.0, x->hot, x->moe_wrong,
             x->mpi_wrong, x->cross_wrong, i + 1 < nr ? "," : "");
   }
@@ -473,6 +603,9 @@ int main(int argc, char** argv)
   const struct perf_dtype* dts[2];
   int ndt = 0;
   const char* dname = "float";
+  const char *set_algos = NULL, *set_chunks = NULL;
+  struct setting sets[MAX_SET];
+  int nset = 0;
   struct perf_ctx ctx, *c = &ctx;
   perf_init(c, "moe_perf", &o);
   static const struct option lo[] = {
@@ -480,6 +613,7 @@ int main(int argc, char** argv)
       {"topk", 1, 0, 'k'},   {"skew", 1, 0, 's'},   {"dtype", 1, 0, 'd'},
       {"iters", 1, 0, 'n'},  {"warmup", 1, 0, 'w'}, {"reps", 1, 0, 'R'},
       {"check", 1, 0, 'c'},  {"seed", 1, 0, 'S'},   {"json", 1, 0, 'J'},
+      {"moe-algo", 1, 0, 'A'}, {"moe-chunks", 1, 0, 'C'},
       {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
   int ch, bad = 0, iv;
   while ((ch = getopt_long(argc, argv, "t:H:E:k:s:d:n:w:c:Mh", lo, NULL)) != -1) {
@@ -497,6 +631,8 @@ int main(int argc, char** argv)
     case 'M': o.memalloc = 1; break;
     case 'S': base.seed = strtoull(optarg, NULL, 0); break;
     case 'J': o.json = optarg; break;
+    case 'A': set_algos = optarg; break;
+    case 'C': set_chunks = optarg; break;
     case 'h':
       if (c->me == 0)
         usage();
@@ -513,6 +649,14 @@ int main(int argc, char** argv)
       dts[ndt++] = d;
   }
   for (int i = 0; i < nk; i++) bad |= ks[i] > base.E;
+  if (!bad && (nset = parse_settings(set_algos, set_chunks, sets)) < 1) {
+    if (c->me == 0)
+      fprintf(stderr,
+              "%s: bad --moe-algo or --moe-chunks: flat, hier, auto, hier/C or auto/C, C from "
+              "0 to 64, at most %d settings in all\n",
+              perf_prog, MAX_SET);
+    bad = 1;
+  }
   if (bad || ndt == 0 || optind < argc) {
     if (c->me == 0) {
       fprintf(stderr, "%s: bad command line (K <= E, dtype float or bfloat16)\n", perf_prog);
@@ -521,10 +665,12 @@ int main(int argc, char** argv)
     MPI_Finalize();
     return 2;
   }
-  if (perf_comm_init(c->me, c->n, &c->comm) != 0) {
+  moecclComm_t comms[MAX_SET];
+  if (setting_comms(c, sets, nset, comms) != 0) {
     MPI_Finalize();
     return 1;
   }
+  c->comm = comms[0];
   if (c->me == 0) {
     int v = 0;
     moecclGetVersion(&v);
@@ -533,13 +679,17 @@ int main(int argc, char** argv)
            "%s buffers, iters %d, warmup %d, reps %d (medians), check %d\n",
            c->n, base.T, base.H, base.E, base.skew, o.memalloc ? "moecclMemAlloc" : "malloc",
            o.iters, o.warmup, o.reps, o.check);
+    printf("# settings (one communicator each, interleaved rep by rep with MPI):");
+    for (int i = 0; i < nset; i++) printf(" %s", sets[i].label);
+    printf("\n");
     printf("# time: us per call (layout+dispatch+combine | permute+Alltoall+2 Alltoallv+unpermute),"
            " slowest rank; MB: dispatch rows sent to other ranks, all ranks (combine sends as"
            " many back)\n");
-    printf("%-8s %3s %10s %10s %10s %7s %10s %10s %6s %5s %7s\n", "type", "K", "layout_us",
-           "moeccl_us", "mpi_us", "speedup", "moeccl_MB", "perexp_MB", "saved", "hot", "#wrong");
+    printf("%-8s %3s %-9s %10s %10s %10s %7s %7s %10s %10s %6s %5s %7s\n", "type", "K",
+           "setting", "layout_us", "moeccl_us", "mpi_us", "speedup", "vs_1st", "moeccl_MB",
+           "perexp_MB", "saved", "hot", "#wrong");
   }
-  struct result res[2 * MAX_LIST];
+  struct result res[2 * MAX_LIST * MAX_SET];
   int nres = 0, failed = 0;
   struct perf_ops ops = {fill, clear_outputs, verify, moe_call, mpi_call, select_series};
   for (int di = 0; di < ndt && !failed; di++)
@@ -554,7 +704,7 @@ int main(int argc, char** argv)
       memset(&r, 0, sizeof r);
       r.type = g.dt->name, r.g = g;
       r.moe_wrong = r.mpi_wrong = r.cross_wrong = -1;
-      if (state_plan(c, &S) != 0) {
+      if (state_plan(c, &S, comms, nset) != 0) {
         failed = 1;
         state_close(&S);
         break;
@@ -565,56 +715,71 @@ int main(int argc, char** argv)
       MPI_Allreduce(MPI_IN_PLACE, &lr[0], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       MPI_Allreduce(MPI_IN_PLACE, &lr[1], 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       r.hot = lr[1] > 0 ? lr[0] / (lr[1] / c->n) : 0.0;
+      struct result rs[MAX_SET];
+      for (int i = 0; i < nset; i++) rs[i] = r, rs[i].setting = sets[i].label;
       if (o.check) {
-        r.mpi_wrong = perf_check_once(c, &ops, PERF_MPI);
+        select_series(c, 0);
+        long long mpi_wrong = perf_check_once(c, &ops, PERF_MPI);
         /* keep the baseline's output for the cross check */
         char* keep = perf_xcalloc(g.T * S.rb + 1, 1);
         memcpy(keep, S.out_mpi, g.T * S.rb);
-        S.layout_only = 0;
-        long long mw = perf_check_once(c, &ops, PERF_MOECCL);
-        r.moe_wrong = mw;
-        if (mw < 0) {
-          failed = 1;
-        } else {
-          long long cw = 0;
-          for (size_t t = 0; t < g.T; t++)
-            for (size_t h = 0; h < g.H; h++)
-              cw += get_el(&S, S.out_moe + t * S.rb, h) != get_el(&S, keep + t * S.rb, h);
-          MPI_Allreduce(MPI_IN_PLACE, &cw, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-          r.cross_wrong = cw;
+        for (int i = 0; i < nset && !failed; i++) {
+          select_series(c, i);
+          long long mw = perf_check_once(c, &ops, PERF_MOECCL);
+          rs[i].moe_wrong = mw, rs[i].mpi_wrong = mpi_wrong;
+          if (mw < 0) {
+            failed = 1;
+          } else {
+            long long cw = 0;
+            for (size_t t = 0; t < g.T; t++)
+              for (size_t h = 0; h < g.H; h++)
+                cw += get_el(&S, S.out_moe + t * S.rb, h) != get_el(&S, keep + t * S.rb, h);
+            MPI_Allreduce(MPI_IN_PLACE, &cw, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+            rs[i].cross_wrong = cw;
+          }
         }
         free(keep);
       }
-      double moe_us[2] = {0, 0};
-      long long wrong[2] = {-1, -1};
+      double moe_us[MAX_SET + 1] = {0};
+      long long wrong[MAX_SET + 1];
       if (!failed) {
         struct perf_opts o2 = o;
         o2.check = 0; /* checked above, both sides */
         c->o = &o2;
-        failed = perf_time(c, &ops, 2, 1, moe_us, &r.mpi_us, wrong) != 0;
+        failed = perf_time(c, &ops, nset + 1, 1, moe_us, &r.mpi_us, wrong) != 0;
         c->o = &o;
       }
-      if (o.check && !failed) {
-        long long w = wrong_of(&S, S.out_moe); /* after the timed calls too */
+      for (int i = 0; i < nset && o.check && !failed; i++) {
+        select_series(c, i);
+        clear_outputs(c);
+        moe_call(c); /* each setting's result after the timed calls too */
+        long long w = c->err == moecclSuccess ? wrong_of(&S, S.out_moe) : 1;
         MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-        r.moe_wrong += w;
+        rs[i].moe_wrong += w;
       }
-      r.moe_us = moe_us[0], r.layout_us = moe_us[1];
-      if (c->me == 0 && !failed) {
-        long long w = r.moe_wrong < 0 ? -1 : r.moe_wrong + r.mpi_wrong + r.cross_wrong;
-        char ws[24];
-        if (w < 0)
-          snprintf(ws, sizeof ws, "N/A");
-        else
-          snprintf(ws, sizeof ws, "%lld", w);
-        printf("%-8s %3d %10.1f %10.1f %10.1f %6.2fx %10.2f %10.2f %5.1f%% %5.2f %7s\n", r.type,
-               g.K, r.layout_us, r.moe_us, r.mpi_us, r.moe_us > 0 ? r.mpi_us / r.moe_us : 0.0,
-               r.moe_bytes / 1e6, r.mpi_bytes / 1e6,
-               r.mpi_bytes > 0 ? 100.0 * (1.0 - r.moe_bytes / r.mpi_bytes) : 0.0, r.hot, ws);
-        fflush(stdout);
+      for (int i = 0; i < nset && !failed; i++) {
+        rs[i].moe_us = moe_us[i], rs[i].layout_us = moe_us[nset], rs[i].mpi_us = r.mpi_us;
+        rs[i].first_us = moe_us[0];
+        const struct result* x = &rs[i];
+        if (c->me == 0) {
+          long long w = x->moe_wrong < 0 ? -1 : x->moe_wrong + x->mpi_wrong + x->cross_wrong;
+          char ws[24];
+          if (w < 0)
+            snprintf(ws, sizeof ws, "N/A");
+          else
+            snprintf(ws, sizeof ws, "%lld", w);
+          printf("%-8s %3d %-9s %10.1f %10.1f %10.1f %6.2fx %6.2fx %10.2f %10.2f %5.1f%% %5.2f "
+                 "%7s\n",
+                 x->type, g.K, x->setting, x->layout_us, x->moe_us, x->mpi_us,
+                 x->moe_us > 0 ? x->mpi_us / x->moe_us : 0.0,
+                 x->moe_us > 0 ? x->first_us / x->moe_us : 0.0, x->moe_bytes / 1e6,
+                 x->mpi_bytes / 1e6,
+                 x->mpi_bytes > 0 ? 100.0 * (1.0 - x->moe_bytes / x->mpi_bytes) : 0.0, x->hot,
+                 ws);
+          fflush(stdout);
+        }
+        res[nres++] = *x;
       }
-      if (!failed)
-        res[nres++] = r;
       state_close(&S);
     }
   long long wrong_total = 0;
@@ -630,10 +795,11 @@ int main(int argc, char** argv)
     if (o.json && write_json(o.json, res, nres, c->n) != 0)
       fprintf(stderr, "%s: cannot write %s\n", perf_prog, o.json), failed = 1;
   }
-  if (failed)
-    moecclCommAbort(c->comm);
-  else
-    moecclCommDestroy(c->comm);
+  for (int i = 0; i < nset; i++)
+    if (failed)
+      moecclCommAbort(comms[i]);
+    else
+      moecclCommDestroy(comms[i]);
   MPI_Finalize();
   return failed ? 1 : wrong_total ? 3 : 0;
 }

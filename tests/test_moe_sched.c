@@ -13,6 +13,14 @@
  *   kernels   SUM groups accumulate in float32 and round once (bfloat16),
  *             a group of only empty terms writes zeros; DOT, and DOT of an
  *             empty term
+ *   pick      the tuner's path and chunks (moeccl_pricing_moe_pick) for one
+ *             dispatch's rows of 4 KiB on 4 nodes of 2 ranks: node dedup in
+ *             1 chunk on slow links with a core per rank (the stages on the
+ *             node are too short to pay for chunks), in more chunks when
+ *             the 8 ranks share 2 cores (their copies then take 4x longer
+ *             and add to the transfer in 1 chunk), flat where dedup saves no
+ *             row across, on slow links or fast uniform ones;
+ *             MOECCL_MOE_CHUNKS and MOECCL_MOE_ALGO obeyed
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +29,7 @@
 #include "algos/moe_algos.h"
 #include "kernels/reduce.h"
 #include "kernels/rows.h"
+#include "tune/pricing.h"
 #include "unit_check.h"
 
 #define N MOECCL_ROW_NONE
@@ -683,6 +692,101 @@ static void test_gathered(void) {
   moeccl_sched_free(&s);
 }
 
+/* ---- the tuner's MoE pick ---------------------------------------------------- */
+
+/* 4 nodes of 2 ranks, links between nodes of net_GBps per rank (50 us),
+ * shared memory's on the node (10 GB/s), copies at 20 GB/s. */
+static moeccl_topo_t pick_topo(double net_GBps) {
+  moeccl_topo_t t = {.nranks = 8, .nnodes = 4, .ngroups = 1, .copy_GBps = 20.0};
+  t.link[MOECCL_LINK_GROUP] =
+      (moeccl_link_t){.latency_us = 50.0, .overhead_us = 4.5, .bw_GBps = net_GBps};
+  t.link[MOECCL_LINK_NODE] =
+      (moeccl_link_t){.latency_us = 1.5, .overhead_us = 0.3, .bw_GBps = 10.0};
+  return t;
+}
+
+static void test_moe_pick(void) {
+  /* One rank's dispatch of 512 tokens, K = 8 (every rank alike): flat
+   * sends each token to the 6 ranks off its node; node dedup sends it to
+   * one forwarder per other node, which copies it and hands it on. */
+  moeccl_moe_cost_rows_t rows[2] = {{.net_rows = 3072,
+                                     .node_rows = 512,
+                                     .pack_rows = 3584,
+                                     .expand_rows = 4096,
+                                     .net_msgs = 6,
+                                     .node_msgs = 1,
+                                     .net_io_rows = 6144,
+                                     .node_in_rows = 512},
+                                    {.net_rows = 1536,
+                                     .node_rows = 512,
+                                     .fwd_node_rows = 1536,
+                                     .pack_rows = 2048,
+                                     .fwd_rows = 1536,
+                                     .expand_rows = 4096,
+                                     .net_msgs = 3,
+                                     .node_msgs = 1,
+                                     .fwd_node_msgs = 3,
+                                     .net_io_rows = 3072,
+                                     .node_in_rows = 512,
+                                     .fwd_in_rows = 1536}};
+  moeccl_moe_cost_rows_t all[16];
+  for (int r = 0; r < 8; r++) all[2 * r] = rows[0], all[2 * r + 1] = rows[1];
+  int machine_of[8] = {0}, cores[1] = {2};
+  double scratch[1], us[3];
+  int chunks = -1;
+  /* 1 Gbit/s per host link, 2 ranks each: the copies on the node are 1%
+   * of the transfer on a rank's own core, 4% on a quarter of one. */
+  moeccl_topo_t t = pick_topo(0.0625);
+  moeccl_moe_pricing_t own = {.topo = &t, .most = rows};
+  int path = moeccl_pricing_moe_pick(&own, 4096.0, 1, -1, 0, us, &chunks);
+  CHECK_STDOUT(path == 1 && chunks == 1,
+               "pick, slow links, a core per rank: path %d in %d chunks (us %.0f %.0f %.0f), "
+               "want hier in 1",
+               path, chunks, us[0], us[1], us[2]);
+  moeccl_moe_pricing_t shared = own;
+  shared.all = all, shared.nranks = 8, shared.nmachines = 1;
+  shared.machine_of = machine_of, shared.machine_cpus = cores, shared.scratch = scratch;
+  shared.loop_GBps = 2.0;
+  path = moeccl_pricing_moe_pick(&shared, 4096.0, 1, -1, 0, us, &chunks);
+  double one = us[1], best = us[2];
+  CHECK_STDOUT(path == 1 && chunks > 1 && best < 0.98 * one,
+               "pick, 8 ranks on 2 cores: path %d in %d chunks (us %.0f %.0f %.0f), want hier "
+               "in more than 1",
+               path, chunks, us[0], us[1], us[2]);
+  /* in 1 chunk the stages add up: at least the transfer plus the
+   * forwarders' copies on the shared cores */
+  double net = 1536 * 4096.0 / (0.0625 * 1e3), fwd = 8 * 1536 * 4096.0 / (20.0 * 1e3) / 2;
+  CHECK_STDOUT(one >= net + fwd, "pick: 1 chunk priced %.0f us, under transfer %.0f + copies %.0f",
+               one, net, fwd);
+  /* forced */
+  path = moeccl_pricing_moe_pick(&shared, 4096.0, 1, 0, 8, us, &chunks);
+  CHECK_STDOUT(path == 0 && chunks == 8 && us[2] > 0,
+               "pick, forced flat, 8 chunks: path %d, %d chunks", path, chunks);
+  path = moeccl_pricing_moe_pick(&shared, 4096.0, 0, -1, 0, us, &chunks);
+  CHECK_STDOUT(path == 0 && chunks == 1 && us[1] < 0 && us[2] < 0,
+               "pick without hier_ok: path %d, %d chunks, us %.0f %.0f", path, chunks, us[1],
+               us[2]);
+  /* dedup saving nothing: every token to one rank off its node, the
+   * forwarder handing each row on */
+  moeccl_moe_cost_rows_t none[2] = {rows[0], rows[1]};
+  none[0].net_rows = none[1].net_rows = 512, none[0].net_io_rows = none[1].net_io_rows = 1024;
+  none[1].fwd_rows = none[1].fwd_node_rows = none[1].fwd_in_rows = 512;
+  none[0].net_msgs = none[1].net_msgs = 1, none[0].pack_rows = none[1].pack_rows = 1024;
+  moeccl_moe_pricing_t same = {.topo = &t, .most = none};
+  path = moeccl_pricing_moe_pick(&same, 4096.0, 1, -1, 0, us, &chunks);
+  CHECK_STDOUT(path == 0, "pick, dedup saves nothing: path %d (us %.0f %.0f %.0f), want flat", path,
+               us[0], us[1], us[2]);
+  /* and on fast uniform links (the network as fast as the node) */
+  moeccl_topo_t fast = pick_topo(10.0);
+  fast.link[MOECCL_LINK_GROUP] = fast.link[MOECCL_LINK_NODE];
+  moeccl_moe_pricing_t uniform = {.topo = &fast, .most = none};
+  path = moeccl_pricing_moe_pick(&uniform, 4096.0, 1, -1, 0, us, &chunks);
+  CHECK_STDOUT(path == 0,
+               "pick, fast uniform links, dedup saves nothing: path %d in %d chunks "
+               "(us %.0f %.0f %.0f), want flat",
+               path, chunks, us[0], us[1], us[2]);
+}
+
 int main(void) {
   test_schedule();
   test_combine_multi();
@@ -690,6 +794,7 @@ int main(void) {
   test_hier();
   test_hier_chunks();
   test_kernels();
+  test_moe_pick();
   if (failures) return 1;
   printf("test_moe_sched: all checks passed\n");
   return 0;

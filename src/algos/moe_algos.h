@@ -25,16 +25,22 @@
 #include "sched/schedule.h"
 
 /* What the tuner prices a path by (moeccl_tuner_pick_moe): rows and
- * messages one rank moves in a dispatch (combine is its mirror), the larger
- * of what it sends and receives per class; and, for the CPU time a
- * machine's ranks share, the rows it sends plus receives over the network
- * and receives on the node (the receiver's core copies those).  The layout
- * keeps each field's maximum over the ranks (cost), so that every rank
- * decides alike, and every rank's own (cost_all). */
+ * messages one rank moves in a dispatch (combine is its mirror), by stage
+ * of the schedule: the packing copies before the exchange, the exchange
+ * (rows between nodes and, in its first step, the rows straight to this
+ * node's ranks), the forwarders' copies and their messages on the node
+ * (the hierarchical path's stages that run in chunks), the expansion
+ * after.  Per class the larger of what it sends and receives; and, for the
+ * CPU time a machine's ranks share, the rows it sends plus receives over
+ * the network and receives on the node (the receiver's core copies those).
+ * The layout keeps each field's maximum over the ranks (cost), so that
+ * every rank decides alike, and every rank's own (cost_all). */
 typedef struct {
-  uint64_t net_rows, node_rows, copy_rows; /* between nodes, on the node, copied locally */
-  uint64_t net_msgs, node_msgs, rounds;    /* messages per class; rounds in sequence */
-  uint64_t net_io_rows, node_in_rows;      /* network rows out + in; node rows in */
+  uint64_t net_rows, node_rows, fwd_node_rows; /* between nodes; on the node: direct, forwarded */
+  uint64_t pack_rows, fwd_rows, expand_rows;   /* copied locally: before, by forwarders, after */
+  uint64_t net_msgs, node_msgs, fwd_node_msgs; /* messages of each kind */
+  uint64_t net_io_rows;                        /* network rows out + in */
+  uint64_t node_in_rows, fwd_in_rows;          /* node rows in: direct, forwarded */
 } moeccl_moe_cost_rows_t;
 
 /* One step's routing on one rank, as the generators read it. */

@@ -195,12 +195,26 @@ static void hier_costs(moecclMoePlan_t p, uint64_t out[2 * NCOST]) {
     rm_o += p->relay_first[r + 1] > p->relay_first[r];
     rm_i += p->rin_first[r + 1] > p->rin_first[r];
   }
-  moeccl_moe_cost_rows_t k[2] = {
-      {max64(net_o, net_i), max64(node_o, node_i), l->P - self + l->R, max64(netm_o, netm_i),
-       max64(nodem_o, nodem_i), 1, net_o + net_i, node_i},
-      {max64(Pr, Nin), max64(node_o + fw_out, node_i + fwd_in), node_o + Pr + l->F + l->R,
-       max64(rm_o, rm_i), max64(nodem_o + fwm_out, nodem_i + fwdm_in), 2, Pr + Nin,
-       node_i + fwd_in}};
+  moeccl_moe_cost_rows_t k[2] = {{.net_rows = max64(net_o, net_i),
+                                  .node_rows = max64(node_o, node_i),
+                                  .pack_rows = l->P - self,
+                                  .expand_rows = l->R,
+                                  .net_msgs = max64(netm_o, netm_i),
+                                  .node_msgs = max64(nodem_o, nodem_i),
+                                  .net_io_rows = net_o + net_i,
+                                  .node_in_rows = node_i},
+                                 {.net_rows = max64(Pr, Nin),
+                                  .node_rows = max64(node_o, node_i),
+                                  .fwd_node_rows = max64(fw_out, fwd_in),
+                                  .pack_rows = node_o + Pr,
+                                  .fwd_rows = l->F,
+                                  .expand_rows = l->R,
+                                  .net_msgs = max64(rm_o, rm_i),
+                                  .node_msgs = max64(nodem_o, nodem_i),
+                                  .fwd_node_msgs = max64(fwm_out, fwdm_in),
+                                  .net_io_rows = Pr + Nin,
+                                  .node_in_rows = node_i,
+                                  .fwd_in_rows = fwd_in}};
   memcpy(out, k, sizeof(k));
 }
 

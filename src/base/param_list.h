@@ -64,7 +64,7 @@
     "peers the direct algorithm exchanges with per step (0: all at once)")                         \
   X(A2A_CHUNKS, a2a_chunks, INT, FAIL, ONCE, "0", 0, 64LL, NULL, NULL,                             \
     "chunks of the pipelined all-to-alls (hier2p, railp, hier3p); 0: the tuner picks")             \
-  X(MOE_CHUNKS, moe_chunks, INT, FAIL, ONCE, "0", 0, 64LL, NULL, NULL,                             \
+  X(MOE_CHUNKS, moe_chunks, INT, FAIL, EACH, "0", 0, 64LL, NULL, NULL,                             \
     "chunks of the pipelined MoE node-dedup path (hier); 0: the tuner picks, 1: none")             \
   X(TOPO_FILE, topo_file, STR, FAIL, EACH, "", 0, 0, NULL, NULL,                                   \
     "load the topology (nodes, groups, rails, link costs) from this file")                         \

@@ -236,3 +236,107 @@ int moeccl_pricing_sample_heavy(const size_t* counts, int n, int top, unsigned c
   free(received);
   return k;
 }
+
+/* ---- MoE dispatch and combine ----------------------------------------------- */
+
+/* Microseconds to move rows of rb bytes at GBps (0: free). */
+static double rows_us(double rows, double rb, double GBps) {
+  return GBps > 0.0 ? rows * rb / (GBps * 1e3) : 0.0;
+}
+
+/* One step of a MoE exchange: CPU time, each link class's time, latency. */
+typedef struct {
+  double cpu, net, node, latency;
+} moe_step_t;
+
+/* Step j of the exchange's steps (moeccl_pricing_moe) for k's rows in C
+ * chunks: j = -1 the packing, 0 .. nx-1 the exchange, nx the expansion.
+ * A rank's own view prices the node rows as the node link's; a machine's
+ * (machine) counts the rows its receiving cores copy in, and the loopback
+ * network's copies, as CPU time. */
+static moe_step_t moe_step(const moeccl_moe_pricing_t* m, const moeccl_moe_cost_rows_t* k,
+                           double rb, int path, int C, int j, int machine) {
+  const moeccl_topo_t* t = m->topo;
+  const moeccl_link_t* net = &t->link[t->ngroups > 1 ? MOECCL_LINK_GLOBAL : MOECCL_LINK_GROUP];
+  const moeccl_link_t* node = &t->link[MOECCL_LINK_NODE];
+  int nx = path ? C + 2 : 1;
+  moe_step_t s = {0};
+  if (j < 0 || j >= nx) {
+    s.cpu = rows_us((double)(j < 0 ? k->pack_rows : k->expand_rows), rb, t->copy_GBps);
+    return s;
+  }
+  if (j < C) { /* chunk j between nodes */
+    s.net = rows_us((double)k->net_rows / C, rb, net->bw_GBps);
+    s.cpu += (double)k->net_msgs * net->overhead_us;
+    if (machine && m->loop_GBps > 0.0)
+      s.cpu += 0.5 * rows_us((double)k->net_io_rows / C, rb, m->loop_GBps);
+    if (k->net_msgs) s.latency = net->latency_us;
+  }
+  if (j == 0) { /* the rows straight to this node's ranks */
+    s.node = rows_us((double)k->node_rows, rb, node->bw_GBps);
+    s.cpu += (double)k->node_msgs * node->overhead_us;
+    if (machine) s.cpu += rows_us((double)k->node_in_rows, rb, node->bw_GBps);
+    if (k->node_msgs && node->latency_us > s.latency) s.latency = node->latency_us;
+  }
+  if (path && j >= 1 && j <= C) /* the forwarders' copies of chunk j-1 */
+    s.cpu += rows_us((double)k->fwd_rows / C, rb, t->copy_GBps);
+  if (path && j >= 2) { /* their messages of chunk j-2 on the node */
+    s.node += rows_us((double)k->fwd_node_rows / C, rb, node->bw_GBps);
+    s.cpu += (double)k->fwd_node_msgs * node->overhead_us;
+    if (machine) s.cpu += rows_us((double)k->fwd_in_rows / C, rb, node->bw_GBps);
+    if (k->fwd_node_msgs && node->latency_us > s.latency) s.latency = node->latency_us;
+  }
+  return s;
+}
+
+/* The most any machine's cores take for their ranks' CPU time of step j. */
+static double moe_machine_floor(const moeccl_moe_pricing_t* m, int path, double rb, int C, int j) {
+  for (int i = 0; i < m->nmachines; i++) m->scratch[i] = 0.0;
+  for (int r = 0; r < m->nranks; r++)
+    m->scratch[m->machine_of[r]] += moe_step(m, &m->all[2 * r + path], rb, path, C, j, 1).cpu;
+  double most = 0.0;
+  for (int i = 0; i < m->nmachines; i++) {
+    double us = m->machine_cpus[i] > 0 ? m->scratch[i] / m->machine_cpus[i] : 0.0;
+    if (us > most) most = us;
+  }
+  return most;
+}
+
+double moeccl_pricing_moe(const moeccl_moe_pricing_t* m, int path, double row_bytes, int chunks) {
+  int C = path && chunks > 1 ? chunks : 1, nx = path ? C + 2 : 1;
+  double us = 0.0;
+  for (int j = -1; j <= nx; j++) {
+    moe_step_t s = moe_step(m, &m->most[path], row_bytes, path, C, j, 0);
+    double step = s.cpu > s.net ? s.cpu : s.net;
+    if (s.node > step) step = s.node;
+    if (m->all) {
+      double floor = moe_machine_floor(m, path, row_bytes, C, j);
+      if (floor > step) step = floor;
+    }
+    us += step + s.latency;
+  }
+  return us;
+}
+
+int moeccl_pricing_moe_pick(const moeccl_moe_pricing_t* m, double row_bytes, int hier_ok, int path,
+                            int chunks_forced, double us[3], int* chunks) {
+  static const int candidates[] = {2, 4, 8, 16};
+  us[0] = moeccl_pricing_moe(m, 0, row_bytes, 1);
+  us[1] = us[2] = -1;
+  *chunks = 1;
+  if (!hier_ok) return 0;
+  us[1] = moeccl_pricing_moe(m, 1, row_bytes, 1);
+  double best = us[1];
+  if (chunks_forced > 0) {
+    *chunks = chunks_forced;
+    if (*chunks > 1) best = moeccl_pricing_moe(m, 1, row_bytes, *chunks);
+  } else {
+    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+      double p = moeccl_pricing_moe(m, 1, row_bytes, candidates[i]);
+      if (p < best * 0.98) best = p, *chunks = candidates[i];
+    }
+  }
+  us[2] = best;
+  if (path == 0 || path == 1) return path;
+  return best < us[0];
+}

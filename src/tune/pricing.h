@@ -13,6 +13,7 @@
 
 #include "algos/algos.h"
 #include "algos/coll_algos.h"
+#include "algos/moe_algos.h"
 #include "sched/schedule.h"
 #include "topo/topo.h"
 
@@ -92,6 +93,53 @@ void moeccl_pricing_coll(moeccl_pricing_t* p, const moeccl_coll_desc_t* call);
  * writes instead (direct; bruck's alltoallv past
  * MOECCL_META_ALL_MAX_RANKS: pairwise). */
 const char* moeccl_pricing_a2a_runs(const moeccl_a2a_algo_t* a, const moeccl_a2a_desc_t* d, int v);
+
+/* ---- MoE dispatch and combine -------------------------------------------------
+ * One direction of a MoE exchange (combine mirrors dispatch) on one of its
+ * paths (0: flat, 1: hierarchical), priced by the steps its schedule runs
+ * (moe_dispatch.c), each as the cost model prices a step (cost_model.h:
+ * its slowest resource, CPU or a link class, plus one latency): the
+ * packing copies; the exchange, whose first step also carries the rows
+ * straight to this node's ranks; on the hierarchical path the forwarders'
+ * copies and their messages on the node; the expansion.  In C chunks the
+ * hierarchical path's exchange takes C + 2 steps, step j holding chunk
+ * j's rows between nodes, the forwarders' copies of chunk j-1 and their
+ * messages of chunk j-2, each moving 1/C of its rows with all of its
+ * messages: its stages overlap, one chunk's time is its slowest stage's,
+ * plus the fill and drain; in 1 chunk they run one after the other (3
+ * steps).  The packing and the expansion run before and after either way.
+ * On machines with more ranks than cores each step takes at least the
+ * machine's summed CPU time of that step over its cores, so the CPU work
+ * of the stages on the node adds to the transfers between nodes in 1
+ * chunk and overlaps them in C. */
+typedef struct {
+  const moeccl_topo_t* topo;          /* link and copy costs */
+  const moeccl_moe_cost_rows_t* most; /* [2] each field's maximum over the ranks */
+  /* The machine floor (optional: NULL all): every rank's rows ([nranks][2]),
+   * machine_of[nranks], machine_cpus[nmachines], scratch[nmachines]. */
+  const moeccl_moe_cost_rows_t* all;
+  int nranks, nmachines;
+  const int* machine_of;
+  const int* machine_cpus;
+  double* scratch;
+  /* > 0 where the network between nodes is one machine's loopback: a
+   * machine's cores also copy every network row, half on each end, at this
+   * rate (GB/s). */
+  double loop_GBps;
+} moeccl_moe_pricing_t;
+
+/* Predicted microseconds of path (0 or 1) in chunks (1 on the flat path)
+ * for rows of row_bytes. */
+double moeccl_pricing_moe(const moeccl_moe_pricing_t* m, int path, double row_bytes, int chunks);
+/* The path of a call with rows of row_bytes: 1 (hierarchical, only where
+ * hier_ok) or 0, forced (path 0 or 1) or the cheaper (path -1; a tie to
+ * flat); *chunks the hierarchical path's, forced (chunks > 0) or the
+ * cheapest of 1, 2, 4, 8 and 16, more chunks winning only by 2% (each
+ * chunk pays every message again, and a gain that small is within what
+ * the model does not price: ranks waiting on slower peers).  us[]: flat,
+ * hier in 1 chunk, hier in *chunks (us[1], us[2] < 0 without hier_ok). */
+int moeccl_pricing_moe_pick(const moeccl_moe_pricing_t* m, double row_bytes, int hier_ok, int path,
+                            int chunks_forced, double us[3], int* chunks);
 
 /* ---- which ranks to price ----------------------------------------------------
  * Adds rank to out[k] unless seen (n bytes) marks it or it is not in

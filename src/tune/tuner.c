@@ -559,90 +559,26 @@ int moeccl_tuner_pick_coll(moeccl_comm_t* c, const moeccl_coll_desc_t* d, int de
   return best;
 }
 
-/* One direction of a MoE exchange as the link and copy costs price it:
- * rows over each class at that class's bandwidth per rank, per-message
- * overheads, a latency per round, the local copies.  In C > 1 chunks (the
- * pipelined hierarchical path) each stage (between nodes, on the node, the
- * copies) moves 1/C of its rows per chunk with all of its messages, and
- * the pipeline takes one chunk through every stage (the fill and drain)
- * plus C - 1 times the slowest stage, with a latency per extra step. */
-static double moe_price(const moeccl_topo_t* t, const moeccl_moe_cost_rows_t* k, double rb,
-                        int chunks) {
-  const moeccl_link_t* net = &t->link[t->ngroups > 1 ? MOECCL_LINK_GLOBAL : MOECCL_LINK_GROUP];
-  const moeccl_link_t* node = &t->link[MOECCL_LINK_NODE];
-  double C = chunks > 1 ? chunks : 1;
-  double st[3] = {(double)k->net_rows * rb / (net->bw_GBps * 1e3) / C +
-                      (double)k->net_msgs * net->overhead_us,
-                  (double)k->node_rows * rb / (node->bw_GBps * 1e3) / C +
-                      (double)k->node_msgs * node->overhead_us,
-                  (double)k->copy_rows * rb / (t->copy_GBps * 1e3) / C};
-  double most = st[0] > st[1] ? st[0] : st[1];
-  if (st[2] > most) most = st[2];
-  double us = st[0] + st[1] + st[2] + (C - 1) * most;
-  return us + ((double)k->rounds + C - 1) * net->latency_us;
-}
-
-/* One rank's CPU time on a path: its copies, the node rows it receives (its
- * core copies them out of the peer's memory), its messages' overheads (C
- * times in C chunks) and, where the network is loopback, its half of every
- * network row it sends or receives (the kernel's copies on both ends, at
- * the loopback's rate as transport_defaults sets it from shared memory's,
- * not at the network link's: a topology file may give the link a shaped
- * rate that delays the rows but does not slow the copies). */
-static double moe_cpu(const moeccl_comm_t* c, const moeccl_moe_cost_rows_t* k, double rb,
-                      int chunks) {
-  const moeccl_topo_t* t = c->topo;
-  const moeccl_link_t* net = &t->link[t->ngroups > 1 ? MOECCL_LINK_GLOBAL : MOECCL_LINK_GROUP];
-  const moeccl_link_t* node = &t->link[MOECCL_LINK_NODE];
-  double C = chunks > 1 ? chunks : 1;
-  double us =
-      (double)k->copy_rows * rb / (t->copy_GBps * 1e3) +
-      (double)k->node_in_rows * rb / (node->bw_GBps * 1e3) +
-      C * ((double)k->net_msgs * net->overhead_us + (double)k->node_msgs * node->overhead_us);
-  double loop_GBps = node->bw_GBps / LOOPBACK_SLOWDOWN;
-  if (loopback_network(c)) us += 0.5 * (double)k->net_io_rows * rb / (loop_GBps * 1e3);
-  return us;
-}
-
-/* A path's price: the slowest rank's, or on machines with more ranks than
- * cores, their ranks' summed CPU time over the cores where that is more. */
-static double moe_path_price(moeccl_comm_t* c, const moeccl_moe_layout_t* l, int path, double rb,
-                             int chunks) {
-  struct moeccl_tuner* tu = c->tuner;
-  double us = moe_price(c->topo, &l->cost[path], rb, chunks);
-  if (!tu->oversubscribed || !l->cost_all) return us;
-  for (int m = 0; m < tu->nmachines; m++) tu->machine_cpu_us[m] = 0.0;
-  for (int r = 0; r < c->nranks; r++)
-    tu->machine_cpu_us[tu->machine_of[r]] += moe_cpu(c, &l->cost_all[2 * r + path], rb, chunks);
-  return machine_bound(tu, us);
-}
-
+/* A MoE call's pricing (moeccl_pricing_moe): the slowest rank's steps, and
+ * on machines with more ranks than cores each step at least their ranks'
+ * summed CPU time of that step over the cores; where the network is the
+ * loopback its rows cost those cores the kernel's copies, at the
+ * loopback's rate as transport_defaults sets it from shared memory's, not
+ * at the network link's (a topology file may give the link a shaped rate
+ * that delays the rows but does not slow the copies). */
 int moeccl_tuner_pick_moe(moeccl_comm_t* c, const moeccl_moe_layout_t* l, size_t row_bytes,
                           double us[3], int* chunks) {
-  static const int candidates[] = {2, 4, 8, 16};
   struct moeccl_tuner* tu = c->tuner;
-  us[0] = moe_path_price(c, l, 0, (double)row_bytes, 1);
-  us[1] = us[2] = -1;
-  *chunks = 1;
-  if (!l->hier_ok) return 0;
-  us[1] = moe_path_price(c, l, 1, (double)row_bytes, 1);
-  /* The chunks: MOECCL_MOE_CHUNKS, else the cheapest candidate, more
-   * chunks winning only by 2% (more messages for a gain the model barely
-   * sees); the same on every rank (the costs are). */
-  double best = us[1];
-  if (tu->moe_chunks_param > 0) {
-    *chunks = tu->moe_chunks_param;
-    if (*chunks > 1) best = moe_path_price(c, l, 1, (double)row_bytes, *chunks);
-  } else {
-    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
-      double p = moe_path_price(c, l, 1, (double)row_bytes, candidates[i]);
-      if (p < best * 0.98) best = p, *chunks = candidates[i];
-    }
+  moeccl_moe_pricing_t m = {.topo = c->topo, .most = l->cost};
+  if (tu->oversubscribed && l->cost_all) {
+    m.all = l->cost_all, m.nranks = c->nranks, m.nmachines = tu->nmachines;
+    m.machine_of = tu->machine_of, m.machine_cpus = tu->machine_cpus;
+    m.scratch = tu->machine_cpu_us;
+    if (loopback_network(c))
+      m.loop_GBps = c->topo->link[MOECCL_LINK_NODE].bw_GBps / LOOPBACK_SLOWDOWN;
   }
-  us[2] = best;
-  if (tu->forced.moe == 0) return 0;
-  if (tu->forced.moe == 1) return 1;
-  return best < us[0];
+  return moeccl_pricing_moe_pick(&m, (double)row_bytes, l->hier_ok, tu->forced.moe,
+                                 tu->moe_chunks_param, us, chunks);
 }
 
 const moeccl_topo_t* moeccl_tuner_topo(const moeccl_comm_t* c, int device) {

@@ -65,10 +65,11 @@ const struct moeccl_topo* moeccl_tuner_topo(const moeccl_comm_t* comm, int devic
 /* The MoE path of a call with rows of row_bytes on layout l: 1 for the
  * hierarchical one (only when l->hier_ok), 0 for the flat one:
  * MOECCL_MOE_ALGO, else the cheaper of the two as the topology's link and
- * copy costs price l->cost (the same on every rank).  *chunks gets the
- * hierarchical path's chunks (MOECCL_MOE_CHUNKS, else the cheapest of 1, 2,
- * 4, 8, 16 as the pipeline's price: its slowest stage per chunk times the
- * chunks plus the fill and drain); us[] the predictions: flat, hier in one
+ * copy costs price l->cost (the same on every rank), stage by stage
+ * (moeccl_pricing_moe_pick, pricing.h).  *chunks gets the hierarchical
+ * path's chunks (MOECCL_MOE_CHUNKS, else the cheapest of 1, 2, 4, 8, 16:
+ * in 1 chunk the stages add up, in C they overlap, the slowest per chunk
+ * plus the fill and drain); us[] the predictions: flat, hier in one
  * chunk, hier in *chunks (us[1], us[2] < 0 when hier does not apply). */
 int moeccl_tuner_pick_moe(moeccl_comm_t* comm, const moeccl_moe_layout_t* l, size_t row_bytes,
                           double us[3], int* chunks);
