@@ -87,36 +87,8 @@ static float get_el(const bench_t* b, const char* row, size_t h) {
 /* Top-K distinct experts per token (moe_perf's draw) and the weights. */
 static void make_router(bench_t* b) {
   const options_t* o = b->o;
-  int E = o->E, K = b->K;
-  double* p = xcalloc((size_t)E, sizeof *p);
-  int* order = xcalloc((size_t)E, sizeof *order);
-  perf_shuffle(order, E, o->seed ^ 0x5a17ULL);
-  for (int i = 0; i < E; i++) p[order[i]] = 1.0 / pow(1.0 + i, o->skew);
-  uint64_t s = o->seed + 0x1000193ULL * (uint64_t)(dev_me + 1);
-  int used[MAX_K];
-  for (size_t t = 0; t < b->T; t++)
-    for (int j = 0; j < K; j++) {
-      double tot = 0;
-      for (int e = 0; e < E; e++) {
-        int taken = 0;
-        for (int i = 0; i < j; i++) taken |= used[i] == e;
-        if (!taken) tot += p[e];
-      }
-      double u = perf_rng_unit(&s) * tot;
-      int pick = -1;
-      for (int e = 0; e < E; e++) {
-        int taken = 0;
-        for (int i = 0; i < j; i++) taken |= used[i] == e;
-        if (taken) continue;
-        pick = e;
-        if ((u -= p[e]) < 0) break;
-      }
-      used[j] = pick;
-      b->ids[t * (size_t)K + (size_t)j] = pick;
-      b->w[t * (size_t)K + (size_t)j] = ldexpf(1.0f, -(j + 1));
-    }
-  free(p);
-  free(order);
+  if (perf_moe_router(o->E, b->K, b->T, o->skew, o->seed, dev_me, b->ids, b->w))
+    dev_die("out of memory for the router output (%d experts)", o->E);
 }
 
 static void make_tokens(bench_t* b) {
