@@ -336,7 +336,14 @@ static int load(void) {
   for (int i = 0; i < K_COUNT; i++)
     if (cu_check(cu.ModuleGetFunction(&kernel[i], module, kernel_name[i]), kernel_name[i]))
       return -1;
-  if (cu_check(cu.StreamCreate(&stream, 1 /* non-blocking */), "cuStreamCreate") ||
+  /* A blocking stream (flags 0): the legacy default stream waits for the
+   * work queued on it before and it waits for the legacy stream's work
+   * queued before its next.  moe/ calls moeccl with stream NULL, the legacy
+   * stream, and moeccl lowers calls on device buffers onto it without
+   * waiting for them (the dispatch, the combine, the reductions, the
+   * pipeline's send/recv): so the experts after a dispatch wait for it on
+   * the GPU, not on the host.  A non-blocking stream raced with them. */
+  if (cu_check(cu.StreamCreate(&stream, 0 /* blocking */), "cuStreamCreate") ||
       blas_check(cu.blasCreate(&blas), "cublasCreate") ||
       blas_check(cu.blasSetStream(blas, stream), "cublasSetStream"))
     return -1;
