@@ -234,8 +234,13 @@ static int r_zero(void* dst, size_t bytes) {
 
 static void* r_comm_ptr(void* ptr) { return ptr; }
 
+/* The backend's stream, then the legacy default stream (NULL), where
+ * moeccl queued the calls moe/ made: a phase's time (train_now) and what
+ * the host reads next include them. */
 static int r_sync(void) {
-  return current() ? -1 : cu_check(cu.StreamSynchronize(stream), "cuStreamSynchronize");
+  if (current()) return -1;
+  return cu_check(cu.StreamSynchronize(stream), "cuStreamSynchronize") ||
+         cu_check(cu.StreamSynchronize(NULL), "cuStreamSynchronize (legacy stream)");
 }
 
 static const char* r_describe(char* buf, size_t len) {
