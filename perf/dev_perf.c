@@ -40,6 +40,8 @@
 
 #include "dev_ranks.h"
 #include "device/device.h"
+#include "kernels/devkern.h"
+#include "kernels/devmath.h"
 #include "moeccl.h"
 #include "perf_parse.h"
 
@@ -58,6 +60,7 @@ typedef struct options {
   int nccl;              /* --baseline nccl */
   const char* nccl_path; /* --nccl-lib */
   const char* json;
+  const char* costs; /* --costs: the device costs measured, as a tune file */
 } options_t;
 
 /* ---- what the forked ranks share (one anonymous shared mapping) ----------- */
@@ -243,6 +246,8 @@ static double median(double* v, int n) {
 
 static FILE* json_out;
 static int json_rows;
+/* --costs: the largest all-to-all's medians (rank 0), what each rank receives */
+static double costs_roof, costs_moeccl, costs_recv, costs_bus;
 
 /* Measures and prints one (op, size) row on rank 0; 0, or 1 when a value was
  * wrong. */
@@ -263,6 +268,9 @@ static int row(bench_t* b, enum op_kind op, size_t bytes) {
   /* bytes: what each rank sends (the all-to-all's size); busbw as nccl-tests */
   double sent = (double)l.send_total * 4, f = (double)(dev_nranks - 1) / dev_nranks;
   double bus = sent / med[1] * f / 1e9, roof_pct = 100.0 * med[0] / med[1];
+  if (op == OP_A2A)
+    costs_roof = med[0], costs_moeccl = med[1], costs_recv = (double)l.recv_total * 4,
+    costs_bus = bus;
   printf("%12zu %9s %10.1f %8.2f %6.1f", bytes, op == OP_A2A ? "alltoall" : "alltoallv",
          med[1] * 1e6, bus, roof_pct);
   if (b->ncomm)
@@ -283,6 +291,63 @@ static int row(bench_t* b, enum op_kind op, size_t bytes) {
     fputs("}", json_out);
   }
   return wrong[1] || wrong[2];
+}
+
+/* ---- --costs: the device costs the tuner prices device calls with ---------- */
+
+/* Microseconds a copy and a kernel launch cost when queued back to back on
+ * the stream (every rank at once, the slowest rank's): 200 copies of 256
+ * bytes, 200 launches of the library's row-copy kernel with no rows (the
+ * smallest launch there is); launch -1 when the kernels do not load. */
+static void latencies(bench_t* b, double* copy_us, double* launch_us) {
+  enum { N = 200 };
+  sync_stream(b);
+  dev_barrier();
+  double t0 = dev_now();
+  for (int i = 0; i < N; i++) {
+    moecclResult_t r = b->d->copy_async(b->recv, b->send, 256, b->stream);
+    if (r != moecclSuccess) dev_die("copy_async: %s", moecclGetErrorString(r));
+  }
+  sync_stream(b);
+  *copy_us = 1e6 * slowest((dev_now() - t0) / N);
+  const moeccl_dev_image_t image = {moeccl_kernels_fatbin, moeccl_kernels_fatbin_bytes,
+                                    moeccl_kernel_twins, MOECCL_K_COUNT};
+  void *module = NULL, *fn = NULL;
+  int ok = b->d->module_load(&image, &module) == moecclSuccess &&
+           b->d->function(module, "moeccl_k_rows_copy", &fn) == moecclSuccess;
+  moeccl_krows_args_t g = {.dst = b->recv, .src = b->send, .nterms = 0, .unit = 4};
+  dev_barrier();
+  t0 = dev_now();
+  for (int i = 0; ok && i < N; i++)
+    ok = b->d->launch(fn, 1, 32, &g, sizeof g, b->stream) == moecclSuccess;
+  sync_stream(b);
+  double t = slowest(ok ? (dev_now() - t0) / N : -1.0);
+  *launch_us = ok && t >= 0 ? 1e6 * t : -1.0;
+}
+
+/* Rank 0 writes the costs as a tune file's device line (MOECCL_TUNE_FILE):
+ * HBM from the roofline copy at the largest all-to-all size (every rank
+ * copies what it receives at once: N x bytes read and written), the peer
+ * link from moeccl's all-to-all there (its bus bandwidth per rank), the
+ * copy and launch latencies measured before the series. */
+static void write_costs(const bench_t* b, double copy_us, double launch_us) {
+  const char* path = b->o->costs;
+  if (!(costs_roof > 0 && costs_moeccl > 0)) dev_die("--costs: no all-to-all row was measured");
+  FILE* f = fopen(path, "w");
+  if (!f) dev_die("--costs %s: %s", path, strerror(errno));
+  double hbm = 2.0 * dev_nranks * costs_recv / costs_roof / 1e9;
+  fprintf(f,
+          "# device costs measured by a2a_dev_perf: %d ranks on device 0 (%s backend); HBM from\n"
+          "# the roofline copy of %.0f bytes per rank (%.1f us), the link from moeccl's\n"
+          "# all-to-all there (bus bandwidth per rank), copy and launch latencies from 200\n"
+          "# queued copies of 256 bytes and launches of an empty kernel\n"
+          "device hbm_GBps=%.4g link_GBps=%.4g copy_us=%.3g",
+          dev_nranks, b->d->name, costs_recv, costs_roof * 1e6, hbm, costs_bus, copy_us);
+  if (launch_us >= 0) fprintf(f, " launch_us=%.3g", launch_us);
+  fputc('\n', f);
+  if (fclose(f) != 0) dev_die("--costs %s: %s", path, strerror(errno));
+  printf("# costs written to %s: device hbm_GBps=%.4g link_GBps=%.4g copy_us=%.3g launch_us=%.3g\n",
+         path, hbm, costs_bus, copy_us, launch_us);
 }
 
 /* ---- NCCL ------------------------------------------------------------------ */
@@ -376,6 +441,8 @@ static int rank_main(const options_t* o) {
       dev_die("--json %s: %s", o->json, strerror(errno));
     if (json_out) fputs("[", json_out);
   }
+  double copy_us = 0, launch_us = -1;
+  if (o->costs) latencies(&b, &copy_us, &launch_us);
   int bad = 0;
   for (int op = OP_A2A; op <= OP_A2AV; op <<= 1) {
     if (!(o->ops & op)) continue;
@@ -389,6 +456,7 @@ static int rank_main(const options_t* o) {
     fputs("\n]\n", json_out);
     fclose(json_out);
   }
+  if (o->costs && dev_me == 0) write_costs(&b, copy_us, launch_us);
   dev_barrier();
   if (b.ncomm) nccl.destroy(b.ncomm);
   moecclCommDestroy(b.comm);
@@ -416,6 +484,8 @@ static void usage(void) {
          "      --baseline nccl|none  NCCL in the same run (default nccl)\n"
          "      --nccl-lib PATH    the real NCCL (default %s, else libnccl.so.2)\n"
          "      --json FILE        also write every row to FILE as a JSON array\n"
+         "      --costs FILE       write the device costs measured (HBM, link, copy and\n"
+         "                         launch latency) as a tune file (MOECCL_TUNE_FILE)\n"
          "  -h, --help             this text\n",
          MAX_RANKS, DEV_NCCL_DEFAULT_LIB);
 }
@@ -428,6 +498,7 @@ static int parse_opts(int argc, char** argv, options_t* o) {
       {"reps", required_argument, NULL, 'r'},     {"check", required_argument, NULL, 'c'},
       {"op", required_argument, NULL, 'o'},       {"baseline", required_argument, NULL, 'B'},
       {"nccl-lib", required_argument, NULL, 'L'}, {"json", required_argument, NULL, 'J'},
+      {"costs", required_argument, NULL, 'C'},
       {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
   *o = (options_t){.minbytes = 1u << 20,
                    .maxbytes = 64u << 20,
@@ -464,6 +535,7 @@ static int parse_opts(int argc, char** argv, options_t* o) {
         break;
       case 'L': o->nccl_path = optarg; break;
       case 'J': o->json = optarg; break;
+      case 'C': o->costs = optarg; break;
       case 'h': usage(); return 1;
       default: return 2;
     }
@@ -479,6 +551,7 @@ static int parse_opts(int argc, char** argv, options_t* o) {
   else if (o->step < 2 && o->minbytes != o->maxbytes)
     why = "stepfactor must be >= 2 unless minbytes == maxbytes";
   else if (o->maxbytes > ((size_t)1 << 40)) why = "maxbytes above 1 TiB";
+  else if (o->costs && !(o->ops & OP_A2A)) why = "--costs needs the all-to-all (-o alltoall or both)";
   if (why) fprintf(stderr, "a2a_dev_perf: %s (see -h)\n", why);
   return why ? 2 : 0;
 }

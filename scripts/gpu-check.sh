@@ -51,6 +51,9 @@
 #                (each row out of place and in place, every value checked:
 #                -c 1) on N = 2, 4, 8 ranks, on moeccl's libnccl.so.2: exit 0,
 #                #wrong 0
+#   dev_costs    a2a_dev_perf --costs on 2 ranks: the device's HBM, link, copy
+#                and launch costs measured, written as OUT/dev_costs.tune,
+#                which the stages after it get as MOECCL_TUNE_FILE
 #   dev_perf_N   a2a_dev_perf on N = 2, 4, 8 ranks, 1 MiB to DEV_PERF_MAX (256M):
 #                moeccl, NCCL (the baseline with --nccl-lib, where it runs
 #                several ranks on one GPU) and the device copy roofline
@@ -264,6 +267,14 @@ done
 # sizes: bytes each rank sends (the emulation's copies run on the host's cores)
 max=256M
 [ "$DEV" = cuda ] || max=16M
+# the device costs (HBM, link, copy and launch latency) measured on 2 ranks,
+# as a tune file the stages after this one price device calls with
+# (MOECCL_TUNE_FILE, unless one was given)
+stage dev_costs 40 "$perf" -n 2 -b ${DEV_PERF_MAX:-$max} -e ${DEV_PERF_MAX:-$max} -o alltoall \
+  -i 10 -w 2 -r 3 --baseline none --costs "$OUT/dev_costs.tune"
+if [ -z "${MOECCL_TUNE_FILE:-}" ] && [ -s "$OUT/dev_costs.tune" ]; then
+  export MOECCL_TUNE_FILE=$OUT/dev_costs.tune
+fi
 for n in 2 4 8; do
   stage dev_perf_$n 60 "$perf" -n $n -b 1M -e ${DEV_PERF_MAX:-$max} -f 4 -i 20 -w 3 -r 5 \
     ${nccl:+--nccl-lib "$nccl"} --json "$OUT/dev_perf_$n.json"
@@ -318,6 +329,6 @@ cat "$OUT/summary.log"
 echo "== stages (name, status: 0 passed, 77 skipped, 124 out of time; seconds)"
 cat "$OUT/summary.txt"
 # the logs, JSON and MPS's own log; not a build folder that OUT may hold
-(cd "$OUT" && find . -maxdepth 1 -type f \( -name '*.log' -o -name '*.json' -o -name '*.txt' \) -printf '%P\n' |
+(cd "$OUT" && find . -maxdepth 1 -type f \( -name '*.log' -o -name '*.json' -o -name '*.txt' -o -name '*.tune' \) -printf '%P\n' |
   { cat; [ -d mps-log ] && echo mps-log; } | tar -cJf gpu-check-logs.tar.xz -T -)
 echo "== $(($(date +%s) - start))s in all; $OUT/summary.json, logs in $OUT/gpu-check-logs.tar.xz"

@@ -18,7 +18,7 @@ OUT=$out PLAIN_DIR=$out/plain GPU_CHECK_DEVICE=emu DEV_PERF_MAX=4M GPU_CHECK_BUD
   timeout -k 5 450 "$srcdir/scripts/gpu-check.sh" >"$out.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || { echo "FAIL: gpu-check.sh exit status $rc"; tail -n 30 "$out.log"; fail=1; }
-for s in build device kernels mp_device shim dev_perf_2 dev_perf_4 dev_perf_8; do
+for s in build device kernels mp_device shim dev_costs dev_perf_2 dev_perf_4 dev_perf_8; do
   grep -q "^$s 0 " "$out/summary.txt" 2>/dev/null || { echo "FAIL: stage $s did not pass"; fail=1; }
 done
 want=77
@@ -44,6 +44,8 @@ grep -q 'nccl-tests needs a GPU' "$out/nt_alltoall_2.log" "$out/nccl_broadcast_8
   { echo "FAIL: the skip gives no reason"; fail=1; }
 grep -q 'needs a GPU' "$out/torch_2.log" 2>/dev/null || { echo "FAIL: the PyTorch skip gives no reason"; fail=1; }
 grep -q '^not-run the device is emu' "$out/mps.txt" 2>/dev/null || { echo "FAIL: mps.txt"; fail=1; }
+grep -q '^device hbm_GBps=.* link_GBps=.* copy_us=' "$out/dev_costs.tune" 2>/dev/null ||
+  { echo "FAIL: dev_costs wrote no device line"; fail=1; }
 tar -tJf "$out/gpu-check-logs.tar.xz" 2>/dev/null | grep -q '^summary.json$' ||
   { echo "FAIL: no summary.json in the logs' archive"; fail=1; }
 python3 -c '
