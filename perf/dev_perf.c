@@ -69,7 +69,7 @@ typedef struct shared {
   dev_ranks_head_t head; /* the barrier, the failure flag, moeccl's id (dev_ranks.h) */
   dev_nccl_id_t nccl_id;
   int nccl_ok[MAX_RANKS];
-  char nccl_why[256];
+  char nccl_why[320]; /* "rank R: " and a reason of up to 255 */
   double t[MAX_RANKS];   /* each rank's seconds of the series just timed */
   long wrong[MAX_RANKS]; /* each rank's wrong elements of the check just run */
 } shared_t;
