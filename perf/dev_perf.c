@@ -234,16 +234,6 @@ static double series(bench_t* b, enum lib_kind lib, enum op_kind op, const layou
   return slowest((dev_now() - t0) / b->o->iters);
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static FILE* json_out;
 static int json_rows;
 /* --costs: the largest all-to-all's medians (rank 0), what each rank receives */
@@ -260,7 +250,7 @@ static int row(bench_t* b, enum op_kind op, size_t bytes) {
   for (int rep = 0; rep < o->reps; rep++)
     for (int k = 0; k < nlib; k++) t[k][rep] = series(b, (enum lib_kind)k, op, &l);
   double med[3] = {0, 0, 0};
-  for (int k = 0; k < nlib; k++) med[k] = median(t[k], o->reps);
+  for (int k = 0; k < nlib; k++) med[k] = dev_median(t[k], o->reps);
   long wrong[3] = {0, 0, 0};
   if (o->check)
     for (int k = 1; k < nlib; k++) wrong[k] = total_wrong(check_op(b, (enum lib_kind)k, op, &l));

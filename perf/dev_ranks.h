@@ -30,6 +30,9 @@ extern int dev_me, dev_nranks; /* this rank, the ranks */
 
 double dev_now(void);
 
+/* The median of v[0..n) (sorts v). */
+double dev_median(double* v, int n);
+
 /* Says what failed ("TOOL: rank R: ...", one write) and ends this rank;
  * the others stop at their next barrier. */
 void dev_die(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

@@ -234,16 +234,6 @@ static void count_rows(const bench_t* b, double* v) {
   }
 }
 
-static int cmp_double(const void* a, const void* c) {
-  double x = *(const double*)a, y = *(const double*)c;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static FILE* json_out;
 static int json_rows;
 
@@ -260,7 +250,7 @@ static int row(bench_t* b, size_t T, int K, moecclDataType_t dt) {
       int k = (rep + i) % nlib;
       t[k][rep] = series(b, k);
     }
-  for (int k = 0; k < nlib; k++) med[k] = median(t[k], o->reps);
+  for (int k = 0; k < nlib; k++) med[k] = dev_median(t[k], o->reps);
   for (int k = 1; o->check && k < nlib; k++) /* the timed calls' last results too */
     wrong[k] += wrong_of(b, k == LIB_MOECCL ? b->out_moe : b->out_base);
   double mine[3] = {wrong[1], wrong[2], (double)b->R}, sum[4], max[4], n[2];

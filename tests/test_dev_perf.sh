@@ -6,22 +6,7 @@
 # on a backend that is not CUDA, and the command-line errors it must refuse.
 # Each run has a deadline (MP_DEADLINE_SCALE stretches it under sanitizers).
 perf=./perf/a2a_dev_perf
-scale=${MP_DEADLINE_SCALE:-1}
-fail=0
-run() { # run WHAT COMMAND...: the command must exit 0 before its deadline
-  what=$1
-  shift
-  timeout -k 5 $((120 * scale)) "$@" >out.$$ 2>err.$$
-  rc=$?
-  [ $rc -eq 0 ] || { echo "FAIL: $what: exit status $rc: $(cat err.$$)"; fail=1; }
-}
-refuse() { # refuse WHAT STATUS COMMAND...: the command must exit STATUS
-  what=$1 want=$2
-  shift 2
-  timeout -k 5 $((60 * scale)) "$@" >out.$$ 2>err.$$
-  rc=$?
-  [ $rc -eq "$want" ] || { echo "FAIL: $what: exit status $rc, want $want"; fail=1; }
-}
+. "${srcdir:-.}/tests/perf_env.sh"
 rows() { grep -c '^ ' out.$$; }
 export MOECCL_DEVICE=emu
 

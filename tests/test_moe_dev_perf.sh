@@ -10,22 +10,7 @@
 # refuse.  Each run has a deadline (MP_DEADLINE_SCALE stretches it).
 perf=./perf/moe_perf
 [ -x "$perf" ] || { echo "SKIP: no $perf (moe_perf is built where configure found MPI)"; exit 77; }
-scale=${MP_DEADLINE_SCALE:-1}
-fail=0
-run() { # run WHAT COMMAND...: the command must exit 0 before its deadline
-  what=$1
-  shift
-  timeout -k 5 $((120 * scale)) "$@" >out.$$ 2>err.$$
-  rc=$?
-  [ $rc -eq 0 ] || { echo "FAIL: $what: exit status $rc: $(cat err.$$)"; fail=1; }
-}
-refuse() { # refuse WHAT STATUS COMMAND...: the command must exit STATUS
-  what=$1 want=$2
-  shift 2
-  timeout -k 5 $((60 * scale)) "$@" >out.$$ 2>err.$$
-  rc=$?
-  [ $rc -eq "$want" ] || { echo "FAIL: $what: exit status $rc, want $want"; fail=1; }
-}
+. "${srcdir:-.}/tests/perf_env.sh"
 rows() { grep -cE '^(float|bfloat16) ' out.$$; }
 # every row: wrong (next to last column) 0, bwrong (last) $1
 rows_ok() { awk -v b="$1" '/^(float|bfloat16) / && ($(NF-1) != 0 || $NF != b) { bad = 1 } END { exit bad }' out.$$; }

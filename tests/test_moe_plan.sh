@@ -5,15 +5,9 @@
 # memory with its split and MFU, writes JSON, predicts one --layout, and
 # refuses bad arguments (exit 2); moe_train --plan on 2 ranks plans with its
 # own communicator, prints the ranking and trains with the winner.
-train=./moe/moe_train
+moe_test=test_moe_plan
+. "${srcdir:-.}/tests/moe_env.sh"
 plan=./moe/moe_plan
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_moe_plan.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-: "${MOECCL_TIMEOUT:=30}"
-export MOECCL_TIMEOUT
-scale=${MP_DEADLINE_SCALE:-1}
-limit=$(awk -v s="$scale" 'BEGIN { s = s > 0 ? s : 1; printf "%d", 120 * s }')
-fail=0
 
 # at scale: a winner that fits, its memory and MFU
 for args in "--model deepseek-v3 --cluster dragonfly" "--model mixtral-8x7b --cluster fattree --gpu h200"; do

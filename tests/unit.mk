@@ -37,7 +37,7 @@ EXTRA_DIST += tests/test_layers.sh scripts/layers.py
 
 # perf/a2a_sim end to end (it is built always).
 TESTS += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
-EXTRA_DIST += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh
+EXTRA_DIST += tests/test_a2a_sim.sh tests/test_dev_perf.sh tests/test_gpu_check.sh tests/perf_env.sh
 
 # The tuner's link costs as the transports report them (tests/mp_alltoall).
 TESTS += tests/test_link_costs.sh
