@@ -64,8 +64,9 @@ typedef struct moe_backend_ops {
 
   /* dL/dlogits [n][e] of those softmaxes: the gate softmax's backward on
    * the chosen ids (from dgate = dL/dgate [n][k]) plus the full softmax's
-   * from g [e], the same dL/dp_e for every token (the aux loss's).  An
-   * expert id < 0 is a dropped slot. */
+   * from g [e], the same dL/dp_e for every token (the aux loss's); g is
+   * host memory, free to change when the op returns.  An expert id < 0 is
+   * a dropped slot. */
   void (*router_dlogits)(int n, int e, int k, const float* probs, const int32_t* expert,
                          const float* gate, const float* dgate, const float* g, float* dlogits);
 

@@ -13,6 +13,8 @@ static char failure[256]; /* the first failure, sticky */
 static double* partial;   /* sq_dist's block sums, on the device */
 static size_t partial_n;
 static double* partial_host;
+static float* g_dev; /* router_dlogits' g, on the device */
+static size_t g_n;
 static int gemm_bf16;         /* gemm_precision */
 static uint16_t* bf16_buf[2]; /* sgemm's A and B in bfloat16, on the device */
 static size_t bf16_n[2];
@@ -75,11 +77,22 @@ static void cu_router_select(int n, int e, int k, float* probs, int32_t* expert,
   RUN("router_stat", api->router_stat(n, e, k, probs, expert, stats));
 }
 
+/* g is host memory (e floats): copied to the device first, on the stream
+ * (the kernel runs after the caller's g is gone). */
 static void cu_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert,
                               const float* gate, const float* dgate, const float* g,
                               float* dlogits) {
-  if (n > 0) RUN("router_dlogits", api->router_dlogits(n, e, k, probs, expert, gate, dgate, g,
-                                                       dlogits));
+  if (n <= 0 || failure[0]) return;
+  if ((size_t)e > g_n) {
+    if (g_dev) RUN("free", (api->sync() || api->free(g_dev)));
+    g_dev = NULL, g_n = 0;
+    RUN("alloc", api->alloc((void**)&g_dev, (size_t)e * sizeof(float)));
+    if (failure[0]) return;
+    g_n = (size_t)e;
+  }
+  RUN("to_device", api->to_device(g_dev, g, (size_t)e * sizeof(float)));
+  RUN("router_dlogits", api->router_dlogits(n, e, k, probs, expert, gate, dgate, g_dev,
+                                            dlogits));
 }
 
 static void cu_gather_rows(int rows, int h, const int32_t* token_of, const float* x, float* out) {
@@ -221,6 +234,8 @@ static const moe_backend_ops_t cuda_ops = {
 const moe_backend_ops_t* moe_backend_cuda(const moe_cuda_api_t* with) {
   if (api != with) { /* another table: the scratch was the old one's */
     if (api && partial) api->free(partial);
+    if (api && g_dev) api->free(g_dev);
+    g_dev = NULL, g_n = 0;
     for (int i = 0; i < 2; i++)
       if (api && bf16_buf[i]) api->free(bf16_buf[i]);
     partial = NULL, partial_n = 0;

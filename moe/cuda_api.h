@@ -1,6 +1,7 @@
 /* What the CUDA compute backend (backend_cuda.c) needs from a GPU, as one
  * table: cuBLAS's sgemm and bfloat16 GemmEx, the kernels of kernels.cu (one entry each, typed),
- * copies and a synchronize, all on one stream.  Two tables fill it:
+ * copies and a synchronize on one stream, a second stream and events
+ * for the communication's calls.  Two tables fill it:
  *
  *   moe_cuda_api_load    the GPU: libcuda and libcublas loaded with dlopen
  *                        (no link-time CUDA dependency), the kernels from the
@@ -67,10 +68,25 @@ typedef struct moe_cuda_api {
    * (or an address inside it): ptr itself on the GPU (the library takes its
    * device path), the host shadow on the stand-in. */
   void* (*comm_ptr)(void* ptr);
+  /* The compute stream and its events: the host waits for both streams
+   * (and the legacy default stream) */
   int (*sync)(void);
+  /* A second stream, for the communication library's calls that overlap
+   * the compute: the handle moeccl is given (a CUstream), or NULL where the
+   * library's calls run at once (the stand-in: it gives moeccl the host
+   * shadows).  record marks event ev (< MOE_CUDA_EVENTS) after the work
+   * queued so far on the compute (on_comm 0) or the communication stream
+   * (1); wait makes the work queued from now on on that stream wait for
+   * ev's last mark (cuEventRecord, cuStreamWaitEvent: no host wait). */
+  void* (*comm_stream)(void);
+  int (*record)(int ev, int on_comm);
+  int (*wait)(int ev, int on_comm);
   const char* (*describe)(char* buf, size_t len);
   const char* (*last_error)(void);
 } moe_cuda_api_t;
+
+/* Events of record and wait. */
+#define MOE_CUDA_EVENTS 4
 
 /* Elements per block of the kernels, and of sq_dist_blocks' sums. */
 #define MOE_CUDA_BLOCK 256
@@ -78,7 +94,10 @@ typedef struct moe_cuda_api {
 /* The GPU's table, or NULL with the reason in why (no driver, no device, no
  * cuBLAS, no kernels in this build). */
 const moe_cuda_api_t* moe_cuda_api_load(char* why, size_t len);
-/* The host stand-in (never fails). */
+/* The host stand-in (never fails).  Its compute stream is queued and runs
+ * when the host or the communication waits for it (cuda_standin.c). */
 const moe_cuda_api_t* moe_cuda_api_standin(void);
+/* The ops the stand-in queued and the host's waits for it (sync) so far. */
+void moe_cuda_standin_counts(unsigned long long* ops, unsigned long long* syncs);
 
 #endif

@@ -1,7 +1,8 @@
 /* The GPU's CUDA table (cuda_api.h): libcuda and libcublas loaded with
  * dlopen at first use, the kernels from the fatbin nvcc built into this
- * program (kernels_fatbin.c; empty when configure found no nvcc), one
- * stream on device 0's primary context. */
+ * program (kernels_fatbin.c; empty when configure found no nvcc), a
+ * compute stream and a communication stream with events between them on
+ * device 0's primary context. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -37,6 +38,9 @@ static struct {
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUhandle);
   CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUhandle);
   CUresult (*StreamSynchronize)(CUhandle);
+  CUresult (*EventCreate)(CUhandle*, unsigned);
+  CUresult (*EventRecord)(CUhandle, CUhandle);
+  CUresult (*StreamWaitEvent)(CUhandle, CUhandle, unsigned);
   CUresult (*GetErrorString)(CUresult, const char**);
   int (*blasCreate)(CUhandle*);
   int (*blasSetStream)(CUhandle, CUhandle);
@@ -57,6 +61,7 @@ static const char* const kernel_name[K_COUNT] = {
     "moe_kscatter", "moe_kadd", "moe_kscaled_diff", "moe_ksq_dist_blocks", "moe_kadam", "moe_kto_bf16"};
 
 static CUhandle stream, blas, kernel[K_COUNT], context;
+static CUhandle comm_stream, event[MOE_CUDA_EVENTS]; /* the communication's */
 static char device_name[128];
 static char error[256];
 
@@ -240,7 +245,25 @@ static void* r_comm_ptr(void* ptr) { return ptr; }
 static int r_sync(void) {
   if (current()) return -1;
   return cu_check(cu.StreamSynchronize(stream), "cuStreamSynchronize") ||
+         cu_check(cu.StreamSynchronize(comm_stream), "cuStreamSynchronize (communication)") ||
          cu_check(cu.StreamSynchronize(NULL), "cuStreamSynchronize (legacy stream)");
+}
+
+static void* r_comm_stream(void) { return comm_stream; }
+
+static int r_record(int ev, int on_comm) {
+  if (ev < 0 || ev >= MOE_CUDA_EVENTS) return fail("event %d: not one of 0..%d", ev,
+                                                   MOE_CUDA_EVENTS - 1);
+  if (current()) return -1;
+  return cu_check(cu.EventRecord(event[ev], on_comm ? comm_stream : stream), "cuEventRecord");
+}
+
+static int r_wait(int ev, int on_comm) {
+  if (ev < 0 || ev >= MOE_CUDA_EVENTS) return fail("event %d: not one of 0..%d", ev,
+                                                   MOE_CUDA_EVENTS - 1);
+  if (current()) return -1;
+  return cu_check(cu.StreamWaitEvent(on_comm ? comm_stream : stream, event[ev], 0),
+                  "cuStreamWaitEvent");
 }
 
 static const char* r_describe(char* buf, size_t len) {
@@ -276,6 +299,9 @@ static const moe_cuda_api_t real = {
     .zero = r_zero,
     .comm_ptr = r_comm_ptr,
     .sync = r_sync,
+    .comm_stream = r_comm_stream,
+    .record = r_record,
+    .wait = r_wait,
     .describe = r_describe,
     .last_error = r_last_error,
 };
@@ -321,6 +347,9 @@ static int load(void) {
   SYM(libcuda, MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   SYM(libcuda, MemsetD8Async, "cuMemsetD8Async");
   SYM(libcuda, StreamSynchronize, "cuStreamSynchronize");
+  SYM(libcuda, EventCreate, "cuEventCreate");
+  SYM(libcuda, EventRecord, "cuEventRecord");
+  SYM(libcuda, StreamWaitEvent, "cuStreamWaitEvent");
   SYM(libcuda, GetErrorString, "cuGetErrorString");
   SYM(libcublas, blasCreate, "cublasCreate_v2");
   SYM(libcublas, blasSetStream, "cublasSetStream_v2");
@@ -348,10 +377,16 @@ static int load(void) {
    * waiting for them (the dispatch, the combine, the reductions, the
    * pipeline's send/recv): so the experts after a dispatch wait for it on
    * the GPU, not on the host.  A non-blocking stream raced with them. */
+  /* The communication's stream is a blocking one too; the events time
+   * nothing (CU_EVENT_DISABLE_TIMING). */
   if (cu_check(cu.StreamCreate(&stream, 0 /* blocking */), "cuStreamCreate") ||
+      cu_check(cu.StreamCreate(&comm_stream, 0), "cuStreamCreate (communication)") ||
       blas_check(cu.blasCreate(&blas), "cublasCreate") ||
       blas_check(cu.blasSetStream(blas, stream), "cublasSetStream"))
     return -1;
+  for (int i = 0; i < MOE_CUDA_EVENTS; i++)
+    if (cu_check(cu.EventCreate(&event[i], 0x2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate"))
+      return -1;
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +128,7 @@ static void* s_comm_ptr(void* ptr) { return shadow_of(ptr); }
 
 /* --- cuBLAS and the kernels, on the shadows -------------------------------- */
 
-static int s_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+static int do_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                    int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   a = SH(a);
   b = SH(b);
@@ -147,10 +148,10 @@ static int s_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, c
 /* cuBLAS's GemmEx in bfloat16: each operand's span widened to float32
  * (exact), then the float32 product, whose sums are float32 as
  * CUBLAS_COMPUTE_32F's. */
-static int s_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alpha,
+static int do_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alpha,
                        const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c,
                        int ldc) {
-  if (m <= 0 || n <= 0) return s_sgemm(trans_a, trans_b, m, n, k, alpha, NULL, lda, NULL, ldb,
+  if (m <= 0 || n <= 0) return do_sgemm(trans_a, trans_b, m, n, k, alpha, NULL, lda, NULL, ldb,
                                         beta, c, ldc);
   /* column-major: op(A) m x k is A k x m (trans) or m x k, columns of lda */
   size_t na = k <= 0 ? 0 : (size_t)((trans_a ? m : k) - 1) * lda + (trans_a ? k : m);
@@ -164,19 +165,19 @@ static int s_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alph
   const uint16_t *sa = SH(a), *sb = SH(b);
   for (size_t i = 0; i < na; i++) fa[i] = moe_k_bf16_float(sa[i]);
   for (size_t i = 0; i < nb; i++) fb[i] = moe_k_bf16_float(sb[i]);
-  int rc = s_sgemm(trans_a, trans_b, m, n, k, alpha, fa, lda, fb, ldb, beta, c, ldc);
+  int rc = do_sgemm(trans_a, trans_b, m, n, k, alpha, fa, lda, fb, ldb, beta, c, ldc);
   free(fa), free(fb);
   return rc;
 }
 
-static int s_to_bf16(size_t count, const float* x, uint16_t* out) {
+static int do_to_bf16(size_t count, const float* x, uint16_t* out) {
   x = SH(x);
   out = SH(out);
   for (size_t i = 0; i < count; i++) out[i] = moe_k_bf16(x[i]);
   return 0;
 }
 
-static int s_swiglu(size_t count, const float* a, const float* b, float* h) {
+static int do_swiglu(size_t count, const float* a, const float* b, float* h) {
   a = SH(a);
   b = SH(b);
   h = SH(h);
@@ -184,7 +185,7 @@ static int s_swiglu(size_t count, const float* a, const float* b, float* h) {
   return 0;
 }
 
-static int s_swiglu_back(size_t count, const float* a, const float* b, const float* dh, float* da,
+static int do_swiglu_back(size_t count, const float* a, const float* b, const float* dh, float* da,
                          float* db) {
   a = SH(a);
   b = SH(b);
@@ -195,7 +196,7 @@ static int s_swiglu_back(size_t count, const float* a, const float* b, const flo
   return 0;
 }
 
-static int s_router_token(int n, int e, int k, float* probs, int32_t* expert, float* gate) {
+static int do_router_token(int n, int e, int k, float* probs, int32_t* expert, float* gate) {
   probs = SH(probs);
   expert = SH(expert);
   gate = SH(gate);
@@ -205,7 +206,7 @@ static int s_router_token(int n, int e, int k, float* probs, int32_t* expert, fl
 }
 
 /* threads 0..e-1: an expert's statistics; thread e: the token count */
-static int s_router_stat(int n, int e, int k, const float* probs, const int32_t* expert,
+static int do_router_stat(int n, int e, int k, const float* probs, const int32_t* expert,
                          float* stats) {
   probs = SH(probs);
   expert = SH(expert);
@@ -215,7 +216,7 @@ static int s_router_stat(int n, int e, int k, const float* probs, const int32_t*
   return 0;
 }
 
-static int s_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert,
+static int do_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert,
                             const float* gate, const float* dgate, const float* g, float* dl) {
   probs = SH(probs);
   expert = SH(expert);
@@ -229,7 +230,7 @@ static int s_router_dlogits(int n, int e, int k, const float* probs, const int32
   return 0;
 }
 
-static int s_gather(int rows, int h, const int32_t* token_of, const float* x, float* out) {
+static int do_gather(int rows, int h, const int32_t* token_of, const float* x, float* out) {
   token_of = SH(token_of);
   x = SH(x);
   out = SH(out);
@@ -237,7 +238,7 @@ static int s_gather(int rows, int h, const int32_t* token_of, const float* x, fl
   return 0;
 }
 
-static int s_combine(size_t tokens, int k, int h, const int32_t* row_of, const float* gate,
+static int do_combine(size_t tokens, int k, int h, const int32_t* row_of, const float* gate,
                      const float* y, float* out) {
   row_of = SH(row_of);
   gate = SH(gate);
@@ -250,7 +251,7 @@ static int s_combine(size_t tokens, int k, int h, const int32_t* row_of, const f
   return 0;
 }
 
-static int s_combine_back(size_t slots, int k, int h, const int32_t* row_of, const float* gate,
+static int do_combine_back(size_t slots, int k, int h, const int32_t* row_of, const float* gate,
                           const float* dout, const float* y, float* dy, float* dgate) {
   row_of = SH(row_of);
   gate = SH(gate);
@@ -263,7 +264,7 @@ static int s_combine_back(size_t slots, int k, int h, const int32_t* row_of, con
   return 0;
 }
 
-static int s_scatter(size_t tokens, int k, int h, const int32_t* row_of, const float* src,
+static int do_scatter(size_t tokens, int k, int h, const int32_t* row_of, const float* src,
                      float* dx) {
   row_of = SH(row_of);
   src = SH(src);
@@ -272,7 +273,7 @@ static int s_scatter(size_t tokens, int k, int h, const int32_t* row_of, const f
   return 0;
 }
 
-static int s_add(size_t count, const float* a, const float* b, float* out) {
+static int do_add(size_t count, const float* a, const float* b, float* out) {
   a = SH(a);
   b = SH(b);
   out = SH(out);
@@ -280,7 +281,7 @@ static int s_add(size_t count, const float* a, const float* b, float* out) {
   return 0;
 }
 
-static int s_scaled_diff(size_t count, float scale, const float* a, const float* b, float* out) {
+static int do_scaled_diff(size_t count, float scale, const float* a, const float* b, float* out) {
   a = SH(a);
   b = SH(b);
   out = SH(out);
@@ -288,7 +289,7 @@ static int s_scaled_diff(size_t count, float scale, const float* a, const float*
   return 0;
 }
 
-static int s_sq_dist_blocks(size_t count, const float* a, const float* b, double* partial) {
+static int do_sq_dist_blocks(size_t count, const float* a, const float* b, double* partial) {
   a = SH(a);
   b = SH(b);
   partial = SH(partial);
@@ -303,7 +304,7 @@ static int s_sq_dist_blocks(size_t count, const float* a, const float* b, double
   return 0;
 }
 
-static int s_adam(size_t count, float lr, float b1, float b2, float eps, float c1, float c2,
+static int do_adam(size_t count, float lr, float b1, float b2, float eps, float c1, float c2,
                   float* p, const float* g, float* m, float* v) {
   p = SH(p);
   g = SH(g);
@@ -315,17 +316,292 @@ static int s_adam(size_t count, float lr, float b1, float b2, float eps, float c
 
 /* --- copies and order ------------------------------------------------------- */
 
-static int s_copy(void* dst, const void* src, size_t bytes) {
+static int do_copy(void* dst, const void* src, size_t bytes) {
   memmove(SH(dst), SH(src), bytes);
   return 0;
 }
 
-static int s_zero(void* dst, size_t bytes) {
+static int do_zero(void* dst, size_t bytes) {
   memset(SH(dst), 0, bytes);
   return 0;
 }
 
-static int s_sync(void) { return 0; }
+/* --- the compute stream: queued, run when the host waits ------------------- *
+ *
+ * A GPU runs the compute stream's work after the host queued it, so a caller
+ * that hands the communication library (comm_ptr) memory that queued work
+ * writes, without sync or an event between them, reads it too early.  The
+ * stand-in does the same: every kernel, product, copy and zeroing is queued
+ * with its arguments and runs, in order, when the host waits for the stream
+ * (sync, to_host, to_device, free) or the communication waits for one of
+ * its events (wait(ev, 1)); so such a caller reads stale values here too
+ * and the dumps' comparisons catch it.  The communication library's calls
+ * run at once (comm_stream is NULL): its side needs no events. */
+
+typedef struct op {
+  int (*run)(const void* args);
+  struct op* next;
+  _Alignas(max_align_t) char args[];
+} op_t;
+
+static op_t *q_head, *q_tail;
+static unsigned long long q_pushed, q_ran;          /* ops queued, ops run */
+static unsigned long long q_mark[MOE_CUDA_EVENTS];  /* q_pushed at record(ev, 0) */
+static unsigned long long q_syncs;                  /* host waits (sync) */
+static int q_failed;                                /* an op failed: sync says so */
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Runs the queued ops up to the upto-th; 0, or -1 if one failed since the
+ * last report. */
+static int run_upto(unsigned long long upto) {
+  pthread_mutex_lock(&q_lock);
+  while (q_head && q_ran < upto) {
+    op_t* o = q_head;
+    q_head = o->next;
+    if (!q_head) q_tail = NULL;
+    q_ran++;
+    if (o->run(o->args)) q_failed = 1;
+    free(o);
+  }
+  int rc = q_failed ? -1 : 0;
+  q_failed = 0;
+  pthread_mutex_unlock(&q_lock);
+  return rc;
+}
+
+static int flush(void) { return run_upto(~0ull); }
+
+static int defer(int (*run)(const void*), const void* args, size_t len) {
+  op_t* o = malloc(sizeof(op_t) + len);
+  if (!o) { /* no memory to queue it: run it now, after the queue */
+    if (flush()) return -1;
+    return run(args);
+  }
+  o->run = run;
+  o->next = NULL;
+  memcpy(o->args, args, len);
+  pthread_mutex_lock(&q_lock);
+  if (q_tail) q_tail->next = o;
+  else q_head = o;
+  q_tail = o;
+  q_pushed++;
+  pthread_mutex_unlock(&q_lock);
+  return 0;
+}
+
+struct a_sgemm { int trans_a; int trans_b; int m; int n; int k; float alpha; const float* a; int lda; const float* b; int ldb; float beta; float* c; int ldc; };
+static int r_sgemm(const void* p) {
+  const struct a_sgemm* v_ = p;
+  return do_sgemm(v_->trans_a, v_->trans_b, v_->m, v_->n, v_->k, v_->alpha, v_->a, v_->lda, v_->b, v_->ldb, v_->beta, v_->c, v_->ldc);
+}
+static int s_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  struct a_sgemm q_ = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  return defer(r_sgemm, &q_, sizeof q_);
+}
+struct a_gemm_bf16 { int trans_a; int trans_b; int m; int n; int k; float alpha; const uint16_t* a; int lda; const uint16_t* b; int ldb; float beta; float* c; int ldc; };
+static int r_gemm_bf16(const void* p) {
+  const struct a_gemm_bf16* v_ = p;
+  return do_gemm_bf16(v_->trans_a, v_->trans_b, v_->m, v_->n, v_->k, v_->alpha, v_->a, v_->lda, v_->b, v_->ldb, v_->beta, v_->c, v_->ldc);
+}
+static int s_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alpha, const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc) {
+  struct a_gemm_bf16 q_ = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  return defer(r_gemm_bf16, &q_, sizeof q_);
+}
+struct a_to_bf16 { size_t count; const float* x; uint16_t* out; };
+static int r_to_bf16(const void* p) {
+  const struct a_to_bf16* v_ = p;
+  return do_to_bf16(v_->count, v_->x, v_->out);
+}
+static int s_to_bf16(size_t count, const float* x, uint16_t* out) {
+  struct a_to_bf16 q_ = {count, x, out};
+  return defer(r_to_bf16, &q_, sizeof q_);
+}
+struct a_swiglu { size_t count; const float* a; const float* b; float* h; };
+static int r_swiglu(const void* p) {
+  const struct a_swiglu* v_ = p;
+  return do_swiglu(v_->count, v_->a, v_->b, v_->h);
+}
+static int s_swiglu(size_t count, const float* a, const float* b, float* h) {
+  struct a_swiglu q_ = {count, a, b, h};
+  return defer(r_swiglu, &q_, sizeof q_);
+}
+struct a_swiglu_back { size_t count; const float* a; const float* b; const float* dh; float* da; float* db; };
+static int r_swiglu_back(const void* p) {
+  const struct a_swiglu_back* v_ = p;
+  return do_swiglu_back(v_->count, v_->a, v_->b, v_->dh, v_->da, v_->db);
+}
+static int s_swiglu_back(size_t count, const float* a, const float* b, const float* dh, float* da, float* db) {
+  struct a_swiglu_back q_ = {count, a, b, dh, da, db};
+  return defer(r_swiglu_back, &q_, sizeof q_);
+}
+struct a_router_token { int n; int e; int k; float* probs; int32_t* expert; float* gate; };
+static int r_router_token(const void* p) {
+  const struct a_router_token* v_ = p;
+  return do_router_token(v_->n, v_->e, v_->k, v_->probs, v_->expert, v_->gate);
+}
+static int s_router_token(int n, int e, int k, float* probs, int32_t* expert, float* gate) {
+  struct a_router_token q_ = {n, e, k, probs, expert, gate};
+  return defer(r_router_token, &q_, sizeof q_);
+}
+struct a_router_stat { int n; int e; int k; const float* probs; const int32_t* expert; float* stats; };
+static int r_router_stat(const void* p) {
+  const struct a_router_stat* v_ = p;
+  return do_router_stat(v_->n, v_->e, v_->k, v_->probs, v_->expert, v_->stats);
+}
+static int s_router_stat(int n, int e, int k, const float* probs, const int32_t* expert, float* stats) {
+  struct a_router_stat q_ = {n, e, k, probs, expert, stats};
+  return defer(r_router_stat, &q_, sizeof q_);
+}
+struct a_router_dlogits { int n; int e; int k; const float* probs; const int32_t* expert; const float* gate; const float* dgate; const float* g; float* dl; };
+static int r_router_dlogits(const void* p) {
+  const struct a_router_dlogits* v_ = p;
+  return do_router_dlogits(v_->n, v_->e, v_->k, v_->probs, v_->expert, v_->gate, v_->dgate, v_->g, v_->dl);
+}
+static int s_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert, const float* gate, const float* dgate, const float* g, float* dl) {
+  struct a_router_dlogits q_ = {n, e, k, probs, expert, gate, dgate, g, dl};
+  return defer(r_router_dlogits, &q_, sizeof q_);
+}
+struct a_gather { int rows; int h; const int32_t* token_of; const float* x; float* out; };
+static int r_gather(const void* p) {
+  const struct a_gather* v_ = p;
+  return do_gather(v_->rows, v_->h, v_->token_of, v_->x, v_->out);
+}
+static int s_gather(int rows, int h, const int32_t* token_of, const float* x, float* out) {
+  struct a_gather q_ = {rows, h, token_of, x, out};
+  return defer(r_gather, &q_, sizeof q_);
+}
+struct a_combine { size_t tokens; int k; int h; const int32_t* row_of; const float* gate; const float* y; float* out; };
+static int r_combine(const void* p) {
+  const struct a_combine* v_ = p;
+  return do_combine(v_->tokens, v_->k, v_->h, v_->row_of, v_->gate, v_->y, v_->out);
+}
+static int s_combine(size_t tokens, int k, int h, const int32_t* row_of, const float* gate, const float* y, float* out) {
+  struct a_combine q_ = {tokens, k, h, row_of, gate, y, out};
+  return defer(r_combine, &q_, sizeof q_);
+}
+struct a_combine_back { size_t slots; int k; int h; const int32_t* row_of; const float* gate; const float* dout; const float* y; float* dy; float* dgate; };
+static int r_combine_back(const void* p) {
+  const struct a_combine_back* v_ = p;
+  return do_combine_back(v_->slots, v_->k, v_->h, v_->row_of, v_->gate, v_->dout, v_->y, v_->dy, v_->dgate);
+}
+static int s_combine_back(size_t slots, int k, int h, const int32_t* row_of, const float* gate, const float* dout, const float* y, float* dy, float* dgate) {
+  struct a_combine_back q_ = {slots, k, h, row_of, gate, dout, y, dy, dgate};
+  return defer(r_combine_back, &q_, sizeof q_);
+}
+struct a_scatter { size_t tokens; int k; int h; const int32_t* row_of; const float* src; float* dx; };
+static int r_scatter(const void* p) {
+  const struct a_scatter* v_ = p;
+  return do_scatter(v_->tokens, v_->k, v_->h, v_->row_of, v_->src, v_->dx);
+}
+static int s_scatter(size_t tokens, int k, int h, const int32_t* row_of, const float* src, float* dx) {
+  struct a_scatter q_ = {tokens, k, h, row_of, src, dx};
+  return defer(r_scatter, &q_, sizeof q_);
+}
+struct a_add { size_t count; const float* a; const float* b; float* out; };
+static int r_add(const void* p) {
+  const struct a_add* v_ = p;
+  return do_add(v_->count, v_->a, v_->b, v_->out);
+}
+static int s_add(size_t count, const float* a, const float* b, float* out) {
+  struct a_add q_ = {count, a, b, out};
+  return defer(r_add, &q_, sizeof q_);
+}
+struct a_scaled_diff { size_t count; float scale; const float* a; const float* b; float* out; };
+static int r_scaled_diff(const void* p) {
+  const struct a_scaled_diff* v_ = p;
+  return do_scaled_diff(v_->count, v_->scale, v_->a, v_->b, v_->out);
+}
+static int s_scaled_diff(size_t count, float scale, const float* a, const float* b, float* out) {
+  struct a_scaled_diff q_ = {count, scale, a, b, out};
+  return defer(r_scaled_diff, &q_, sizeof q_);
+}
+struct a_sq_dist_blocks { size_t count; const float* a; const float* b; double* partial; };
+static int r_sq_dist_blocks(const void* p) {
+  const struct a_sq_dist_blocks* v_ = p;
+  return do_sq_dist_blocks(v_->count, v_->a, v_->b, v_->partial);
+}
+static int s_sq_dist_blocks(size_t count, const float* a, const float* b, double* partial) {
+  struct a_sq_dist_blocks q_ = {count, a, b, partial};
+  return defer(r_sq_dist_blocks, &q_, sizeof q_);
+}
+struct a_adam { size_t count; float lr; float b1; float b2; float eps; float c1; float c2; float* p; const float* g; float* m; float* v; };
+static int r_adam(const void* p) {
+  const struct a_adam* v_ = p;
+  return do_adam(v_->count, v_->lr, v_->b1, v_->b2, v_->eps, v_->c1, v_->c2, v_->p, v_->g, v_->m, v_->v);
+}
+static int s_adam(size_t count, float lr, float b1, float b2, float eps, float c1, float c2, float* p, const float* g, float* m, float* v) {
+  struct a_adam q_ = {count, lr, b1, b2, eps, c1, c2, p, g, m, v};
+  return defer(r_adam, &q_, sizeof q_);
+}
+struct a_copy { void* dst; const void* src; size_t bytes; };
+static int r_copy(const void* p) {
+  const struct a_copy* v_ = p;
+  return do_copy(v_->dst, v_->src, v_->bytes);
+}
+static int s_copy(void* dst, const void* src, size_t bytes) {
+  struct a_copy q_ = {dst, src, bytes};
+  return defer(r_copy, &q_, sizeof q_);
+}
+struct a_zero { void* dst; size_t bytes; };
+static int r_zero(const void* p) {
+  const struct a_zero* v_ = p;
+  return do_zero(v_->dst, v_->bytes);
+}
+static int s_zero(void* dst, size_t bytes) {
+  struct a_zero q_ = {dst, bytes};
+  return defer(r_zero, &q_, sizeof q_);
+}
+
+static int s_to_host(void* dst, const void* src, size_t bytes) {
+  int rc = flush();
+  return do_copy(dst, src, bytes) || rc ? -1 : 0;
+}
+
+static int s_sync(void) {
+  pthread_mutex_lock(&q_lock);
+  q_syncs++;
+  pthread_mutex_unlock(&q_lock);
+  return flush();
+}
+
+static int s_free_queued(void* ptr) { /* the queued ops may use it */
+  int rc = flush();
+  return s_free(ptr) || rc ? -1 : 0;
+}
+
+static void* s_comm_stream(void) { return NULL; }
+
+static int s_check_event(int ev) {
+  if (ev >= 0 && ev < MOE_CUDA_EVENTS) return 0;
+  snprintf(s_error, sizeof(s_error), "event %d: not one of 0..%d", ev, MOE_CUDA_EVENTS - 1);
+  return -1;
+}
+
+/* The communication's work is done when its call returns: a mark on its
+ * stream, and the compute's wait for one, have nothing to order. */
+static int s_record(int ev, int on_comm) {
+  if (s_check_event(ev)) return -1;
+  pthread_mutex_lock(&q_lock);
+  if (!on_comm) q_mark[ev] = q_pushed;
+  pthread_mutex_unlock(&q_lock);
+  return 0;
+}
+
+static int s_wait(int ev, int on_comm) {
+  if (s_check_event(ev)) return -1;
+  if (!on_comm) return 0;
+  pthread_mutex_lock(&q_lock);
+  unsigned long long upto = q_mark[ev];
+  pthread_mutex_unlock(&q_lock);
+  return run_upto(upto);
+}
+
+void moe_cuda_standin_counts(unsigned long long* ops, unsigned long long* syncs) {
+  pthread_mutex_lock(&q_lock);
+  if (ops) *ops = q_pushed;
+  if (syncs) *syncs = q_syncs;
+  pthread_mutex_unlock(&q_lock);
+}
 
 static const char* s_describe(char* buf, size_t len) {
   snprintf(buf, len, "the CUDA backend on its host stand-in (OpenBLAS for cuBLAS, the kernels' "
@@ -354,13 +630,16 @@ static const moe_cuda_api_t standin = {
     .sq_dist_blocks = s_sq_dist_blocks,
     .adam = s_adam,
     .alloc = s_alloc,
-    .free = s_free,
+    .free = s_free_queued,
     .copy = s_copy,
-    .to_host = s_copy,
-    .to_device = s_copy,
+    .to_host = s_to_host,
+    .to_device = s_to_host,
     .comm_ptr = s_comm_ptr,
     .zero = s_zero,
     .sync = s_sync,
+    .comm_stream = s_comm_stream,
+    .record = s_record,
+    .wait = s_wait,
     .describe = s_describe,
     .last_error = s_last_error,
 };

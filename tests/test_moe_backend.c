@@ -289,9 +289,14 @@ static void check_memory(const moe_backend_ops_t* b, int untouchable) {
   b->to_host(host_out, d, sizeof(host_out));
   CHECK(memcmp(host_in, host_out, sizeof(host_in)) == 0, "%s: to_device then to_host differ",
         b->name);
-  /* an op on an inner address, then the comm address of the same element */
+  /* an op on an inner address, then the comm address of the same element:
+   * after sync (the stand-in, as a GPU, runs the op later: before sync
+   * the zeros are not there yet) */
   b->zero(10, d + 500);
   const float* c = b->comm_ptr(d + 495);
+  if (untouchable)
+    CHECK(c != NULL && c[5] == 499.5f, "%s: the op ran before the host waited for it", b->name);
+  b->sync();
   CHECK(c != NULL && c[0] == 494.5f && c[5] == 0.0f && c[15] == 509.5f,
         "%s: comm_ptr does not show the data", b->name);
   CHECK((c == (const float*)d + 495) == !untouchable, "%s: comm_ptr %s", b->name,
