@@ -144,7 +144,23 @@ typedef struct moe_backend_ops {
    * backends compute the same products (a product of two bfloat16 is exact
    * in float32); the sums' order is each library's. */
   void (*gemm_precision)(int bf16);
+
+  /* Overlap of the communication library's calls with the ops, without the
+   * host waiting (NULL on the host backend, whose callers use a host
+   * stream).  comm_stream() is the moecclStream_t those calls are queued on
+   * (NULL where the library's calls are done when they return: the CUDA
+   * stand-in).  event_record(ev, on_comm) marks event ev (0 <= ev <
+   * MOE_EVENTS) after what is queued so far on the ops' stream (on_comm 0)
+   * or the communication's (1); event_wait(ev, on_comm) makes what is queued
+   * from now on on that stream wait for ev's last mark.  Memory given to
+   * the library this way is comm_ptr(p) without sync: the events order it.
+   * sync waits for both streams. */
+  void* (*comm_stream)(void);
+  void (*event_record)(int ev, int on_comm);
+  void (*event_wait)(int ev, int on_comm);
 } moe_backend_ops_t;
+
+#define MOE_EVENTS 4
 
 /* Memory of backend mem, or the host's (calloc / free) when mem is NULL:
  * the structures of model.h and adam.h keep the backend that allocated

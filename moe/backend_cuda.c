@@ -198,6 +198,12 @@ static void* cu_comm_ptr(void* p) { return p ? api->comm_ptr(p) : NULL; }
 
 static void cu_sync(void) { RUN("sync", api->sync()); }
 
+static void* cu_comm_stream(void) { return api->comm_stream(); }
+
+static void cu_event_record(int ev, int on_comm) { RUN("record", api->record(ev, on_comm)); }
+
+static void cu_event_wait(int ev, int on_comm) { RUN("wait", api->wait(ev, on_comm)); }
+
 static const char* cu_failed(void) { return failure[0] ? failure : NULL; }
 
 static const char* cu_describe(char* buf, size_t len) { return api->describe(buf, len); }
@@ -229,6 +235,9 @@ static const moe_backend_ops_t cuda_ops = {
     .failed = cu_failed,
     .describe = cu_describe,
     .gemm_precision = cu_gemm_precision,
+    .comm_stream = cu_comm_stream,
+    .event_record = cu_event_record,
+    .event_wait = cu_event_wait,
 };
 
 const moe_backend_ops_t* moe_backend_cuda(const moe_cuda_api_t* with) {

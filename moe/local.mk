@@ -48,6 +48,7 @@ endif
 bin_PROGRAMS += moe/moe_train
 moe_moe_train_SOURCES = moe/moe_train.c moe/train_options.c moe/train_options.h \
 	moe/train_loop.c moe/train_loop.h moe/train_layer.c moe/train_layer.h \
+	moe/train_experts.c moe/train_experts.h \
 	moe/train_dist.c moe/train_dist.h moe/train_io.c moe/train_io.h \
 	moe/train_pipe.c moe/train_pipe.h moe/train_place.c moe/train_place.h \
 	moe/train_plan.c moe/train_plan.h

@@ -50,6 +50,19 @@ static inline void* cptr(const dist_t* ds, const void* p) {
   return ds->be->comm_ptr((void*)p);
 }
 
+/* The same without the wait, for a call whose order with the backend's ops
+ * events give (backend.h: comm_stream, event_record, event_wait). */
+static inline void* qptr(const dist_t* ds, const void* p) {
+  if (!ds->be || !p) return (void*)p;
+  return ds->be->comm_ptr((void*)p);
+}
+
+/* Whether the EP exchanges of --chunks run on the backend's communication
+ * stream, ordered by events (a device backend), not on the host stream. */
+static inline int dist_events(const dist_t* ds) {
+  return ds->device && ds->be && ds->be->event_record && ds->be->comm_stream;
+}
+
 /* The first of rank r's rows when tokens split over nranks. */
 int row_start(int r, int nranks, int tokens);
 

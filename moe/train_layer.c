@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "train_layer.h"
 
+#include "train_experts.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,62 +202,7 @@ static void router_down(const moe_backend_ops_t* be, const moe_config_t* c, dlay
     (tm)->bexch += train_now() - bx0_;                                                             \
   } while (0)
 
-/* --- the local experts, and a chunk's layout ------------------------------ */
-
-/* The forward of this rank's experts of layer l over a chunk's rows: one
- * call over the default block, or one per slot with its expert's weights. */
-static void experts_fwd(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
-                        int l, const moe_layer_params_t* wl, dchunk_t* ch) {
-  size_t H = c->hidden, F = c->ffn, HF = H * F, row = 0;
-  if (!ds->place) {
-    moe_experts_forward(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF, wl->w3 + ds->e0 * HF,
-                        wl->w2 + ds->e0 * HF, ch->x_rows, ch->a, ch->b, ch->h, ch->y_rows);
-    return;
-  }
-  for (int i = 0; i < ds->nlocal; row += ch->counts[i], i++) {
-    size_t e = local_expert(ds, l, i);
-    moe_experts_forward(be, c, 1, &ch->counts[i], wl->w1 + e * HF, wl->w3 + e * HF,
-                        wl->w2 + e * HF, ch->x_rows + row * H, ch->a + row * F, ch->b + row * F,
-                        ch->h + row * F, ch->y_rows + row * H);
-  }
-}
-
-/* The input half of their backward: dx_rows from dy (da, db kept). */
-static void experts_bwd_in(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
-                           int l, const moe_layer_params_t* wl, const dchunk_t* ch,
-                           const float* dy, float* dx, float* da, float* db, float* dh) {
-  size_t H = c->hidden, F = c->ffn, HF = H * F, row = 0;
-  if (!ds->place) {
-    moe_experts_backward_input(be, c, ds->nexp, ch->counts, wl->w1 + ds->e0 * HF,
-                               wl->w3 + ds->e0 * HF, wl->w2 + ds->e0 * HF, ch->a, ch->b, dy, dx,
-                               da, db, dh);
-    return;
-  }
-  for (int i = 0; i < ds->nlocal; row += ch->counts[i], i++) {
-    size_t e = local_expert(ds, l, i);
-    moe_experts_backward_input(be, c, 1, &ch->counts[i], wl->w1 + e * HF, wl->w3 + e * HF,
-                               wl->w2 + e * HF, ch->a + row * F, ch->b + row * F, dy + row * H,
-                               dx + row * H, da + row * F, db + row * F, dh + row * F);
-  }
-}
-
-/* The weight half: adds dW1, dW3, dW2 of the local experts into gl. */
-static void experts_bwd_w(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
-                          int l, const dchunk_t* ch, const float* dy, const float* da,
-                          const float* db, moe_layer_params_t* gl) {
-  size_t H = c->hidden, F = c->ffn, HF = H * F, row = 0;
-  if (!ds->place) {
-    moe_experts_backward_weight(be, c, ds->nexp, ch->counts, ch->x_rows, ch->h, dy, da, db,
-                                gl->w1 + ds->e0 * HF, gl->w3 + ds->e0 * HF, gl->w2 + ds->e0 * HF);
-    return;
-  }
-  for (int i = 0; i < ds->nlocal; row += ch->counts[i], i++) {
-    size_t e = local_expert(ds, l, i);
-    moe_experts_backward_weight(be, c, 1, &ch->counts[i], ch->x_rows + row * H, ch->h + row * F,
-                                dy + row * H, da + row * F, db + row * F, gl->w1 + e * HF,
-                                gl->w3 + e * HF, gl->w2 + e * HF);
-  }
-}
+/* --- a chunk's layout ------------------------------------------------------ */
 
 /* A chunk's layout of layer l: its plan (made again when the layer's
  * placement changed), the router's choices as slots of the placement, the
@@ -284,6 +231,67 @@ static int chunk_layout(const moe_config_t* c, const dist_t* ds, dws_t* w, dlaye
             w->cap);
     return -1;
   }
+  return 0;
+}
+
+/* --- chunks on a device: the exchanges on the communication stream ------- *
+ *
+ * The exchanges are queued on the backend's communication stream and the
+ * experts on its compute stream, ordered by events, the host waiting for
+ * neither (it only queues):
+ *
+ *   communication:  X0 X1 [E0] Y0 X2 [E1] Y1 X3 [E2] Y2 ...
+ *   compute:        [X0] E0 [X1] E1 [X2] E2 ...
+ *
+ * X is what brings a chunk's rows to the experts (the dispatch; in the
+ * backward the combine's backward), E the experts, Y what takes their rows
+ * back (the combine; the dispatch's backward); [A] waits for A.  Chunk k's
+ * experts overlap chunk k+1's X and chunk k-1's Y.  Event EV_IN marks the
+ * communication after each X, EV_OUT the compute after each E.  The
+ * buffers two chunks share (the backward's alternating row gradients) are
+ * safe: chunk k+2's X follows [Ek+1], and chunk k+2's E follows Yk. */
+enum { EV_IN, EV_OUT };
+
+/* The communication waits for the compute queued so far. */
+static void comm_after_compute(const moe_backend_ops_t* be) {
+  be->event_record(EV_OUT, 0);
+  be->event_wait(EV_OUT, 1);
+}
+
+/* The compute waits for the communication queued so far. */
+static void compute_after_comm(const moe_backend_ops_t* be) {
+  be->event_record(EV_IN, 1);
+  be->event_wait(EV_IN, 0);
+}
+
+static int fwd_chunks_events(const moe_backend_ops_t* be, const moe_config_t* c,
+                             const dist_t* ds, dws_t* w, dlayer_t* y, int l,
+                             const moe_layer_params_t* wl, const float* xin) {
+  size_t H = c->hidden, K = c->topk;
+  int C = w->chunks;
+  moecclStream_t st = be->comm_stream();
+  comm_after_compute(be); /* xin, and the last uses of the rows' buffers */
+  for (int k = 0; k < C; k++) {
+    dchunk_t* ch = &y->chunk[k];
+    if (k == 0) {
+      CK(ds, ds->ep, moecclMoeDispatch(ch->plan, qptr(ds, xin + ch->t0 * H), qptr(ds, ch->x_rows),
+                                       w->cap, H, moecclFloat32, st));
+      compute_after_comm(be);
+    }
+    if (k + 1 < C) {
+      dchunk_t* nx = &y->chunk[k + 1];
+      CK(ds, ds->ep, moecclMoeDispatch(nx->plan, qptr(ds, xin + nx->t0 * H), qptr(ds, nx->x_rows),
+                                       w->cap, H, moecclFloat32, st));
+      be->event_record(EV_IN, 1);
+    }
+    experts_fwd(be, c, ds, l, wl, ch);
+    comm_after_compute(be);
+    CK(ds, ds->ep, moecclMoeCombine(ch->plan, qptr(ds, ch->y_rows), w->cap,
+                                    y->gate_host + ch->t0 * K, qptr(ds, w->tok + ch->t0 * H), H,
+                                    moecclFloat32, st));
+    if (k + 1 < C) be->event_wait(EV_IN, 0);
+  }
+  compute_after_comm(be); /* the residual reads the combine's tokens */
   return 0;
 }
 
@@ -328,6 +336,17 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
       ch->t0 = row_start(k, w->chunks, n);
       ch->t = row_start(k + 1, w->chunks, n) - ch->t0;
       if (chunk_layout(c, ds, w, y, ch, l)) return -1;
+    }
+    if (w->chunks > 1 && dist_events(ds)) { /* one span: nothing waits in it */
+      double t2 = train_now();
+      tm->dispatch += t2 - t1;
+      if (fwd_chunks_events(be, c, ds, w, y, l, wl, xin)) return -1;
+      double t3 = train_now();
+      be->add((size_t)n * H, xin, w->tok, out);
+      tm->experts += t3 - t2;
+      tm->combine += train_now() - t3;
+      *aux += moe_stats_aux_loss(&cm, y->stats_host);
+      continue;
     }
     dchunk_t* ch0 = &y->chunk[0];
     CK(ds, ds->ep, moecclMoeDispatch(ch0->plan, cptr(ds, xin + ch0->t0 * H), cptr(ds, ch0->x_rows),
@@ -381,6 +400,42 @@ static moecclResult_t combine_bwd(const moe_backend_ops_t* be, const moe_config_
                                   w->dgate_host + ch->t0 * K, H, moecclFloat32, st);
 }
 
+/* The backward's chunks on a device, as fwd_chunks_events: X the combine's
+ * backward, Y the dispatch's backward. */
+static int bwd_chunks_events(const moe_backend_ops_t* be, const moe_config_t* c,
+                             const dist_t* ds, dws_t* w, dlayer_t* y, int l,
+                             const moe_layer_params_t* wl, moe_layer_params_t* gl) {
+  size_t H = c->hidden;
+  int C = w->chunks;
+  moecclStream_t st = be->comm_stream();
+#define DY(ch, k) ((ch)->dy ? (ch)->dy : w->dy_rows[(k) % 2])
+  comm_after_compute(be); /* the output's gradient */
+  for (int k = 0; k < C; k++) {
+    dchunk_t* ch = &y->chunk[k];
+    if (k == 0) {
+      CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, ch, DY(ch, 0), st));
+      compute_after_comm(be);
+    }
+    if (k + 1 < C) {
+      dchunk_t* nx = &y->chunk[k + 1];
+      CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, nx, DY(nx, k + 1), st));
+      be->event_record(EV_IN, 1);
+    }
+    float *da = ch->da ? ch->da : w->da, *db = ch->db ? ch->db : w->db;
+    experts_bwd_in(be, c, ds, l, wl, ch, DY(ch, k), w->dx_rows[k % 2], da, db, w->dh);
+    if (!w->split_w) experts_bwd_w(be, c, ds, l, ch, DY(ch, k), da, db, gl);
+    comm_after_compute(be);
+    CK(ds, ds->ep, moecclMoeDispatchBackward(ch->plan, qptr(ds, w->dx_rows[k % 2]), w->cap,
+                                             qptr(ds, w->tok + ch->t0 * H), H, moecclFloat32,
+                                             st));
+    if (k + 1 < C) be->event_wait(EV_IN, 0);
+  }
+#undef DY
+  compute_after_comm(be); /* the residual reads the tokens' gradients */
+  be->sync(); /* the combine's backward wrote the gate gradients on the host */
+  return 0;
+}
+
 int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
                    const moe_params_t* p, dws_t* w, moe_params_t* g, step_timing_t* tm) {
   size_t n = w->n, H = c->hidden;
@@ -399,6 +454,10 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
     size_t K = c->topk;
     int C = w->chunks;
     moecclStream_t st = C > 1 ? ds->stream : NULL;
+    if (C > 1 && dist_events(ds)) { /* one span: its exchanges are not told apart */
+      if (bwd_chunks_events(be, c, ds, w, y, l, wl, gl)) return -1;
+      goto residual;
+    }
 #define DY(ch, k) ((ch)->dy ? (ch)->dy : w->dy_rows[(k) % 2])
     dchunk_t* ch0 = &y->chunk[0];
     BEXCH(tm, CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, ch0, DY(ch0, 0), st)));
@@ -427,6 +486,7 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
                                            cptr(ds, w->tok + last->t0 * H), H, moecclFloat32,
                                            st)));
     if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
+  residual:
     up(be, w->dgate, w->dgate_host, n * K * sizeof(float));
     be->add(n * H, w->grad, w->tok, w->grad_next); /* residual */
     float* dlogits = y->dlogits ? y->dlogits : w->dlogits;

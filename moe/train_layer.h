@@ -2,7 +2,8 @@
  * a micro-batch (activations, routing, each chunk's plan and expert rows,
  * the backward's buffers), and the forward and backward of its layers
  * through moeccl's dispatch and combine on the EP communicator, pipelined
- * over --chunks on its host stream; the time split of a step. */
+ * over --chunks on its host stream (on a device: the backend's
+ * communication stream and events); the time split of a step. */
 #ifndef MOE_TRAIN_LAYER_H_
 #define MOE_TRAIN_LAYER_H_
 

@@ -17,6 +17,9 @@
 # and MOECCL_TIMEOUT=30.  MOE_DEVICE_TEST_GPU=1 runs --device cuda on the
 # GPU instead of the stand-in (scripts/gpu-check.sh, stage moe_device): the
 # same comparisons, the GPU's cuBLAS and kernels against the host.
+# --chunks on a device queues the exchanges on a second stream ordered by
+# events; the stand-in runs its compute only when the host or an event
+# waits for it, so a missing event makes a wrong dump here.
 moe_test=test_moe_device
 . "${srcdir:-.}/tests/moe_env.sh"
 
@@ -45,6 +48,8 @@ pair() {
 
 pair r1
 pair r1_chunks --chunks 2
+pair ep2_c4 -n 2 --ep 2 --chunks 4
+pair ep4_c3_bf16 -n 4 --ep 4 --chunks 3 --gemm bf16
 pair ep2 -n 2 --ep 2
 pair ep2dp2 -n 4 --ep 2 --dp 2 --chunks 2
 pair ep4dp2 -n 8 --ep 4 --dp 2
