@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,6 +372,26 @@ static int run_upto(unsigned long long upto) {
 
 static int flush(void) { return run_upto(~0ull); }
 
+/* A GPU's kernel or product cannot read host memory: every pointer given
+ * to one must be the stand-in's device memory (or NULL). */
+static int dev_args(const char* op, int n, ...) {
+  va_list ap;
+  va_start(ap, n);
+  const void* host = NULL;
+  for (int i = 0; i < n; i++) {
+    const void* p = va_arg(ap, const void*);
+    if (!p) continue;
+    pthread_mutex_lock(&regions_lock);
+    if (!region_of(p) && !host) host = p;
+    pthread_mutex_unlock(&regions_lock);
+  }
+  va_end(ap);
+  if (!host) return 0;
+  snprintf(s_error, sizeof(s_error), "%s: %p is host memory (a GPU's kernel cannot read it)", op,
+           host);
+  return -1;
+}
+
 static int defer(int (*run)(const void*), const void* args, size_t len) {
   op_t* o = malloc(sizeof(op_t) + len);
   if (!o) { /* no memory to queue it: run it now, after the queue */
@@ -389,165 +410,227 @@ static int defer(int (*run)(const void*), const void* args, size_t len) {
   return 0;
 }
 
-struct a_sgemm { int trans_a; int trans_b; int m; int n; int k; float alpha; const float* a; int lda; const float* b; int ldb; float beta; float* c; int ldc; };
+/* Per op: its arguments (a_OP), what runs it from the queue (r_OP, calling
+ * do_OP above) and the table's entry (s_OP: checks that its pointers are
+ * device memory, then queues it). */
+struct a_sgemm {
+  int trans_a, trans_b, m, n, k; float alpha; const float *a; int lda; const float *b; int ldb;
+  float beta; float *c; int ldc;
+};
 static int r_sgemm(const void* p) {
   const struct a_sgemm* v_ = p;
-  return do_sgemm(v_->trans_a, v_->trans_b, v_->m, v_->n, v_->k, v_->alpha, v_->a, v_->lda, v_->b, v_->ldb, v_->beta, v_->c, v_->ldc);
+  return do_sgemm(v_->trans_a, v_->trans_b, v_->m, v_->n, v_->k, v_->alpha, v_->a, v_->lda, v_->b,
+                  v_->ldb, v_->beta, v_->c, v_->ldc);
 }
-static int s_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+static int s_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+                   int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (dev_args("sgemm", 3, (const void*)a, (const void*)b, (const void*)c)) return -1;
   struct a_sgemm q_ = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
   return defer(r_sgemm, &q_, sizeof q_);
 }
-struct a_gemm_bf16 { int trans_a; int trans_b; int m; int n; int k; float alpha; const uint16_t* a; int lda; const uint16_t* b; int ldb; float beta; float* c; int ldc; };
+struct a_gemm_bf16 {
+  int trans_a, trans_b, m, n, k; float alpha; const uint16_t *a; int lda; const uint16_t *b;
+  int ldb; float beta; float *c; int ldc;
+};
 static int r_gemm_bf16(const void* p) {
   const struct a_gemm_bf16* v_ = p;
-  return do_gemm_bf16(v_->trans_a, v_->trans_b, v_->m, v_->n, v_->k, v_->alpha, v_->a, v_->lda, v_->b, v_->ldb, v_->beta, v_->c, v_->ldc);
+  return do_gemm_bf16(v_->trans_a, v_->trans_b, v_->m, v_->n, v_->k, v_->alpha, v_->a, v_->lda,
+                      v_->b, v_->ldb, v_->beta, v_->c, v_->ldc);
 }
-static int s_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alpha, const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc) {
+static int s_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                       const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c,
+                       int ldc) {
+  if (dev_args("gemm_bf16", 3, (const void*)a, (const void*)b, (const void*)c)) return -1;
   struct a_gemm_bf16 q_ = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
   return defer(r_gemm_bf16, &q_, sizeof q_);
 }
-struct a_to_bf16 { size_t count; const float* x; uint16_t* out; };
+struct a_to_bf16 { size_t count; const float *x; uint16_t *out; };
 static int r_to_bf16(const void* p) {
   const struct a_to_bf16* v_ = p;
   return do_to_bf16(v_->count, v_->x, v_->out);
 }
 static int s_to_bf16(size_t count, const float* x, uint16_t* out) {
+  if (dev_args("to_bf16", 2, (const void*)x, (const void*)out)) return -1;
   struct a_to_bf16 q_ = {count, x, out};
   return defer(r_to_bf16, &q_, sizeof q_);
 }
-struct a_swiglu { size_t count; const float* a; const float* b; float* h; };
+struct a_swiglu { size_t count; const float *a, *b; float *h; };
 static int r_swiglu(const void* p) {
   const struct a_swiglu* v_ = p;
   return do_swiglu(v_->count, v_->a, v_->b, v_->h);
 }
 static int s_swiglu(size_t count, const float* a, const float* b, float* h) {
+  if (dev_args("swiglu", 3, (const void*)a, (const void*)b, (const void*)h)) return -1;
   struct a_swiglu q_ = {count, a, b, h};
   return defer(r_swiglu, &q_, sizeof q_);
 }
-struct a_swiglu_back { size_t count; const float* a; const float* b; const float* dh; float* da; float* db; };
+struct a_swiglu_back { size_t count; const float *a, *b, *dh; float *da, *db; };
 static int r_swiglu_back(const void* p) {
   const struct a_swiglu_back* v_ = p;
   return do_swiglu_back(v_->count, v_->a, v_->b, v_->dh, v_->da, v_->db);
 }
-static int s_swiglu_back(size_t count, const float* a, const float* b, const float* dh, float* da, float* db) {
+static int s_swiglu_back(size_t count, const float* a, const float* b, const float* dh, float* da,
+                         float* db) {
+  if (dev_args("swiglu_back", 5, (const void*)a, (const void*)b, (const void*)dh, (const void*)da,
+               (const void*)db))
+    return -1;
   struct a_swiglu_back q_ = {count, a, b, dh, da, db};
   return defer(r_swiglu_back, &q_, sizeof q_);
 }
-struct a_router_token { int n; int e; int k; float* probs; int32_t* expert; float* gate; };
+struct a_router_token { int n, e, k; float *probs; int32_t *expert; float *gate; };
 static int r_router_token(const void* p) {
   const struct a_router_token* v_ = p;
   return do_router_token(v_->n, v_->e, v_->k, v_->probs, v_->expert, v_->gate);
 }
 static int s_router_token(int n, int e, int k, float* probs, int32_t* expert, float* gate) {
+  if (dev_args("router_token", 3, (const void*)probs, (const void*)expert, (const void*)gate))
+    return -1;
   struct a_router_token q_ = {n, e, k, probs, expert, gate};
   return defer(r_router_token, &q_, sizeof q_);
 }
-struct a_router_stat { int n; int e; int k; const float* probs; const int32_t* expert; float* stats; };
+struct a_router_stat { int n, e, k; const float *probs; const int32_t *expert; float *stats; };
 static int r_router_stat(const void* p) {
   const struct a_router_stat* v_ = p;
   return do_router_stat(v_->n, v_->e, v_->k, v_->probs, v_->expert, v_->stats);
 }
-static int s_router_stat(int n, int e, int k, const float* probs, const int32_t* expert, float* stats) {
+static int s_router_stat(int n, int e, int k, const float* probs, const int32_t* expert,
+                         float* stats) {
+  if (dev_args("router_stat", 3, (const void*)probs, (const void*)expert, (const void*)stats))
+    return -1;
   struct a_router_stat q_ = {n, e, k, probs, expert, stats};
   return defer(r_router_stat, &q_, sizeof q_);
 }
-struct a_router_dlogits { int n; int e; int k; const float* probs; const int32_t* expert; const float* gate; const float* dgate; const float* g; float* dl; };
+struct a_router_dlogits {
+  int n, e, k; const float *probs; const int32_t *expert; const float *gate, *dgate, *g; float *dl;
+};
 static int r_router_dlogits(const void* p) {
   const struct a_router_dlogits* v_ = p;
-  return do_router_dlogits(v_->n, v_->e, v_->k, v_->probs, v_->expert, v_->gate, v_->dgate, v_->g, v_->dl);
+  return do_router_dlogits(v_->n, v_->e, v_->k, v_->probs, v_->expert, v_->gate, v_->dgate, v_->g,
+                           v_->dl);
 }
-static int s_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert, const float* gate, const float* dgate, const float* g, float* dl) {
+static int s_router_dlogits(int n, int e, int k, const float* probs, const int32_t* expert,
+                            const float* gate, const float* dgate, const float* g, float* dl) {
+  if (dev_args("router_dlogits", 6, (const void*)probs, (const void*)expert, (const void*)gate,
+               (const void*)dgate, (const void*)g, (const void*)dl))
+    return -1;
   struct a_router_dlogits q_ = {n, e, k, probs, expert, gate, dgate, g, dl};
   return defer(r_router_dlogits, &q_, sizeof q_);
 }
-struct a_gather { int rows; int h; const int32_t* token_of; const float* x; float* out; };
+struct a_gather { int rows, h; const int32_t *token_of; const float *x; float *out; };
 static int r_gather(const void* p) {
   const struct a_gather* v_ = p;
   return do_gather(v_->rows, v_->h, v_->token_of, v_->x, v_->out);
 }
 static int s_gather(int rows, int h, const int32_t* token_of, const float* x, float* out) {
+  if (dev_args("gather", 3, (const void*)token_of, (const void*)x, (const void*)out)) return -1;
   struct a_gather q_ = {rows, h, token_of, x, out};
   return defer(r_gather, &q_, sizeof q_);
 }
-struct a_combine { size_t tokens; int k; int h; const int32_t* row_of; const float* gate; const float* y; float* out; };
+struct a_combine {
+  size_t tokens; int k, h; const int32_t *row_of; const float *gate, *y; float *out;
+};
 static int r_combine(const void* p) {
   const struct a_combine* v_ = p;
   return do_combine(v_->tokens, v_->k, v_->h, v_->row_of, v_->gate, v_->y, v_->out);
 }
-static int s_combine(size_t tokens, int k, int h, const int32_t* row_of, const float* gate, const float* y, float* out) {
+static int s_combine(size_t tokens, int k, int h, const int32_t* row_of, const float* gate,
+                     const float* y, float* out) {
+  if (dev_args("combine", 4, (const void*)row_of, (const void*)gate, (const void*)y,
+               (const void*)out))
+    return -1;
   struct a_combine q_ = {tokens, k, h, row_of, gate, y, out};
   return defer(r_combine, &q_, sizeof q_);
 }
-struct a_combine_back { size_t slots; int k; int h; const int32_t* row_of; const float* gate; const float* dout; const float* y; float* dy; float* dgate; };
+struct a_combine_back {
+  size_t slots; int k, h; const int32_t *row_of; const float *gate, *dout, *y; float *dy, *dgate;
+};
 static int r_combine_back(const void* p) {
   const struct a_combine_back* v_ = p;
-  return do_combine_back(v_->slots, v_->k, v_->h, v_->row_of, v_->gate, v_->dout, v_->y, v_->dy, v_->dgate);
+  return do_combine_back(v_->slots, v_->k, v_->h, v_->row_of, v_->gate, v_->dout, v_->y, v_->dy,
+                         v_->dgate);
 }
-static int s_combine_back(size_t slots, int k, int h, const int32_t* row_of, const float* gate, const float* dout, const float* y, float* dy, float* dgate) {
+static int s_combine_back(size_t slots, int k, int h, const int32_t* row_of, const float* gate,
+                          const float* dout, const float* y, float* dy, float* dgate) {
+  if (dev_args("combine_back", 6, (const void*)row_of, (const void*)gate, (const void*)dout,
+               (const void*)y, (const void*)dy, (const void*)dgate))
+    return -1;
   struct a_combine_back q_ = {slots, k, h, row_of, gate, dout, y, dy, dgate};
   return defer(r_combine_back, &q_, sizeof q_);
 }
-struct a_scatter { size_t tokens; int k; int h; const int32_t* row_of; const float* src; float* dx; };
+struct a_scatter { size_t tokens; int k, h; const int32_t *row_of; const float *src; float *dx; };
 static int r_scatter(const void* p) {
   const struct a_scatter* v_ = p;
   return do_scatter(v_->tokens, v_->k, v_->h, v_->row_of, v_->src, v_->dx);
 }
-static int s_scatter(size_t tokens, int k, int h, const int32_t* row_of, const float* src, float* dx) {
+static int s_scatter(size_t tokens, int k, int h, const int32_t* row_of, const float* src,
+                     float* dx) {
+  if (dev_args("scatter", 3, (const void*)row_of, (const void*)src, (const void*)dx)) return -1;
   struct a_scatter q_ = {tokens, k, h, row_of, src, dx};
   return defer(r_scatter, &q_, sizeof q_);
 }
-struct a_add { size_t count; const float* a; const float* b; float* out; };
+struct a_add { size_t count; const float *a, *b; float *out; };
 static int r_add(const void* p) {
   const struct a_add* v_ = p;
   return do_add(v_->count, v_->a, v_->b, v_->out);
 }
 static int s_add(size_t count, const float* a, const float* b, float* out) {
+  if (dev_args("add", 3, (const void*)a, (const void*)b, (const void*)out)) return -1;
   struct a_add q_ = {count, a, b, out};
   return defer(r_add, &q_, sizeof q_);
 }
-struct a_scaled_diff { size_t count; float scale; const float* a; const float* b; float* out; };
+struct a_scaled_diff { size_t count; float scale; const float *a, *b; float *out; };
 static int r_scaled_diff(const void* p) {
   const struct a_scaled_diff* v_ = p;
   return do_scaled_diff(v_->count, v_->scale, v_->a, v_->b, v_->out);
 }
 static int s_scaled_diff(size_t count, float scale, const float* a, const float* b, float* out) {
+  if (dev_args("scaled_diff", 3, (const void*)a, (const void*)b, (const void*)out)) return -1;
   struct a_scaled_diff q_ = {count, scale, a, b, out};
   return defer(r_scaled_diff, &q_, sizeof q_);
 }
-struct a_sq_dist_blocks { size_t count; const float* a; const float* b; double* partial; };
+struct a_sq_dist_blocks { size_t count; const float *a, *b; double *partial; };
 static int r_sq_dist_blocks(const void* p) {
   const struct a_sq_dist_blocks* v_ = p;
   return do_sq_dist_blocks(v_->count, v_->a, v_->b, v_->partial);
 }
 static int s_sq_dist_blocks(size_t count, const float* a, const float* b, double* partial) {
+  if (dev_args("sq_dist_blocks", 3, (const void*)a, (const void*)b, (const void*)partial))
+    return -1;
   struct a_sq_dist_blocks q_ = {count, a, b, partial};
   return defer(r_sq_dist_blocks, &q_, sizeof q_);
 }
-struct a_adam { size_t count; float lr; float b1; float b2; float eps; float c1; float c2; float* p; const float* g; float* m; float* v; };
+struct a_adam {
+  size_t count; float lr, b1, b2, eps, c1, c2; float *p; const float *g; float *m, *v;
+};
 static int r_adam(const void* p) {
   const struct a_adam* v_ = p;
-  return do_adam(v_->count, v_->lr, v_->b1, v_->b2, v_->eps, v_->c1, v_->c2, v_->p, v_->g, v_->m, v_->v);
+  return do_adam(v_->count, v_->lr, v_->b1, v_->b2, v_->eps, v_->c1, v_->c2, v_->p, v_->g, v_->m,
+                 v_->v);
 }
-static int s_adam(size_t count, float lr, float b1, float b2, float eps, float c1, float c2, float* p, const float* g, float* m, float* v) {
+static int s_adam(size_t count, float lr, float b1, float b2, float eps, float c1, float c2,
+                  float* p, const float* g, float* m, float* v) {
+  if (dev_args("adam", 4, (const void*)p, (const void*)g, (const void*)m, (const void*)v))
+    return -1;
   struct a_adam q_ = {count, lr, b1, b2, eps, c1, c2, p, g, m, v};
   return defer(r_adam, &q_, sizeof q_);
 }
-struct a_copy { void* dst; const void* src; size_t bytes; };
+struct a_copy { void *dst; const void *src; size_t bytes; };
 static int r_copy(const void* p) {
   const struct a_copy* v_ = p;
   return do_copy(v_->dst, v_->src, v_->bytes);
 }
 static int s_copy(void* dst, const void* src, size_t bytes) {
+  if (dev_args("copy", 2, (const void*)dst, (const void*)src)) return -1;
   struct a_copy q_ = {dst, src, bytes};
   return defer(r_copy, &q_, sizeof q_);
 }
-struct a_zero { void* dst; size_t bytes; };
+struct a_zero { void *dst; size_t bytes; };
 static int r_zero(const void* p) {
   const struct a_zero* v_ = p;
   return do_zero(v_->dst, v_->bytes);
 }
 static int s_zero(void* dst, size_t bytes) {
+  if (dev_args("zero", 1, (const void*)dst)) return -1;
   struct a_zero q_ = {dst, bytes};
   return defer(r_zero, &q_, sizeof q_);
 }

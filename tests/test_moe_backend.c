@@ -389,6 +389,11 @@ static void run_table(const moe_cuda_api_t* with, int bit_exact, double t) {
   char buf[256];
   printf("# %s: %s\n", api->name, dev->describe(buf, sizeof(buf)));
   check_memory(dev, with == moe_cuda_api_standin());
+  if (with == moe_cuda_api_standin()) { /* a kernel given host memory: refused, as a GPU faults */
+    float h[4] = {0};
+    CHECK(api->add(4, h, h, h) == -1 && strstr(api->last_error(), "host memory"),
+          "%s: a kernel on host memory was not refused (%s)", api->name, api->last_error());
+  }
   check_sgemm(&seed);
   check_elementwise(&seed);
   check_router_and_rows(&seed);
