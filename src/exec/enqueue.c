@@ -277,13 +277,17 @@ static int stream_reach(const moeccl_comm_t* comm, int peer) {
 
 /* Whether a collective's reduction can run on the stream: the device's
  * kernels are loaded (every rank has the same build and kind of device),
- * and a PreMulSum's moecclScalarDevice scalar, if any, is device memory,
- * which the kernels read as the stream reaches them (lower_one).  One in
- * host memory is read when the call runs, so the host path takes it: it
- * runs the call when the stream gets there. */
+ * and a PreMulSum's moecclScalarDevice scalar, if any, is device memory
+ * of the buffers' device, which the kernels read as the stream reaches
+ * them (lower_one).  One elsewhere is read when the call runs, so the host
+ * path takes it: it runs the call when the stream gets there. */
 static int reduction_lowerable(const moeccl_call_t* call) {
   if (!call->coll.reduce) return 1;
-  if (call->scalar_ptr && moeccl_mem_of(call->scalar_ptr).kind != MOECCL_MEM_DEVICE) return 0;
+  if (call->scalar_ptr) { /* device memory of the buffers' device (the kernels run there) */
+    moeccl_mem_t s = moeccl_mem_of(call->scalar_ptr);
+    moeccl_mem_t b = moeccl_mem_of(call->sendbuf ? call->sendbuf : call->recvbuf);
+    if (s.kind != MOECCL_MEM_DEVICE || s.device != b.device) return 0;
+  }
   return moeccl_devkern_ready();
 }
 
