@@ -86,6 +86,11 @@
  *             combine backward, on device buffers: both ranks' calls fail
  *             at once with a text saying the ranks disagree, the
  *             communicator is broken, destroy returns
+ *   mixed     (a run of its own, 2 ranks, MOECCL_TIMEOUT=3) rank 0 passes
+ *             the combine backward's expert rows and gate gradients in
+ *             device memory (the stream path), rank 1 in host memory (the
+ *             host path): both calls fail within the timeout, none hangs,
+ *             destroy returns
  *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
  *             buffers is refused on every rank with a text naming a peer on
  *             the other node, and the communicator goes on; send/recv of
@@ -1600,6 +1605,35 @@ static int disagree_body(moecclComm_t comm, int rank, int n, void* arg) {
   _exit(MP_EXIT_PASS);           /* the communicator is gone: skip the harness's destroy */
 }
 
+/* Ranks that pass the combine backward's expert rows and gate gradients
+ * in different kinds of memory (rank 0 device memory: the stream path;
+ * rank 1 host memory: the host path) cannot meet: within MOECCL_TIMEOUT
+ * (3 s here) every rank's call fails, naming the cause, none hangs, and
+ * destroy returns. */
+static int mixed_body(moecclComm_t comm, int rank, int n, void* arg) {
+  (void)arg;
+  D = moeccl_device();
+  MP_CHECK(D, "no device backend");
+  moe_case_t c;
+  if (moe_case_make(comm, rank, n, &c, 2 * n, 200, moecclFloat32, seed_of(n, 16, rank))) return 1;
+  float* gw = mp_xmalloc(c.T * (size_t)c.K * sizeof(float) + 1);
+  double t0 = mp_now();
+  moecclResult_t rc = moecclMoeCombineBackward(c.plan, c.dout, c.w, rank ? c.rows_h : c.drows,
+                                               c.dgexp, c.cap, rank ? gw : c.dgw, c.H, c.dt, NULL);
+  if (rc == moecclSuccess) rc = D->synchronize(NULL); /* a queued call fails on the stream */
+  moecclResult_t async = moecclSuccess;
+  if (rc == moecclSuccess) MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &async));
+  if (rank == 0)
+    printf("mixed kinds: rank 0's call gave %d (async %d) after %.1f s: %s\n", (int)rc, (int)async,
+           mp_now() - t0, mp_last_error_text(comm));
+  fflush(stdout); /* _exit below */
+  MP_CHECK(rc != moecclSuccess || async != moecclSuccess,
+           "a combine backward whose ranks passed different kinds of memory succeeded");
+  free(gw);
+  (void)moecclCommDestroy(comm); /* must return (the run's deadline says so) */
+  _exit(MP_EXIT_PASS);
+}
+
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   D = moeccl_device();
@@ -1684,6 +1718,10 @@ int main(int argc, char** argv) {
     rc = mp_fold(rc, mp_run_opts(2, disagree_body, NULL, &opts));
     printf("disagree (2 ranks, a MoE combine backward on device buffers):\n");
     rc = mp_fold(rc, mp_run_opts(2, disagree_body, (void*)1, &opts));
+    printf("mixed kinds (2 ranks, a MoE combine backward, MOECCL_TIMEOUT=3):\n");
+    setenv("MOECCL_TIMEOUT", "3", 1);
+    rc = mp_fold(rc, mp_run_opts(2, mixed_body, NULL, &opts));
+    unsetenv("MOECCL_TIMEOUT");
   }
   return rc;
 }
