@@ -89,7 +89,8 @@
  *   mixed     (a run of its own, 2 ranks, MOECCL_TIMEOUT=3) rank 0 passes
  *             the combine backward's expert rows and gate gradients in
  *             device memory (the stream path), rank 1 in host memory (the
- *             host path): both calls fail within the timeout, none hangs,
+ *             host path): both calls fail within the timeout, the
+ *             communicator is broken on both, none hangs,
  *             destroy returns
  *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
  *             buffers is refused on every rank with a text naming a peer on
@@ -1622,7 +1623,8 @@ static int mixed_body(moecclComm_t comm, int rank, int n, void* arg) {
                                                c.dgexp, c.cap, rank ? gw : c.dgw, c.H, c.dt, NULL);
   if (rc == moecclSuccess) rc = D->synchronize(NULL); /* a queued call fails on the stream */
   moecclResult_t async = moecclSuccess;
-  if (rc == moecclSuccess) MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &async));
+  MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &async));
+  MP_CHECK(async != moecclSuccess, "rank %d: the communicator is not broken", rank);
   if (rank == 0)
     printf("mixed kinds: rank 0's call gave %d (async %d) after %.1f s: %s\n", (int)rc, (int)async,
            mp_now() - t0, mp_last_error_text(comm));
