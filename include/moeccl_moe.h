@@ -28,8 +28,10 @@
  * moecclMoeLayout and moecclMoePlanDestroy must not run while the plan's
  * calls are queued (moecclMoeLayout waits for the operations issued before
  * it on the communicator, so a layout issued after them is safe).  Token
- * and row buffers may be device memory (moecclMemAllocDevice); the ids, the
- * gate weights and the combine backward's expert rows are read on the host.
+ * and row buffers may be device memory (moecclMemAllocDevice); beside them
+ * the gate weights may be too, and the combine backward's expert rows and
+ * gate gradients are both device memory (its dots then run on the stream)
+ * or both host memory (the host path).  The ids are read on the host.
  *
  * Across nodes the tuner picks per call between this flat path and a
  * hierarchical one that sends a token across the network once per
@@ -110,6 +112,9 @@ moecclResult_t moecclMoeDispatchBackward(moecclMoePlan_t plan, const void* gradE
  * slots.  weights, gradTokens and gradWeights may be NULL only when T is
  * 0, expertRows and gradExpertRows only when R is 0.  Types as
  * moecclMoeCombine; dots are accumulated in float32 in element order.
+ * Beside device gradTokens and gradExpertRows, expertRows and gradWeights
+ * in device memory put the call on the stream (queued, no host wait); in
+ * host memory it runs on the host path; one of each kind is refused.
  * (Without the weights this is moecclMoeDispatch of gradTokens.) */
 moecclResult_t moecclMoeCombineBackward(moecclMoePlan_t plan, const void* gradTokens,
                                         const float* weights, const void* expertRows,

@@ -33,19 +33,27 @@
  *             ReduceScatter from device inputs into host results, with
  *             exact values; on device buffers only, kernels run and no
  *             byte goes through host memory (counted and printed)
- *   moe       MoE dispatch, combine and dispatch backward on device token
- *             and row buffers give bit for bit what they give on host
- *             buffers (the same plans, -1 slots included; float32 and
- *             bfloat16; the NULL stream and a device stream), by kernels
- *             with no byte through host memory; on the stream path each
- *             call is counted before the stream ran it (no host wait,
- *             kernels, stream memory operations, copies: printed,
- *             docs/ARCHITECTURE.md quotes them); 30 calls of two layouts
+ *   moe       MoE dispatch, combine, dispatch backward and combine
+ *             backward (expert rows and gate gradients in device memory)
+ *             on device token and row buffers give bit for bit what they
+ *             give on host buffers (the same plans, -1 slots included;
+ *             float32 and bfloat16; the NULL stream and a device stream),
+ *             by kernels with no byte through host memory; on the stream
+ *             path each call is counted before the stream ran it (no host
+ *             wait, kernels, stream memory operations, copies: printed,
+ *             docs/ARCHITECTURE.md quotes them); 40 calls of two layouts
  *             queued back to back (more than the ring of pinned buffers
  *             for the row programs holds, the caller's weights scribbled
- *             on as each combine returns) give the host's results; the
- *             combine backward, which reads the forward's expert rows on
- *             the host, refuses device ones with a text
+ *             on as each call returns) give the host's results; gate
+ *             weights in device memory give the same; the combine backward
+ *             with expert rows and gate gradients in host memory (the host
+ *             path) gives the same; one in each kind, and device ones
+ *             beside host token buffers, are refused with a text
+ *   devscalar AllReduce, ReduceScatter and Reduce by PreMulSum ops whose
+ *             scalar is device memory, queued on a device stream held at a
+ *             gate, the scalar rewritten on the stream between the calls:
+ *             each scales by the value the stream gave it before the call;
+ *             on the stream path lowered, no host wait (counted)
  *   refused   moecclMemAllocDevice of a bad device, moecclMemFree of a
  *             device pointer, a made-up stream
  *   flood     rank 1 sends rank 0 more device messages (14) than a Unix
@@ -73,10 +81,17 @@
  *             dies (SIGKILL): the survivors' streams, which wait for it, are
  *             let go within seconds (the ipc watchdog), their next call
  *             fails naming rank 1, and destroy returns
- *   disagree  (a run of its own, 2 ranks) rank 1 passes another hidden size
- *             to a MoE dispatch on device buffers: both calls fail at once
- *             with a text saying the ranks disagree, the communicator is
- *             broken, destroy returns
+ *   disagree  (two runs of their own, 2 ranks) rank 1 passes another
+ *             hidden size to a MoE dispatch, then in the second run to a
+ *             combine backward, on device buffers: both ranks' calls fail
+ *             at once with a text saying the ranks disagree, the
+ *             communicator is broken, destroy returns
+ *   mixed     (a run of its own, 2 ranks, MOECCL_TIMEOUT=3) rank 0 passes
+ *             the combine backward's expert rows and gate gradients in
+ *             device memory (the stream path), rank 1 in host memory (the
+ *             host path): both calls fail within the timeout, the
+ *             communicator is broken on both, none hangs,
+ *             destroy returns
  *   nodes     (variant two-nodes: 2 simulated nodes) a collective on device
  *             buffers is refused on every rank with a text naming a peer on
  *             the other node, and the communicator goes on; send/recv of
@@ -90,7 +105,8 @@
  * communicator's scratch buffer (device memory for device calls), and
  * the reductions under the ring and tree algorithms; and kernels that do
  * not load (MOECCL_DEVICE_EMU_NO_KERNELS: the reductions and the MoE calls
- * take the host path and stage through host memory, the same results).
+ * take the host path and stage through host memory, the same results);
+ * and one rank (the MoE calls and a device scalar with no peer).
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -881,10 +897,15 @@ typedef struct {
   moecclDataType_t dt;
   size_t T, R, cap, H, row;
   int K;
-  float* w;                     /* T*K gate weights, host memory (the API's) */
+  float* w;                     /* T*K gate weights, host memory */
   unsigned char* tok;           /* T rows */
   unsigned char *rows_h, *out_h, *grad_h;
-  void *dtok, *drows, *dout, *dgrad;
+  /* the combine backward of out (as gradTokens) through rows (the forward's
+   * expert rows): gradExpertRows, gradWeights */
+  unsigned char* gexp_h;
+  float* gw_h;
+  void *dtok, *drows, *dout, *dgrad, *dgexp, *dw;
+  float* dgw;
 } moe_case_t;
 
 static uint16_t to_bf16(float f) { /* the values used are exact in bfloat16 */
@@ -893,13 +914,16 @@ static uint16_t to_bf16(float f) { /* the values used are exact in bfloat16 */
   return (uint16_t)(u >> 16);
 }
 
-/* The three calls (dispatch, combine, dispatch backward) of c on tokens,
- * rows, out and grad, on stream st. */
-static int moe_calls(moecclComm_t comm, const moe_case_t* c, const void* tok, void* rows,
-                     void* out, void* grad, void* st) {
+/* The four calls (dispatch, combine, dispatch backward, combine backward
+ * of the combine's output through the dispatched rows) of c on tokens,
+ * rows, out, grad, gexp and gw, on stream st. */
+static int moe_calls(moecclComm_t comm, const moe_case_t* c, const void* tok, void* rows, void* out,
+                     void* grad, void* gexp, float* gw, void* st) {
   MP_OK_COMM(comm, moecclMoeDispatch(c->plan, tok, rows, c->cap, c->H, c->dt, st));
   MP_OK_COMM(comm, moecclMoeCombine(c->plan, rows, c->cap, c->w, out, c->H, c->dt, st));
   MP_OK_COMM(comm, moecclMoeDispatchBackward(c->plan, rows, c->cap, grad, c->H, c->dt, st));
+  MP_OK_COMM(comm,
+             moecclMoeCombineBackward(c->plan, out, c->w, rows, gexp, c->cap, gw, c->H, c->dt, st));
   return 0;
 }
 
@@ -935,13 +959,36 @@ static int moe_case_make(moecclComm_t comm, int rank, int n, moe_case_t* c, int 
   c->rows_h = mp_xmalloc(c->cap * c->row);
   c->out_h = mp_xmalloc(T * c->row + 1);
   c->grad_h = mp_xmalloc(T * c->row + 1);
-  if (moe_calls(comm, c, c->tok, c->rows_h, c->out_h, c->grad_h, NULL)) return 1;
+  c->gexp_h = mp_xmalloc(c->cap * c->row);
+  c->gw_h = mp_xmalloc(slots * sizeof(float) + 1);
+  if (moe_calls(comm, c, c->tok, c->rows_h, c->out_h, c->grad_h, c->gexp_h, c->gw_h, NULL))
+    return 1;
   c->dtok = dev_copy_of(comm, c->tok, T * c->row);
   c->drows = dev_alloc(comm, c->cap * c->row);
   c->dout = dev_alloc(comm, T * c->row + 1);
   c->dgrad = dev_alloc(comm, T * c->row + 1);
-  MP_CHECK(c->dtok && c->drows && c->dout && c->dgrad, "no device memory");
+  c->dgexp = dev_alloc(comm, c->cap * c->row);
+  c->dgw = dev_alloc(comm, slots * sizeof(float) + 1);
+  c->dw = dev_copy_of(comm, c->w, slots * sizeof(float));
+  MP_CHECK(c->dtok && c->drows && c->dout && c->dgrad && c->dgexp && c->dgw && c->dw,
+           "no device memory");
   (void)n;
+  return 0;
+}
+
+/* A combine backward's results (gexp device memory, gw device or host
+ * memory) are the host ones, bit for bit. */
+static int moe_cb_check(const moe_case_t* c, const void* gexp, const float* gw, const char* what) {
+  size_t nw = c->T * (size_t)c->K * sizeof(float);
+  unsigned char *r1 = dev_read(gexp, c->R * c->row), *r2 = dev_read(gw, nw);
+  MP_CHECK(r1 && r2, "reading device memory back failed");
+  MP_CHECK(memcmp(r1, c->gexp_h, c->R * c->row) == 0,
+           "%s: device combine backward's gradExpertRows differ from the host's", what);
+  for (size_t i = 0; i < c->T * (size_t)c->K; i++)
+    MP_CHECK(memcmp(r2 + 4 * i, &c->gw_h[i], 4) == 0,
+             "%s: combine backward's gradWeights[%zu][%zu] is %.9g, the host's %.9g", what,
+             i / (size_t)c->K, i % (size_t)c->K, (double)((float*)r2)[i], (double)c->gw_h[i]);
+  free(r1), free(r2);
   return 0;
 }
 
@@ -957,18 +1004,23 @@ static int moe_case_check(const moe_case_t* c, const char* what) {
   MP_CHECK(memcmp(r3, c->grad_h, c->T * c->row) == 0,
            "%s: device dispatch backward differs from host", what);
   free(r1), free(r2), free(r3);
-  return 0;
+  return moe_cb_check(c, c->dgexp, c->dgw, what);
 }
 
 /* Overwrites c's device results with a sentinel (a later round must write them again). */
 static int moe_case_clear(moecclComm_t comm, const moe_case_t* c) {
   (void)comm;
   return dev_sentinel(c->drows, c->cap * c->row) || dev_sentinel(c->dout, c->T * c->row) ||
-         dev_sentinel(c->dgrad, c->T * c->row);
+         dev_sentinel(c->dgrad, c->T * c->row) || dev_sentinel(c->dgexp, c->cap * c->row) ||
+         dev_sentinel(c->dgw, c->T * (size_t)c->K * sizeof(float));
 }
 
 static int moe_case_free(moecclComm_t comm, moe_case_t* c) {
   free(c->w), free(c->tok), free(c->rows_h), free(c->out_h), free(c->grad_h);
+  free(c->gexp_h), free(c->gw_h);
+  MP_OK_COMM(comm, moecclMemFree(c->dgexp));
+  MP_OK_COMM(comm, moecclMemFree(c->dgw));
+  MP_OK_COMM(comm, moecclMemFree(c->dw));
   MP_OK_COMM(comm, moecclMemFree(c->dtok));
   MP_OK_COMM(comm, moecclMemFree(c->drows));
   MP_OK_COMM(comm, moecclMemFree(c->dout));
@@ -997,12 +1049,12 @@ static void moe_snap(moecclComm_t comm, moe_snap_t* m) {
  * kernels and no byte staged in host memory; rank 0 prints the counts
  * (docs/ARCHITECTURE.md quotes them). */
 static int moe_counted(moecclComm_t comm, int rank, int n, const moe_case_t* c) {
-  static const char* names[3] = {"dispatch", "combine", "dispatch backward"};
+  static const char* names[4] = {"dispatch", "combine", "dispatch backward", "combine backward"};
   int kernels_loaded = moeccl_devkern_ready(); /* else the host path, staging */
   /* one rank: lowered with no transport (no message) */
   int lowered =
       kernels_loaded && (n == 1 || moeccl_peer_stream_transport(comm, (rank + 1) % n) >= 0);
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     moe_snap_t a, b;
     moe_snap(comm, &a);
     if (k == 0)
@@ -1013,6 +1065,9 @@ static int moe_counted(moecclComm_t comm, int rank, int n, const moe_case_t* c) 
     if (k == 2)
       MP_OK_COMM(comm, moecclMoeDispatchBackward(c->plan, c->drows, c->cap, c->dgrad, c->H, c->dt,
                                                  NULL));
+    if (k == 3) /* expertRows and gradWeights in device memory: the stream path */
+      MP_OK_COMM(comm, moecclMoeCombineBackward(c->plan, c->dout, c->w, c->drows, c->dgexp, c->cap,
+                                                c->dgw, c->H, c->dt, NULL));
     moe_snap(comm, &b);
     unsigned long long kernels = b.mem.launches - a.mem.launches;
     unsigned long long memops = b.emu.memops - a.emu.memops, copies = b.emu.copies - a.emu.copies;
@@ -1024,7 +1079,10 @@ static int moe_counted(moecclComm_t comm, int rank, int n, const moe_case_t* c) 
              "stream (%llu of them for the row programs' pinned memory), %llu bytes staged in host "
              "memory\n",
              lowered ? "stream" : "host", n,
-             k == 0 ? "Dispatch" : k == 1 ? "Combine" : "DispatchBackward",
+             k == 0   ? "Dispatch"
+             : k == 1 ? "Combine"
+             : k == 2 ? "DispatchBackward"
+                      : "CombineBackward",
              c->dt == moecclFloat32 ? "float32" : "bfloat16", c->T, c->R, c->row, kernels, memops,
              copies, syncs + ring, ring, staged);
     if (!kernels_loaded) {
@@ -1066,7 +1124,8 @@ static int moe_rounds(moecclComm_t comm, int rank, int n, moe_case_t* a, moe_cas
       float* keep = which ? keep_b : keep_a;
       size_t nw = which ? nb : na;
       memcpy(c->w, keep, nw * sizeof(float));
-      if (moe_calls(comm, c, c->dtok, c->drows, c->dout, c->dgrad, NULL)) return 1;
+      if (moe_calls(comm, c, c->dtok, c->drows, c->dout, c->dgrad, c->dgexp, c->dgw, NULL))
+        return 1;
       for (size_t i = 0; i < nw; i++) c->w[i] = -1e30f; /* the calls copied them */
     }
   moe_snap(comm, &s1);
@@ -1075,10 +1134,65 @@ static int moe_rounds(moecclComm_t comm, int rank, int n, moe_case_t* a, moe_cas
   if (rank == 0)
     printf("moe rounds: rank 0 of %d, %d MoE calls queued back to back: %llu took pinned memory, "
            "the host waited %llu times for the stream to free some\n",
-           n, 6 * ROUNDS, (unsigned long long)(s1.term_calls - s0.term_calls),
+           n, 8 * ROUNDS, (unsigned long long)(s1.term_calls - s0.term_calls),
            (unsigned long long)(s1.term_waits - s0.term_waits));
   return moe_case_check(a, "layout A after the rounds") ||
          moe_case_check(b, "layout B after the rounds");
+}
+
+/* The memory kinds of the gate weights, expert rows and gate gradients
+ * beside device token and row buffers: weights in device memory (combine,
+ * combine backward); the combine backward's expert rows and gate gradients
+ * both in host memory (the host path, as before), the same bits; one in
+ * each kind refused, and device ones beside host token buffers refused,
+ * each with a text, the communicator usable after. */
+static int moe_other_kinds(moecclComm_t comm, moe_case_t* c) {
+  size_t nw = c->T * (size_t)c->K * sizeof(float);
+  MP_CHECK(moe_case_clear(comm, c) == 0, "clear");
+  MP_OK_COMM(comm, moecclMoeDispatch(c->plan, c->dtok, c->drows, c->cap, c->H, c->dt, NULL));
+  MP_OK_COMM(comm, moecclMoeCombine(c->plan, c->drows, c->cap, c->dw, c->dout, c->H, c->dt, NULL));
+  MP_OK_COMM(comm,
+             moecclMoeDispatchBackward(c->plan, c->drows, c->cap, c->dgrad, c->H, c->dt, NULL));
+  MP_OK_COMM(comm, moecclMoeCombineBackward(c->plan, c->dout, c->dw, c->drows, c->dgexp, c->cap,
+                                            c->dgw, c->H, c->dt, NULL));
+  if (moe_case_check(c, "weights in device memory")) return 1;
+  /* host expertRows and gradWeights (a host mirror of the expert rows) */
+  float* gw = mp_xmalloc(nw + 1);
+  memset(gw, 0xee, nw);
+  MP_CHECK(dev_sentinel(c->dgexp, c->cap * c->row) == 0, "clear");
+  MP_OK_COMM(comm, moecclMoeCombineBackward(c->plan, c->dout, c->w, c->rows_h, c->dgexp, c->cap, gw,
+                                            c->H, c->dt, NULL));
+  MP_CHECK(D->synchronize(NULL) == moecclSuccess, "sync");
+  for (size_t i = 0; i < nw / 4; i++)
+    MP_CHECK(memcmp(&gw[i], &c->gw_h[i], 4) == 0,
+             "combine backward, host expertRows and gradWeights: gradWeights[%zu] is %.9g, "
+             "want %.9g",
+             i, (double)gw[i], (double)c->gw_h[i]);
+  unsigned char* r1 = dev_read(c->dgexp, c->R * c->row);
+  MP_CHECK(r1 && memcmp(r1, c->gexp_h, c->R * c->row) == 0,
+           "combine backward, host expertRows and gradWeights: gradExpertRows differ");
+  free(r1);
+  /* refused: expertRows in device memory, gradWeights in host memory (and
+   * the reverse), before anything is issued */
+  for (int k = 0; k < 2 && c->T > 0 && c->R > 0; k++) {
+    moecclResult_t rc =
+        moecclMoeCombineBackward(c->plan, c->dout, c->w, k ? c->rows_h : c->drows, c->dgexp, c->cap,
+                                 k ? c->dgw : gw, c->H, c->dt, NULL);
+    MP_CHECK(rc == moecclInvalidArgument,
+             "combine backward, expertRows and gradWeights in different memory (%d): %d", k,
+             (int)rc);
+    MP_CHECK(strstr(mp_last_error_text(comm), "both in device memory") != NULL, "the text says: %s",
+             mp_last_error_text(comm));
+  }
+  /* refused: device weights beside host token and row buffers */
+  unsigned char* out = mp_xmalloc(c->T * c->row + 1);
+  moecclResult_t rc = moecclMoeCombine(c->plan, c->rows_h, c->cap, c->dw, out, c->H, c->dt, NULL);
+  MP_CHECK(c->T == 0 || rc == moecclInvalidArgument, "combine of host rows, device weights: %d",
+           (int)rc);
+  MP_CHECK(c->T == 0 || strstr(mp_last_error_text(comm), "pass host memory") != NULL,
+           "the text says: %s", mp_last_error_text(comm));
+  free(out), free(gw);
+  return 0;
 }
 
 static int moe(moecclComm_t comm, int rank, int n) {
@@ -1095,7 +1209,7 @@ static int moe(moecclComm_t comm, int rank, int n) {
   kcount_t k0;
   kc_snap(&k0);
   if (moe_counted(comm, rank, n, &a)) return 1;
-  if (kc_report("MoE dispatch, combine, dispatch backward on device buffers", rank, n, &k0, 3))
+  if (kc_report("MoE dispatch, combine, both backward calls on device buffers", rank, n, &k0, 4))
     return 1;
   if (moe_case_check(&a, "float32") || moe_counted(comm, rank, n, &h) ||
       moe_case_check(&h, "bfloat16"))
@@ -1105,23 +1219,117 @@ static int moe(moecclComm_t comm, int rank, int n) {
   void* st = NULL;
   MP_CHECK(D->stream_create(&st) == moecclSuccess, "no device stream");
   MP_CHECK(moe_case_clear(comm, &b) == 0, "clear");
-  if (moe_calls(comm, &b, b.dtok, b.drows, b.dout, b.dgrad, st)) return 1;
+  if (moe_calls(comm, &b, b.dtok, b.drows, b.dout, b.dgrad, b.dgexp, b.dgw, st)) return 1;
   MP_CHECK(D->synchronize(st) == moecclSuccess, "stream synchronize");
   MP_CHECK(D->stream_destroy(st) == moecclSuccess, "stream destroy");
   if (moe_case_check(&b, "on a device stream")) return 1;
-  /* The combine backward reads the forward's expert rows on the host. */
-  float* gw = mp_xmalloc(a.T * (size_t)a.K * sizeof(float));
-  void* dge = dev_alloc(comm, a.cap * a.row);
-  MP_CHECK(dge, "no device memory");
-  moecclResult_t rc = moecclMoeCombineBackward(a.plan, a.dout, a.w, a.drows, dge, a.cap, gw, a.H,
-                                               moecclFloat32, NULL);
-  MP_CHECK(rc == moecclInvalidArgument, "combine backward of device expert rows gave %d", (int)rc);
-  MP_CHECK(strstr(mp_last_error_text(comm), "device memory") != NULL, "the text says: %s", mp_last_error_text(comm));
-  free(gw);
-  MP_OK_COMM(comm, moecclMemFree(dge));
+  if (moe_other_kinds(comm, &a) || moe_other_kinds(comm, &h)) return 1;
   if (moe_case_free(comm, &a) || moe_case_free(comm, &b) || moe_case_free(comm, &h)) return 1;
   /* The communicator goes on after the refusal. */
   return a2a_round(comm, rank, n, moecclFloat32, 64, seed_of(n, 8, 99));
+}
+
+/* ---- devscalar: a PreMulSum whose scalar is device memory ------------------ */
+
+static int32_t ds_want_i(size_t i, int n, int32_t s) { return s * want_sum(i, n); }
+
+/* Four reductions by PreMulSum ops whose scalar is device memory
+ * (moecclScalarDevice), queued on a device stream held at a gate, the
+ * scalars rewritten on the stream before each call and once more after the
+ * last: each call scales by the value the stream gave its scalar before it,
+ * as NCCL has it.  On the stream path every call is lowered with no host
+ * wait (counted before the gate opens); the host path reads the scalar when
+ * the stream hands it the call.  int32 and float32, exact values. */
+static int devscalar(moecclComm_t comm, int rank, int n) {
+  size_t count = 5003, bytes = count * 4, per = count / (size_t)n;
+  int root = n - 1;
+  int32_t* hi = mp_xmalloc(bytes);
+  float* hf = mp_xmalloc(bytes);
+  for (size_t i = 0; i < count; i++) hi[i] = val(rank, i), hf[i] = (float)val(rank, i);
+  void *si = dev_alloc(comm, bytes), *sf = dev_alloc(comm, bytes), *gate = dev_alloc(comm, 8);
+  void *scal_i = dev_alloc(comm, 4), *scal_f = dev_alloc(comm, 4), *r[4];
+  for (int k = 0; k < 4; k++) r[k] = dev_alloc(comm, bytes);
+  MP_CHECK(si && sf && gate && scal_i && scal_f && r[0] && r[1] && r[2] && r[3],
+           "no device memory");
+  MP_CHECK(to_dev(si, hi, bytes) == 0 && to_dev(sf, hf, bytes) == 0, "fill");
+  MP_CHECK(to_dev(gate, &(uint64_t){0}, 8) == 0, "gate");
+  /* pinned host memory for the copies queued behind the gate (on_stream) */
+  int32_t* vi = NULL;
+  float* vf = NULL;
+  unsigned char* out = NULL;
+  MP_CHECK(D->host_alloc((void**)&vi, 3 * 4) == moecclSuccess &&
+               D->host_alloc((void**)&vf, 3 * 4) == moecclSuccess &&
+               D->host_alloc((void**)&out, 4 * bytes) == moecclSuccess,
+           "no pinned host memory");
+  vi[0] = 3, vi[1] = -2, vi[2] = 1000, vf[0] = 0.5f, vf[1] = 3.0f, vf[2] = -1e30f;
+  moecclRedOp_t op_i, op_f;
+  MP_OK_COMM(comm,
+             moecclRedOpCreatePreMulSum(&op_i, scal_i, moecclInt32, moecclScalarDevice, comm));
+  MP_OK_COMM(comm,
+             moecclRedOpCreatePreMulSum(&op_f, scal_f, moecclFloat32, moecclScalarDevice, comm));
+  void* st = NULL;
+  MP_CHECK(D->stream_create(&st) == moecclSuccess, "no device stream");
+  MP_CHECK(D->wait_value(st, (volatile uint64_t*)gate, 1) == moecclSuccess, "gate wait");
+  int lowered =
+      moeccl_devkern_ready() && (n == 1 || moeccl_peer_stream_transport(comm, (rank + 1) % n) >= 0);
+  moe_snap_t a, b;
+  moe_snap(comm, &a);
+  MP_CHECK(D->copy_async(scal_i, &vi[0], 4, st) == moecclSuccess, "copy");
+  MP_OK_COMM(comm, moecclAllReduce(si, r[0], count, moecclInt32, op_i, comm, st));
+  MP_CHECK(D->copy_async(scal_f, &vf[0], 4, st) == moecclSuccess, "copy");
+  MP_OK_COMM(comm, moecclAllReduce(sf, r[1], count, moecclFloat32, op_f, comm, st));
+  MP_CHECK(D->copy_async(scal_i, &vi[1], 4, st) == moecclSuccess, "copy");
+  MP_OK_COMM(comm, moecclReduceScatter(si, r[2], per, moecclInt32, op_i, comm, st));
+  MP_CHECK(D->copy_async(scal_f, &vf[1], 4, st) == moecclSuccess, "copy");
+  MP_OK_COMM(comm, moecclReduce(sf, r[3], count, moecclFloat32, op_f, root, comm, st));
+  MP_CHECK(D->copy_async(scal_i, &vi[2], 4, st) == moecclSuccess, "copy");
+  MP_CHECK(D->copy_async(scal_f, &vf[2], 4, st) == moecclSuccess, "copy");
+  moe_snap(comm, &b);
+  for (int k = 0; k < 4; k++)
+    MP_CHECK(D->copy_async(out + (size_t)k * bytes, r[k], bytes, st) == moecclSuccess, "copy");
+  unsigned long long syncs = b.emu.syncs - a.emu.syncs, calls = b.ipc.calls - a.ipc.calls;
+  unsigned long long kernels = b.mem.launches - a.mem.launches;
+  if (rank == 0)
+    printf("devscalar: %s path, rank 0 of %d, 4 PreMulSum calls with a device scalar queued behind "
+           "a gate: %llu lowered, %llu kernels, %llu host waits for a stream\n",
+           lowered ? "stream" : "host", n, calls, kernels, syncs);
+  if (lowered) {
+    MP_CHECK(n == 1 || calls == 4, "%llu of the 4 calls were lowered onto the stream", calls);
+    MP_CHECK(D != &moeccl_device_emu_ops || syncs == 0, "the host waited for a stream %llu times",
+             syncs);
+    MP_CHECK(b.emu.host_fns == a.emu.host_fns, "a host function was queued");
+  }
+  MP_CHECK(to_dev(gate, &(uint64_t){1}, 8) == 0, "opening the gate");
+  MP_CHECK(D->synchronize(st) == moecclSuccess, "stream synchronize");
+  const int32_t* g0 = (const int32_t*)out;
+  const float *g1 = (const float*)(out + bytes), *g3 = (const float*)(out + 3 * bytes);
+  const int32_t* g2 = (const int32_t*)(out + 2 * bytes);
+  for (size_t i = 0; i < count; i++) {
+    MP_CHECK(g0[i] == ds_want_i(i, n, vi[0]),
+             "AllReduce int32 by a device scalar 3: element %zu "
+             "is %d, want %d",
+             i, (int)g0[i], (int)ds_want_i(i, n, vi[0]));
+    float w1 = vf[0] * (float)want_sum(i, n), w3 = vf[1] * (float)want_sum(i, n);
+    MP_CHECK(g1[i] == w1, "AllReduce float32 by a device scalar 0.5: element %zu is %g, want %g", i,
+             (double)g1[i], (double)w1);
+    MP_CHECK(rank != root || g3[i] == w3,
+             "Reduce float32 by a device scalar 3: element %zu is "
+             "%g, want %g",
+             i, (double)g3[i], (double)w3);
+  }
+  for (size_t i = 0; i < per; i++) {
+    int32_t w2 = ds_want_i((size_t)rank * per + i, n, vi[1]);
+    MP_CHECK(g2[i] == w2, "ReduceScatter int32 by a device scalar -2: element %zu is %d, want %d",
+             i, (int)g2[i], (int)w2);
+  }
+  MP_OK_COMM(comm, moecclRedOpDestroy(op_i, comm));
+  MP_OK_COMM(comm, moecclRedOpDestroy(op_f, comm));
+  MP_CHECK(D->stream_destroy(st) == moecclSuccess, "stream destroy");
+  D->host_free(vi), D->host_free(vf), D->host_free(out);
+  void* frees[] = {si, sf, gate, scal_i, scal_f, r[0], r[1], r[2], r[3]};
+  for (int k = 0; k < 9; k++) MP_OK_COMM(comm, moecclMemFree(frees[k]));
+  free(hi), free(hf);
+  return 0;
 }
 
 static int refused(moecclComm_t comm, int rank, int n) {
@@ -1373,19 +1581,22 @@ static int killed_body(moecclComm_t comm, int rank, int n, void* arg) {
 }
 
 /* Ranks whose MoE calls disagree: rank 1 passes half the hidden size to a
- * dispatch on device buffers.  On the stream path each rank finds it in
- * its peer's descriptors before anything is queued: every rank's call
- * fails with a text saying so, none hangs, the communicator is broken and
- * destroy returns. */
+ * dispatch (arg NULL) or a combine backward (arg not NULL) on device
+ * buffers.  On the stream path each rank finds it in its peer's
+ * descriptors before anything is queued: every rank's call fails with a
+ * text saying so, none hangs, the communicator is broken and destroy
+ * returns. */
 static int disagree_body(moecclComm_t comm, int rank, int n, void* arg) {
-  (void)arg;
   D = moeccl_device();
   MP_CHECK(D, "no device backend");
   moe_case_t c;
   if (moe_case_make(comm, rank, n, &c, 2 * n, 200, moecclFloat32, seed_of(n, 15, rank))) return 1;
   size_t H = rank == 1 ? c.H / 2 : c.H;
-  moecclResult_t rc = moecclMoeDispatch(c.plan, c.dtok, c.drows, c.cap, H, c.dt, NULL);
-  MP_CHECK(rc == moecclInvalidArgument, "a dispatch whose ranks disagree gave %d", (int)rc);
+  moecclResult_t rc = arg ? moecclMoeCombineBackward(c.plan, c.dout, c.w, c.drows, c.dgexp, c.cap,
+                                                     c.dgw, H, c.dt, NULL)
+                          : moecclMoeDispatch(c.plan, c.dtok, c.drows, c.cap, H, c.dt, NULL);
+  MP_CHECK(rc == moecclInvalidArgument, "a %s whose ranks disagree gave %d",
+           arg ? "combine backward" : "dispatch", (int)rc);
   MP_CHECK(strstr(mp_last_error_text(comm), "disagree") != NULL, "the text says: %s",
            mp_last_error_text(comm));
   moecclResult_t async = moecclSuccess;
@@ -1393,6 +1604,36 @@ static int disagree_body(moecclComm_t comm, int rank, int n, void* arg) {
   MP_CHECK(async != moecclSuccess, "the communicator is not broken");
   (void)moecclCommDestroy(comm); /* must return (the run's deadline says so) */
   _exit(MP_EXIT_PASS);           /* the communicator is gone: skip the harness's destroy */
+}
+
+/* Ranks that pass the combine backward's expert rows and gate gradients
+ * in different kinds of memory (rank 0 device memory: the stream path;
+ * rank 1 host memory: the host path) cannot meet: within MOECCL_TIMEOUT
+ * (3 s here) every rank's call fails, naming the cause, none hangs, and
+ * destroy returns. */
+static int mixed_body(moecclComm_t comm, int rank, int n, void* arg) {
+  (void)arg;
+  D = moeccl_device();
+  MP_CHECK(D, "no device backend");
+  moe_case_t c;
+  if (moe_case_make(comm, rank, n, &c, 2 * n, 200, moecclFloat32, seed_of(n, 16, rank))) return 1;
+  float* gw = mp_xmalloc(c.T * (size_t)c.K * sizeof(float) + 1);
+  double t0 = mp_now();
+  moecclResult_t rc = moecclMoeCombineBackward(c.plan, c.dout, c.w, rank ? c.rows_h : c.drows,
+                                               c.dgexp, c.cap, rank ? gw : c.dgw, c.H, c.dt, NULL);
+  if (rc == moecclSuccess) rc = D->synchronize(NULL); /* a queued call fails on the stream */
+  moecclResult_t async = moecclSuccess;
+  MP_OK_COMM(comm, moecclCommGetAsyncError(comm, &async));
+  MP_CHECK(async != moecclSuccess, "rank %d: the communicator is not broken", rank);
+  if (rank == 0)
+    printf("mixed kinds: rank 0's call gave %d (async %d) after %.1f s: %s\n", (int)rc, (int)async,
+           mp_now() - t0, mp_last_error_text(comm));
+  fflush(stdout); /* _exit below */
+  MP_CHECK(rc != moecclSuccess || async != moecclSuccess,
+           "a combine backward whose ranks passed different kinds of memory succeeded");
+  free(gw);
+  (void)moecclCommDestroy(comm); /* must return (the run's deadline says so) */
+  _exit(MP_EXIT_PASS);
 }
 
 static int body(moecclComm_t comm, int rank, int n, void* arg) {
@@ -1413,6 +1654,7 @@ static int body(moecclComm_t comm, int rank, int n, void* arg) {
   if (mp_want("nodes") && nodes(comm, rank, n)) return 1;
   if (mp_want("counts") && counts(comm, rank, n)) return 1;
   if (mp_want("lowred") && lowred(comm, rank, n)) return 1;
+  if (mp_want("devscalar") && devscalar(comm, rank, n)) return 1;
   return 0;
 }
 
@@ -1422,13 +1664,15 @@ static const mp_variant variants[] = {
     {"legacy-ipc", {"MOECCL_DEVICE_EMU_LEGACY=1"}, "3"},
     {"bruck", {"MOECCL_ALGO=bruck"}, "3,4"}, /* a device scratch buffer */
     {"reduce-ring",
-     {"MOECCL_ALLREDUCE_ALGO=ring", "MOECCL_REDUCESCATTER_ALGO=ring", "MP_SUBTESTS=reduce"},
+     {"MOECCL_ALLREDUCE_ALGO=ring", "MOECCL_REDUCESCATTER_ALGO=ring",
+      "MP_SUBTESTS=reduce,devscalar"},
      "3,4"},
     {"reduce-tree",
-     {"MOECCL_ALLREDUCE_ALGO=tree", "MOECCL_REDUCE_ALGO=tree", "MP_SUBTESTS=reduce"},
+     {"MOECCL_ALLREDUCE_ALGO=tree", "MOECCL_REDUCE_ALGO=tree", "MP_SUBTESTS=reduce,devscalar"},
      "3"},
     {"reduce-direct",
-     {"MOECCL_ALLREDUCE_ALGO=direct", "MOECCL_REDUCESCATTER_ALGO=direct", "MP_SUBTESTS=reduce"},
+     {"MOECCL_ALLREDUCE_ALGO=direct", "MOECCL_REDUCESCATTER_ALGO=direct",
+      "MP_SUBTESTS=reduce,devscalar"},
      "3,4"},
     {"two-nodes", {"MP_RANKS_PER_NODE=2", "MP_SUBTESTS=nodes"}, "4"},
     /* the host-driven path the stream path replaced, still used for what it
@@ -1437,7 +1681,9 @@ static const mp_variant variants[] = {
     {"host-path-delays", {"MOECCL_DEVICE_STREAM_DISABLE=1", "MOECCL_DEVICE_EMU_DELAY_US=200"}, "2"},
     /* no kernels (a CUDA build without nvcc): reductions and MoE calls
      * take the host path and stage through host memory, same results */
-    {"no-kernels", {"MOECCL_DEVICE_EMU_NO_KERNELS=1", "MP_SUBTESTS=moe,reduce"}, "3"},
+    {"no-kernels", {"MOECCL_DEVICE_EMU_NO_KERNELS=1", "MP_SUBTESTS=moe,reduce,devscalar"}, "3"},
+    /* one rank: the MoE calls and a device scalar lowered with no transport */
+    {"one-rank", {"MP_SUBTESTS=moe,devscalar"}, "1"},
     {NULL, {NULL}, NULL},
 };
 
@@ -1472,6 +1718,12 @@ int main(int argc, char** argv) {
     opts.deadline_s = 60;
     printf("disagree (2 ranks, a MoE dispatch on device buffers):\n");
     rc = mp_fold(rc, mp_run_opts(2, disagree_body, NULL, &opts));
+    printf("disagree (2 ranks, a MoE combine backward on device buffers):\n");
+    rc = mp_fold(rc, mp_run_opts(2, disagree_body, (void*)1, &opts));
+    printf("mixed kinds (2 ranks, a MoE combine backward, MOECCL_TIMEOUT=3):\n");
+    setenv("MOECCL_TIMEOUT", "3", 1);
+    rc = mp_fold(rc, mp_run_opts(2, mixed_body, NULL, &opts));
+    unsetenv("MOECCL_TIMEOUT");
   }
   return rc;
 }

@@ -7,7 +7,11 @@
  * missing rows and groups, DOT, COPY, ADD with and without repeated rows)
  * on float32, bfloat16 and float16 rows; a launch in stream order behind a
  * flag wait and a copy, before a copy; the staging path where no kernel
- * applies (a host operand, rows in place).  On the emulation (the default) the
+ * applies (a host operand, rows in place); the stream path's launches:
+ * row programs with their terms in pinned memory (the combine backward's
+ * dots on device rows), and pre-multiplied sums whose scalar is device
+ * memory, read as the kernel runs (every type; the scalar changed on the
+ * stream between two launches).  On the emulation (the default) the
  * twins run; MOECCL_DEVICE=cuda runs the CUDA kernels on a GPU
  * (scripts/gpu-check.sh).  A NaN result equals any NaN (its sign and
  * payload are the hardware's).  It prints the kernels launched and the bytes
@@ -247,6 +251,8 @@ static void fill_rows(moecclDataType_t t, void* p, size_t n) {
 
 /* Runs p on the host and through the device table; dst starts as random
  * rows (a program writes part of it). */
+static moeccl_dev_arena_t arena; /* pinned memory of the stream path's launches (none: NULL base) */
+
 static void one_rows(const moeccl_rows_t* p, size_t dst_bytes, size_t src_rows, size_t aux_bytes,
                      const char* label) {
   size_t rb = moeccl_rows_row_bytes(p), sb = src_rows * rb;
@@ -269,13 +275,20 @@ static void one_rows(const moeccl_rows_t* p, size_t dst_bytes, size_t src_rows, 
   put(dd, hd, dst_bytes), put(ds, hs, sb);
   if (dx) put(dx, ha, aux_bytes);
   moeccl_rows_run(p, hd, hs, aux_bytes ? ha : NULL);
-  OK(M->rows(p, dd, ds, dx));
+  if (arena.base) { /* the stream path: queued on S, terms in the arena */
+    arena.used = 0;
+    OK(moeccl_devkern_rows_async(p, p->terms, dd, ds, dx, &arena, S));
+    OK(D->synchronize(S));
+  } else {
+    OK(M->rows(p, dd, ds, dx));
+  }
   get(got, dd, dst_bytes);
   moecclDataType_t ct =
       p->mode == MOECCL_ROWS_DOT || p->mode == MOECCL_ROWS_ADD ? moecclFloat32 : t;
   size_t i = first_diff(ct, got, hd, dst_bytes / type_size[ct]);
-  CHECK(i == dst_bytes / type_size[ct], "rows %s (%s): element %zu differs from the host's", label,
-        p->mode == MOECCL_ROWS_COPY ? "bytes" : type_name[p->type], i);
+  CHECK(i == dst_bytes / type_size[ct], "rows %s (%s)%s: element %zu differs from the host's",
+        label, p->mode == MOECCL_ROWS_COPY ? "bytes" : type_name[p->type],
+        arena.base ? " on the stream" : "", i);
   OK(D->free(dd));
   OK(D->free(ds));
   if (dx) OK(D->free(dx));
@@ -336,6 +349,119 @@ static void rows(void) {
                        .nterms = n};
     one_rows(&p, 300 * row_bytes[k], 150, 0, "copy");
   }
+}
+
+/* The row programs again as the stream path launches them
+ * (moeccl_devkern_rows_async: queued on the stream, terms in pinned
+ * memory): the combine backward's dots read device rows on both sides. */
+static void rows_on_stream(void) {
+  if (!moeccl_devkern_ready()) {
+    printf("test_dev_kernels: rows on the stream: no kernels for %s in this build\n", D->name);
+    return;
+  }
+  arena.bytes = (size_t)1 << 20;
+  OK(D->host_alloc((void**)&arena.base, arena.bytes));
+  rows();
+  D->host_free(arena.base);
+  arena.base = NULL;
+}
+
+/* ---- a pre-multiplier in device memory ----------------------------------- */
+
+/* A PreMulSum's scalar in device memory, as the stream path launches it
+ * (moeccl_red_set_premul_device: each kernel reads it as it runs) against
+ * the host kernels given its value: a reduction per operand flag, a scale
+ * and a fold, every datatype, random scalars. */
+static void one_devscalar(moecclDataType_t t) {
+  size_t es = type_size[t], n = 1031, bytes = n * es;
+  unsigned char scalar[8];
+  fill(scalar, sizeof scalar);
+  void* ds = dalloc(8);
+  put(ds, scalar, 8);
+  moeccl_red_t host, dev;
+  OK(moeccl_red_init(&host, t, MOECCL_RED_SUM));
+  moeccl_red_set_premul(&host, scalar);
+  OK(moeccl_red_init(&dev, t, MOECCL_RED_SUM));
+  moeccl_red_set_premul_device(&dev, ds);
+  CHECK(dev.premul && dev.scalar_dev == ds, "%s: no device pre-multiplier was set", type_name[t]);
+  unsigned char *ha = malloc(bytes), *hb = malloc(bytes), *want = malloc(bytes),
+                *got = malloc(bytes);
+  fill(ha, bytes), fill(hb, bytes);
+  void *da = dalloc(bytes), *db = dalloc(bytes), *dd = dalloc(bytes);
+  put(da, ha, bytes), put(db, hb, bytes);
+  for (int k = 0; k < 6; k++) { /* flags 0..3, a scale, a fold of three */
+    const char* what = k < 4 ? "reduce" : k == 4 ? "scale" : "fold";
+    if (k < 4) {
+      moeccl_reduce(&host, want, ha, hb, n, (unsigned)k);
+      OK(moeccl_devkern_reduce_async(&dev, MOECCL_KRED_REDUCE, dd, da, db, n, (unsigned)k, S));
+    } else if (k == 4) {
+      moeccl_reduce_scale(&host, want, ha, n);
+      OK(moeccl_devkern_reduce_async(&dev, MOECCL_KRED_SCALE, dd, da, NULL, n, 0, S));
+    } else {
+      const void* src[3] = {da, db, da};
+      moeccl_reduce(&host, want, ha, hb, n, 3);
+      moeccl_reduce(&host, want, want, ha, n, 2);
+      OK(moeccl_devkern_fold_async(&dev, dd, src, 3, 7, n, S));
+    }
+    OK(D->synchronize(S));
+    get(got, dd, bytes);
+    size_t i = first_diff(t, got, want, n);
+    CHECK(i == n, "%s premulsum by a device scalar, %s (flags %d): element %zu of %zu differs",
+          type_name[t], what, k < 4 ? k : 3, i, n);
+  }
+  OK(D->free(da));
+  OK(D->free(db));
+  OK(D->free(dd));
+  OK(D->free(ds));
+  free(ha), free(hb), free(want), free(got);
+}
+
+/* The scalar changes on the stream between two launches that read it:
+ * each reads the value the stream gave it before, not the one at launch
+ * time nor the last one. */
+static void devscalar_order(void) {
+  enum { N = 4096 };
+  float *vals = NULL, *in = NULL;
+  OK(D->host_alloc((void**)&vals, 3 * sizeof(float)));
+  OK(D->host_alloc((void**)&in, N * sizeof(float)));
+  vals[0] = 3.0f, vals[1] = -0.5f, vals[2] = 1e30f;
+  for (int i = 0; i < N; i++) in[i] = randf();
+  float *ds = dalloc(sizeof(float)), *da = dalloc(N * 4), *d1 = dalloc(N * 4), *d2 = dalloc(N * 4);
+  put(da, in, N * 4);
+  moeccl_red_t dev;
+  OK(moeccl_red_init(&dev, moecclFloat32, MOECCL_RED_SUM));
+  moeccl_red_set_premul_device(&dev, ds);
+  OK(D->copy_async(ds, &vals[0], sizeof(float), S));
+  OK(moeccl_devkern_reduce_async(&dev, MOECCL_KRED_SCALE, d1, da, NULL, N, 0, S));
+  OK(D->copy_async(ds, &vals[1], sizeof(float), S));
+  OK(moeccl_devkern_reduce_async(&dev, MOECCL_KRED_SCALE, d2, da, NULL, N, 0, S));
+  OK(D->copy_async(ds, &vals[2], sizeof(float), S));
+  OK(D->synchronize(S));
+  float* got = malloc(N * 4);
+  for (int k = 0; k < 2; k++) {
+    get(got, k ? d2 : d1, N * 4);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += got[i] != vals[k] * in[i];
+    CHECK(bad == 0,
+          "a scale by the device scalar set to %g before it on the stream: %d of %d "
+          "elements wrong",
+          (double)vals[k], bad, N);
+  }
+  free(got);
+  OK(D->free(ds));
+  OK(D->free(da));
+  OK(D->free(d1));
+  OK(D->free(d2));
+  D->host_free(vals), D->host_free(in);
+}
+
+static void devscalars(void) {
+  if (!moeccl_devkern_ready()) {
+    printf("test_dev_kernels: device scalars: no kernels for %s in this build\n", D->name);
+    return;
+  }
+  for (int t = 0; t < moecclNumTypes; t++) one_devscalar((moecclDataType_t)t);
+  devscalar_order();
 }
 
 /* Where no kernel applies the device table stages through host memory,
@@ -440,7 +566,9 @@ int main(void) {
   moeccl_mem_device_counts(&before);
   reductions();
   folds();
+  devscalars();
   rows();
+  rows_on_stream();
   moeccl_mem_device_counts(&after);
   uint64_t launched = after.launches - before.launches,
            staged = after.staged_bytes - before.staged_bytes;

@@ -214,6 +214,19 @@ static moecclResult_t check_rows(moeccl_comm_t* c, const moe_args_t* a, const vo
   return moecclSuccess;
 }
 
+/* The combine backward's dot products read expertRows and write
+ * gradWeights where they lie: both in device memory (the stream path runs
+ * the dots as kernels there) or both in host memory (the host path). */
+static moecclResult_t check_dot_kinds(moeccl_comm_t* c, const moe_args_t* a) {
+  if (!a->expert_out || !a->grad_weights) return moecclSuccess;
+  moeccl_mem_t e = moeccl_mem_of(a->expert_out), g = moeccl_mem_of(a->grad_weights);
+  if (e.kind == g.kind) return moecclSuccess;
+  return moeccl_error(c, moecclInvalidArgument,
+                      "%s on rank %d: expertRows is %s memory but gradWeights %s memory: pass "
+                      "both in device memory (the stream path) or both in host memory",
+                      a->fn, c->rank, moeccl_mem_name(e), moeccl_mem_name(g));
+}
+
 static moecclResult_t check_data(moecclMoePlan_t p, const moe_args_t* a) {
   moeccl_comm_t* c = p->comm;
   const moeccl_moe_layout_t* l = &p->lay;
@@ -256,6 +269,7 @@ static moecclResult_t check_data(moecclMoePlan_t p, const moe_args_t* a) {
     if (overlaps(a->grad_weights, slots * sizeof(float), a->out, a->out_rows * a->hidden * es))
       return moeccl_error(c, moecclInvalidArgument, "%s: gradWeights overlaps gradExpertRows",
                           a->fn);
+    MOECCL_CHECK(check_dot_kinds(c, a));
   }
   if (overlaps(a->in, a->in_rows * rb, a->out, a->out_rows * rb))
     return moeccl_error(c, moecclInvalidArgument, "%s: %s and %s overlap", a->fn, a->in_name,

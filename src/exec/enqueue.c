@@ -277,19 +277,33 @@ static int stream_reach(const moeccl_comm_t* comm, int peer) {
 
 /* Whether a collective's reduction can run on the stream: the device's
  * kernels are loaded (every rank has the same build and kind of device),
- * and the scalar of a PreMulSum is not device memory (read at planning,
- * with a host wait: the host path does that). */
+ * and a PreMulSum's moecclScalarDevice scalar, if any, is device memory
+ * of the buffers' device, which the kernels read as the stream reaches
+ * them (lower_one).  One elsewhere is read when the call runs, so the host
+ * path takes it: it runs the call when the stream gets there. */
 static int reduction_lowerable(const moeccl_call_t* call) {
-  return !call->coll.reduce || (!call->scalar_ptr && moeccl_devkern_ready());
+  if (!call->coll.reduce) return 1;
+  if (call->scalar_ptr) { /* device memory of the buffers' device (the kernels run there) */
+    moeccl_mem_t s = moeccl_mem_of(call->scalar_ptr);
+    moeccl_mem_t b = moeccl_mem_of(call->sendbuf ? call->sendbuf : call->recvbuf);
+    if (s.kind != MOECCL_MEM_DEVICE || s.device != b.device) return 0;
+  }
+  return moeccl_devkern_ready();
 }
 
 /* Whether a MoE call's schedule runs on the stream: the dispatch, the
- * combine and the dispatch backward on the flat path (one node), with the
- * device's row kernels; the weights in host memory are copied at enqueue.
- * The combine backward, whose dot products read the forward's expert rows
- * on the host, takes the host path. */
+ * combine and both backward calls on the flat path (one node), with the
+ * device's row kernels; weights in host memory are copied at enqueue.  The
+ * combine backward's dot products read the forward's expert rows and write
+ * the gate gradients where they lie: both must be device memory (NULL: a
+ * rank without rows or tokens); in host memory (the API's older contract)
+ * the host path runs it. */
 static int moe_lowerable(const moeccl_call_t* call) {
-  return call->moe.op != MOECCL_MOE_COMBINE_BACKWARD && !call->moe.hier && moeccl_devkern_ready();
+  const moeccl_moe_call_t* m = &call->moe;
+  if (m->op == MOECCL_MOE_COMBINE_BACKWARD &&
+      (!on_device(m->expert_out) || !on_device(m->grad_weights)))
+    return 0;
+  return !m->hier && moeccl_devkern_ready();
 }
 
 /* Whether a call goes to the stream path (docs/ARCHITECTURE.md): its
@@ -344,6 +358,10 @@ static moecclResult_t lower_prepare(moeccl_comm_t* c, const moeccl_call_t* call,
  * and holds comm->lock). */
 static moecclResult_t lower_one(moeccl_comm_t* c, moeccl_call_t* call, moecclStream_t stream) {
   moeccl_choice_t choice;
+  /* a device scalar: the kernels read it when the stream reaches them (the
+   * planner then does not read it) */
+  if (call->kind == MOECCL_CALL_COLL && call->coll.reduce && call->scalar_ptr)
+    moeccl_red_set_premul_device(&call->red, call->scalar_ptr);
   moecclResult_t rc = lower_prepare(c, call, &choice);
   if (rc == moecclSuccess) rc = plan_call(c, call, &choice);
   if (rc == moecclSuccess) rc = moeccl_executor_lower(c, &c->plan->sched, stream);
@@ -612,8 +630,9 @@ static moecclResult_t call_defer(moeccl_comm_t* c, const moeccl_call_t* call,
 /* A buffer of a memory kind this build cannot operate on, or that no
  * transport moves to the peers, is refused before anything is issued (the
  * communicator stays usable; the rule is the executor's, executor.h);
- * host_only: the library reads it on the host (the MoE calls' weights and
- * ids). */
+ * host_only: the library reads it on the host (the MoE calls' weights,
+ * expert rows and gate gradients of a call on host buffers, whose
+ * schedule runs host kernels on them). */
 static moecclResult_t check_kind(moeccl_comm_t* comm, const void* buf, const char* what,
                                  int host_only, int all_peers, int* device) {
   if (!buf) return moecclSuccess;
@@ -621,8 +640,8 @@ static moecclResult_t check_kind(moeccl_comm_t* comm, const void* buf, const cha
   if (m.kind == MOECCL_MEM_DEVICE) *device = 1;
   if (host_only && m.kind != MOECCL_MEM_HOST)
     return moeccl_error(comm, moecclInvalidArgument,
-                        "%s %p is %s memory (device %d), which this call reads on the host: pass "
-                        "host memory",
+                        "%s %p is %s memory (device %d), but the call's token and row buffers "
+                        "are host memory, where its kernels run: pass host memory",
                         what, buf, moeccl_mem_name(m), m.device);
   /* A collective may send a device buffer to every peer: each must be
    * reachable with it (same node), or every rank refuses alike here
@@ -639,10 +658,13 @@ static moecclResult_t check_kinds(moeccl_comm_t* comm, const moeccl_call_t* call
   MOECCL_CHECK(check_kind(comm, call->recvbuf, "recvbuff", 0, 1, device));
   for (int i = 0; i < call->np2p; i++) /* the executor checks the peer of each */
     MOECCL_CHECK(check_kind(comm, call->p2p[i].buf, "buffer", 0, 0, device));
-  if (call->kind == MOECCL_CALL_MOE) { /* the MoE calls' other buffers, read on the host */
-    MOECCL_CHECK(check_kind(comm, call->moe.weights, "weights", 1, 0, device));
-    MOECCL_CHECK(check_kind(comm, call->moe.expert_out, "expertRows", 1, 0, device));
-    MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights", 1, 0, device));
+  if (call->kind == MOECCL_CALL_MOE) {
+    /* the MoE calls' other buffers: in device memory only beside device
+     * token and row buffers (whose memory kind the schedule gives them) */
+    int host_only = !*device;
+    MOECCL_CHECK(check_kind(comm, call->moe.weights, "weights", host_only, 0, device));
+    MOECCL_CHECK(check_kind(comm, call->moe.expert_out, "expertRows", host_only, 0, device));
+    MOECCL_CHECK(check_kind(comm, call->moe.grad_weights, "gradWeights", host_only, 0, device));
   }
   return moecclSuccess;
 }

@@ -116,6 +116,7 @@ static moeccl_kred_args_t red_args(const moeccl_red_t* r, int what, void* dst, c
   return (moeccl_kred_args_t){.dst = dst,
                               .a = a,
                               .b = b,
+                              .sdev = r->scalar_dev,
                               .n = n,
                               .type = (int32_t)r->type,
                               .op = (int32_t)r->op,

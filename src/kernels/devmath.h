@@ -50,11 +50,15 @@ enum { DM_REDUCE = 0, DM_SCALE = 1, DM_POSTDIV = 2 };
 
 /* moeccl_k_reduce: for i < n, REDUCE: dst[i] = A (+) B (A = s*a[i] when
  * premul and flags & 1, B likewise with 2); SCALE: dst[i] = s*a[i] (a copy
- * without premul); POSTDIV: dst[i] = dst[i] / postdiv. */
+ * without premul); POSTDIV: dst[i] = dst[i] / postdiv.  s is sf, si or su,
+ * or, when sdev is not NULL, the element of the type at sdev (a PreMulSum's
+ * scalar in device memory), read as the kernel runs: its value when the
+ * stream reaches the launch. */
 typedef struct {
   void* dst;
   const void* a;
   const void* b;
+  const void* sdev;
   uint64_t n;
   int32_t type, op, what, flags, premul, postdiv;
   double sf;   /* the pre-multiplier of the floating types */
@@ -136,7 +140,7 @@ DM_ROUNDED_OPS(double, D)
     const T* pa = (const T*)g->a;                                                                  \
     const T* pb = (const T*)g->b;                                                                  \
     T* pd = (T*)g->dst;                                                                            \
-    const T s = (T)g->S;                                                                           \
+    const T s = g->sdev ? *(const T*)g->sdev : (T)g->S;                                            \
     if (g->what == DM_POSTDIV) {                                                                   \
       T v = pd[i];                                                                                 \
       pd[i] = SIGNED && g->postdiv == -1 ? (T)(U)(0 - (U)v) : (T)(v / g->postdiv);                 \
@@ -168,7 +172,7 @@ DM_ROUNDED_OPS(double, D)
     const RAW* pa = (const RAW*)g->a;                                                              \
     const RAW* pb = (const RAW*)g->b;                                                              \
     RAW* pd = (RAW*)g->dst;                                                                        \
-    const CT s = (CT)g->sf;                                                                        \
+    const CT s = g->sdev ? DEC(*(const RAW*)g->sdev) : (CT)g->sf;                                  \
     if (g->what == DM_POSTDIV) {                                                                   \
       pd[i] = ENC(DIV(DEC(pd[i]), (CT)g->postdiv));                                                \
       return;                                                                                      \

@@ -588,6 +588,13 @@ void moeccl_red_set_premul(moeccl_red_t* r, const void* scalar) {
   use_premul(r);
 }
 
+void moeccl_red_set_premul_device(moeccl_red_t* r, const void* scalar) {
+  if (r->op != MOECCL_RED_SUM || (unsigned)r->type >= moecclNumTypes) return;
+  r->scalar.u = 0; /* the host kernels have no value to use */
+  r->scalar_dev = scalar;
+  use_premul(r);
+}
+
 /* Integer Avg divides at the end instead (postdiv), so integer types are
  * left as they are. */
 void moeccl_red_set_premul_inverse(moeccl_red_t* r, int n) {

@@ -51,6 +51,11 @@ struct moeccl_red {
     int64_t i;
     uint64_t u;
   } scalar;
+  /* NULL, or where the device kernels read the pre-multiplier when the
+   * stream reaches them (a PreMulSum's moecclScalarDevice scalar in device
+   * memory, on the stream path: moeccl_red_set_premul_device); the host
+   * kernels never read it. */
+  const void* scalar_dev;
   /* Index: MOECCL_OPF_PRE_A | MOECCL_OPF_PRE_B bits of the op (all four the
    * same kernel when premul is 0). */
   moeccl_reduce_kernel_t kernel[4];
@@ -62,6 +67,10 @@ moecclResult_t moeccl_red_init(moeccl_red_t* r, moecclDataType_t type, moeccl_re
 /* Makes r (a SUM) a pre-multiplied sum: scalar points at one element of
  * r->type (host memory), read now. */
 void moeccl_red_set_premul(moeccl_red_t* r, const void* scalar);
+/* Makes r (a SUM) a pre-multiplied sum whose scalar the device kernels
+ * read at scalar (device memory, one element of r->type) as they run: the
+ * stream path only (the host kernels of r would scale by 0). */
+void moeccl_red_set_premul_device(moeccl_red_t* r, const void* scalar);
 /* Makes r (a SUM) a pre-multiplied sum by 1/n (floating types only): Avg. */
 void moeccl_red_set_premul_inverse(moeccl_red_t* r, int n);
 

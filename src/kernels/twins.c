@@ -11,13 +11,14 @@
 
 static void twin_reduce(const void* args, void* (*map)(const void*)) {
   moeccl_kred_args_t g = *(const moeccl_kred_args_t*)args;
-  g.dst = map(g.dst), g.a = map(g.a), g.b = map(g.b);
+  g.dst = map(g.dst), g.a = map(g.a), g.b = map(g.b), g.sdev = map(g.sdev);
   for (uint64_t i = 0; i < g.n; i++) dm_reduce_item(&g, i);
 }
 
 static void twin_reduce_fold(const void* args, void* (*map)(const void*)) {
   moeccl_kfold_args_t g = *(const moeccl_kfold_args_t*)args;
   g.first.dst = map(g.first.dst), g.first.a = map(g.first.a), g.first.b = map(g.first.b);
+  g.first.sdev = map(g.first.sdev);
   for (int32_t k = 0; k < g.nmore; k++) g.more[k] = map(g.more[k]);
   for (uint64_t i = 0; i < g.first.n; i++) dm_fold_item(&g, i);
 }

@@ -70,8 +70,11 @@ static moecclResult_t a2a_prepare(moeccl_comm_t* comm, const moeccl_a2a_desc_t* 
   return moecclSuccess;
 }
 
-/* A PreMulSum's moecclScalarDevice scalar, read now: where it is device
- * memory (a GPU framework's tensor), through the copy engine. */
+/* A PreMulSum's moecclScalarDevice scalar, read now (the host path, when
+ * the call runs): where it is device memory (a GPU framework's tensor),
+ * through the copy engine.  The stream path reads none: its kernels read
+ * the scalar as the stream reaches them (red.scalar_dev, set when the call
+ * was routed there). */
 static moecclResult_t read_scalar(moeccl_comm_t* comm, moeccl_call_t* call) {
   const void* p = call->scalar_ptr;
   uint64_t v = 0;
@@ -240,7 +243,7 @@ static moecclResult_t coll_build(moeccl_comm_t* comm, moeccl_call_t* call,
         d.count, algo->name);
   MOECCL_CHECK(std_bufs(s, call->sendbuf, call->recvbuf));
   if (d.reduce) {
-    if (call->scalar_ptr) MOECCL_CHECK(read_scalar(comm, call));
+    if (call->scalar_ptr && !call->red.scalar_dev) MOECCL_CHECK(read_scalar(comm, call));
     s->red = &call->red;
   }
   moecclResult_t rc = algo->schedule[d.kind](&d, s);
