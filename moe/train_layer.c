@@ -71,7 +71,7 @@ void dws_free(dws_t* w) {
       for (int k = 0; y->chunk && k < w->chunks; k++) {
         dchunk_t* ch = &y->chunk[k];
         if (ch->plan) moecclMoePlanDestroy(ch->plan);
-        free(ch->recv), free(ch->counts), mfree(w, ch->y_host);
+        free(ch->recv), free(ch->counts);
         bfree(w, ch->x_rows), bfree(w, ch->y_rows), bfree(w, ch->a), bfree(w, ch->b);
         bfree(w, ch->h), bfree(w, ch->dy), bfree(w, ch->da), bfree(w, ch->db);
       }
@@ -86,7 +86,6 @@ void dws_free(dws_t* w) {
     else moecclMemFree(w->act);
   }
   free(w->layer);
-  mfree(w, w->dgate_host);
   float* all[] = {w->grad, w->grad_next, w->tok, w->dgate, w->dlogits, w->dy_rows[0],
                   w->dx_rows[0], w->da, w->db, w->dh, w->dy_rows[1], w->dx_rows[1]};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) bfree(w, all[i]);
@@ -136,7 +135,6 @@ int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks, int
       failed |= !ch->recv || !ch->counts;
       ch->x_rows = balloc(mem, w->cap * H, &failed);
       ch->y_rows = balloc(mem, w->cap * H, &failed);
-      ch->y_host = mirror(w, ch->y_rows, w->cap * H, &failed);
       ch->a = balloc(mem, w->cap * F, &failed);
       ch->b = balloc(mem, w->cap * F, &failed);
       ch->h = balloc(mem, w->cap * F, &failed);
@@ -151,7 +149,6 @@ int dws_alloc(dws_t* w, const moe_config_t* c, const dist_t* ds, int chunks, int
   w->grad_next = balloc(mem, n * H, &failed);
   w->tok = balloc(mem, n * H, &failed);
   w->dgate = balloc(mem, n * K, &failed);
-  w->dgate_host = mirror(w, w->dgate, n * K, &failed);
   w->dlogits = balloc(mem, n * E, &failed);
   for (int i = 0; i < (chunks > 1 ? 2 : 1); i++) {
     w->dy_rows[i] = balloc(mem, w->cap * H, &failed);
@@ -175,13 +172,9 @@ float* act_of(const dws_t* w, size_t H, int i) {
   return w->act + (size_t)i * w->rows_cap * H;
 }
 
-/* A host mirror of backend memory: copied down (or up) when apart. */
+/* A host mirror of backend memory: copied down when apart. */
 static void down(const moe_backend_ops_t* be, void* host, const void* dev, size_t bytes) {
   if (host != dev) be->to_host(host, dev, bytes);
-}
-
-static void up(const moe_backend_ops_t* be, void* dev, const void* host, size_t bytes) {
-  if (host != dev) be->to_device(dev, host, bytes);
 }
 
 /* The router's outputs moeccl and the host read: the local statistics, the
@@ -388,16 +381,16 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
   return 0;
 }
 
-/* moecclMoeCombineBackward of chunk ch (host mirrors of the expert rows it
- * reads and of the gate gradients it writes). */
-static moecclResult_t combine_bwd(const moe_backend_ops_t* be, const moe_config_t* c,
-                                  const dist_t* ds, dws_t* w, dlayer_t* y, dchunk_t* ch, float* dy,
-                                  moecclStream_t st) {
+/* moecclMoeCombineBackward of chunk ch: the forward's expert rows and the
+ * gate gradients where the rows are (on a device the call stays on the
+ * stream); queued: ordered by events (qptr), else cptr's wait. */
+static moecclResult_t combine_bwd(const moe_config_t* c, const dist_t* ds, dws_t* w, dlayer_t* y,
+                                  dchunk_t* ch, float* dy, moecclStream_t st, int queued) {
   size_t H = c->hidden, K = c->topk;
-  down(be, ch->y_host, ch->y_rows, ch->rows * H * sizeof(float));
-  return moecclMoeCombineBackward(ch->plan, cptr(ds, w->grad + ch->t0 * H),
-                                  y->gate_host + ch->t0 * K, ch->y_host, cptr(ds, dy), w->cap,
-                                  w->dgate_host + ch->t0 * K, H, moecclFloat32, st);
+  void* (*at)(const dist_t*, const void*) = queued ? qptr : cptr;
+  return moecclMoeCombineBackward(ch->plan, at(ds, w->grad + ch->t0 * H),
+                                  y->gate_host + ch->t0 * K, at(ds, ch->y_rows), at(ds, dy),
+                                  w->cap, at(ds, w->dgate + ch->t0 * K), H, moecclFloat32, st);
 }
 
 /* The backward's chunks on a device, as fwd_chunks_events: X the combine's
@@ -413,12 +406,12 @@ static int bwd_chunks_events(const moe_backend_ops_t* be, const moe_config_t* c,
   for (int k = 0; k < C; k++) {
     dchunk_t* ch = &y->chunk[k];
     if (k == 0) {
-      CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, ch, DY(ch, 0), st));
+      CK(ds, ds->ep, combine_bwd(c, ds, w, y, ch, DY(ch, 0), st, 1));
       compute_after_comm(be);
     }
     if (k + 1 < C) {
       dchunk_t* nx = &y->chunk[k + 1];
-      CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, nx, DY(nx, k + 1), st));
+      CK(ds, ds->ep, combine_bwd(c, ds, w, y, nx, DY(nx, k + 1), st, 1));
       be->event_record(EV_IN, 1);
     }
     float *da = ch->da ? ch->da : w->da, *db = ch->db ? ch->db : w->db;
@@ -431,8 +424,7 @@ static int bwd_chunks_events(const moe_backend_ops_t* be, const moe_config_t* c,
     if (k + 1 < C) be->event_wait(EV_IN, 0);
   }
 #undef DY
-  compute_after_comm(be); /* the residual reads the tokens' gradients */
-  be->sync(); /* the combine's backward wrote the gate gradients on the host */
+  compute_after_comm(be); /* the residual and the router read what they wrote */
   return 0;
 }
 
@@ -451,7 +443,6 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
      * dispatch-backward (a combine) are on the wire; the row gradients
      * alternate between two buffers (or, split_w, stay in the chunk's own
      * for the weight half). */
-    size_t K = c->topk;
     int C = w->chunks;
     moecclStream_t st = C > 1 ? ds->stream : NULL;
     if (C > 1 && dist_events(ds)) { /* one span: its exchanges are not told apart */
@@ -460,7 +451,7 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
     }
 #define DY(ch, k) ((ch)->dy ? (ch)->dy : w->dy_rows[(k) % 2])
     dchunk_t* ch0 = &y->chunk[0];
-    BEXCH(tm, CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, ch0, DY(ch0, 0), st)));
+    BEXCH(tm, CK(ds, ds->ep, combine_bwd(c, ds, w, y, ch0, DY(ch0, 0), st, 0)));
     if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
     for (int k = 0; k < C; k++) {
       dchunk_t* ch = &y->chunk[k];
@@ -472,7 +463,7 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
       }
       if (k + 1 < C) {
         dchunk_t* nx = &y->chunk[k + 1];
-        CK(ds, ds->ep, combine_bwd(be, c, ds, w, y, nx, DY(nx, k + 1), st));
+        CK(ds, ds->ep, combine_bwd(c, ds, w, y, nx, DY(nx, k + 1), st, 0));
       }
       float *da = ch->da ? ch->da : w->da, *db = ch->db ? ch->db : w->db;
       experts_bwd_in(be, c, ds, l, wl, ch, DY(ch, k), w->dx_rows[k % 2], da, db, w->dh);
@@ -487,7 +478,6 @@ int piece_backward(const moe_backend_ops_t* be, const moe_config_t* c, const dis
                                            st)));
     if (st) BEXCH(tm, CK(ds, ds->ep, moecclHostStreamSynchronize(st)));
   residual:
-    up(be, w->dgate, w->dgate_host, n * K * sizeof(float));
     be->add(n * H, w->grad, w->tok, w->grad_next); /* residual */
     float* dlogits = y->dlogits ? y->dlogits : w->dlogits;
     moe_router_backward_input(be, &cm, wl->wg, (int)n, y->probs, y->expert, y->gate, w->dgate,
@@ -573,7 +563,7 @@ int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
   {
     dlayer_t* y = &wb->layer[bl - wb->l0];
     dchunk_t* ch = &y->chunk[0];
-    CK(ds, ds->ep, combine_bwd(be, c, ds, wb, y, ch, ch->dy ? ch->dy : wb->dy_rows[0], st));
+    CK(ds, ds->ep, combine_bwd(c, ds, wb, y, ch, ch->dy ? ch->dy : wb->dy_rows[0], st, 0));
   }
   if (fused_router(be, c, ds, p, wf, 0, st, tm)) return -1;
   WAIT(tm, bexch);
@@ -608,7 +598,6 @@ int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
     size_t nb = wb->n;
     be->add(nb * H, wb->grad, wb->tok, wb->grad_next);
     float* dlogits = yb->dlogits ? yb->dlogits : wb->dlogits;
-    up(be, wb->dgate, wb->dgate_host, nb * c->topk * sizeof(float));
     moe_router_backward_input(be, &cb, wl->wg, (int)nb, yb->probs, yb->expert, yb->gate,
                               wb->dgate, yb->stats_host, dlogits, wb->grad_next);
     if (!wb->split_w)
@@ -622,7 +611,7 @@ int pieces_fused(const moe_backend_ops_t* be, const moe_config_t* c, const dist_
     if (k + 1 < nl) {
       dlayer_t* yn = &wb->layer[bl - 1 - wb->l0];
       dchunk_t* cn = &yn->chunk[0];
-      CK(ds, ds->ep, combine_bwd(be, c, ds, wb, yn, cn, cn->dy ? cn->dy : wb->dy_rows[0], st));
+      CK(ds, ds->ep, combine_bwd(c, ds, wb, yn, cn, cn->dy ? cn->dy : wb->dy_rows[0], st, 0));
     }
     t0 = train_now();
     float* out = act_of(wf, H, k + 1);

@@ -26,8 +26,6 @@ typedef struct dchunk {
   float *a, *b, *h;       /* [cap][F] */
   float *dy, *da, *db;    /* split_w: the row gradients the weight half needs
                              ([cap][H], [cap][F], [cap][F]); NULL otherwise */
-  float* y_host;          /* y_rows as moecclMoeCombineBackward reads them: a host
-                             mirror on a device, y_rows itself on the host */
   int plan_layer, plan_ver; /* with a placement: the layer and version the plan has */
 } dchunk_t;
 
@@ -62,7 +60,6 @@ typedef struct dws {
   float *grad, *grad_next, *tok; /* [rows_cap][H]; grad: dL/d the output on
                                     entry to the backward, dL/d the input after */
   float *dgate, *dlogits;        /* [n][K], [n][E] */
-  float* dgate_host;             /* dgate as moecclMoeCombineBackward writes it (host) */
   const moe_backend_ops_t* mem;  /* whose memory the buffers are (NULL: the host's) */
   int device;                    /* mirrors apart from their buffers */
   float *dy_rows[2], *dx_rows[2]; /* [cap][H]; two with chunks, alternating */
