@@ -184,11 +184,12 @@ class Combine(torch.autograd.Function):
             raise ArgumentError("gate weights must be float32 [%d, %d], not %s %s"
                                 % (T, plan.topk, weights.dtype, tuple(weights.shape)))
         H = rows.shape[1]
-        # the library reads the gate weights on the host, whatever the rows
-        rows, w = rows.contiguous(), weights.detach().to("cpu").contiguous()
+        # the gate weights where the rows are (the library copies host
+        # weights at the call; device weights stay on the stream)
+        rows, w = rows.contiguous(), weights.detach().to(rows.device).contiguous()
         out = torch.empty((max(T, 1), H), dtype=rows.dtype, device=rows.device)
         rs = _rows(rows, R, H, rows)
-        ws = w if T else torch.zeros((1, plan.topk), dtype=torch.float32)
+        ws = w if T else torch.zeros((1, plan.topk), dtype=torch.float32, device=rows.device)
         _lib.call("moecclMoeCombine", plan._h(), rs.data_ptr(), max(R, 1),
                   ctypes.cast(ws.data_ptr(), _lib.c_float_p), out.data_ptr(), H,
                   int(to_datatype(rows.dtype)), _stream(plan, rs, out), comm=plan.comm.handle)
@@ -203,12 +204,13 @@ class Combine(torch.autograd.Function):
         R, T, H = plan.num_rows, plan.num_tokens, rows.shape[1]
         g = grad_out.contiguous().to(rows.dtype)
         grad_rows = torch.empty((max(R, 1), H), dtype=rows.dtype, device=rows.device)
-        # weights, their gradient and the forward's rows are read and
-        # written on the host (moecclMoe(3))
-        grad_w = torch.empty((max(T, 1), plan.topk), dtype=torch.float32)
+        # the weights, their gradient and the forward's rows where the rows
+        # are: on a device the dot products run there, on the stream
+        # (moecclMoe(3))
+        grad_w = torch.empty((max(T, 1), plan.topk), dtype=torch.float32, device=rows.device)
         gs = _rows(g, T, H, g)
-        ws = w if T else torch.zeros((1, plan.topk), dtype=torch.float32)
-        rs = _rows(rows, R, H, rows).to("cpu")
+        ws = w if T else torch.zeros((1, plan.topk), dtype=torch.float32, device=rows.device)
+        rs = _rows(rows, R, H, rows)
         _lib.call("moecclMoeCombineBackward", plan._h(), gs.data_ptr(),
                   ctypes.cast(ws.data_ptr(), _lib.c_float_p), rs.data_ptr(),
                   grad_rows.data_ptr(), max(R, 1),
