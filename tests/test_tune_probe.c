@@ -15,6 +15,8 @@
  *             are measured, the same on every rank, and rank 0 logs where
  *             they came from; a split communicator keeps its parent's
  *   none      MOECCL_TUNE_PROBE=none: the defaults, logged as such
+ *   nodevice  MOECCL_DEVICE=none: the copy rate measured, the device
+ *             costs the defaults (no rank reaches a peer through a device)
  *   file      a tune file's copy and device lines win over the probes
  *   differ    ranks with different MOECCL_TUNE_PROBE all fail creation
  * Then the time a creation takes on 2 ranks, probes on and off (printed,
@@ -180,6 +182,15 @@ static int body_none(moecclComm_t comm, int rank, int n, void* arg) {
   return same_everywhere(comm, rank, n, k);
 }
 
+static int body_nodevice(moecclComm_t comm, int rank, int n, void* arg) {
+  (void)arg;
+  costs_t k = costs_of(comm);
+  MP_CHECK(k.hbm == MOECCL_DEV_DEFAULT_HBM_GBPS && k.copy_us == MOECCL_DEV_DEFAULT_COPY_US &&
+               k.launch_us == MOECCL_DEV_DEFAULT_LAUNCH_US,
+           "device defaults: %g %g %g", k.hbm, k.copy_us, k.launch_us);
+  return same_everywhere(comm, rank, n, k);
+}
+
 static int body_file(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   costs_t k = costs_of(comm);
@@ -288,6 +299,10 @@ int main(int argc, char** argv) {
   overall = mp_fold(overall, run_logged("none", body_none, "(default, not measured)",
                                         "(H200-class defaults, not measured)"));
   setenv("MOECCL_TUNE_PROBE", "all", 1);
+  setenv("MOECCL_DEVICE", "none", 1);
+  overall = mp_fold(overall, run_logged("nodevice", body_nodevice, "(measured at creation",
+                                        "(H200-class defaults, not measured)"));
+  setenv("MOECCL_DEVICE", "emu", 1);
   char tune[] = "/tmp/test_tune_probe.XXXXXX";
   int fd = mkstemp(tune);
   const char* text = "copy overhead_us=0.1 bw_GBps=3.5\ndevice hbm_GBps=2000\n";

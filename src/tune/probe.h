@@ -12,7 +12,8 @@
  * that has a core: the tuner's machine floor shares the cores), and the
  * communicator takes its slowest machine's.
  *
- * Device: with a device backend (CUDA, or the emulation), each process
+ * Device: with a device backend (CUDA, or the emulation) that reaches a
+ * peer (the tuner asks only such ranks: their context exists), each process
  * measures once per device a copy's latency (queued small copies), a
  * kernel launch's (queued empty launches of the library's row kernel) and
  * HBM (device-to-device copies large enough to hide the latency); the

@@ -280,12 +280,23 @@ static void probes_init(moeccl_comm_t* c) {
   c->tuner->probe_device = on && !c->topo->dev.given && (all || !strcasecmp(p, "device"));
 }
 
+/* Whether calls on device buffers may run here: some peer is reached by
+ * a device (stream) transport, whose setup already made this rank's
+ * device context current (it registered host memory with the device).  A
+ * rank without one measures no device, so that a program on host memory
+ * on a GPU machine gets no context on a device it never uses. */
+static int uses_device(const moeccl_comm_t* c) {
+  for (int p = 0; c->peer_stream_transport && p < c->nranks; p++)
+    if (c->peer_stream_transport[p] != 0xff) return 1;
+  return 0;
+}
+
 /* The probes, right after the first round (entered_ns: when each rank
  * entered it), so that the ranks of a machine copy at once. */
 static void probes_run(moeccl_comm_t* c, const int64_t* entered_ns, moeccl_probe_t* mine) {
   memset(mine, 0, sizeof(*mine));
   if (c->tuner->probe_host) moeccl_probe_host(moeccl_probe_host_start(c, entered_ns), mine);
-  if (c->tuner->probe_device) moeccl_probe_device(mine);
+  if (c->tuner->probe_device && uses_device(c)) moeccl_probe_device(mine);
   TRACE(ALGO,
         "rank %d: probes: host %.0f bytes copied in %.3g ms of the window; device HBM %.4g GB/s, "
         "copy %.3g us, launch %.3g us",
