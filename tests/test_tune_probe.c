@@ -167,8 +167,8 @@ static int body_measured(moecclComm_t comm, int rank, int n, void* arg) {
   moecclComm_t sub = NULL;
   MP_OK_COMM(comm, moecclCommSplit(comm, rank % 2, rank, &sub, NULL));
   costs_t s = costs_of(sub);
-  MP_CHECK(memcmp(&s, &k, sizeof(s)) == 0, "rank %d: split's costs %g %g differ from %g %g",
-           rank, s.copy, s.hbm, k.copy, k.hbm);
+  MP_CHECK(memcmp(&s, &k, sizeof(s)) == 0, "rank %d: split's costs %g %g differ from %g %g", rank,
+           s.copy, s.hbm, k.copy, k.hbm);
   MP_OK_COMM(sub, moecclCommDestroy(sub));
   return 0;
 }
@@ -177,7 +177,8 @@ static int body_none(moecclComm_t comm, int rank, int n, void* arg) {
   (void)arg;
   costs_t k = costs_of(comm);
   MP_CHECK(k.copy == 20.0 && k.hbm == MOECCL_DEV_DEFAULT_HBM_GBPS &&
-               k.copy_us == MOECCL_DEV_DEFAULT_COPY_US && k.launch_us == MOECCL_DEV_DEFAULT_LAUNCH_US,
+               k.copy_us == MOECCL_DEV_DEFAULT_COPY_US &&
+               k.launch_us == MOECCL_DEV_DEFAULT_LAUNCH_US,
            "defaults: %g %g %g %g", k.copy, k.hbm, k.copy_us, k.launch_us);
   return same_everywhere(comm, rank, n, k);
 }

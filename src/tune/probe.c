@@ -11,9 +11,9 @@
 #include "kernels/devmath.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,7 +25,7 @@
  * blocks copied during a run there did (2.3 GB/s in all).  Kept for the
  * process's life (8 MiB), faulted in once. */
 #define HOST_BYTES (4u << 20)
-#define HOST_PIECE (32u << 10) /* a piece per clock reading: ~3 us at 12 GB/s */
+#define HOST_PIECE (32u << 10)  /* a piece per clock reading: ~3 us at 12 GB/s */
 #define MAX_AHEAD_NS 50000000LL /* a start further ahead: the clock is not shared */
 
 int64_t moeccl_probe_clock_ns(void) {
@@ -84,11 +84,11 @@ void moeccl_probe_host(int64_t start, moeccl_probe_t* out) {
 
 /* ---- device ------------------------------------------------------------ */
 
-#define DEV_SMALL 256          /* bytes of a latency copy */
-#define DEV_N 50               /* queued copies or launches per latency */
+#define DEV_SMALL 256 /* bytes of a latency copy */
+#define DEV_N 50      /* queued copies or launches per latency */
 #define DEV_MIN_BYTES (1u << 20)
 #define DEV_MAX_BYTES (256u << 20)
-#define DEV_LONG_US 50.0       /* an HBM copy this long hides the latency */
+#define DEV_LONG_US 50.0 /* an HBM copy this long hides the latency */
 #define DEV_MAX_CACHED 16
 
 typedef struct {

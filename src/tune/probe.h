@@ -33,10 +33,10 @@
 
 /* What one rank measured; gathered from every rank (zeros: nothing). */
 typedef struct {
-  double host_bytes;   /* bytes copied inside the window */
-  double host_ready_s; /* seconds of the window this rank was there for */
-  double dev_hbm_GBps; /* device memory read + write */
-  double dev_copy_us;  /* per queued copy */
+  double host_bytes;    /* bytes copied inside the window */
+  double host_ready_s;  /* seconds of the window this rank was there for */
+  double dev_hbm_GBps;  /* device memory read + write */
+  double dev_copy_us;   /* per queued copy */
   double dev_launch_us; /* per queued kernel launch; 0: no kernels */
 } moeccl_probe_t;
 

@@ -39,10 +39,10 @@
 #include "tune/probe.h"
 
 #include <sched.h>
-#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define CACHE_SLOTS 32
@@ -239,11 +239,10 @@ static void device_view_init(moeccl_comm_t* c) {
        "device buffers (%s): HBM %.4g GB/s (a copy %.4g GB/s), peer link %.4g GB/s per "
        "direction, copy-engine launch %.3g us, kernel launch %.3g us; the network classes "
        "as above",
-       d->given           ? "costs from the file"
-       : c->parent_topo   ? "the parent communicator's"
-                          : measured[c->tuner->dev_measured],
-       d->hbm_GBps,
-       d->hbm_GBps / 2.0, d->link_GBps, d->copy_us, d->launch_us);
+       d->given         ? "costs from the file"
+       : c->parent_topo ? "the parent communicator's"
+                        : measured[c->tuner->dev_measured],
+       d->hbm_GBps, d->hbm_GBps / 2.0, d->link_GBps, d->copy_us, d->launch_us);
 }
 
 /* Everything a price depends on besides the call: placement, groups,
