@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Source and destination of the host probe, each.  The calls' packing
  * copies move MiBs, from memory rather than cache; a probe within the
@@ -45,26 +46,31 @@ int64_t moeccl_probe_host_start(const moeccl_comm_t* c, const int64_t* entered_n
   return last + 200000LL + 25000LL * hops;
 }
 
-/* The probe's buffer, once per process (kept: reused by every creation). */
+/* The probe's buffer, once per process (kept: reused by every creation),
+ * written over once more in a child forked after it was made, so that
+ * no copy-on-write fault falls in the window. */
 static char* host_buf;
-static pthread_once_t host_once = PTHREAD_ONCE_INIT;
-static void host_alloc(void) {
-  char* b = malloc(2 * (size_t)HOST_BYTES);
-  if (b) memset(b, 1, 2 * (size_t)HOST_BYTES); /* fault it in outside the window */
-  host_buf = b;
+static pid_t host_pid;
+static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void moeccl_probe_host_prepare(void) {
+  pthread_mutex_lock(&buf_lock);
+  if (!host_buf) host_buf = malloc(2 * (size_t)HOST_BYTES);
+  if (host_buf && host_pid != getpid()) {
+    memset(host_buf, 1, 2 * (size_t)HOST_BYTES); /* faulted in outside the window */
+    host_pid = getpid();
+  }
+  pthread_mutex_unlock(&buf_lock);
 }
 
-void moeccl_probe_host_prepare(void) { pthread_once(&host_once, host_alloc); }
-
-void moeccl_probe_host(int64_t start, moeccl_probe_t* out) {
-  out->host_bytes = out->host_ready_s = 0.0;
-  moeccl_probe_host_prepare();
-  if (!host_buf) return;
+static void host_copy(int64_t start, moeccl_probe_t* out) {
   int64_t now = moeccl_probe_clock_ns();
-  if (start - now > MAX_AHEAD_NS) start = now;
+  /* A start far ahead (a clock that is not shared), or a window that
+   * ended before this rank came (a busy machine: the exchange before it
+   * took longer than the margin): a window of its own, from now. */
+  if (start - now > MAX_AHEAD_NS || now - start >= MOECCL_PROBE_WINDOW_NS) start = now;
   const int64_t end = start + MOECCL_PROBE_WINDOW_NS;
   int64_t ready = now > start ? now : start;
-  if (ready >= end) return; /* came after the window: counts for nothing */
   struct timespec ts = {(time_t)(start / 1000000000LL), (long)(start % 1000000000LL)};
   while (now < start && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
   }
@@ -80,6 +86,19 @@ void moeccl_probe_host(int64_t start, moeccl_probe_t* out) {
   }
   out->host_bytes = bytes;
   out->host_ready_s = (double)(end - ready) * 1e-9;
+}
+
+/* One probe at a time in a process (communicators created by several
+ * threads at once): the others measure nothing, rather than copy into the
+ * same bytes. */
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void moeccl_probe_host(int64_t start, moeccl_probe_t* out) {
+  out->host_bytes = out->host_ready_s = 0.0;
+  moeccl_probe_host_prepare();
+  if (!host_buf || pthread_mutex_trylock(&host_lock) != 0) return;
+  host_copy(start, out);
+  pthread_mutex_unlock(&host_lock);
 }
 
 /* ---- device ------------------------------------------------------------ */
@@ -142,7 +161,8 @@ static double launch_us(void* dst, const void* src) {
 static double hbm_GBps(double copy_us) {
   const moeccl_device_ops_t* d = moeccl_device();
   int dev = d->current();
-  for (size_t bytes = DEV_MIN_BYTES;; bytes *= 8) {
+  for (size_t bytes = DEV_MIN_BYTES;;
+       bytes = bytes * 8 < DEV_MAX_BYTES ? bytes * 8 : DEV_MAX_BYTES) {
     void *a = NULL, *b = NULL;
     if (d->alloc(&a, bytes, dev) != moecclSuccess) return 0.0;
     if (d->alloc(&b, bytes, dev) != moecclSuccess) return d->free(a), 0.0;

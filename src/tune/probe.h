@@ -54,8 +54,9 @@ int64_t moeccl_probe_host_start(const moeccl_comm_t* comm, const int64_t* entere
  * exchange that precedes the window, so that the window is all copying. */
 void moeccl_probe_host_prepare(void);
 /* Copies from start_ns to start_ns + MOECCL_PROBE_WINDOW_NS (sleeping
- * until then) and fills out's host fields.  A start far from now (a
- * clock that is not shared) starts now.  No memory: zeros. */
+ * until then) and fills out's host fields.  A start far ahead (a clock
+ * that is not shared) or a window already over (a busy machine) starts
+ * now.  No memory, or another thread of the process probing: zeros. */
 void moeccl_probe_host(int64_t start_ns, moeccl_probe_t* out);
 /* The device costs of this process's current device (measured once per
  * device, then the same), into out's dev fields; zeros where no device
