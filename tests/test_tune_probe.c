@@ -71,12 +71,21 @@ static void test_agree(void) {
    * the most; launch_us: A 2, B 3.5, C none. */
   CHECK_EXPR(d.hbm_GBps == 50 && d.copy_us == 3 && d.launch_us == 3.5, "dev %g %g %g", d.hbm_GBps,
              d.copy_us, d.launch_us);
-  /* A rank that came late counts for its part: A with rank 1 there for half
+  /* A rank that came during the window counts for its part: A with rank 1 there for half
    * the window: 15e6 bytes over 1.5 windows. */
   all[1].host_bytes = 5e6, all[1].host_ready_s = w / 2;
   all[2].host_bytes = all[3].host_bytes = all[4].host_bytes = 20e6;
   CHECK(moeccl_probe_agree(&c, all, &copy, &d) == moecclSuccess, "agree failed");
   CHECK_EXPR(fabs(copy - 10.0) < 1e-9, "copy %g", copy);
+  /* Late ranks (each in a window of its own) count only where no rank of
+   * their machine copied in the common one: then their median rate. */
+  all[2].host_late = all[3].host_late = 1; /* B: rank 4 on time alone */
+  all[2].host_bytes = 9e6, all[3].host_bytes = 1e6;
+  CHECK(moeccl_probe_agree(&c, all, &copy, &d) == moecclSuccess, "agree failed");
+  CHECK_EXPR(fabs(copy - 10.0) < 1e-9, "copy %g (B: 20 GB/s on time)", copy);
+  all[4].host_late = 1, all[4].host_bytes = 5e6; /* B all late: median of 9, 1, 5 GB/s */
+  CHECK(moeccl_probe_agree(&c, all, &copy, &d) == moecclSuccess, "agree failed");
+  CHECK_EXPR(fabs(copy - 5.0) < 1e-9, "copy %g (B: late median 5)", copy);
   /* Nothing measured anywhere: zeros. */
   memset(all, 0, sizeof(all));
   CHECK(moeccl_probe_agree(&c, all, &copy, &d) == moecclSuccess, "agree failed");
@@ -105,10 +114,11 @@ static void test_host(void) {
   moeccl_probe_host(t0 + 1000000, &p);
   took = (double)(moeccl_probe_clock_ns() - t0) * 1e-9;
   CHECK_EXPR(took >= 2 * w && p.host_ready_s == w, "took %g s, ready %g s", took, p.host_ready_s);
+  CHECK_EXPR(p.host_late == 0, "late %g", p.host_late);
   /* A window already over (a busy machine): one of its own, from now. */
   moeccl_probe_host(moeccl_probe_clock_ns() - 2 * MOECCL_PROBE_WINDOW_NS, &p);
-  CHECK_EXPR(p.host_bytes > 0 && p.host_ready_s == w, "%g bytes, %g s", p.host_bytes,
-             p.host_ready_s);
+  CHECK_EXPR(p.host_bytes > 0 && p.host_ready_s == w && p.host_late == 1, "%g bytes, %g s",
+             p.host_bytes, p.host_ready_s);
   /* A start an hour ahead (a clock that is not shared) starts now. */
   t0 = moeccl_probe_clock_ns();
   moeccl_probe_host(t0 + 3600LL * 1000000000LL, &p);

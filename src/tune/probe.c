@@ -41,9 +41,14 @@ int64_t moeccl_probe_host_start(const moeccl_comm_t* c, const int64_t* entered_n
   for (int r = 0; r < c->nranks; r++)
     if (c->peers[r].machine_hash == me && entered_ns[r] > last) last = entered_ns[r];
   /* The ring allgather ends on every rank within about a hop per rank
-   * after the last one entered. */
+   * after the last one entered; on a machine with more ranks than cores
+   * a hop may wait for a core. */
   int hops = c->nranks - 1 < 63 ? c->nranks - 1 : 63;
-  return last + 200000LL + 25000LL * hops;
+  int64_t margin = 200000LL + 25000LL * hops;
+  int cores = c->machine_cores > 0 ? c->machine_cores : 1;
+  if (c->nmachine > cores)
+    margin = margin * (c->nmachine < 4 * cores ? c->nmachine : 4 * cores) / cores;
+  return last + margin;
 }
 
 /* The probe's buffer, once per process (kept: reused by every creation),
@@ -68,7 +73,8 @@ static void host_copy(int64_t start, moeccl_probe_t* out) {
   /* A start far ahead (a clock that is not shared), or a window that
    * ended before this rank came (a busy machine: the exchange before it
    * took longer than the margin): a window of its own, from now. */
-  if (start - now > MAX_AHEAD_NS || now - start >= MOECCL_PROBE_WINDOW_NS) start = now;
+  if (now - start >= MOECCL_PROBE_WINDOW_NS) out->host_late = 1.0;
+  if (start - now > MAX_AHEAD_NS || out->host_late > 0) start = now;
   const int64_t end = start + MOECCL_PROBE_WINDOW_NS;
   int64_t ready = now > start ? now : start;
   struct timespec ts = {(time_t)(start / 1000000000LL), (long)(start % 1000000000LL)};
@@ -94,7 +100,7 @@ static void host_copy(int64_t start, moeccl_probe_t* out) {
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void moeccl_probe_host(int64_t start, moeccl_probe_t* out) {
-  out->host_bytes = out->host_ready_s = 0.0;
+  out->host_bytes = out->host_ready_s = out->host_late = 0.0;
   moeccl_probe_host_prepare();
   if (!host_buf || pthread_mutex_trylock(&host_lock) != 0) return;
   host_copy(start, out);
@@ -249,19 +255,36 @@ static double median(const moeccl_probe_t* all, const member_t* m, int n, size_t
   return k % 2 ? scratch[k / 2] : 0.5 * (scratch[k / 2 - 1] + scratch[k / 2]);
 }
 
-/* A machine's copy rate per rank that has a core (GB/s), 0 if none measured. */
+/* Median rate (GB/s) of the ranks that came late, each in a window of
+ * its own: what one rank gets, with whatever else ran then; 0 if none. */
+static double late_copy(const moeccl_probe_t* all, const member_t* m, int n, double* scratch) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    const moeccl_probe_t* p = &all[m[i].rank];
+    if (p->host_late > 0 && p->host_ready_s > 0 && p->host_bytes > 0)
+      scratch[k++] = p->host_bytes / p->host_ready_s / 1e9;
+  }
+  if (k == 0) return 0.0;
+  qsort(scratch, (size_t)k, sizeof(double), double_cmp);
+  return k % 2 ? scratch[k / 2] : 0.5 * (scratch[k / 2 - 1] + scratch[k / 2]);
+}
+
+/* A machine's copy rate per rank that has a core (GB/s), 0 if none
+ * measured: from the ranks that copied in the common window, else from
+ * the late ones. */
 static double machine_copy(const moeccl_comm_t* c, const moeccl_probe_t* all, const member_t* m,
-                           int n) {
+                           int n, double* scratch) {
   double bytes = 0.0, ready = 0.0;
   uint64_t mask[16] = {0};
   for (int i = 0; i < n; i++) {
-    bytes += all[m[i].rank].host_bytes, ready += all[m[i].rank].host_ready_s;
     for (int w = 0; w < 16; w++) mask[w] |= c->peers[m[i].rank].cpu_mask[w];
+    if (all[m[i].rank].host_late > 0) continue;
+    bytes += all[m[i].rank].host_bytes, ready += all[m[i].rank].host_ready_s;
   }
   int cores = 0;
   for (int w = 0; w < 16; w++) cores += __builtin_popcountll(mask[w]);
   double most = (double)(cores > 0 ? cores : 1) * (double)MOECCL_PROBE_WINDOW_NS * 1e-9;
-  if (ready <= 0 || bytes <= 0) return 0.0;
+  if (ready <= 0 || bytes <= 0) return late_copy(all, m, n, scratch);
   return bytes / (ready < most ? ready : most) / 1e9;
 }
 
@@ -292,7 +315,7 @@ moecclResult_t moeccl_probe_agree(const moeccl_comm_t* c, const moeccl_probe_t* 
     }
     const member_t* g = m + first;
     int k = last - first;
-    keep_worst(&copy, machine_copy(c, all, g, k), 0);
+    keep_worst(&copy, machine_copy(c, all, g, k, scratch), 0);
     keep_worst(&d.hbm_GBps, median(all, g, k, offsetof(moeccl_probe_t, dev_hbm_GBps), scratch), 0);
     keep_worst(&d.copy_us, median(all, g, k, offsetof(moeccl_probe_t, dev_copy_us), scratch), 1);
     keep_worst(&d.launch_us, median(all, g, k, offsetof(moeccl_probe_t, dev_launch_us), scratch),

@@ -38,6 +38,7 @@ typedef struct {
   double dev_hbm_GBps;  /* device memory read + write */
   double dev_copy_us;   /* per queued copy */
   double dev_launch_us; /* per queued kernel launch; 0: no kernels */
+  double host_late;     /* 1: came after the machine's window, copied in one of its own */
 } moeccl_probe_t;
 
 /* The window's length and the wait before it (see moeccl_probe_host). */
@@ -48,7 +49,9 @@ int64_t moeccl_probe_clock_ns(void);
 /* When the window of this rank's machine starts: after the latest of the
  * machine's ranks' entered_ns (each rank's clock as it entered the
  * exchange that precedes the probe), with a margin for that exchange to
- * finish everywhere.  Every rank of the machine gets the same. */
+ * finish everywhere (longer where the machine has more ranks than cores:
+ * each hop of the exchange may wait for a core).  Every rank of the
+ * machine gets the same. */
 int64_t moeccl_probe_host_start(const moeccl_comm_t* comm, const int64_t* entered_ns);
 /* Faults the host probe's buffer in (once per process), before the
  * exchange that precedes the window, so that the window is all copying. */
