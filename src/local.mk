@@ -31,7 +31,7 @@ libmoeccl_core_la_SOURCES = \
   src/algos/relay.c src/algos/relay.h src/algos/pipeline.c src/algos/pipeline.h \
   src/algos/moe_algos.h src/algos/moe_dispatch.c \
   src/tune/cost_model.c src/tune/cost_model.h src/tune/tuner.c src/tune/tuner.h src/tune/forced.c \
-  src/tune/pricing.c src/tune/pricing.h \
+  src/tune/pricing.c src/tune/pricing.h src/tune/probe.c src/tune/probe.h \
   src/plan/plan.c src/plan/plan.h \
   src/exec/executor.c src/exec/executor.h src/exec/executor_int.h src/exec/local.c \
   src/exec/consume.c src/exec/wait.c src/exec/lower.c src/exec/terms.c \

@@ -24,7 +24,8 @@ MP_TESTS = \
 	tests/mp_initfault \
 	tests/mp_strays \
 	tests/mp_device \
-	tests/test_tune_device
+	tests/test_tune_device \
+	tests/test_tune_probe
 
 check_PROGRAMS += $(MP_TESTS)
 TESTS += $(MP_TESTS)
@@ -57,3 +58,6 @@ tests_mp_device_LDADD = libmoeccl_core.la
 # test_tune_device: the tuner's device costs (file, view, prices, 2 ranks on the emulation).
 tests_test_tune_device_SOURCES = tests/test_tune_device.c tests/unit_check.h $(MP_HARNESS_SOURCES)
 tests_test_tune_device_LDADD = libmoeccl_core.la -lm
+# test_tune_probe: the costs measured at creation (probe.h; 3 ranks on the emulation).
+tests_test_tune_probe_SOURCES = tests/test_tune_probe.c tests/unit_check.h $(MP_HARNESS_SOURCES)
+tests_test_tune_probe_LDADD = libmoeccl_core.la -lm

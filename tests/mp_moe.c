@@ -684,7 +684,7 @@ static const mp_variant variants[] = {
     /* the tuner's choice between the paths, read from rank 0's ALGO log */
     {"moe-tuner",
      {"MP_MOE_TUNER=1", "MP_RANKS_PER_NODE=2", "MOECCL_DEBUG=INFO", "MOECCL_DEBUG_SUBSYS=ALGO",
-      "MOECCL_DEBUG_FILE=/tmp/mp_moe_tuner.%p.log"},
+      "MOECCL_DEBUG_FILE=/tmp/mp_moe_tuner.%p.log", "MOECCL_TUNE_PROBE=none"},
      "4"},
     {"moe-hier-no-shm",
      {"MOECCL_MOE_ALGO=hier", "MP_RANKS_PER_NODE=2", "MOECCL_SHM_DISABLE=1"},

@@ -480,6 +480,7 @@ static void test_good_file(void) {
   CHECK(!memcmp(&t.link[MOECCL_LINK_NODE], &d.link[MOECCL_LINK_NODE], sizeof(moeccl_link_t)),
         "class not given keeps the defaults");
   CHECK(t.copy_GBps == 16 && t.copy_overhead_us == d.copy_overhead_us, "copy line");
+  CHECK(t.copy_given == 1, "copy line: copy_given"); /* the tuner then measures no copies */
   CHECK(!strcmp(t.hw, "some host  with  spaces"), "hw '%s'", t.hw);
   CHECK(moeccl_topo_class(&t, 0, 2) == MOECCL_LINK_GLOBAL, "one node per group");
   moeccl_topo_free(&t);
@@ -492,7 +493,11 @@ static void test_tune_file(void) {
   moeccl_topo_t t, ref;
   moeccl_topo_regular_shape(&t, 4, 2, 2, 2);
   moeccl_topo_regular_shape(&ref, 4, 2, 2, 2);
+  CHECK(t.copy_given == 0, "built: copy_given %d", t.copy_given);
   path_of(path, sizeof(path), "tune.txt");
+  write_file(path, "link group bw_GBps=3.5\n");
+  CHECK(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclSuccess && !t.copy_given,
+        "tune without copy: copy_given %d (%s)", t.copy_given, err);
   write_file(path, "# measured\nlink group bw_GBps=3.5\n"
                    "link node overhead_us=0.125 latency_us=0.25\ncopy bw_GBps=12\n");
   CHECK(moeccl_topo_load_costs(&t, path, err, sizeof(err)) == moecclSuccess, "tune: %s", err);
@@ -505,7 +510,8 @@ static void test_tune_file(void) {
         "tune: node link");
   CHECK(!memcmp(&t.link[MOECCL_LINK_GLOBAL], &ref.link[MOECCL_LINK_GLOBAL], sizeof(moeccl_link_t)),
         "tune: global link untouched");
-  CHECK(t.copy_GBps == 12 && t.copy_overhead_us == ref.copy_overhead_us, "tune: copy");
+  CHECK(t.copy_GBps == 12 && t.copy_overhead_us == ref.copy_overhead_us && t.copy_given,
+        "tune: copy");
   /* A whole topology file as tune file: its costs apply, its placement does not. */
   moeccl_topo_t other;
   const int placement[3] = {0, 0, 1};

@@ -78,6 +78,8 @@
     "per-peer bytes at which the tuner prices alltoallv calls")                                    \
   X(TUNE_FILE, tune_file, STR, FAIL, EACH, "", 0, 0, NULL, check_cost_file,                        \
     "link and copy costs for the tuner's cost model, over the defaults")                           \
+  X(TUNE_PROBE, tune_probe, STR, FAIL, EACH, "all", 0, 0, "all|host|device|none", NULL,            \
+    "costs measured at communicator creation where no file gives them: all, host, device or none") \
   X(NET, net, STR, FAIL, EACH, "auto", 0, 0, "auto|ofi|ucx", NULL,                                 \
     "network transport between nodes: ofi, ucx or auto")                                           \
   X(PLUGIN_PATH, plugin_path, STR, WARN, EACH, "", 0, 0, NULL, check_plugin_path,                  \

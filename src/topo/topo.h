@@ -81,6 +81,7 @@ typedef struct moeccl_topo {
   moeccl_link_t link[MOECCL_LINK_NCLASSES];
   double copy_overhead_us; /* per local copy op (packing) */
   double copy_GBps;        /* local copy bandwidth of one rank */
+  int copy_given;          /* 1: a file's 'copy' line set them (the tuner then measures none) */
   char source[128];        /* "discovered" or "file <path>", for logs */
   char hw[512];            /* one-line summary of this node's hardware (hwloc), or "" */
   moeccl_topo_device_t dev; /* device memory's costs */

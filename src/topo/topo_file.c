@@ -38,6 +38,7 @@ typedef struct {
   int* other; /* load_for: the size a file of another size declares */
   moeccl_link_t link[MOECCL_LINK_NCLASSES];
   double copy_overhead_us, copy_GBps;
+  int copy_given; /* a copy line was read */
   moeccl_topo_device_t dev;
   char hw[sizeof(((moeccl_topo_t*)0)->hw)];
   int hw_line;
@@ -186,6 +187,7 @@ static moecclResult_t parse_copy(parse_t* p, char** w, int nw) {
   if (res != moecclSuccess) return res;
   p->copy_overhead_us = l.overhead_us;
   p->copy_GBps = l.bw_GBps;
+  p->copy_given = 1;
   return moecclSuccess;
 }
 
@@ -453,6 +455,7 @@ static moecclResult_t load(moeccl_topo_t* t, const char* path, const char* text,
     memcpy(t->link, p.link, sizeof(t->link));
     t->copy_overhead_us = p.copy_overhead_us;
     t->copy_GBps = p.copy_GBps;
+    t->copy_given = p.copy_given;
     t->dev = p.dev;
     memcpy(t->hw, p.hw, sizeof(t->hw));
     snprintf(t->source, sizeof(t->source), "file %s", path);
@@ -496,6 +499,7 @@ static moecclResult_t load_costs(moeccl_topo_t* t, const char* path, const char*
   memcpy(t->link, p.link, sizeof(t->link));
   t->copy_overhead_us = p.copy_overhead_us;
   t->copy_GBps = p.copy_GBps;
+  t->copy_given |= p.copy_given;
   t->dev = p.dev;
   return moecclSuccess;
 }

@@ -19,9 +19,15 @@
  *
  * Device memory: a call whose buffers are device memory is priced on a
  * view of the topology with the device costs (HBM, peer link, copy-engine
- * and kernel launch: the tune file's 'device' line, or H200-class
+ * and kernel launch: the tune file's 'device' line, else measured at
+ * creation where a device backend sees a device (probe.h), else H200-class
  * defaults; moeccl_topo_device_view), cached apart from host calls; the
  * device costs are part of the init check.
+ *
+ * Measured costs (probe.h, MOECCL_TUNE_PROBE): the host copy rate and the
+ * device's costs are measured between the two rounds of the init check,
+ * where no file gives them, and every rank takes the values agreed from
+ * the second round's table.
  */
 #include "tune/tuner.h"
 #include "comm/bootstrap.h"
@@ -30,11 +36,13 @@
 #include "transport/transport.h"
 #include "tune/cost_model.h"
 #include "tune/pricing.h"
+#include "tune/probe.h"
 
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define CACHE_SLOTS 32
@@ -84,6 +92,10 @@ struct moeccl_tuner {
   int moe_chunks_param;   /* MOECCL_MOE_CHUNKS (0: priced per call) */
   /* comm->topo as calls on device buffers are priced (device_view). */
   moeccl_topo_t dev_topo;
+  /* The cost probes this creation runs (probe.h; the same on every rank)
+   * and what they gave. */
+  int probe_host, probe_device;
+  int copy_measured, dev_measured; /* 1: the agreed measurement replaced the cost */
 };
 
 #define MAX_MACHINE_PRICED 64 /* ranks priced one by one for the machine bound */
@@ -217,12 +229,20 @@ static void device_view_init(moeccl_comm_t* c) {
   moeccl_topo_device_view(c->topo, &c->tuner->dev_topo);
   const moeccl_topo_device_t* d = &c->topo->dev;
   if (c->rank != 0) return;
+  static const char* const measured[3] = {
+      "H200-class defaults, not measured",
+      "measured at creation: HBM and copy-engine launch; the peer link and kernel launch are "
+      "H200-class defaults",
+      "measured at creation: HBM, copy-engine and kernel launch; the peer link is an H200-class "
+      "default"};
   INFO(ALGO,
        "device buffers (%s): HBM %.4g GB/s (a copy %.4g GB/s), peer link %.4g GB/s per "
        "direction, copy-engine launch %.3g us, kernel launch %.3g us; the network classes "
        "as above",
-       d->given ? "costs from the file" : "H200-class defaults, not measured", d->hbm_GBps,
-       d->hbm_GBps / 2.0, d->link_GBps, d->copy_us, d->launch_us);
+       d->given         ? "costs from the file"
+       : c->parent_topo ? "the parent communicator's"
+                        : measured[c->tuner->dev_measured],
+       d->hbm_GBps, d->hbm_GBps / 2.0, d->link_GBps, d->copy_us, d->launch_us);
 }
 
 /* Everything a price depends on besides the call: placement, groups,
@@ -240,7 +260,76 @@ static uint64_t pricing_hash(const moeccl_comm_t* c) {
   h = fnv(h, f->coll, sizeof(f->coll));
   h = fnv(h, &f->moe, sizeof(f->moe));
   h = device_hash(h, &t->dev);
+  /* Whether costs are measured: the ranks must take the agreed values alike. */
+  const int probes[2] = {c->tuner->probe_host, c->tuner->probe_device};
+  h = fnv(h, probes, sizeof(probes));
   return fnv(h, &c->tuner->v_bytes, sizeof(c->tuner->v_bytes));
+}
+
+/* Which cost probes this creation runs (probe.h): MOECCL_TUNE_PROBE's, but
+ * none of a cost a file gives, none for a split communicator (it inherits
+ * its parent's costs) or a single rank (nothing to choose).  Every rank
+ * decides alike (pricing_hash checks the outcome), whatever devices it
+ * sees: a rank without one measures nothing and takes the agreed costs. */
+static void probes_init(moeccl_comm_t* c) {
+  const char* p = moeccl_param_tune_probe();
+  int all = !p || !*p || !strcasecmp(p, "all");
+  int on = c->nranks > 1 && !c->parent_topo;
+  c->tuner->probe_host = on && !c->topo->copy_given && (all || !strcasecmp(p, "host"));
+  c->tuner->probe_device = on && !c->topo->dev.given && (all || !strcasecmp(p, "device"));
+}
+
+/* Whether calls on device buffers may run here: some peer is reached by
+ * a device (stream) transport, whose setup already made this rank's
+ * device context current (it registered host memory with the device).  A
+ * rank without one measures no device, so that a program on host memory
+ * on a GPU machine gets no context on a device it never uses. */
+static int uses_device(const moeccl_comm_t* c) {
+  for (int p = 0; c->peer_stream_transport && p < c->nranks; p++)
+    if (c->peer_stream_transport[p] != 0xff) return 1;
+  return 0;
+}
+
+/* The probes, right after the first round (entered_ns: when each rank
+ * entered it), so that the ranks of a machine copy at once. */
+static void probes_run(moeccl_comm_t* c, const int64_t* entered_ns, moeccl_probe_t* mine) {
+  memset(mine, 0, sizeof(*mine));
+  if (c->tuner->probe_host) moeccl_probe_host(moeccl_probe_host_start(c, entered_ns), mine);
+  if (c->tuner->probe_device && uses_device(c)) moeccl_probe_device(mine);
+  TRACE(ALGO,
+        "rank %d: probes: host %.0f bytes copied in %.3g ms of the window; device HBM %.4g GB/s, "
+        "copy %.3g us, launch %.3g us",
+        c->rank, mine->host_bytes, mine->host_ready_s * 1e3, mine->dev_hbm_GBps, mine->dev_copy_us,
+        mine->dev_launch_us);
+}
+
+/* The agreed measurements (the same on every rank) in place of the
+ * defaults; a cost nobody measured keeps its value. */
+static moecclResult_t probes_apply(moeccl_comm_t* c, const moeccl_probe_t* all) {
+  struct moeccl_tuner* tu = c->tuner;
+  if (!tu->probe_host && !tu->probe_device) return moecclSuccess;
+  double copy = 0.0;
+  moeccl_probe_dev_t d = {0};
+  if (moeccl_probe_agree(c, all, &copy, &d) != moecclSuccess)
+    return moeccl_error(c, moecclSystemError, "out of memory");
+  moeccl_topo_t* t = c->topo;
+  if (tu->probe_host && copy > 0) t->copy_GBps = copy, tu->copy_measured = 1;
+  if (tu->probe_device && d.hbm_GBps > 0 && d.copy_us > 0) {
+    t->dev.hbm_GBps = d.hbm_GBps, t->dev.copy_us = d.copy_us;
+    if (d.launch_us > 0) t->dev.launch_us = d.launch_us;
+    tu->dev_measured = d.launch_us > 0 ? 2 : 1;
+  }
+  return moecclSuccess;
+}
+
+/* Where the copy costs come from, for the log. */
+static const char* copy_source(const moeccl_comm_t* c) {
+  if (c->tuner->copy_measured)
+    return "measured at creation by every rank of a machine at once; the slowest machine's";
+  if (c->topo->copy_given) return "from the file";
+  if (c->parent_topo) return "the parent communicator's";
+  if (c->tuner->probe_host) return "default: the probe measured nothing";
+  return "default, not measured";
 }
 
 moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
@@ -260,15 +349,22 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
   if (c->a2a_window < 0) c->a2a_window = 0;
   int costs_given = 0;
   moecclResult_t built = build_topo(c, &costs_given);
+  probes_init(c);
+  if (c->tuner->probe_host) moeccl_probe_host_prepare();
 
   /* First round: whether every rank built a topology, rails per rank
-   * (cores came with the peer table). */
+   * (cores came with the peer table), and when it entered (the host
+   * probe's window starts after the last rank of each machine did). */
   struct {
     int32_t ok, rails;
+    int64_t entered_ns;
   }* all = calloc((size_t)c->nranks, sizeof(*all));
-  if (!all) return moeccl_error(c, moecclSystemError, "out of memory");
+  int64_t* entered = calloc((size_t)c->nranks, sizeof(int64_t));
+  if (!all || !entered)
+    return free(all), free(entered), moeccl_error(c, moecclSystemError, "out of memory");
   all[c->rank].ok = built == moecclSuccess;
   all[c->rank].rails = built == moecclSuccess ? c->topo->nrails : 0;
+  all[c->rank].entered_ns = moeccl_probe_clock_ns();
   moecclResult_t rc = moeccl_bootstrap_allgather(c->boot, all, sizeof(*all));
   int failed = -1;
   for (int r = 0; rc == moecclSuccess && r < c->nranks; r++) {
@@ -277,7 +373,18 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     if (all[r].ok && all[r].rails < c->topo->nrails) c->topo->nrails = all[r].rails;
   }
   if (rc == moecclSuccess && failed < 0) rc = machines_init(c);
+  for (int r = 0; r < c->nranks; r++) entered[r] = all[r].entered_ns;
   free(all);
+  /* Second round's entries: the pricing hash and what the probes found. */
+  struct {
+    uint64_t hash;
+    moeccl_probe_t probe;
+  }* round2 = calloc((size_t)c->nranks, sizeof(*round2));
+  if (!round2) rc = moeccl_error(c, moecclSystemError, "out of memory");
+  if (rc == moecclSuccess && failed < 0 && built == moecclSuccess)
+    probes_run(c, entered, &round2[c->rank].probe);
+  free(entered);
+  if (rc != moecclSuccess || failed >= 0 || built != moecclSuccess) free(round2);
   if (built != moecclSuccess) return built; /* its text is set */
   MOECCL_CHECK(rc);
   if (failed >= 0)
@@ -290,17 +397,20 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
    * differ and a call would hang: same placement, groups, rails, costs,
    * window and alltoallv block size.  0: this rank has no costs (a
    * transport did not answer), and every rank stops. */
-  uint64_t* hashes = calloc((size_t)c->nranks, sizeof(uint64_t));
-  if (!hashes) return moeccl_error(c, moecclSystemError, "out of memory");
-  hashes[c->rank] = costs == moecclSuccess ? pricing_hash(c) : 0;
-  rc = moeccl_bootstrap_allgather(c->boot, hashes, sizeof(uint64_t));
+  round2[c->rank].hash = costs == moecclSuccess ? pricing_hash(c) : 0;
+  rc = moeccl_bootstrap_allgather(c->boot, round2, sizeof(*round2));
   int differs = -1, unpriced = -1;
   for (int r = 0; rc == moecclSuccess && r < c->nranks; r++) {
-    if (hashes[r] == 0 && unpriced < 0) unpriced = r;
-    if (hashes[r] != hashes[0] && differs < 0) differs = r;
+    if (round2[r].hash == 0 && unpriced < 0) unpriced = r;
+    if (round2[r].hash != round2[0].hash && differs < 0) differs = r;
   }
-  free(hashes);
+  moeccl_probe_t* probes = malloc(sizeof(moeccl_probe_t) * (size_t)c->nranks);
+  for (int r = 0; probes && r < c->nranks; r++) probes[r] = round2[r].probe;
+  free(round2);
+  if (rc == moecclSuccess && !probes) rc = moeccl_error(c, moecclSystemError, "out of memory");
+  if (rc != moecclSuccess) free(probes);
   MOECCL_CHECK(rc);
+  if (costs != moecclSuccess || unpriced >= 0 || differs >= 0) free(probes);
   if (costs != moecclSuccess)
     return moeccl_error(c, costs, "tuner: a transport did not report its link costs");
   if (unpriced >= 0)
@@ -313,10 +423,13 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
         c, moecclInvalidUsage,
         "rank %d and rank 0 would price algorithms differently: MOECCL_TOPO_FILE, "
         "MOECCL_TOPO_GROUP_SIZE, MOECCL_TUNE_FILE (its device line too), MOECCL_TUNE_V_BYTES, "
-        "MOECCL_A2A_WINDOW, MOECCL_A2A_CHUNKS, the transports' settings (MOECCL_NET, "
-        "MOECCL_NET_EAGER_SIZE, MOECCL_SHM_EAGER_SIZE, MOECCL_SHM_DISABLE), MOECCL_ALGO, "
-        "MOECCL_<COLL>_ALGO and MOECCL_MOE_ALGO must be the same on every rank",
+        "MOECCL_A2A_WINDOW, MOECCL_A2A_CHUNKS, MOECCL_TUNE_PROBE, the transports' settings "
+        "(MOECCL_NET, MOECCL_NET_EAGER_SIZE, MOECCL_SHM_EAGER_SIZE, MOECCL_SHM_DISABLE), "
+        "MOECCL_ALGO, MOECCL_<COLL>_ALGO and MOECCL_MOE_ALGO must be the same on every rank",
         differs);
+  rc = probes_apply(c, probes);
+  free(probes);
+  MOECCL_CHECK(rc);
   const moeccl_topo_t* t = c->topo;
   if (c->rank == 0) {
     INFO(ALGO, "topology (%s): %d ranks, %d nodes (%d ranks each%s), %d groups, %d rails; %s",
@@ -326,6 +439,8 @@ moecclResult_t moeccl_tuner_init(moeccl_comm_t* c) {
     for (int k = MOECCL_LINK_NODE; k < MOECCL_LINK_NCLASSES; k++)
       INFO(ALGO, "link %s: latency %.2f us, overhead %.2f us, %.3g GB/s per rank", names[k],
            t->link[k].latency_us, t->link[k].overhead_us, t->link[k].bw_GBps);
+    INFO(ALGO, "copies: %.2f us per copy, %.3g GB/s per rank (%s)", t->copy_overhead_us,
+         t->copy_GBps, copy_source(c));
     if (loopback_network(c) && !costs_given)
       INFO(ALGO,
            "the %d nodes share one machine: the network is priced as loopback, at 1/%.0f "
