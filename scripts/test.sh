@@ -26,6 +26,9 @@ asan_env=(
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp"
   MP_DEADLINE_SCALE=3
+  # test_coll_sched up to 300 ranks (the plain build checks up to 1,024;
+  # the larger counts were a minute of this stage)
+  COLL_SCHED_MAX_RANKS=300
 )
 stage_errors=()
 
