@@ -288,6 +288,50 @@ static int fwd_chunks_events(const moe_backend_ops_t* be, const moe_config_t* c,
   return 0;
 }
 
+/* The chunks on the host stream (--chunks > 1; the NULL stream with one
+ * chunk): chunk k's experts between chunk k+1's dispatch and chunk k-1's
+ * combine, the stream's order D0 D1 C0 D2 C1 ... the same on every rank;
+ * t1: when the layouts began (charged to dispatch). */
+static int fwd_chunks_host(const moe_backend_ops_t* be, const moe_config_t* c, const dist_t* ds,
+                           dws_t* w, dlayer_t* y, int l, const moe_layer_params_t* wl,
+                           const float* xin, double t1, step_timing_t* tm) {
+  size_t H = c->hidden, K = c->topk;
+  moecclStream_t st = w->chunks > 1 ? ds->stream : NULL;
+  dchunk_t* ch0 = &y->chunk[0];
+  CK(ds, ds->ep, moecclMoeDispatch(ch0->plan, cptr(ds, xin + ch0->t0 * H), cptr(ds, ch0->x_rows),
+                                   w->cap, H, moecclFloat32, st));
+  if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+  tm->dispatch += train_now() - t1;
+  for (int k = 0; k < w->chunks; k++) {
+    dchunk_t* ch = &y->chunk[k];
+    double t2 = train_now();
+    if (k > 0) {
+      dchunk_t* pr = &y->chunk[k - 1];
+      CK(ds, ds->ep, moecclMoeCombine(pr->plan, cptr(ds, pr->y_rows), w->cap,
+                                      y->gate_host + pr->t0 * K, cptr(ds, w->tok + pr->t0 * H),
+                                      H, moecclFloat32, st));
+    }
+    if (k + 1 < w->chunks) {
+      dchunk_t* nx = &y->chunk[k + 1];
+      CK(ds, ds->ep, moecclMoeDispatch(nx->plan, cptr(ds, xin + nx->t0 * H),
+                                       cptr(ds, nx->x_rows), w->cap, H, moecclFloat32, st));
+    }
+    experts_fwd(be, c, ds, l, wl, ch);
+    double t3 = train_now();
+    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+    tm->experts += t3 - t2;
+    tm->dispatch += train_now() - t3; /* the part of the exchanges not hidden */
+  }
+  dchunk_t* last = &y->chunk[w->chunks - 1];
+  double t3 = train_now();
+  CK(ds, ds->ep, moecclMoeCombine(last->plan, cptr(ds, last->y_rows), w->cap,
+                                  y->gate_host + last->t0 * K, cptr(ds, w->tok + last->t0 * H),
+                                  H, moecclFloat32, st));
+  if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
+  tm->combine += train_now() - t3;
+  return 0;
+}
+
 /* The micro-batch's configuration: its load-balancing loss weighs N_m / N. */
 static moe_config_t mb_config(const moe_config_t* c, double auxw) {
   moe_config_t m = *c;
@@ -316,13 +360,9 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
     if (ds->load)
       for (int e = 0; e < E; e++) ds->load[(size_t)l * E + e] += y->stats_host[e];
     tm->router += train_now() - t0;
-    /* Each chunk has its own plan (the backward finds it again).  With
-     * chunks the EP calls are queued on the host stream: chunk k's experts
-     * run while chunk k+1's dispatch and chunk k-1's combine are on the
-     * wire.  The stream's order, D0 D1 C0 D2 C1 ..., is the same on every
-     * rank. */
-    size_t K = c->topk;
-    moecclStream_t st = w->chunks > 1 ? ds->stream : NULL;
+    /* Each chunk has its own plan (the backward finds it again); the
+     * chunks' exchanges go on the host stream (fwd_chunks_host) or, on a
+     * device, on the backend's communication stream (fwd_chunks_events). */
     double t1 = train_now();
     for (int k = 0; k < w->chunks; k++) {
       dchunk_t* ch = &y->chunk[k];
@@ -334,45 +374,10 @@ int piece_forward(const moe_backend_ops_t* be, const moe_config_t* c, const dist
       double t2 = train_now();
       tm->dispatch += t2 - t1;
       if (fwd_chunks_events(be, c, ds, w, y, l, wl, xin)) return -1;
-      double t3 = train_now();
-      be->add((size_t)n * H, xin, w->tok, out);
-      tm->experts += t3 - t2;
-      tm->combine += train_now() - t3;
-      *aux += moe_stats_aux_loss(&cm, y->stats_host);
-      continue;
+      tm->experts += train_now() - t2;
+    } else if (fwd_chunks_host(be, c, ds, w, y, l, wl, xin, t1, tm)) {
+      return -1;
     }
-    dchunk_t* ch0 = &y->chunk[0];
-    CK(ds, ds->ep, moecclMoeDispatch(ch0->plan, cptr(ds, xin + ch0->t0 * H), cptr(ds, ch0->x_rows),
-                                     w->cap, H, moecclFloat32, st));
-    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
-    tm->dispatch += train_now() - t1;
-    for (int k = 0; k < w->chunks; k++) {
-      dchunk_t* ch = &y->chunk[k];
-      double t2 = train_now();
-      if (k > 0) {
-        dchunk_t* pr = &y->chunk[k - 1];
-        CK(ds, ds->ep, moecclMoeCombine(pr->plan, cptr(ds, pr->y_rows), w->cap,
-                                        y->gate_host + pr->t0 * K, cptr(ds, w->tok + pr->t0 * H),
-                                        H, moecclFloat32, st));
-      }
-      if (k + 1 < w->chunks) {
-        dchunk_t* nx = &y->chunk[k + 1];
-        CK(ds, ds->ep, moecclMoeDispatch(nx->plan, cptr(ds, xin + nx->t0 * H),
-                                         cptr(ds, nx->x_rows), w->cap, H, moecclFloat32, st));
-      }
-      experts_fwd(be, c, ds, l, wl, ch);
-      double t3 = train_now();
-      if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
-      tm->experts += t3 - t2;
-      tm->dispatch += train_now() - t3; /* the part of the exchanges not hidden */
-    }
-    dchunk_t* last = &y->chunk[w->chunks - 1];
-    double t3 = train_now();
-    CK(ds, ds->ep, moecclMoeCombine(last->plan, cptr(ds, last->y_rows), w->cap,
-                                    y->gate_host + last->t0 * K, cptr(ds, w->tok + last->t0 * H),
-                                    H, moecclFloat32, st));
-    if (st) CK(ds, ds->ep, moecclHostStreamSynchronize(st));
-    tm->combine += train_now() - t3;
     double t4 = train_now();
     be->add((size_t)n * H, xin, w->tok, out);
     tm->combine += train_now() - t4;
