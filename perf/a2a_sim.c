@@ -93,9 +93,8 @@ static struct row* new_row(struct sim_run* r) {
   return row;
 }
 
-/* Plans and prices one rank; returns its predicted time, or -1. */
-static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d, int rank,
-                         moeccl_cost_t* cost) {
+/* Plans rank's schedule of a into r->sched; 0 or -1. */
+static int plan_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d, int rank) {
   d->rank = rank;
   if (d->send_counts) sim_split_desc(&r->split, rank, d);
   moeccl_sched_reset(&r->sched);
@@ -103,11 +102,34 @@ static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a
   if (rc != moecclSuccess) {
     fprintf(stderr, "a2a_sim: %s failed to plan rank %d: %s\n", a->name, rank,
             moecclGetErrorString(rc));
-    return -1.0;
+    return -1;
   }
   r->schedules++;
   r->ops += r->sched.nops;
-  return moeccl_model_price(&r->topo, &r->sched, rank, cost);
+  return 0;
+}
+
+/* Plans and prices one rank with the load of the ranks on its NIC (the
+ * cost model's moeccl_model_price_nic: their schedules are planned too);
+ * returns its predicted time, or -1. */
+static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d, int rank,
+                         moeccl_cost_t* cost) {
+  const moeccl_topo_t* t = &r->topo;
+  int node = t->rank_node[rank], size = t->node_first[node + 1] - t->node_first[node];
+  if (size > r->nic.mates_cap) {
+    int* m = realloc(r->nic.mates, (size_t)size * sizeof(int));
+    if (!m) return -1.0;
+    r->nic.mates = m, r->nic.mates_cap = size;
+  }
+  int k = moeccl_model_nic_mates(t, rank, r->nic.mates);
+  moeccl_model_nic_reset(&r->nic);
+  for (int i = 0; i <= k; i++) {
+    int who = i < k ? r->nic.mates[i] : rank; /* rank's own last: it stays planned */
+    if (i < k && who == rank) continue;
+    if (plan_rank(r, a, d, who) || moeccl_model_nic_add(&r->nic, t, &r->sched, who) != moecclSuccess)
+      return -1.0;
+  }
+  return moeccl_model_price_nic(t, &r->sched, rank, &r->nic, cost);
 }
 
 static size_t rank_send_bytes(const moeccl_a2a_desc_t* d) {
@@ -346,6 +368,7 @@ static int setup(struct sim_run* r, unsigned char** seen) {
 
 static void run_free(struct sim_run* r, unsigned char* seen) {
   moeccl_sched_free(&r->sched);
+  moeccl_model_nic_free(&r->nic);
   moeccl_topo_free(&r->topo);
   sim_split_free(&r->split);
   free(r->sample);

@@ -72,6 +72,7 @@ struct sim_run {
   int nsample;
   struct split split;
   moeccl_sched_t sched; /* reused: planning must not allocate per call */
+  moeccl_nic_load_t nic; /* the priced rank's NIC-mates' load, reused */
   long long schedules, ops;
   struct row* rows;
   size_t nrows, rows_cap;

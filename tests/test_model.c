@@ -4,6 +4,9 @@
  * bytes, and the property the tuner relies on at scale: on a dragonfly-like
  * topology with small blocks, a schedule that sends fewer messages over the
  * global links is cheaper than the direct one that moves the same bytes.
+ * And the shared NIC (moeccl_model_price_nic): a rank sending while its
+ * NIC-mates are idle gets the NIC's whole rate, all sending alike gives the
+ * per-rank price, rails keep their ranks apart.
  */
 #include <math.h>
 #include <stdio.h>
@@ -307,6 +310,65 @@ static void test_dragonfly_small_blocks(moeccl_sched_t* s) {
   moeccl_topo_free(&t);
 }
 
+/* rank's one-step schedule: a send of bytes to peer (none when bytes is 0). */
+static void one_send(moeccl_sched_t* s, int peer, uint64_t bytes) {
+  moeccl_sched_reset(s);
+  if (bytes) add(s, MOECCL_OP_SEND, peer, bytes);
+  REQUIRE_OK(moeccl_sched_end_step(s));
+}
+
+/* Rank 0's send of 6000 B to rank 2 (group: 2000 B/us per rank, overhead 1,
+ * latency 5) while rank 1, on its NIC, sends mate_bytes to rank 3. */
+static double price_shared(moeccl_topo_t* t, moeccl_sched_t* s, moeccl_nic_load_t* nic,
+                           uint64_t mate_bytes) {
+  int mates[2];
+  int k = moeccl_model_nic_mates(t, 0, mates);
+  moeccl_model_nic_reset(nic);
+  for (int i = 0; i < k; i++) {
+    if (mates[i] == 0) continue;
+    one_send(s, 3, mate_bytes);
+    REQUIRE_OK(moeccl_model_nic_add(nic, t, s, mates[i]));
+  }
+  one_send(s, 2, 6000);
+  REQUIRE_OK(moeccl_model_nic_add(nic, t, s, 0));
+  return moeccl_model_price_nic(t, s, 0, nic, NULL);
+}
+
+static void test_nic(moeccl_topo_t* t, moeccl_sched_t* s) {
+  moeccl_nic_load_t nic;
+  memset(&nic, 0, sizeof(nic));
+  int mates[2];
+  CHECK_EXPR(moeccl_model_nic_mates(t, 3, mates) == 2 && mates[0] == 2 && mates[1] == 3,
+             "rank 3's NIC: ranks 2 and 3");
+  CHECK_EXPR(moeccl_model_nic_mates(t, 8, mates) == 0, "no rank 8");
+  /* Alone on the NIC's 2 x 2000 B/us: cpu 1, link 1.5, latency 5. */
+  EXPECT_NEAR(price_shared(t, s, &nic, 0), 6.5);
+  /* Both send 6000: 12000 B at 4000 B/us, the per-rank price. */
+  EXPECT_NEAR(price_shared(t, s, &nic, 6000), 8.0);
+  EXPECT_NEAR(price_shared(t, s, &nic, 6000), moeccl_model_price(t, s, 0, NULL));
+  /* The mate's 2000 B share the NIC: 8000 B, 2 us. */
+  EXPECT_NEAR(price_shared(t, s, &nic, 2000), 7.0);
+  /* Two rails: ranks 0 and 1 have a NIC each, priced alone whatever rank 1 sends. */
+  t->nrails = 2;
+  CHECK_EXPR(moeccl_model_nic_mates(t, 1, mates) == 1 && mates[0] == 1, "rank 1's rail: itself");
+  EXPECT_NEAR(price_shared(t, s, &nic, 6000), 8.0);
+  EXPECT_NEAR(price_shared(t, s, &nic, 0), 8.0);
+  t->nrails = 1;
+  /* Messages on the node do not load the NIC. */
+  moeccl_model_nic_reset(&nic);
+  one_send(s, 0, 1000000); /* rank 1 to rank 0 */
+  REQUIRE_OK(moeccl_model_nic_add(&nic, t, s, 1));
+  one_send(s, 2, 6000);
+  REQUIRE_OK(moeccl_model_nic_add(&nic, t, s, 0));
+  EXPECT_NEAR(moeccl_model_price_nic(t, s, 0, &nic, NULL), 6.5);
+  /* No rank added: priced alone; a bad rank adds nothing. */
+  moeccl_model_nic_reset(&nic);
+  EXPECT_NEAR(moeccl_model_price_nic(t, s, 0, &nic, NULL), 8.0);
+  CHECK_EXPR(moeccl_model_nic_add(&nic, t, s, 8) == moecclInvalidArgument, "rank 8");
+  CHECK_EXPR(nic.nranks == 0, "nothing added");
+  moeccl_model_nic_free(&nic);
+}
+
 int main(void) {
   moeccl_topo_t t;
   moeccl_sched_t s;
@@ -321,6 +383,7 @@ int main(void) {
   test_monotone_random(&t, &s);
   test_monotone_algos(&s);
   test_dragonfly_small_blocks(&s);
+  test_nic(&t, &s);
   moeccl_topo_free(&t);
   moeccl_sched_free(&s);
   if (failures) {

@@ -27,6 +27,7 @@ typedef struct {
   int n;
   moeccl_topo_t topo; /* the members' */
   moeccl_sched_t sched;
+  moeccl_nic_load_t nic;
   int* sample; /* [n] members priced */
   int nsample;
   unsigned char* seen;            /* [n] */
@@ -40,6 +41,7 @@ typedef struct {
 static void call_free(sim_call_t* c) {
   moeccl_topo_free(&c->topo);
   moeccl_sched_free(&c->sched);
+  moeccl_model_nic_free(&c->nic);
   void* arrays[] = {c->sample, c->seen,   c->cpu_us, c->machine_cpu_us,
                     c->recv,   c->sdispl, c->rdispl, c->meta_index};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
@@ -115,6 +117,7 @@ static void pricing_init(moeccl_pricing_t* p, sim_call_t* c) {
   memset(p, 0, sizeof(*p));
   p->topo = &c->topo;
   p->sched = &c->sched;
+  p->nic = &c->nic;
   p->ranks = c->sample;
   p->nranks = c->nsample;
   p->ctx = c;

@@ -43,7 +43,8 @@ typedef struct {
   double overhead_us; /* CPU time a rank spends per message it sends or receives */
   /* Bandwidth one rank gets on this class, in GB/s (1e9 bytes/s), while every
    * rank drives its links at once: NIC sharing between the ranks of a node
-   * and global-link taper are folded in here. */
+   * and global-link taper are folded in here.  Between nodes the cost model
+   * pools it over the ranks of a NIC (moeccl_model_price_nic). */
   double bw_GBps;
   /* Messages larger than this go by rendezvous (a request and a clear to
    * send before the data: one more round trip and control message); 0: all

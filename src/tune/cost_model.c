@@ -2,6 +2,7 @@
  * step, with constant work per op and per step. */
 #include "tune/cost_model.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* What one step of one rank adds up to, before it is turned into time. */
@@ -64,14 +65,25 @@ static void add_op(const moeccl_topo_t* t, int rank, const moeccl_sched_op_t* op
 
 /* Turns a step's load into time: CPU and every link class work at once, the
  * slowest of them decides, and the step pays one start-up latency, that of
- * the farthest class it uses. */
-static double step_us(const moeccl_topo_t* t, const step_load_t* l, moeccl_cost_t* d) {
+ * the farthest class it uses.  With nic (the step's bytes of every rank on
+ * the rank's NIC, nic_ranks of them) a network class moves the NIC's bytes
+ * at the class's bandwidth times nic_ranks: the NIC's whole rate, whoever of
+ * its ranks sends. */
+static double step_us(const moeccl_topo_t* t, const step_load_t* l, const double* nic,
+                      int nic_ranks, moeccl_cost_t* d) {
   double link = 0.0, latency = 0.0;
   for (int c = 0; c < MOECCL_LINK_NCLASSES; c++) {
     if (!l->used[c]) continue;
     if (c != MOECCL_LINK_SELF) {
       double bytes = l->sent[c] > l->received[c] ? l->sent[c] : l->received[c];
-      double us = transfer_us(bytes, t->link[c].bw_GBps);
+      double GBps = t->link[c].bw_GBps;
+      if (nic && c != MOECCL_LINK_NODE) {
+        const double* b = &nic[2 * c];
+        double shared = b[0] > b[1] ? b[0] : b[1];
+        if (shared > bytes) bytes = shared;
+        GBps *= nic_ranks;
+      }
+      double us = transfer_us(bytes, GBps);
       if (us > link) link = us;
     }
     /* A rendezvous waits a round trip for the clear to send first. */
@@ -84,6 +96,9 @@ static double step_us(const moeccl_topo_t* t, const step_load_t* l, moeccl_cost_
   return (l->cpu_us > link ? l->cpu_us : link) + latency;
 }
 
+/* Doubles per step of a NIC's load: sent and received bytes per class. */
+#define NIC_STEP (2 * MOECCL_LINK_NCLASSES)
+
 static int valid_ops(const moeccl_topo_t* t, const moeccl_sched_t* s) {
   for (int i = 0; i < s->nops; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
@@ -94,21 +109,87 @@ static int valid_ops(const moeccl_topo_t* t, const moeccl_sched_t* s) {
   return 1;
 }
 
-double moeccl_model_price(const moeccl_topo_t* t, const moeccl_sched_t* s, int rank,
-                          moeccl_cost_t* detail) {
+double moeccl_model_price_nic(const moeccl_topo_t* t, const moeccl_sched_t* s, int rank,
+                              const moeccl_nic_load_t* nic, moeccl_cost_t* detail) {
   moeccl_cost_t d;
   memset(&d, 0, sizeof(d));
   if (!t || !s || !t->rank_node || rank < 0 || rank >= t->nranks || !valid_ops(t, s)) return -1.0;
+  if (nic && nic->nranks < 1) nic = NULL;
   int begin = 0;
   for (int step = 0; step < s->nsteps; step++) {
     step_load_t load;
     memset(&load, 0, sizeof(load));
     int end = s->step_end[step];
     for (int i = begin; i < end; i++) add_op(t, rank, &s->ops[i], &load, &d);
-    d.total_us += step_us(t, &load, &d);
+    const double* shared = nic && step < nic->nsteps ? &nic->bytes[NIC_STEP * step] : NULL;
+    d.total_us += step_us(t, &load, shared, nic ? nic->nranks : 1, &d);
     begin = end;
   }
   d.nsteps = s->nsteps;
   if (detail) *detail = d;
   return d.total_us;
+}
+
+double moeccl_model_price(const moeccl_topo_t* t, const moeccl_sched_t* s, int rank,
+                          moeccl_cost_t* detail) {
+  return moeccl_model_price_nic(t, s, rank, NULL, detail);
+}
+
+/* ---- the ranks of one NIC ------------------------------------------------------ */
+
+int moeccl_model_nic_mates(const moeccl_topo_t* t, int rank, int* out) {
+  if (!t || !t->rank_node || rank < 0 || rank >= t->nranks) return 0;
+  int node = t->rank_node[rank], k = 0;
+  int rails = t->nrails, rail = rails > 0 ? t->rank_local[rank] % rails : 0;
+  for (int i = t->node_first[node]; i < t->node_first[node + 1]; i++) {
+    int r = t->node_ranks[i];
+    if (rails > 0 && t->rank_local[r] % rails != rail) continue;
+    out[k++] = r;
+  }
+  return k;
+}
+
+void moeccl_model_nic_reset(moeccl_nic_load_t* nic) {
+  nic->nsteps = 0;
+  nic->nranks = 0;
+}
+
+moecclResult_t moeccl_model_nic_add(moeccl_nic_load_t* nic, const moeccl_topo_t* t,
+                                    const moeccl_sched_t* s, int rank) {
+  if (!t || !s || !t->rank_node || rank < 0 || rank >= t->nranks || !valid_ops(t, s))
+    return moecclInvalidArgument;
+  if (s->nsteps > nic->cap) {
+    int cap = nic->cap ? nic->cap : 64;
+    while (cap < s->nsteps) cap *= 2;
+    double* b = realloc(nic->bytes, (size_t)cap * NIC_STEP * sizeof(double));
+    if (!b) return moecclSystemError;
+    nic->bytes = b, nic->cap = cap;
+  }
+  if (s->nsteps > nic->nsteps) {
+    memset(&nic->bytes[NIC_STEP * nic->nsteps], 0,
+           (size_t)(s->nsteps - nic->nsteps) * NIC_STEP * sizeof(double));
+    nic->nsteps = s->nsteps;
+  }
+  int begin = 0;
+  for (int step = 0; step < s->nsteps; step++) {
+    double* b = &nic->bytes[NIC_STEP * step];
+    for (int i = begin; i < s->step_end[step]; i++) {
+      const moeccl_sched_op_t* op = &s->ops[i];
+      if (op->type != MOECCL_OP_SEND && op->type != MOECCL_OP_RECV &&
+          op->type != MOECCL_OP_RECV_REDUCE)
+        continue;
+      moeccl_link_class_t c = moeccl_topo_class(t, rank, op->peer);
+      if (c == MOECCL_LINK_SELF || c == MOECCL_LINK_NODE) continue;
+      b[2 * c + (op->type == MOECCL_OP_SEND ? 0 : 1)] += (double)op->bytes;
+    }
+    begin = s->step_end[step];
+  }
+  nic->nranks++;
+  return moecclSuccess;
+}
+
+void moeccl_model_nic_free(moeccl_nic_load_t* nic) {
+  free(nic->bytes);
+  free(nic->mates);
+  memset(nic, 0, sizeof(*nic));
 }

@@ -23,8 +23,14 @@
  * for the latency of its farthest message once per step, not once per
  * message, while the overheads of all its messages add up (one CPU posts
  * them).  Bandwidths are per rank under all-to-all load (topo.h), so NIC
- * sharing and global-link taper are contention terms of the model.  Each
- * rank is priced alone: waiting on a slower peer's previous step is not
+ * sharing and global-link taper are contention terms of the model.
+ * moeccl_model_price_nic also knows the other ranks on the rank's NIC (its
+ * node's ranks, or those of its rail where the topology names rails): a
+ * network class then moves, per step, the most that all of them send or
+ * receive on it, at its bandwidth times their number.  A rank whose
+ * NIC-mates are idle in a step (a forwarder of hier2) gets the NIC's whole
+ * rate; where all send alike (direct) the price is the per-rank one.  Each
+ * rank is otherwise priced alone: waiting on a slower peer's previous step is not
  * modelled, so a caller that wants the collective's time takes the maximum
  * over ranks (or over ranks whose schedules are alike).
  */
@@ -48,5 +54,32 @@ typedef struct {
  * NULL, rank is not a rank of t, or an op names no rank of t. */
 double moeccl_model_price(const moeccl_topo_t* t, const moeccl_sched_t* s, int rank,
                           moeccl_cost_t* detail);
+
+/* The network bytes that the ranks of one NIC put on each class, step by
+ * step, summed over the ranks added (moeccl_model_nic_add).  Zero it before
+ * first use; moeccl_model_nic_free releases it. */
+typedef struct {
+  double* bytes; /* [cap][2 * MOECCL_LINK_NCLASSES]: sent, received per class */
+  int nsteps, cap;
+  int nranks;     /* ranks added since the reset */
+  int* mates;     /* the caller's scratch for moeccl_model_nic_mates */
+  int mates_cap;
+} moeccl_nic_load_t;
+
+/* The ranks that share rank's NIC (rank among them, ascending) into out
+ * (room for the ranks of rank's node); returns their number, 0 for a bad
+ * argument. */
+int moeccl_model_nic_mates(const moeccl_topo_t* t, int rank, int* out);
+void moeccl_model_nic_reset(moeccl_nic_load_t* nic);
+/* Adds rank's schedule s's network bytes per step to nic:
+ * moecclInvalidArgument for a bad argument (nothing added), moecclSystemError
+ * when out of memory. */
+moecclResult_t moeccl_model_nic_add(moeccl_nic_load_t* nic, const moeccl_topo_t* t,
+                                    const moeccl_sched_t* s, int rank);
+void moeccl_model_nic_free(moeccl_nic_load_t* nic);
+/* moeccl_model_price with the load of rank's NIC (rank's own schedule
+ * included; NULL or no rank added: priced alone, as moeccl_model_price). */
+double moeccl_model_price_nic(const moeccl_topo_t* t, const moeccl_sched_t* s, int rank,
+                              const moeccl_nic_load_t* nic, moeccl_cost_t* detail);
 
 #endif

@@ -9,20 +9,48 @@
 #include "base/check.h"
 #include "tune/cost_model.h"
 
+/* rank's schedule of algo, built into p->sched with the standard buffers. */
+static moecclResult_t build_std(moeccl_pricing_t* p, int algo, int rank) {
+  moeccl_sched_t* s = p->sched;
+  moeccl_sched_reset(s);
+  uint32_t b;
+  for (int j = 0; j < MOECCL_BUF_NSTD; j++) MOECCL_CHECK(moeccl_sched_add_buf(s, NULL, &b));
+  s->scratch_buf = MOECCL_BUF_SCRATCH;
+  return p->build(p, algo, rank, s);
+}
+
+/* The load of rank's NIC in p->nic: every NIC-mate's schedule of algo, rank's
+ * own last (left built in p->sched). */
+static moecclResult_t nic_load(moeccl_pricing_t* p, int algo, int rank) {
+  moeccl_nic_load_t* nic = p->nic;
+  const moeccl_topo_t* t = p->topo;
+  int node = t->rank_node[rank], size = t->node_first[node + 1] - t->node_first[node];
+  if (size > nic->mates_cap) {
+    int* m = realloc(nic->mates, (size_t)size * sizeof(int));
+    if (!m) return moecclSystemError;
+    nic->mates = m, nic->mates_cap = size;
+  }
+  int k = moeccl_model_nic_mates(t, rank, nic->mates);
+  moeccl_model_nic_reset(nic);
+  for (int i = 0; i < k; i++) {
+    if (nic->mates[i] == rank) continue;
+    MOECCL_CHECK(build_std(p, algo, nic->mates[i]));
+    MOECCL_CHECK(moeccl_model_nic_add(nic, t, p->sched, nic->mates[i]));
+  }
+  MOECCL_CHECK(build_std(p, algo, rank));
+  return moeccl_model_nic_add(nic, t, p->sched, rank);
+}
+
 double moeccl_pricing_price(moeccl_pricing_t* p, int algo) {
   double worst = -1.0;
   p->slowest = -1;
   for (int i = 0; i < p->nranks; i++) {
     int rank = p->ranks ? p->ranks[i] : i;
     moeccl_sched_t* s = p->sched;
-    moeccl_sched_reset(s);
-    uint32_t b;
-    for (int j = 0; j < MOECCL_BUF_NSTD; j++)
-      if (moeccl_sched_add_buf(s, NULL, &b) != moecclSuccess) return MOECCL_PRICE_FAILED;
-    s->scratch_buf = MOECCL_BUF_SCRATCH;
-    if (p->build(p, algo, rank, s) != moecclSuccess) return MOECCL_PRICE_FAILED;
+    moecclResult_t r = p->nic ? nic_load(p, algo, rank) : build_std(p, algo, rank);
+    if (r != moecclSuccess) return MOECCL_PRICE_FAILED;
     moeccl_cost_t cost = {0};
-    double us = moeccl_model_price(p->topo, s, rank, &cost);
+    double us = moeccl_model_price_nic(p->topo, s, rank, p->nic, &cost);
     if (p->extra && p->extra(p, algo, rank, s, &us, &cost.cpu_us) != moecclSuccess)
       return MOECCL_PRICE_FAILED;
     if (p->cpu_us) p->cpu_us[i] = cost.cpu_us;

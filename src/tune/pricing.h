@@ -15,11 +15,16 @@
 #include "algos/coll_algos.h"
 #include "algos/moe_algos.h"
 #include "sched/schedule.h"
+#include "tune/cost_model.h"
 #include "topo/topo.h"
 
 typedef struct moeccl_pricing {
   const moeccl_topo_t* topo; /* the ranks' placement and link costs */
   moeccl_sched_t* sched;     /* every schedule is built here (reset first) */
+  /* Optional: the scratch for pricing each rank with its NIC-mates' load
+   * (moeccl_model_price_nic): every mate's schedule is built too, so a
+   * rank costs its NIC's ranks' builds.  NULL: each rank priced alone. */
+  moeccl_nic_load_t* nic;
   const int* ranks;          /* the ranks priced; NULL: 0 .. nranks-1 */
   int nranks;
   const void* call; /* the call, as the functions below read it */

@@ -72,6 +72,7 @@ struct moeccl_tuner {
   int a2a_last;  /* the same for the all-to-all cache */
   unsigned clock;
   moeccl_sched_t sched; /* candidates' schedules while pricing */
+  moeccl_nic_load_t nic; /* their NIC-mates' loads (moeccl_model_price_nic) */
   size_t v_bytes;       /* MOECCL_TUNE_V_BYTES */
   /* Machines with more ranks than cores (ranks MOECCL_HOSTID puts on
    * separate nodes of one machine, or oversubscribed runs): their ranks'
@@ -472,6 +473,7 @@ int moeccl_tuner_machines(const moeccl_comm_t* c, const int** machine_of, const 
 void moeccl_tuner_fini(moeccl_comm_t* c) {
   if (c->tuner) {
     moeccl_sched_free(&c->tuner->sched);
+    moeccl_model_nic_free(&c->tuner->nic);
     free(c->tuner->machine_of);
     free(c->tuner->machine_cpus);
     free(c->tuner->machine_cpu_us);
@@ -541,6 +543,7 @@ static void priced_ranks(moeccl_comm_t* c, int root, int device, int* ranks,
   struct moeccl_tuner* tu = c->tuner;
   p->topo = device ? &tu->dev_topo : c->topo;
   p->sched = &tu->sched;
+  p->nic = &tu->nic;
   if (tu->oversubscribed && !device) {
     p->ranks = NULL, p->nranks = c->nranks;
     p->cpu_us = tu->rank_cpu_us, p->bound = machine_floor, p->ctx = tu;
