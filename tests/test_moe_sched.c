@@ -15,10 +15,12 @@
  *             empty term
  *   pick      the tuner's path and chunks (moeccl_pricing_moe_pick) for one
  *             dispatch's rows of 4 KiB on 4 nodes of 2 ranks: node dedup in
- *             1 chunk on slow links with a core per rank (the stages on the
- *             node are too short to pay for chunks), in more chunks when
- *             the 8 ranks share 2 cores (their copies then take 4x longer
- *             and add to the transfer in 1 chunk), flat where dedup saves no
+ *             chunks on slow links with a core per rank (priced within the
+ *             10% the pipeline is given), in 1 chunk with rows of 16 B
+ *             (every chunk's latencies cost more than that), in chunks
+ *             priced cheaper than 1 when the 8 ranks share 2 cores (their
+ *             copies then take 4x longer and add to the transfer in 1
+ *             chunk), flat where dedup saves no
  *             row across, on slow links or fast uniform ones;
  *             MOECCL_MOE_CHUNKS and MOECCL_MOE_ALGO obeyed
  */
@@ -739,9 +741,15 @@ static void test_moe_pick(void) {
   moeccl_topo_t t = pick_topo(0.0625);
   moeccl_moe_pricing_t own = {.topo = &t, .most = rows};
   int path = moeccl_pricing_moe_pick(&own, 4096.0, 1, -1, 0, us, &chunks);
-  CHECK_STDOUT(path == 1 && chunks == 1,
+  CHECK_STDOUT(path == 1 && chunks > 1 && us[2] <= 1.1 * us[1],
                "pick, slow links, a core per rank: path %d in %d chunks (us %.0f %.0f %.0f), "
-               "want hier in 1",
+               "want hier in more than 1, priced within 10%% of 1",
+               path, chunks, us[0], us[1], us[2]);
+  /* rows of 16 B: every chunk's messages and latencies cost more than the
+   * overlap saves, by more than the 10% the pipeline is given */
+  path = moeccl_pricing_moe_pick(&own, 16.0, 1, -1, 0, us, &chunks);
+  CHECK_STDOUT(path == 1 && chunks == 1,
+               "pick, rows of 16 B: path %d in %d chunks (us %.0f %.0f %.0f), want hier in 1",
                path, chunks, us[0], us[1], us[2]);
   moeccl_moe_pricing_t shared = own;
   shared.all = all, shared.nranks = 8, shared.nmachines = 1;

@@ -346,6 +346,10 @@ double moeccl_pricing_moe(const moeccl_moe_pricing_t* m, int path, double row_by
   return us;
 }
 
+/* How much more than 1 chunk the cheapest chunk count may be priced and
+ * still run (moeccl_pricing_moe_pick). */
+#define MOE_PIPELINE_SLACK 0.10
+
 int moeccl_pricing_moe_pick(const moeccl_moe_pricing_t* m, double row_bytes, int hier_ok, int path,
                             int chunks_forced, double us[3], int* chunks) {
   static const int candidates[] = {2, 4, 8, 16};
@@ -359,12 +363,19 @@ int moeccl_pricing_moe_pick(const moeccl_moe_pricing_t* m, double row_bytes, int
     *chunks = chunks_forced;
     if (*chunks > 1) best = moeccl_pricing_moe(m, 1, row_bytes, *chunks);
   } else {
-    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
-      double p = moeccl_pricing_moe(m, 1, row_bytes, candidates[i]);
-      if (p < best * 0.98) best = p, *chunks = candidates[i];
+    /* The most chunks priced within 2% of the cheapest count, run unless
+     * priced more than MOE_PIPELINE_SLACK over 1 chunk (pricing.h). */
+    enum { NC = sizeof(candidates) / sizeof(candidates[0]) };
+    double p[NC], cheapest = -1.0;
+    for (int i = 0; i < NC; i++) {
+      p[i] = moeccl_pricing_moe(m, 1, row_bytes, candidates[i]);
+      if (cheapest < 0 || p[i] < cheapest) cheapest = p[i];
     }
+    int i = NC - 1;
+    while (i > 0 && p[i] > cheapest * 1.02) i--;
+    if (p[i] <= best * (1.0 + MOE_PIPELINE_SLACK)) best = p[i], *chunks = candidates[i];
   }
   us[2] = best;
   if (path == 0 || path == 1) return path;
-  return best < us[0];
+  return (best < us[1] ? best : us[1]) < us[0];
 }
