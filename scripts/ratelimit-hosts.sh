@@ -4,7 +4,8 @@
 # host's link shaped by tc's tbf in both directions (this kernel has tbf,
 # no netem: no added delay), and Open MPI jobs started across them.
 #
-#   scripts/ratelimit-hosts.sh up H RATE      e.g. up 4 5gbit
+#   scripts/ratelimit-hosts.sh up H RATE [BURST]  e.g. up 4 5gbit; BURST is
+#                                             tbf's bucket (default 1mb)
 #   scripts/ratelimit-hosts.sh run L CMD...   L ranks per host, mpirun across the H hosts
 #   scripts/ratelimit-hosts.sh down
 #
@@ -38,16 +39,19 @@ down() {
 
 # tbf on dev (in namespace ns, or the root one when ns is empty).
 shape() {
-  local ns=$1 dev=$2 rate=$3
-  # burst: at least rate / HZ; 1 MiB suits 1-10 Gbit/s
+  local ns=$1 dev=$2 rate=$3 burst=$4
+  # burst: at least rate / HZ; 1 MiB suits 1-10 Gbit/s.  A call that moves
+  # less than it per host after an idle gap goes at the bridge's speed: at
+  # 250 Mbit/s 1 MiB is 32 ms of the link, so small sizes measure the bucket.
   ip ${ns:+-n "$ns"} link set "$dev" txqueuelen 10000
-  tc ${ns:+-n "$ns"} qdisc replace dev "$dev" root tbf rate "$rate" burst 1mb latency 100ms
+  tc ${ns:+-n "$ns"} qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 100ms
 }
 
 up() {
-  local hosts=$1 rate=$2
+  local hosts=$1 rate=$2 burst=${3:-1mb}
   [[ $hosts =~ ^[0-9]+$ ]] && [ "$hosts" -ge 2 ] && [ "$hosts" -le 16 ] || die "hosts: 2 to 16"
   [[ $rate =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]] || die "rate like 5gbit"
+  [[ $burst =~ ^[0-9]+[km]?b$ ]] || die "burst like 128kb or 1mb"
   down
   ip link add "$BR" type bridge 2>/dev/null || die "cannot create bridge $BR"
   ip addr add "$SUBNET.1/24" dev "$BR"
@@ -63,8 +67,8 @@ up() {
     ip -n "$ns" addr add "$SUBNET.$((10 + k))/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
-    shape "$ns" eth0 "$rate"  # host -> bridge
-    shape "" "$veth" "$rate"  # bridge -> host
+    shape "$ns" eth0 "$rate" "$burst"  # host -> bridge
+    shape "" "$veth" "$rate" "$burst"  # bridge -> host
   done
   # Reachable: a connection to a closed port is refused at once (no ping
   # here); a timeout (124) means the packet went nowhere.
@@ -74,7 +78,7 @@ up() {
       rc=$?
     [ "$rc" -ne 124 ] || die "rl-h0 cannot reach rl-h$k"
   done
-  echo "$hosts hosts rl-h0..rl-h$((hosts - 1)) at $SUBNET.10.., links shaped to $rate each way"
+  echo "$hosts hosts rl-h0..rl-h$((hosts - 1)) at $SUBNET.10.., links shaped to $rate each way (burst $burst)"
 }
 
 run() {
@@ -110,8 +114,8 @@ EOF
 }
 
 case "${1:-}" in
-  up) [ $# -eq 3 ] || die "usage: up HOSTS RATE"; up "$2" "$3" ;;
+  up) [ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: up HOSTS RATE [BURST]"; shift; up "$@" ;;
   down) down ;;
   run) [ $# -ge 3 ] || die "usage: run RANKS_PER_HOST CMD..."; shift; run "$@" ;;
-  *) die "usage: $0 up HOSTS RATE | run RANKS_PER_HOST CMD... | down" ;;
+  *) die "usage: $0 up HOSTS RATE [BURST] | run RANKS_PER_HOST CMD... | down" ;;
 esac

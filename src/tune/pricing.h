@@ -144,9 +144,9 @@ double moeccl_pricing_moe(const moeccl_moe_pricing_t* m, int path, double row_by
  * (each chunk pays every message again, and that is priced), kept unless
  * priced more than 10% over 1 chunk.  The pipeline gets that benefit of the doubt because the model
  * is biased against it: on rate-limited test hosts (250 Mbit/s and
- * 10 Gbit/s, K 4 and 8, docs/SIMULATOR.md) 4 and 16 chunks ran 1-16%
- * faster than 1 chunk in every run, 16 chunks fastest in all but one,
- * while priced from 1% cheaper to 8% dearer.  What the model leaves out is, we think, the cache: a chunk's
+ * 10 Gbit/s, K 4 and 8, docs/SIMULATOR.md) 4 to 16 chunks ran 1-20%
+ * faster than 1 chunk in every run, 16 chunks the fastest in each, while
+ * priced from 1% cheaper to 8% dearer.  What the model leaves out is, we think, the cache: a chunk's
  * rows are still cached when the next stage copies them, the whole call's
  * are not, and every copy is priced at the one copy rate.  us[]: flat,
  * hier in 1 chunk, hier in *chunks (us[1], us[2] < 0 without hier_ok). */
