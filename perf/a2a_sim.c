@@ -5,8 +5,8 @@
  * (src/algos) for a sample of ranks, prices each schedule with the tuner's
  * cost model (src/tune/cost_model.h) on a modelled topology, and prints the
  * slowest rank's prediction in the columns of nccl-tests' alltoall_perf.
- * Nothing is sent: every algorithm on a 16,384-rank cluster is priced in
- * under a second on one core.
+ * Nothing is sent: one algorithm at one size on a 16,384-rank cluster is
+ * priced in under a second on one core (times the ranks that share a NIC).
  *
  * Uniform calls on regular topologies give every rank a schedule of the same
  * shape, so a sample spread over nodes, local indices and groups (plus ranks
@@ -93,8 +93,10 @@ static struct row* new_row(struct sim_run* r) {
   return row;
 }
 
-/* Plans rank's schedule of a into r->sched; 0 or -1. */
-static int plan_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d, int rank) {
+/* Plans rank's schedule of a into r->sched (counted when it is the one
+ * priced, not a NIC-mate's); 0 or -1. */
+static int plan_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d, int rank,
+                     int priced) {
   d->rank = rank;
   if (d->send_counts) sim_split_desc(&r->split, rank, d);
   moeccl_sched_reset(&r->sched);
@@ -104,8 +106,7 @@ static int plan_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_d
             moecclGetErrorString(rc));
     return -1;
   }
-  r->schedules++;
-  r->ops += r->sched.nops;
+  if (priced) r->schedules++, r->ops += r->sched.nops;
   return 0;
 }
 
@@ -126,7 +127,7 @@ static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a
   for (int i = 0; i <= k; i++) {
     int who = i < k ? r->nic.mates[i] : rank; /* rank's own last: it stays planned */
     if (i < k && who == rank) continue;
-    if (plan_rank(r, a, d, who) || moeccl_model_nic_add(&r->nic, t, &r->sched, who) != moecclSuccess)
+    if (plan_rank(r, a, d, who, i == k) || moeccl_model_nic_add(&r->nic, t, &r->sched, who) != moecclSuccess)
       return -1.0;
   }
   return moeccl_model_price_nic(t, &r->sched, rank, &r->nic, cost);

@@ -361,6 +361,30 @@ static void test_nic(moeccl_topo_t* t, moeccl_sched_t* s) {
   one_send(s, 2, 6000);
   REQUIRE_OK(moeccl_model_nic_add(&nic, t, s, 0));
   EXPECT_NEAR(moeccl_model_price_nic(t, s, 0, &nic, NULL), 6.5);
+  /* Steps line up by their place in the algorithm: rank 1's first step was
+   * empty (dropped), its send is the algorithm's second step, so rank 0's
+   * send (the first) has the NIC alone although both are step 0 of their
+   * schedules. */
+  moeccl_model_nic_reset(&nic);
+  moeccl_sched_reset(s);
+  REQUIRE_OK(moeccl_sched_end_step(s));
+  add(s, MOECCL_OP_SEND, 3, 6000);
+  REQUIRE_OK(moeccl_sched_end_step(s));
+  CHECK_EXPR(s->nsteps == 1 && s->step_id[0] == 1, "steps %d, id %d", s->nsteps, s->step_id[0]);
+  REQUIRE_OK(moeccl_model_nic_add(&nic, t, s, 1));
+  one_send(s, 2, 6000);
+  REQUIRE_OK(moeccl_model_nic_add(&nic, t, s, 0));
+  EXPECT_NEAR(moeccl_model_price_nic(t, s, 0, &nic, NULL), 6.5);
+  /* The receiving side pools too: rank 0 receives 6000 B from rank 2, rank 1
+   * nothing. */
+  moeccl_model_nic_reset(&nic);
+  one_send(s, 3, 0);
+  REQUIRE_OK(moeccl_model_nic_add(&nic, t, s, 1));
+  moeccl_sched_reset(s);
+  add(s, MOECCL_OP_RECV, 2, 6000);
+  REQUIRE_OK(moeccl_sched_end_step(s));
+  REQUIRE_OK(moeccl_model_nic_add(&nic, t, s, 0));
+  EXPECT_NEAR(moeccl_model_price_nic(t, s, 0, &nic, NULL), 6.5);
   /* No rank added: priced alone; a bad rank adds nothing. */
   moeccl_model_nic_reset(&nic);
   EXPECT_NEAR(moeccl_model_price_nic(t, s, 0, &nic, NULL), 8.0);

@@ -9,6 +9,7 @@
 void moeccl_sched_reset(moeccl_sched_t* s) {
   s->nops = 0;
   s->nsteps = 0;
+  s->nends = 0;
   s->nbufs = 0;
   s->scratch_bytes = 0;
   s->scratch_buf = -1;
@@ -21,6 +22,7 @@ void moeccl_sched_reset(moeccl_sched_t* s) {
 void moeccl_sched_free(moeccl_sched_t* s) {
   free(s->ops);
   free(s->step_end);
+  free(s->step_id);
   free(s->bufs);
   free(s->mems);
   free(s->work);
@@ -29,7 +31,8 @@ void moeccl_sched_free(moeccl_sched_t* s) {
 
 moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps) {
   if (moeccl_grow(&s->ops, &s->ops_cap, (size_t)(s->nops + nops), sizeof(*s->ops)) ||
-      moeccl_grow(&s->step_end, &s->steps_cap, (size_t)(s->nsteps + nsteps), sizeof(*s->step_end)))
+      moeccl_grow(&s->step_end, &s->steps_cap, (size_t)(s->nsteps + nsteps), sizeof(*s->step_end)) ||
+      moeccl_grow(&s->step_id, &s->step_id_cap, (size_t)(s->nsteps + nsteps), sizeof(*s->step_id)))
     return moecclSystemError;
   return moecclSuccess;
 }
@@ -62,9 +65,12 @@ moecclResult_t moeccl_sched_add_flags(moeccl_sched_t* s, moeccl_op_type_t type, 
 
 moecclResult_t moeccl_sched_end_step(moeccl_sched_t* s) {
   int begin = s->nsteps ? s->step_end[s->nsteps - 1] : 0;
+  int id = s->nends++;
   if (s->nops == begin) return moecclSuccess;
-  if (moeccl_grow(&s->step_end, &s->steps_cap, (size_t)(s->nsteps + 1), sizeof(*s->step_end)))
+  if (moeccl_grow(&s->step_end, &s->steps_cap, (size_t)(s->nsteps + 1), sizeof(*s->step_end)) ||
+      moeccl_grow(&s->step_id, &s->step_id_cap, (size_t)(s->nsteps + 1), sizeof(*s->step_id)))
     return moecclSystemError;
+  s->step_id[s->nsteps] = id;
   s->step_end[s->nsteps++] = s->nops;
   return moecclSuccess;
 }

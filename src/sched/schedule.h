@@ -78,6 +78,13 @@ typedef struct {
   int* step_end; /* step s holds ops [step_end[s-1], step_end[s]) */
   int nsteps;
   size_t steps_cap;
+  /* Step s was closed by the step_id[s]-th moeccl_sched_end_step since the
+   * reset (empty steps are dropped, their numbers not reused): a step's
+   * place in the algorithm, the same on every rank, which the cost model
+   * lines ranks' steps up by.  NULL where steps were not ended that way. */
+  int* step_id;
+  size_t step_id_cap;
+  int nends; /* moeccl_sched_end_step calls since the reset */
   void** bufs;        /* buffer table; NULL entries are fine for schedule-only uses */
   moeccl_mem_t* mems; /* [nbufs]: where each buffer lives (mem.h) */
   int nbufs;

@@ -99,6 +99,10 @@ static double step_us(const moeccl_topo_t* t, const step_load_t* l, const double
 /* Doubles per step of a NIC's load: sent and received bytes per class. */
 #define NIC_STEP (2 * MOECCL_LINK_NCLASSES)
 
+/* Step k's place in its algorithm (schedule.h's step_id; the index where
+ * steps were not ended by moeccl_sched_end_step). */
+static int step_of(const moeccl_sched_t* s, int k) { return s->step_id ? s->step_id[k] : k; }
+
 static int valid_ops(const moeccl_topo_t* t, const moeccl_sched_t* s) {
   for (int i = 0; i < s->nops; i++) {
     const moeccl_sched_op_t* op = &s->ops[i];
@@ -121,7 +125,8 @@ double moeccl_model_price_nic(const moeccl_topo_t* t, const moeccl_sched_t* s, i
     memset(&load, 0, sizeof(load));
     int end = s->step_end[step];
     for (int i = begin; i < end; i++) add_op(t, rank, &s->ops[i], &load, &d);
-    const double* shared = nic && step < nic->nsteps ? &nic->bytes[NIC_STEP * step] : NULL;
+    int id = step_of(s, step);
+    const double* shared = nic && id < nic->nsteps ? &nic->bytes[NIC_STEP * id] : NULL;
     d.total_us += step_us(t, &load, shared, nic ? nic->nranks : 1, &d);
     begin = end;
   }
@@ -158,21 +163,22 @@ moecclResult_t moeccl_model_nic_add(moeccl_nic_load_t* nic, const moeccl_topo_t*
                                     const moeccl_sched_t* s, int rank) {
   if (!t || !s || !t->rank_node || rank < 0 || rank >= t->nranks || !valid_ops(t, s))
     return moecclInvalidArgument;
-  if (s->nsteps > nic->cap) {
+  int n = s->nsteps ? step_of(s, s->nsteps - 1) + 1 : 0; /* logical steps covered */
+  if (n > nic->cap) {
     int cap = nic->cap ? nic->cap : 64;
-    while (cap < s->nsteps) cap *= 2;
+    while (cap < n) cap *= 2;
     double* b = realloc(nic->bytes, (size_t)cap * NIC_STEP * sizeof(double));
     if (!b) return moecclSystemError;
     nic->bytes = b, nic->cap = cap;
   }
-  if (s->nsteps > nic->nsteps) {
+  if (n > nic->nsteps) {
     memset(&nic->bytes[NIC_STEP * nic->nsteps], 0,
-           (size_t)(s->nsteps - nic->nsteps) * NIC_STEP * sizeof(double));
-    nic->nsteps = s->nsteps;
+           (size_t)(n - nic->nsteps) * NIC_STEP * sizeof(double));
+    nic->nsteps = n;
   }
   int begin = 0;
   for (int step = 0; step < s->nsteps; step++) {
-    double* b = &nic->bytes[NIC_STEP * step];
+    double* b = &nic->bytes[NIC_STEP * step_of(s, step)];
     for (int i = begin; i < s->step_end[step]; i++) {
       const moeccl_sched_op_t* op = &s->ops[i];
       if (op->type != MOECCL_OP_SEND && op->type != MOECCL_OP_RECV &&

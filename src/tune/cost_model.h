@@ -29,7 +29,7 @@
  * network class then moves, per step, the most that all of them send or
  * receive on it, at its bandwidth times their number.  A rank whose
  * NIC-mates are idle in a step (a forwarder of hier2) gets the NIC's whole
- * rate; where all send alike (direct) the price is the per-rank one.  Each
+ * rate; where all send alike (a uniform direct) it is the per-rank one.  Each
  * rank is otherwise priced alone: waiting on a slower peer's previous step is not
  * modelled, so a caller that wants the collective's time takes the maximum
  * over ranks (or over ranks whose schedules are alike).
@@ -59,7 +59,7 @@ double moeccl_model_price(const moeccl_topo_t* t, const moeccl_sched_t* s, int r
  * step, summed over the ranks added (moeccl_model_nic_add).  Zero it before
  * first use; moeccl_model_nic_free releases it. */
 typedef struct {
-  double* bytes; /* [cap][2 * MOECCL_LINK_NCLASSES]: sent, received per class */
+  double* bytes; /* [cap][2 * MOECCL_LINK_NCLASSES]: sent, received per class, by step_id */
   int nsteps, cap;
   int nranks;     /* ranks added since the reset */
   int* mates;     /* the caller's scratch for moeccl_model_nic_mates */
@@ -78,7 +78,11 @@ moecclResult_t moeccl_model_nic_add(moeccl_nic_load_t* nic, const moeccl_topo_t*
                                     const moeccl_sched_t* s, int rank);
 void moeccl_model_nic_free(moeccl_nic_load_t* nic);
 /* moeccl_model_price with the load of rank's NIC (rank's own schedule
- * included; NULL or no rank added: priced alone, as moeccl_model_price). */
+ * included; NULL or no rank added: priced alone, as moeccl_model_price).
+ * Steps are matched by their place in the algorithm (the schedule's
+ * step_id), so a rank whose schedule dropped an empty step (a forwarder
+ * with nothing to copy, an uneven all-to-allv) still meets its mates'
+ * steps where they happen. */
 double moeccl_model_price_nic(const moeccl_topo_t* t, const moeccl_sched_t* s, int rank,
                               const moeccl_nic_load_t* nic, moeccl_cost_t* detail);
 

@@ -24,6 +24,7 @@ static moecclResult_t build_std(moeccl_pricing_t* p, int algo, int rank) {
 static moecclResult_t nic_load(moeccl_pricing_t* p, int algo, int rank) {
   moeccl_nic_load_t* nic = p->nic;
   const moeccl_topo_t* t = p->topo;
+  if (!t->rank_node || rank < 0 || rank >= t->nranks) return build_std(p, algo, rank);
   int node = t->rank_node[rank], size = t->node_first[node + 1] - t->node_first[node];
   if (size > nic->mates_cap) {
     int* m = realloc(nic->mates, (size_t)size * sizeof(int));
@@ -144,13 +145,13 @@ int moeccl_pricing_a2a_chunks(moeccl_pricing_t* p, moeccl_a2a_pricing_t* call) {
   moeccl_pricing_a2a(p, call);
   /* A pipelined plan costs its chunks times its bulk one's: the count is
    * chosen on the first two priced ranks alone (0 and n-1 of a sample),
-   * without the machine floor, so that a miss at 16,384 ranks stays well
+   * without the machine floor or their NIC-mates' load, so that a miss at 16,384 ranks stays well
    * under a second. */
   moeccl_pricing_t few = *p;
   int ranks01[2] = {0, p->nranks - 1};
   if (few.nranks > 2) few.nranks = 2;
   if (!few.ranks) few.ranks = ranks01;
-  few.bound = NULL, few.cpu_us = NULL;
+  few.bound = NULL, few.cpu_us = NULL, few.nic = NULL; /* and each rank alone */
   int best = -1;
   double best_us = -1.0;
   for (int a = 0; a < MOECCL_A2A_NALGOS; a++) {
@@ -371,11 +372,15 @@ int moeccl_pricing_moe_pick(const moeccl_moe_pricing_t* m, double row_bytes, int
       p[i] = moeccl_pricing_moe(m, 1, row_bytes, candidates[i]);
       if (cheapest < 0 || p[i] < cheapest) cheapest = p[i];
     }
-    int i = NC - 1;
+    int i = NC - 1, c = 0;
     while (i > 0 && p[i] > cheapest * 1.02) i--;
+    while (p[c] > cheapest) c++;
+    if (p[i] > best * (1.0 + MOE_PIPELINE_SLACK)) i = c; /* the cheapest may still pass */
     if (p[i] <= best * (1.0 + MOE_PIPELINE_SLACK)) best = p[i], *chunks = candidates[i];
   }
   us[2] = best;
   if (path == 0 || path == 1) return path;
+  /* a forced count is what runs: the path is priced in it */
+  if (chunks_forced > 0) return best < us[0];
   return (best < us[1] ? best : us[1]) < us[0];
 }
