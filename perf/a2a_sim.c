@@ -113,8 +113,8 @@ static int plan_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_d
 /* Plans and prices one rank with the load of the ranks on its NIC (the
  * cost model's moeccl_model_price_nic: their schedules are planned too);
  * returns its predicted time, or -1. */
-static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d, int rank,
-                         moeccl_cost_t* cost) {
+static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d,
+                         int rank, moeccl_cost_t* cost) {
   const moeccl_topo_t* t = &r->topo;
   int node = t->rank_node[rank], size = t->node_first[node + 1] - t->node_first[node];
   if (size > r->nic.mates_cap) {
@@ -127,7 +127,8 @@ static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a
   for (int i = 0; i <= k; i++) {
     int who = i < k ? r->nic.mates[i] : rank; /* rank's own last: it stays planned */
     if (i < k && who == rank) continue;
-    if (plan_rank(r, a, d, who, i == k) || moeccl_model_nic_add(&r->nic, t, &r->sched, who) != moecclSuccess)
+    if (plan_rank(r, a, d, who, i == k) ||
+        moeccl_model_nic_add(&r->nic, t, &r->sched, who) != moecclSuccess)
       return -1.0;
   }
   return moeccl_model_price_nic(t, &r->sched, rank, &r->nic, cost);

@@ -71,7 +71,7 @@ struct sim_run {
   int* sample; /* ranks priced */
   int nsample;
   struct split split;
-  moeccl_sched_t sched; /* reused: planning must not allocate per call */
+  moeccl_sched_t sched;  /* reused: planning must not allocate per call */
   moeccl_nic_load_t nic; /* the priced rank's NIC-mates' load, reused */
   long long schedules, ops;
   struct row* rows;

@@ -749,8 +749,8 @@ static void test_moe_pick(void) {
    * overlap saves, by more than the 10% the pipeline is given */
   path = moeccl_pricing_moe_pick(&own, 16.0, 1, -1, 0, us, &chunks);
   CHECK_STDOUT(path == 1 && chunks == 1,
-               "pick, rows of 16 B: path %d in %d chunks (us %.0f %.0f %.0f), want hier in 1",
-               path, chunks, us[0], us[1], us[2]);
+               "pick, rows of 16 B: path %d in %d chunks (us %.0f %.0f %.0f), want hier in 1", path,
+               chunks, us[0], us[1], us[2]);
   moeccl_moe_pricing_t shared = own;
   shared.all = all, shared.nranks = 8, shared.nmachines = 1;
   shared.machine_of = machine_of, shared.machine_cpus = cores, shared.scratch = scratch;

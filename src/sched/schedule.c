@@ -31,7 +31,8 @@ void moeccl_sched_free(moeccl_sched_t* s) {
 
 moecclResult_t moeccl_sched_reserve(moeccl_sched_t* s, int nops, int nsteps) {
   if (moeccl_grow(&s->ops, &s->ops_cap, (size_t)(s->nops + nops), sizeof(*s->ops)) ||
-      moeccl_grow(&s->step_end, &s->steps_cap, (size_t)(s->nsteps + nsteps), sizeof(*s->step_end)) ||
+      moeccl_grow(&s->step_end, &s->steps_cap, (size_t)(s->nsteps + nsteps),
+                  sizeof(*s->step_end)) ||
       moeccl_grow(&s->step_id, &s->step_id_cap, (size_t)(s->nsteps + nsteps), sizeof(*s->step_id)))
     return moecclSystemError;
   return moecclSuccess;

@@ -84,7 +84,7 @@ typedef struct {
    * lines ranks' steps up by.  NULL where steps were not ended that way. */
   int* step_id;
   size_t step_id_cap;
-  int nends; /* moeccl_sched_end_step calls since the reset */
+  int nends;          /* moeccl_sched_end_step calls since the reset */
   void** bufs;        /* buffer table; NULL entries are fine for schedule-only uses */
   moeccl_mem_t* mems; /* [nbufs]: where each buffer lives (mem.h) */
   int nbufs;

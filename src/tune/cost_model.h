@@ -29,10 +29,10 @@
  * network class then moves, per step, the most that all of them send or
  * receive on it, at its bandwidth times their number.  A rank whose
  * NIC-mates are idle in a step (a forwarder of hier2) gets the NIC's whole
- * rate; where all send alike (a uniform direct) it is the per-rank one.  Each
- * rank is otherwise priced alone: waiting on a slower peer's previous step is not
- * modelled, so a caller that wants the collective's time takes the maximum
- * over ranks (or over ranks whose schedules are alike).
+ * rate; where all send alike (a uniform direct) it is the per-rank one.
+ * Each rank is otherwise priced alone: waiting on a slower peer's previous
+ * step is not modelled, so a caller that wants the collective's time takes
+ * the maximum over ranks (or over ranks whose schedules are alike).
  */
 #ifndef MOECCL_TUNE_COST_MODEL_H_
 #define MOECCL_TUNE_COST_MODEL_H_
@@ -61,8 +61,8 @@ double moeccl_model_price(const moeccl_topo_t* t, const moeccl_sched_t* s, int r
 typedef struct {
   double* bytes; /* [cap][2 * MOECCL_LINK_NCLASSES]: sent, received per class, by step_id */
   int nsteps, cap;
-  int nranks;     /* ranks added since the reset */
-  int* mates;     /* the caller's scratch for moeccl_model_nic_mates */
+  int nranks; /* ranks added since the reset */
+  int* mates; /* the caller's scratch for moeccl_model_nic_mates */
   int mates_cap;
 } moeccl_nic_load_t;
 

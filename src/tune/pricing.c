@@ -145,8 +145,8 @@ int moeccl_pricing_a2a_chunks(moeccl_pricing_t* p, moeccl_a2a_pricing_t* call) {
   moeccl_pricing_a2a(p, call);
   /* A pipelined plan costs its chunks times its bulk one's: the count is
    * chosen on the first two priced ranks alone (0 and n-1 of a sample),
-   * without the machine floor or their NIC-mates' load, so that a miss at 16,384 ranks stays well
-   * under a second. */
+   * without the machine floor or their NIC-mates' load, so that a miss at
+   * 16,384 ranks stays well under a second. */
   moeccl_pricing_t few = *p;
   int ranks01[2] = {0, p->nranks - 1};
   if (few.nranks > 2) few.nranks = 2;

@@ -15,8 +15,8 @@
 #include "algos/coll_algos.h"
 #include "algos/moe_algos.h"
 #include "sched/schedule.h"
-#include "tune/cost_model.h"
 #include "topo/topo.h"
+#include "tune/cost_model.h"
 
 typedef struct moeccl_pricing {
   const moeccl_topo_t* topo; /* the ranks' placement and link costs */
@@ -25,7 +25,7 @@ typedef struct moeccl_pricing {
    * (moeccl_model_price_nic): every mate's schedule is built too, so a
    * rank costs its NIC's ranks' builds.  NULL: each rank priced alone. */
   moeccl_nic_load_t* nic;
-  const int* ranks;          /* the ranks priced; NULL: 0 .. nranks-1 */
+  const int* ranks; /* the ranks priced; NULL: 0 .. nranks-1 */
   int nranks;
   const void* call; /* the call, as the functions below read it */
   const int* order; /* candidates (algorithm ids), in pricing order; NULL: 0..n-1 */
@@ -142,14 +142,15 @@ double moeccl_pricing_moe(const moeccl_moe_pricing_t* m, int path, double row_by
  * its chunks); *chunks the hierarchical path's, forced (chunks > 0) or
  * the most of 2, 4, 8 and 16 priced within 2% of the cheapest of them
  * (each chunk pays every message again, and that is priced), kept unless
- * priced more than 10% over 1 chunk.  The pipeline gets that benefit of the doubt because the model
- * is biased against it: on rate-limited test hosts (250 Mbit/s and
- * 10 Gbit/s, K 4 and 8, docs/SIMULATOR.md) 4 to 16 chunks ran 1-20%
- * faster than 1 chunk in every run, 16 chunks the fastest in each, while
- * priced from 1% cheaper to 8% dearer.  What the model leaves out is, we think, the cache: a chunk's
- * rows are still cached when the next stage copies them, the whole call's
- * are not, and every copy is priced at the one copy rate.  us[]: flat,
- * hier in 1 chunk, hier in *chunks (us[1], us[2] < 0 without hier_ok). */
+ * priced more than 10% over 1 chunk.  The pipeline gets that benefit of
+ * the doubt because the model is biased against it: on rate-limited test
+ * hosts (250 Mbit/s and 10 Gbit/s, K 4 and 8, docs/SIMULATOR.md) 4 to 16
+ * chunks ran 1-20% faster than 1 chunk in every run, 16 chunks the
+ * fastest in each, while priced from 1% cheaper to 8% dearer.  What the
+ * model leaves out is, we think, the cache: a chunk's rows are still
+ * cached when the next stage copies them, the whole call's are not, and
+ * every copy is priced at the one copy rate.  us[]: flat, hier in 1
+ * chunk, hier in *chunks (us[1], us[2] < 0 without hier_ok). */
 int moeccl_pricing_moe_pick(const moeccl_moe_pricing_t* m, double row_bytes, int hier_ok, int path,
                             int chunks_forced, double us[3], int* chunks);
 

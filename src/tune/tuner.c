@@ -71,9 +71,9 @@ struct moeccl_tuner {
   int coll_last; /* index of the last hit */
   int a2a_last;  /* the same for the all-to-all cache */
   unsigned clock;
-  moeccl_sched_t sched; /* candidates' schedules while pricing */
+  moeccl_sched_t sched;  /* candidates' schedules while pricing */
   moeccl_nic_load_t nic; /* their NIC-mates' loads (moeccl_model_price_nic) */
-  size_t v_bytes;       /* MOECCL_TUNE_V_BYTES */
+  size_t v_bytes;        /* MOECCL_TUNE_V_BYTES */
   /* Machines with more ranks than cores (ranks MOECCL_HOSTID puts on
    * separate nodes of one machine, or oversubscribed runs): their ranks'
    * CPU work shares the cores, so a call takes at least the machine's summed
