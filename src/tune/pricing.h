@@ -146,10 +146,10 @@ double moeccl_pricing_moe(const moeccl_moe_pricing_t* m, int path, double row_by
  * the doubt because the model is biased against it: on rate-limited test
  * hosts (250 Mbit/s and 10 Gbit/s, K 4 and 8, docs/SIMULATOR.md) 4 to 16
  * chunks ran 1-20% faster than 1 chunk in every run, 16 chunks the
- * fastest in each, while priced from 1% cheaper to 8% dearer.  What the
- * model leaves out is, we think, the cache: a chunk's rows are still
- * cached when the next stage copies them, the whole call's are not, and
- * every copy is priced at the one copy rate.  us[]: flat, hier in 1
+ * fastest wherever it ran, while priced from 1% cheaper to 8% dearer.
+ * What the model leaves out is, we think, the cache: a chunk's rows are
+ * still cached when the next stage copies them, the whole call's are not,
+ * and every copy is priced at the one copy rate.  us[]: flat, hier in 1
  * chunk, hier in *chunks (us[1], us[2] < 0 without hier_ok). */
 int moeccl_pricing_moe_pick(const moeccl_moe_pricing_t* m, double row_bytes, int hier_ok, int path,
                             int chunks_forced, double us[3], int* chunks);
