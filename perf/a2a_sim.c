@@ -110,28 +110,27 @@ static int plan_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_d
   return 0;
 }
 
+/* One algorithm's schedules for moeccl_model_nic_load. */
+struct nic_plan {
+  struct sim_run* r;
+  const moeccl_a2a_algo_t* a;
+  moeccl_a2a_desc_t* d;
+};
+
+static moecclResult_t nic_plan(void* ctx, int rank, int priced) {
+  struct nic_plan* n = ctx;
+  return plan_rank(n->r, n->a, n->d, rank, priced) ? moecclInternalError : moecclSuccess;
+}
+
 /* Plans and prices one rank with the load of the ranks on its NIC (the
  * cost model's moeccl_model_price_nic: their schedules are planned too);
  * returns its predicted time, or -1. */
 static double price_rank(struct sim_run* r, const moeccl_a2a_algo_t* a, moeccl_a2a_desc_t* d,
                          int rank, moeccl_cost_t* cost) {
-  const moeccl_topo_t* t = &r->topo;
-  int node = t->rank_node[rank], size = t->node_first[node + 1] - t->node_first[node];
-  if (size > r->nic.mates_cap) {
-    int* m = realloc(r->nic.mates, (size_t)size * sizeof(int));
-    if (!m) return -1.0;
-    r->nic.mates = m, r->nic.mates_cap = size;
-  }
-  int k = moeccl_model_nic_mates(t, rank, r->nic.mates);
-  moeccl_model_nic_reset(&r->nic);
-  for (int i = 0; i <= k; i++) {
-    int who = i < k ? r->nic.mates[i] : rank; /* rank's own last: it stays planned */
-    if (i < k && who == rank) continue;
-    if (plan_rank(r, a, d, who, i == k) ||
-        moeccl_model_nic_add(&r->nic, t, &r->sched, who) != moecclSuccess)
-      return -1.0;
-  }
-  return moeccl_model_price_nic(t, &r->sched, rank, &r->nic, cost);
+  struct nic_plan plan = {r, a, d};
+  if (moeccl_model_nic_load(&r->nic, &r->topo, rank, &r->sched, nic_plan, &plan) != moecclSuccess)
+    return -1.0;
+  return moeccl_model_price_nic(&r->topo, &r->sched, rank, &r->nic, cost);
 }
 
 static size_t rank_send_bytes(const moeccl_a2a_desc_t* d) {

@@ -194,6 +194,28 @@ moecclResult_t moeccl_model_nic_add(moeccl_nic_load_t* nic, const moeccl_topo_t*
   return moecclSuccess;
 }
 
+moecclResult_t moeccl_model_nic_load(moeccl_nic_load_t* nic, const moeccl_topo_t* t, int rank,
+                                     const moeccl_sched_t* s, moeccl_model_plan_fn plan,
+                                     void* ctx) {
+  moeccl_model_nic_reset(nic);
+  if (!t || !t->rank_node || rank < 0 || rank >= t->nranks) return plan(ctx, rank, 1);
+  int node = t->rank_node[rank], size = t->node_first[node + 1] - t->node_first[node];
+  if (size > nic->mates_cap) {
+    int* m = realloc(nic->mates, (size_t)size * sizeof(int));
+    if (!m) return moecclSystemError;
+    nic->mates = m, nic->mates_cap = size;
+  }
+  int k = moeccl_model_nic_mates(t, rank, nic->mates);
+  for (int i = 0; i <= k; i++) {
+    int who = i < k ? nic->mates[i] : rank; /* rank's own last: it stays in s */
+    if (i < k && who == rank) continue;
+    moecclResult_t r = plan(ctx, who, i == k);
+    if (r == moecclSuccess) r = moeccl_model_nic_add(nic, t, s, who);
+    if (r != moecclSuccess) return r;
+  }
+  return moecclSuccess;
+}
+
 void moeccl_model_nic_free(moeccl_nic_load_t* nic) {
   free(nic->bytes);
   free(nic->mates);

@@ -62,7 +62,7 @@ typedef struct {
   double* bytes; /* [cap][2 * MOECCL_LINK_NCLASSES]: sent, received per class, by step_id */
   int nsteps, cap;
   int nranks; /* ranks added since the reset */
-  int* mates; /* the caller's scratch for moeccl_model_nic_mates */
+  int* mates; /* moeccl_model_nic_load's scratch */
   int mates_cap;
 } moeccl_nic_load_t;
 
@@ -77,6 +77,15 @@ void moeccl_model_nic_reset(moeccl_nic_load_t* nic);
 moecclResult_t moeccl_model_nic_add(moeccl_nic_load_t* nic, const moeccl_topo_t* t,
                                     const moeccl_sched_t* s, int rank);
 void moeccl_model_nic_free(moeccl_nic_load_t* nic);
+/* Writes rank's schedule into the schedule moeccl_model_nic_load was given
+ * (priced: 1 for the rank priced, 0 for a NIC-mate's). */
+typedef moecclResult_t (*moeccl_model_plan_fn)(void* ctx, int rank, int priced);
+/* Resets nic to the load of rank's NIC: plan writes every other NIC-mate's
+ * schedule into s, which is added, then rank's own, which is added and
+ * left in s for moeccl_model_price_nic.  A bad rank: only its own is
+ * planned (the price then fails).  plan's error, or moecclSystemError. */
+moecclResult_t moeccl_model_nic_load(moeccl_nic_load_t* nic, const moeccl_topo_t* t, int rank,
+                                     const moeccl_sched_t* s, moeccl_model_plan_fn plan, void* ctx);
 /* moeccl_model_price with the load of rank's NIC (rank's own schedule
  * included; NULL or no rank added: priced alone, as moeccl_model_price).
  * Steps are matched by their place in the algorithm (the schedule's

@@ -19,27 +19,16 @@ static moecclResult_t build_std(moeccl_pricing_t* p, int algo, int rank) {
   return p->build(p, algo, rank, s);
 }
 
-/* The load of rank's NIC in p->nic: every NIC-mate's schedule of algo, rank's
- * own last (left built in p->sched). */
-static moecclResult_t nic_load(moeccl_pricing_t* p, int algo, int rank) {
-  moeccl_nic_load_t* nic = p->nic;
-  const moeccl_topo_t* t = p->topo;
-  if (!t->rank_node || rank < 0 || rank >= t->nranks) return build_std(p, algo, rank);
-  int node = t->rank_node[rank], size = t->node_first[node + 1] - t->node_first[node];
-  if (size > nic->mates_cap) {
-    int* m = realloc(nic->mates, (size_t)size * sizeof(int));
-    if (!m) return moecclSystemError;
-    nic->mates = m, nic->mates_cap = size;
-  }
-  int k = moeccl_model_nic_mates(t, rank, nic->mates);
-  moeccl_model_nic_reset(nic);
-  for (int i = 0; i < k; i++) {
-    if (nic->mates[i] == rank) continue;
-    MOECCL_CHECK(build_std(p, algo, nic->mates[i]));
-    MOECCL_CHECK(moeccl_model_nic_add(nic, t, p->sched, nic->mates[i]));
-  }
-  MOECCL_CHECK(build_std(p, algo, rank));
-  return moeccl_model_nic_add(nic, t, p->sched, rank);
+/* One candidate's schedules for moeccl_model_nic_load. */
+typedef struct {
+  moeccl_pricing_t* p;
+  int algo;
+} nic_plan_t;
+
+static moecclResult_t nic_plan(void* ctx, int rank, int priced) {
+  (void)priced;
+  nic_plan_t* n = ctx;
+  return build_std(n->p, n->algo, rank);
 }
 
 double moeccl_pricing_price(moeccl_pricing_t* p, int algo) {
@@ -48,7 +37,9 @@ double moeccl_pricing_price(moeccl_pricing_t* p, int algo) {
   for (int i = 0; i < p->nranks; i++) {
     int rank = p->ranks ? p->ranks[i] : i;
     moeccl_sched_t* s = p->sched;
-    moecclResult_t r = p->nic ? nic_load(p, algo, rank) : build_std(p, algo, rank);
+    nic_plan_t plan = {p, algo};
+    moecclResult_t r = p->nic ? moeccl_model_nic_load(p->nic, p->topo, rank, s, nic_plan, &plan)
+                              : build_std(p, algo, rank);
     if (r != moecclSuccess) return MOECCL_PRICE_FAILED;
     moeccl_cost_t cost = {0};
     double us = moeccl_model_price_nic(p->topo, s, rank, p->nic, &cost);
